@@ -1,0 +1,246 @@
+package tunnel
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/url"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/yamux"
+	"golang.org/x/net/http/httpproxy"
+)
+
+// ClientConfig configures the box side.
+type ClientConfig struct {
+	Config
+	// Addr is the console's host:port.
+	Addr string
+	// TLS must carry the pinned console CA (RootCAs) and the box
+	// certificate (Certificates or GetClientCertificate). Dial adds the
+	// tunnel ALPN, TLS 1.3 and a session cache for resumption.
+	TLS *tls.Config
+	// Proxy picks an HTTP CONNECT proxy; nil reads HTTPS_PROXY and
+	// NO_PROXY from the environment.
+	Proxy ProxyFunc
+	// Dial opens TCP connections; nil uses net.Dialer. Tests put a
+	// toxiproxy or a fault injector here.
+	Dial func(ctx context.Context, network, addr string) (net.Conn, error)
+	// Backoff between failed dials; zero uses 1 s to 60 s. The attempt
+	// counter resets only after a session stayed up longer than Max.
+	Backoff Backoff
+	// Name is this side's identity in stream addresses; "box" if empty.
+	Name string
+}
+
+// Validate reports the first setting that cannot work.
+func (c ClientConfig) Validate() error {
+	if c.Addr == "" {
+		return errors.New("tunnel: ClientConfig.Addr is required")
+	}
+	if _, _, err := net.SplitHostPort(c.Addr); err != nil {
+		return fmt.Errorf("tunnel: console address %q: %w", c.Addr, err)
+	}
+	if c.TLS == nil || c.TLS.RootCAs == nil {
+		return errors.New("tunnel: ClientConfig.TLS with the pinned console CA is required")
+	}
+	if c.Backoff.Min < 0 || c.Backoff.Max < c.Backoff.Min {
+		return errors.New("tunnel: Backoff.Max must be at least Backoff.Min")
+	}
+	return c.Config.Validate()
+}
+
+// Client is the box side: Run keeps one session to the console up for as
+// long as its context lives. Listen and Open work across reconnects.
+type Client struct {
+	cfg    ClientConfig
+	tls    *tls.Config
+	log    *slog.Logger
+	routes listeners
+
+	// OnSession, when set before Run, is called synchronously each time a
+	// session comes up and when it ends; it must not block.
+	OnSession func(s *Session, up bool)
+
+	mu      sync.Mutex    // guards current and ready
+	current *Session      // nil while disconnected
+	ready   chan struct{} // closed when current becomes non-nil
+}
+
+// NewClient validates cfg; it starts nothing.
+func NewClient(cfg ClientConfig, log *slog.Logger) (*Client, error) {
+	if cfg.Backoff.Min == 0 && cfg.Backoff.Max == 0 {
+		cfg.Backoff = Backoff{Min: time.Second, Max: time.Minute}
+	}
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if cfg.Name == "" {
+		cfg.Name = "box"
+	}
+	if cfg.Proxy == nil {
+		env := httpproxy.FromEnvironment().ProxyFunc()
+		cfg.Proxy = func(u *url.URL) (*url.URL, error) { return env(u) }
+	}
+	if cfg.Dial == nil {
+		d := &net.Dialer{Timeout: 30 * time.Second, KeepAlive: 30 * time.Second}
+		cfg.Dial = d.DialContext
+	}
+	t := cfg.TLS.Clone()
+	t.MinVersion = tls.VersionTLS13
+	t.NextProtos = []string{ALPN}
+	if t.ServerName == "" {
+		host, _, _ := net.SplitHostPort(cfg.Addr)
+		t.ServerName = host
+	}
+	if t.ClientSessionCache == nil {
+		t.ClientSessionCache = tls.NewLRUClientSessionCache(4)
+	}
+	return &Client{
+		cfg: cfg, tls: t, log: log.With("component", "tunnel"),
+		routes: listeners{self: cfg.Name, backlog: cfg.ListenBacklog},
+		ready:  make(chan struct{}),
+	}, nil
+}
+
+// Listen returns the listener for streams of kind opened by the console.
+// It keeps working across reconnects.
+func (c *Client) Listen(kind Kind) *Listener { return c.routes.listen(kind) }
+
+// Session returns the live session, or nil.
+func (c *Client) Session() *Session {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.current
+}
+
+// Open opens a stream of kind to the console, waiting for a session while
+// ctx allows.
+func (c *Client) Open(ctx context.Context, kind Kind, meta map[string]string) (net.Conn, error) {
+	for {
+		c.mu.Lock()
+		sess, ready := c.current, c.ready
+		c.mu.Unlock()
+		if sess != nil {
+			conn, err := sess.Open(ctx, kind, meta)
+			if errors.Is(err, ErrClosed) {
+				continue // the session just ended; wait for the next
+			}
+			return conn, err
+		}
+		select {
+		case <-ready:
+		case <-ctx.Done():
+			return nil, fmt.Errorf("tunnel: waiting for the console: %w", ctx.Err())
+		}
+	}
+}
+
+// Run dials the console and keeps a session up until ctx is done. It
+// returns only then, after closing every listener.
+func (c *Client) Run(ctx context.Context) error {
+	defer c.routes.closeAll()
+	attempt := 0
+	for {
+		started := time.Now()
+		err := c.runOnce(ctx)
+		if ctx.Err() != nil {
+			return nil
+		}
+		if time.Since(started) > c.cfg.Backoff.Max {
+			attempt = 0
+		}
+		wait := c.cfg.Backoff.Delay(attempt)
+		attempt++
+		c.log.Warn("tunnel down, redialling", "err", err, "in", wait.Round(time.Millisecond), "attempt", attempt)
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil
+		case <-t.C:
+		}
+	}
+}
+
+// runOnce dials and serves one session until it ends.
+func (c *Client) runOnce(ctx context.Context) error {
+	conn, err := c.dial(ctx)
+	if err != nil {
+		return err
+	}
+	ys, err := yamux.Client(conn, c.cfg.yamux())
+	if err != nil {
+		conn.Close()
+		return err
+	}
+	sess := newSession(ys, c.cfg.Name, "console", c.cfg.Config, &c.routes, c.log, nil)
+	sess.start()
+	c.log.Info("tunnel up", "addr", c.cfg.Addr, "resumed", conn.ConnectionState().DidResume)
+	c.mu.Lock()
+	c.current = sess
+	close(c.ready)
+	c.mu.Unlock()
+	if c.OnSession != nil {
+		c.OnSession(sess, true)
+	}
+
+	select {
+	case <-sess.Done():
+	case <-ctx.Done():
+	}
+	sess.Close()
+	conn.Close()
+
+	c.mu.Lock()
+	c.current = nil
+	c.ready = make(chan struct{})
+	c.mu.Unlock()
+	if c.OnSession != nil {
+		c.OnSession(sess, false)
+	}
+	return errors.New("session ended")
+}
+
+// dial opens the TLS connection, through a proxy when one applies.
+func (c *Client) dial(ctx context.Context) (*tls.Conn, error) {
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	proxy, err := c.cfg.Proxy(&url.URL{Scheme: "https", Host: c.cfg.Addr})
+	if err != nil {
+		return nil, fmt.Errorf("tunnel: choosing proxy: %w", err)
+	}
+	var raw net.Conn
+	if proxy != nil {
+		raw, err = dialProxy(ctx, c.cfg.Dial, proxy, c.cfg.Addr)
+	} else {
+		raw, err = c.cfg.Dial(ctx, "tcp", c.cfg.Addr)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("tunnel: dial %s: %w", c.cfg.Addr, err)
+	}
+	tc := tls.Client(raw, c.tls)
+	if err := tc.HandshakeContext(ctx); err != nil {
+		raw.Close()
+		return nil, fmt.Errorf("tunnel: TLS handshake with %s: %w", c.cfg.Addr, err)
+	}
+	if tc.ConnectionState().NegotiatedProtocol != ALPN {
+		tc.Close()
+		return nil, fmt.Errorf("tunnel: %s does not speak %s", c.cfg.Addr, ALPN)
+	}
+	// The console's first byte says whether it accepts this box; in TLS
+	// 1.3 a refused client certificate also shows up here, as an alert.
+	if d, ok := ctx.Deadline(); ok {
+		tc.SetReadDeadline(d)
+	}
+	if err := readVerdict(tc); err != nil {
+		tc.Close()
+		return nil, fmt.Errorf("tunnel: console %s: %w", c.cfg.Addr, err)
+	}
+	tc.SetReadDeadline(time.Time{})
+	return tc, nil
+}

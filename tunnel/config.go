@@ -1,0 +1,92 @@
+package tunnel
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"time"
+
+	"github.com/hashicorp/yamux"
+)
+
+// ALPN is the TLS application protocol that selects the tunnel on the
+// console's one public port.
+const ALPN = "edgebox-tunnel/1"
+
+// Config holds the session settings both sides share. Build it with
+// DefaultConfig and change what you must; Validate says what is wrong.
+type Config struct {
+	// StreamWindow is the most a stream may have in flight unacknowledged.
+	// It must cover twice the bandwidth-delay product of the slowest link we
+	// serve well: 20 Mbit/s × 80 ms (4G) is 200 KB and 100 Mbit/s × 100 ms
+	// is 1.25 MB. yamux's 256 KiB default reached 58 % of the 4G link and
+	// 14 % of the 100 Mbit/s one; 4 MiB reaches over 90 % of both (see
+	// docs/benchmarks.md, BenchmarkLink). Windows grow only as data
+	// arrives, so an idle stream costs nothing extra.
+	StreamWindow uint32
+
+	// PingInterval is how often each side sends an application ping, and
+	// PingTimeout how long it waits for the answer (and for any write to the
+	// connection) before it declares the link dead and closes the session.
+	// 10 s + 10 s finds a half-open link within 20 s, under the 30 s goal,
+	// and costs a box 2 small frames every 10 s.
+	PingInterval time.Duration
+	PingTimeout  time.Duration
+
+	// OpenTimeout bounds opening a stream: sending its header and reading
+	// the far side's verdict, and on the accepting side reading the header.
+	OpenTimeout time.Duration
+
+	// AcceptBacklog bounds streams that arrived but were not yet taken by
+	// the session; past it yamux resets new streams. ListenBacklog bounds
+	// streams waiting in one Listener's Accept; past it they are refused
+	// as busy. PendingHeaders bounds streams whose header is being read.
+	AcceptBacklog  int
+	ListenBacklog  int
+	PendingHeaders int
+}
+
+// DefaultConfig returns the settings edgebox ships with.
+func DefaultConfig() Config {
+	return Config{
+		StreamWindow:   4 << 20,
+		PingInterval:   10 * time.Second,
+		PingTimeout:    10 * time.Second,
+		OpenTimeout:    15 * time.Second,
+		AcceptBacklog:  64,
+		ListenBacklog:  128,
+		PendingHeaders: 256,
+	}
+}
+
+// Validate reports the first setting that cannot work.
+func (c Config) Validate() error {
+	var errs []error
+	if c.StreamWindow < 256*1024 {
+		errs = append(errs, fmt.Errorf("StreamWindow %d is below yamux's minimum of 256 KiB", c.StreamWindow))
+	}
+	if c.PingInterval <= 0 || c.PingTimeout <= 0 {
+		errs = append(errs, errors.New("PingInterval and PingTimeout must be positive"))
+	}
+	if c.OpenTimeout <= 0 {
+		errs = append(errs, errors.New("OpenTimeout must be positive"))
+	}
+	if c.AcceptBacklog <= 0 || c.ListenBacklog <= 0 || c.PendingHeaders <= 0 {
+		errs = append(errs, errors.New("AcceptBacklog, ListenBacklog and PendingHeaders must be positive"))
+	}
+	return errors.Join(errs...)
+}
+
+func (c Config) yamux() *yamux.Config {
+	return &yamux.Config{
+		AcceptBacklog: c.AcceptBacklog,
+		// Liveness is our own ping loop, which also records the RTT.
+		EnableKeepAlive:        false,
+		KeepAliveInterval:      c.PingInterval,
+		ConnectionWriteTimeout: c.PingTimeout,
+		MaxStreamWindowSize:    c.StreamWindow,
+		StreamOpenTimeout:      c.OpenTimeout,
+		StreamCloseTimeout:     5 * time.Minute,
+		LogOutput:              io.Discard,
+	}
+}

@@ -1,0 +1,23 @@
+// Package tunnel carries every byte between an edgebox box and its console.
+//
+// The box dials out (Client) over TLS 1.3 with mutual certificates and the
+// ALPN protocol "edgebox-tunnel/1"; the console (Server) accepts. On top of
+// the TLS connection runs one yamux session. Each yamux stream starts with
+// a small bounded Header naming its Kind and optional metadata; the
+// accepting side answers with a one-byte verdict and hands the stream to the
+// net.Listener registered for that kind. Both sides therefore look like the
+// standard library:
+//
+//	l := client.Listen(tunnel.KindRPC)       // on the box
+//	grpcServer.Serve(l)
+//
+//	c, err := server.Open(ctx, boxID, tunnel.KindRPC, nil) // on the console
+//
+// Liveness is an application ping with a deadline on both sides, so a
+// half-open link is noticed within Config.PingInterval+Config.PingTimeout.
+// The box side redials forever with full-jitter exponential backoff and TLS
+// session resumption, through an HTTP CONNECT proxy when the environment
+// names one.
+//
+// This package imports neither the agent nor the console.
+package tunnel

@@ -1,0 +1,99 @@
+package tunnel
+
+import (
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Metrics are the tunnel's Prometheus collectors. A nil *Metrics records
+// nothing, so tests and the box side may leave it out.
+type Metrics struct {
+	sessions   prometheus.Gauge
+	handshakes *prometheus.CounterVec
+	streams    *prometheus.CounterVec
+	refused    *prometheus.CounterVec
+	bytes      *prometheus.CounterVec
+	rtt        prometheus.Histogram
+
+	bytesIn, bytesOut prometheus.Counter
+}
+
+// NewMetrics creates the collectors and registers them with reg.
+func NewMetrics(reg prometheus.Registerer) *Metrics {
+	m := &Metrics{
+		sessions: prometheus.NewGauge(prometheus.GaugeOpts{
+			Namespace: "edgebox", Subsystem: "tunnel", Name: "sessions",
+			Help: "Tunnel sessions currently up.",
+		}),
+		handshakes: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "edgebox", Subsystem: "tunnel", Name: "handshakes_total",
+			Help: "Tunnel session set-ups, by result.",
+		}, []string{"result"}),
+		streams: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "edgebox", Subsystem: "tunnel", Name: "streams_total",
+			Help: "Streams opened, by kind and direction (in: opened by the peer).",
+		}, []string{"kind", "direction"}),
+		refused: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "edgebox", Subsystem: "tunnel", Name: "streams_refused_total",
+			Help: "Streams refused because no listener took their kind or it was busy.",
+		}, []string{"kind"}),
+		bytes: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "edgebox", Subsystem: "tunnel", Name: "stream_bytes_total",
+			Help: "Payload bytes carried by streams, by direction.",
+		}, []string{"direction"}),
+		rtt: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Namespace: "edgebox", Subsystem: "tunnel", Name: "ping_rtt_seconds",
+			Help:    "Round trip of tunnel pings.",
+			Buckets: []float64{.001, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10},
+		}),
+	}
+	m.bytesIn = m.bytes.WithLabelValues("in")
+	m.bytesOut = m.bytes.WithLabelValues("out")
+	if reg != nil {
+		reg.MustRegister(m.sessions, m.handshakes, m.streams, m.refused, m.bytes, m.rtt)
+	}
+	return m
+}
+
+func (m *Metrics) sessionUp(delta float64) {
+	if m != nil {
+		m.sessions.Add(delta)
+	}
+}
+
+func (m *Metrics) handshake(result string) {
+	if m != nil {
+		m.handshakes.WithLabelValues(result).Inc()
+	}
+}
+
+func (m *Metrics) streamOpened(k Kind, dir string) {
+	if m != nil {
+		m.streams.WithLabelValues(string(k), dir).Inc()
+	}
+}
+
+func (m *Metrics) streamRefused(k Kind) {
+	if m != nil {
+		m.refused.WithLabelValues(string(k)).Inc()
+	}
+}
+
+func (m *Metrics) countBytes(read, written int) {
+	if m == nil {
+		return
+	}
+	if read > 0 {
+		m.bytesIn.Add(float64(read))
+	}
+	if written > 0 {
+		m.bytesOut.Add(float64(written))
+	}
+}
+
+func (m *Metrics) observeRTT(d time.Duration) {
+	if m != nil {
+		m.rtt.Observe(d.Seconds())
+	}
+}

@@ -1,0 +1,96 @@
+package tunnel
+
+import (
+	"bufio"
+	"context"
+	"encoding/base64"
+	"fmt"
+	"net"
+	"net/http"
+	"net/url"
+	"time"
+)
+
+// ProxyFunc picks the HTTP proxy for a console URL, as
+// golang.org/x/net/http/httpproxy's ProxyFunc does; nil means direct.
+type ProxyFunc func(*url.URL) (*url.URL, error)
+
+// maxProxyResponse bounds the proxy's answer to CONNECT.
+const maxProxyResponse = 16 << 10
+
+// dialProxy opens a TCP connection to addr through an HTTP proxy with
+// CONNECT, using basic auth when the proxy URL has a user.
+func dialProxy(ctx context.Context, dial func(ctx context.Context, network, addr string) (net.Conn, error), proxy *url.URL, addr string) (net.Conn, error) {
+	if proxy.Scheme != "http" && proxy.Scheme != "" {
+		return nil, fmt.Errorf("tunnel: proxy %s: only http:// proxies are supported", proxy.Redacted())
+	}
+	host := proxy.Host
+	if proxy.Port() == "" {
+		host = net.JoinHostPort(proxy.Hostname(), "80")
+	}
+	c, err := dial(ctx, "tcp", host)
+	if err != nil {
+		return nil, fmt.Errorf("tunnel: dial proxy %s: %w", proxy.Redacted(), err)
+	}
+	if d, ok := ctx.Deadline(); ok {
+		c.SetDeadline(d)
+	} else {
+		c.SetDeadline(time.Now().Add(30 * time.Second))
+	}
+	stop := context.AfterFunc(ctx, func() { c.SetDeadline(time.Unix(1, 0)) })
+	defer stop()
+
+	req := &http.Request{
+		Method: http.MethodConnect,
+		URL:    &url.URL{Opaque: addr},
+		Host:   addr,
+		Header: make(http.Header),
+	}
+	if u := proxy.User; u != nil {
+		pw, _ := u.Password()
+		cred := base64.StdEncoding.EncodeToString([]byte(u.Username() + ":" + pw))
+		req.Header.Set("Proxy-Authorization", "Basic "+cred)
+	}
+	if err := req.Write(c); err != nil {
+		c.Close()
+		return nil, fmt.Errorf("tunnel: CONNECT via %s: %w", proxy.Redacted(), err)
+	}
+	br := bufio.NewReaderSize(&limitedReader{c, maxProxyResponse}, 1024)
+	resp, err := http.ReadResponse(br, req)
+	if err != nil {
+		c.Close()
+		return nil, fmt.Errorf("tunnel: CONNECT via %s: %w", proxy.Redacted(), err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		c.Close()
+		if resp.StatusCode == http.StatusProxyAuthRequired {
+			return nil, fmt.Errorf("tunnel: proxy %s wants credentials (%s); put user:password in HTTPS_PROXY", proxy.Redacted(), resp.Status)
+		}
+		return nil, fmt.Errorf("tunnel: proxy %s refused CONNECT %s: %s", proxy.Redacted(), addr, resp.Status)
+	}
+	if br.Buffered() > 0 {
+		c.Close()
+		return nil, fmt.Errorf("tunnel: proxy %s sent data before the tunnel was up", proxy.Redacted())
+	}
+	c.SetDeadline(time.Time{})
+	return c, nil
+}
+
+// limitedReader fails once more than n bytes were read.
+type limitedReader struct {
+	c net.Conn
+	n int
+}
+
+func (l *limitedReader) Read(b []byte) (int, error) {
+	if l.n <= 0 {
+		return 0, fmt.Errorf("proxy response longer than %d bytes", maxProxyResponse)
+	}
+	if len(b) > l.n {
+		b = b[:l.n]
+	}
+	n, err := l.c.Read(b)
+	l.n -= n
+	return n, err
+}

@@ -1,0 +1,200 @@
+package tunnel
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/yamux"
+)
+
+// ServerConfig configures the console side.
+type ServerConfig struct {
+	Config
+	// Identify returns the box ID of a verified TLS connection, or an
+	// error when the connection must not become a session (revoked, no
+	// identity). It is called after the handshake.
+	Identify func(tls.ConnectionState) (string, error)
+	// Name is this side's identity in stream addresses; "console" if empty.
+	Name string
+}
+
+// Validate reports the first setting that cannot work.
+func (c ServerConfig) Validate() error {
+	if c.Identify == nil {
+		return errors.New("tunnel: ServerConfig.Identify is required")
+	}
+	return c.Config.Validate()
+}
+
+// SessionEvent tells the owner of a Server that a box came or went.
+type SessionEvent struct {
+	BoxID   string
+	Session *Session
+	Up      bool
+}
+
+// Server is the console side of the tunnel: it turns handshaken TLS
+// connections into sessions, keeps one session per box (a new one replaces
+// the old), and routes streams from every box to the listener of their
+// kind. Stream addresses carry the box ID.
+type Server struct {
+	cfg     ServerConfig
+	log     *slog.Logger
+	metrics *Metrics
+	routes  listeners
+
+	// OnSession, when set before the first ServeConn, is called
+	// synchronously when a session comes up and when it ends.
+	OnSession func(SessionEvent)
+
+	mu       sync.Mutex // guards sessions and closed
+	sessions map[string]*Session
+	closed   bool
+	wg       sync.WaitGroup // ServeConn calls
+}
+
+// NewServer validates cfg and returns a Server; it starts nothing.
+func NewServer(cfg ServerConfig, log *slog.Logger, m *Metrics) (*Server, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if cfg.Name == "" {
+		cfg.Name = "console"
+	}
+	return &Server{
+		cfg: cfg, log: log.With("component", "tunnel"), metrics: m,
+		routes:   listeners{self: cfg.Name, backlog: cfg.ListenBacklog},
+		sessions: make(map[string]*Session),
+	}, nil
+}
+
+// Listen returns the listener for streams of kind opened by boxes.
+func (s *Server) Listen(kind Kind) *Listener { return s.routes.listen(kind) }
+
+// ServeConn runs a session on conn, whose TLS handshake must be complete,
+// until the session ends or ctx is done. It closes conn.
+func (s *Server) ServeConn(ctx context.Context, conn *tls.Conn) error {
+	defer conn.Close()
+	conn.SetWriteDeadline(time.Now().Add(s.cfg.OpenTimeout))
+	boxID, err := s.cfg.Identify(conn.ConnectionState())
+	if err != nil {
+		s.metrics.handshake("refused")
+		writeVerdict(conn, err.Error())
+		return fmt.Errorf("tunnel: refusing session: %w", err)
+	}
+	if err := writeVerdict(conn, ""); err != nil {
+		s.metrics.handshake("failed")
+		return fmt.Errorf("tunnel: greeting %s: %w", boxID, err)
+	}
+	conn.SetWriteDeadline(time.Time{})
+	ys, err := yamux.Server(conn, s.cfg.yamux())
+	if err != nil {
+		return err
+	}
+	sess := newSession(ys, s.cfg.Name, boxID, s.cfg.Config, &s.routes, s.log, s.metrics)
+
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		ys.Close()
+		return ErrClosed
+	}
+	old := s.sessions[boxID]
+	s.sessions[boxID] = sess
+	s.wg.Add(1)
+	s.mu.Unlock()
+	defer s.wg.Done()
+
+	if old != nil {
+		s.log.Info("box reconnected, replacing its old session", "box_id", boxID)
+		old.Close()
+	}
+	s.metrics.handshake("ok")
+	s.metrics.sessionUp(1)
+	sess.start()
+	if s.OnSession != nil {
+		s.OnSession(SessionEvent{BoxID: boxID, Session: sess, Up: true})
+	}
+	select {
+	case <-sess.Done():
+	case <-ctx.Done():
+	}
+	sess.Close()
+	s.metrics.sessionUp(-1)
+
+	s.mu.Lock()
+	current := s.sessions[boxID] == sess
+	if current {
+		delete(s.sessions, boxID)
+	}
+	s.mu.Unlock()
+	if s.OnSession != nil {
+		s.OnSession(SessionEvent{BoxID: boxID, Session: sess, Up: false})
+	}
+	return nil
+}
+
+// Session returns the live session of a box.
+func (s *Server) Session(boxID string) (*Session, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	sess, ok := s.sessions[boxID]
+	return sess, ok
+}
+
+// Sessions returns every live session.
+func (s *Server) Sessions() []*Session {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make([]*Session, 0, len(s.sessions))
+	for _, sess := range s.sessions {
+		out = append(out, sess)
+	}
+	return out
+}
+
+// ErrOffline is returned by Open for a box with no live session.
+var ErrOffline = errors.New("tunnel: box is not connected")
+
+// Open opens a stream of kind to a box.
+func (s *Server) Open(ctx context.Context, boxID string, kind Kind, meta map[string]string) (net.Conn, error) {
+	sess, ok := s.Session(boxID)
+	if !ok {
+		return nil, fmt.Errorf("%w: %s", ErrOffline, boxID)
+	}
+	return sess.Open(ctx, kind, meta)
+}
+
+// Drop closes a box's session and all its streams at once, reporting
+// whether there was one.
+func (s *Server) Drop(boxID string) bool {
+	sess, ok := s.Session(boxID)
+	if ok {
+		sess.Close()
+	}
+	return ok
+}
+
+// Close drops every session, closes every listener and waits for the
+// ServeConn calls to return.
+func (s *Server) Close() error {
+	s.mu.Lock()
+	s.closed = true
+	all := make([]*Session, 0, len(s.sessions))
+	for _, sess := range s.sessions {
+		all = append(all, sess)
+	}
+	s.mu.Unlock()
+	for _, sess := range all {
+		sess.Close()
+	}
+	s.wg.Wait()
+	s.routes.closeAll()
+	return nil
+}

@@ -1,0 +1,282 @@
+package tunnel
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/hashicorp/yamux"
+)
+
+// ErrClosed is returned by Open and Accept once a session or listener is
+// closed.
+var ErrClosed = errors.New("tunnel: closed")
+
+// Addr names the far end of a stream: the peer (a box ID on the console,
+// "console" on the box) and the stream's kind.
+type Addr struct {
+	Peer string
+	Kind Kind
+}
+
+func (a Addr) Network() string { return "edgebox-tunnel" }
+func (a Addr) String() string  { return a.Peer + "/" + string(a.Kind) }
+
+// Conn is one tunnel stream. It is an ordinary net.Conn whose RemoteAddr is
+// an Addr; Header says what the opener asked for.
+type Conn struct {
+	*yamux.Stream
+	header Header
+	local  Addr
+	remote Addr
+	count  func(read, written int)
+}
+
+// Header returns the header the stream was opened with.
+func (c *Conn) Header() Header { return c.header }
+
+// Peer returns the identity of the far side, as verified by TLS.
+func (c *Conn) Peer() string { return c.remote.Peer }
+
+// CloseWrite ends our direction of the stream (the far side reads EOF)
+// while reads go on. yamux's Close is the same half-close: a stream is freed
+// once both sides closed it, or after a timeout.
+func (c *Conn) CloseWrite() error { return c.Stream.Close() }
+
+func (c *Conn) LocalAddr() net.Addr  { return c.local }
+func (c *Conn) RemoteAddr() net.Addr { return c.remote }
+
+func (c *Conn) Read(b []byte) (int, error) {
+	n, err := c.Stream.Read(b)
+	c.count(n, 0)
+	return n, err
+}
+
+func (c *Conn) Write(b []byte) (int, error) {
+	n, err := c.Stream.Write(b)
+	c.count(0, n)
+	return n, err
+}
+
+// router finds the listener for a kind, or nil.
+type router interface {
+	listener(Kind) *Listener
+}
+
+// Session is one live tunnel: a yamux session over a TLS connection.
+// It is safe for concurrent use. Its goroutines (accept loop, ping loop,
+// one per stream whose header is being read) stop when the session closes;
+// Close waits for them.
+type Session struct {
+	peer    string // the far side's identity
+	self    string // ours, for LocalAddr
+	ys      *yamux.Session
+	cfg     Config
+	routes  router
+	log     *slog.Logger
+	metrics *Metrics
+	started time.Time
+
+	rtt atomic.Int64 // last ping round trip in ns
+
+	closeOnce sync.Once
+	done      chan struct{} // closed when the session is closed
+	wg        sync.WaitGroup
+}
+
+func newSession(ys *yamux.Session, self, peer string, cfg Config, routes router, log *slog.Logger, m *Metrics) *Session {
+	return &Session{
+		peer: peer, self: self, ys: ys, cfg: cfg, routes: routes,
+		log: log.With("peer", peer), metrics: m, started: time.Now(),
+		done: make(chan struct{}),
+	}
+}
+
+// start runs the accept and ping loops until the session ends.
+func (s *Session) start() {
+	s.wg.Add(2)
+	go func() { defer s.wg.Done(); s.acceptLoop() }()
+	go func() { defer s.wg.Done(); s.pingLoop() }()
+	go func() {
+		select {
+		case <-s.ys.CloseChan():
+			s.Close()
+		case <-s.done:
+		}
+	}()
+}
+
+// Peer returns the verified identity of the far side.
+func (s *Session) Peer() string { return s.peer }
+
+// Started returns when the session came up.
+func (s *Session) Started() time.Time { return s.started }
+
+// RTT returns the round trip of the last successful ping, 0 before one.
+func (s *Session) RTT() time.Duration { return time.Duration(s.rtt.Load()) }
+
+// NumStreams returns the number of open streams.
+func (s *Session) NumStreams() int { return s.ys.NumStreams() }
+
+// Done is closed when the session has ended.
+func (s *Session) Done() <-chan struct{} { return s.done }
+
+// Ping sends one application ping and waits for its answer, at most
+// Config.PingTimeout.
+func (s *Session) Ping() (time.Duration, error) {
+	rtt, err := s.ys.Ping()
+	if err != nil {
+		return 0, fmt.Errorf("tunnel: ping %s: %w", s.peer, err)
+	}
+	s.rtt.Store(int64(rtt))
+	s.metrics.observeRTT(rtt)
+	return rtt, nil
+}
+
+// Close ends the session and every stream on it, and waits for the
+// session's goroutines. It is idempotent.
+func (s *Session) Close() error {
+	s.closeOnce.Do(func() {
+		close(s.done)
+		s.ys.Close()
+	})
+	s.wg.Wait()
+	return nil
+}
+
+func (s *Session) pingLoop() {
+	t := time.NewTicker(s.cfg.PingInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-s.done:
+			return
+		case <-t.C:
+		}
+		if _, err := s.Ping(); err != nil {
+			select {
+			case <-s.done:
+			default:
+				s.log.Warn("link dead, closing session", "err", err)
+				go s.Close() // Close waits for this goroutine
+			}
+			return
+		}
+	}
+}
+
+func (s *Session) acceptLoop() {
+	sem := make(chan struct{}, s.cfg.PendingHeaders)
+	for {
+		st, err := s.ys.AcceptStream()
+		if err != nil {
+			return
+		}
+		select {
+		case sem <- struct{}{}:
+		case <-s.done:
+			st.Close()
+			return
+		}
+		s.wg.Add(1)
+		go func() {
+			defer s.wg.Done()
+			defer func() { <-sem }()
+			s.handleStream(st)
+		}()
+	}
+}
+
+func (s *Session) handleStream(st *yamux.Stream) {
+	st.SetReadDeadline(time.Now().Add(s.cfg.OpenTimeout))
+	h, err := ReadHeader(st)
+	if err != nil {
+		s.log.Debug("dropping stream with bad header", "err", err)
+		st.Close()
+		return
+	}
+	st.SetReadDeadline(time.Time{})
+	c := s.newConn(st, h)
+	l := s.routes.listener(h.Kind)
+	if l == nil {
+		s.refuse(c, fmt.Sprintf("no service for stream kind %q here", h.Kind))
+		return
+	}
+	if !l.reserve() {
+		s.refuse(c, fmt.Sprintf("service for stream kind %q is busy", h.Kind))
+		return
+	}
+	st.SetWriteDeadline(time.Now().Add(s.cfg.OpenTimeout))
+	if err := writeVerdict(st, ""); err != nil {
+		l.unreserve()
+		st.Close()
+		return
+	}
+	st.SetWriteDeadline(time.Time{})
+	s.metrics.streamOpened(h.Kind, "in")
+	l.deliver(c)
+}
+
+func (s *Session) refuse(c *Conn, why string) {
+	s.metrics.streamRefused(c.header.Kind)
+	c.SetWriteDeadline(time.Now().Add(s.cfg.OpenTimeout))
+	writeVerdict(c.Stream, why)
+	c.Close()
+}
+
+func (s *Session) newConn(st *yamux.Stream, h Header) *Conn {
+	return &Conn{
+		Stream: st, header: h,
+		local:  Addr{Peer: s.self, Kind: h.Kind},
+		remote: Addr{Peer: s.peer, Kind: h.Kind},
+		count:  s.metrics.countBytes,
+	}
+}
+
+// Open opens a stream of the given kind to the far side and waits for its
+// verdict. It fails with ErrRefused when the far side has no listener for
+// the kind or is too busy, and obeys ctx until the stream is open.
+func (s *Session) Open(ctx context.Context, kind Kind, meta map[string]string) (*Conn, error) {
+	hb, err := Header{Kind: kind, Meta: meta}.MarshalBinary()
+	if err != nil {
+		return nil, err
+	}
+	select {
+	case <-s.done:
+		return nil, ErrClosed
+	default:
+	}
+	st, err := s.ys.OpenStream()
+	if err != nil {
+		if errors.Is(err, yamux.ErrSessionShutdown) {
+			return nil, ErrClosed
+		}
+		return nil, fmt.Errorf("tunnel: open %s stream to %s: %w", kind, s.peer, err)
+	}
+	deadline := time.Now().Add(s.cfg.OpenTimeout)
+	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
+		deadline = d
+	}
+	st.SetDeadline(deadline)
+	stop := context.AfterFunc(ctx, func() { st.SetDeadline(time.Unix(1, 0)) })
+	_, err = st.Write(hb)
+	if err == nil {
+		err = readVerdict(st)
+	}
+	stopped := stop()
+	if err != nil {
+		st.Close()
+		if !stopped || ctx.Err() != nil {
+			return nil, fmt.Errorf("tunnel: open %s stream to %s: %w", kind, s.peer, ctx.Err())
+		}
+		return nil, fmt.Errorf("tunnel: open %s stream to %s: %w", kind, s.peer, err)
+	}
+	st.SetDeadline(time.Time{})
+	s.metrics.streamOpened(kind, "out")
+	return s.newConn(st, Header{Kind: kind, Meta: meta}), nil
+}
