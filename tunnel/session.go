@@ -82,7 +82,8 @@ type Session struct {
 	metrics *Metrics
 	started time.Time
 
-	rtt atomic.Int64 // last ping round trip in ns
+	rtt      atomic.Int64 // last ping round trip in ns
+	lastTrip atomic.Int64 // unix ns of the last successful round trip
 
 	closeOnce sync.Once
 	done      chan struct{} // closed when the session is closed
@@ -90,11 +91,13 @@ type Session struct {
 }
 
 func newSession(ys *yamux.Session, self, peer string, cfg Config, routes router, log *slog.Logger, m *Metrics) *Session {
-	return &Session{
+	s := &Session{
 		peer: peer, self: self, ys: ys, cfg: cfg, routes: routes,
 		log: log.With("peer", peer), metrics: m, started: time.Now(),
 		done: make(chan struct{}),
 	}
+	s.lastTrip.Store(s.started.UnixNano()) // the handshake was a round trip
+	return s
 }
 
 // start runs the accept and ping loops until the session ends.
@@ -120,6 +123,10 @@ func (s *Session) Started() time.Time { return s.started }
 // RTT returns the round trip of the last successful ping, 0 before one.
 func (s *Session) RTT() time.Duration { return time.Duration(s.rtt.Load()) }
 
+// LastRoundTrip returns when a round trip over this session last
+// succeeded: the handshake or a ping.
+func (s *Session) LastRoundTrip() time.Time { return time.Unix(0, s.lastTrip.Load()) }
+
 // NumStreams returns the number of open streams.
 func (s *Session) NumStreams() int { return s.ys.NumStreams() }
 
@@ -134,6 +141,7 @@ func (s *Session) Ping() (time.Duration, error) {
 		return 0, fmt.Errorf("tunnel: ping %s: %w", s.peer, err)
 	}
 	s.rtt.Store(int64(rtt))
+	s.lastTrip.Store(time.Now().UnixNano())
 	s.metrics.observeRTT(rtt)
 	return rtt, nil
 }

@@ -1,0 +1,340 @@
+// Package agent is the box side of edgebox: enrollment, the tunnel to the
+// console, the agent's gRPC service, certificate renewal and the status it
+// reports. It never imports the console.
+package agent
+
+import (
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/json"
+	"encoding/pem"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/edgebox/edgebox/enroll"
+	edgeboxv1 "github.com/edgebox/edgebox/proto/edgebox/v1"
+	"github.com/edgebox/edgebox/tunnel"
+)
+
+// CapabilityVersion grows by one whenever the agent learns something the
+// console must know about before using it.
+const CapabilityVersion = 1
+
+// Config is the agent's configuration.
+type Config struct {
+	DataDir string
+	Version string
+	Tunnel  tunnel.Config
+	// Proxy, Dial and Backoff are passed to the tunnel; nil/zero use its
+	// defaults (HTTPS_PROXY, net.Dialer, 1 s to 60 s).
+	Proxy   tunnel.ProxyFunc
+	Dial    func(ctx context.Context, network, addr string) (net.Conn, error)
+	Backoff tunnel.Backoff
+	// PendingRecheck is how often a box in the waiting room asks again
+	// whether it was approved.
+	PendingRecheck time.Duration
+	// RenewRetry is the wait after a failed certificate renewal.
+	RenewRetry time.Duration
+}
+
+// DefaultConfig returns the defaults for dir.
+func DefaultConfig(dir string) Config {
+	return Config{DataDir: dir, Version: "dev", Tunnel: tunnel.DefaultConfig(),
+		PendingRecheck: 15 * time.Second, RenewRetry: time.Minute}
+}
+
+// Validate reports what is wrong with c.
+func (c Config) Validate() error {
+	if c.DataDir == "" {
+		return errors.New("agent: data directory is required")
+	}
+	if c.PendingRecheck <= 0 || c.RenewRetry <= 0 {
+		return errors.New("agent: PendingRecheck and RenewRetry must be positive")
+	}
+	return c.Tunnel.Validate()
+}
+
+// Status is what a running agent reports in status.json.
+type Status struct {
+	BoxID        string    `json:"box_id"`
+	Name         string    `json:"name"`
+	ConsoleURL   string    `json:"console_url"`
+	Connected    bool      `json:"connected"`
+	Approved     bool      `json:"approved"`
+	Since        time.Time `json:"since"` // of the current connected state
+	LastError    string    `json:"last_error,omitempty"`
+	CertNotAfter time.Time `json:"cert_not_after"`
+	PID          int       `json:"pid"`
+	UpdatedAt    time.Time `json:"updated_at"`
+}
+
+// Agent runs one box.
+type Agent struct {
+	cfg   Config
+	log   *slog.Logger
+	creds *credentials
+	cert  atomic.Pointer[tls.Certificate]
+	tc    *tunnel.Client
+
+	statusMu sync.Mutex // guards status
+	status   Status
+
+	connected chan struct{} // one signal per session that came up
+}
+
+// New loads the box identity from cfg.DataDir; it starts nothing.
+func New(cfg Config, log *slog.Logger) (*Agent, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	creds, err := loadCredentials(cfg.DataDir)
+	if err != nil {
+		return nil, err
+	}
+	u, err := enroll.ParseConsoleURL(creds.ConsoleURL)
+	if err != nil {
+		return nil, fmt.Errorf("agent: %s: %w", identityFile, err)
+	}
+	a := &Agent{cfg: cfg, log: log.With("component", "agent", "box_id", creds.BoxID), creds: creds,
+		connected: make(chan struct{}, 1)}
+	a.cert.Store(&creds.cert)
+	tc, err := tunnel.NewClient(tunnel.ClientConfig{
+		Config: cfg.Tunnel, Addr: enroll.HostPort(u), Proxy: cfg.Proxy, Dial: cfg.Dial, Backoff: cfg.Backoff,
+		Name: creds.BoxID,
+		TLS: &tls.Config{
+			RootCAs: creds.ca, ServerName: u.Hostname(),
+			GetClientCertificate: func(*tls.CertificateRequestInfo) (*tls.Certificate, error) { return a.cert.Load(), nil },
+		},
+	}, log)
+	if err != nil {
+		return nil, err
+	}
+	a.tc = tc
+	tc.OnSession = a.onSession
+	a.status = Status{BoxID: creds.BoxID, Name: creds.Name, ConsoleURL: creds.ConsoleURL,
+		CertNotAfter: creds.leaf.NotAfter, PID: os.Getpid(), Since: time.Now().UTC()}
+	return a, nil
+}
+
+// Identity returns who this box is.
+func (a *Agent) Identity() Identity { return a.creds.Identity }
+
+// Tunnel returns the agent's tunnel client, for more stream kinds.
+func (a *Agent) Tunnel() *tunnel.Client { return a.tc }
+
+// Status returns the agent's current status.
+func (a *Agent) Status() Status {
+	a.statusMu.Lock()
+	defer a.statusMu.Unlock()
+	return a.status
+}
+
+func (a *Agent) setStatus(f func(*Status)) {
+	a.statusMu.Lock()
+	f(&a.status)
+	a.status.UpdatedAt = time.Now().UTC()
+	s := a.status
+	a.statusMu.Unlock()
+	if err := writeJSON(filepath.Join(a.cfg.DataDir, statusFile), s); err != nil {
+		a.log.Warn("writing status", "err", err)
+	}
+}
+
+func (a *Agent) onSession(_ *tunnel.Session, up bool) {
+	if up {
+		select {
+		case a.connected <- struct{}{}:
+		default:
+		}
+	}
+	a.setStatus(func(s *Status) {
+		if s.Connected != up {
+			s.Since = time.Now().UTC()
+		}
+		s.Connected = up
+	})
+}
+
+// Run connects to the console and serves until ctx ends.
+func (a *Agent) Run(ctx context.Context) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+
+	rpc := grpc.NewServer(grpc.MaxRecvMsgSize(4 << 20))
+	edgeboxv1.RegisterAgentServiceServer(rpc, &agentService{version: a.cfg.Version})
+	console, err := grpc.NewClient("passthrough:///console",
+		grpc.WithTransportCredentials(insecure.NewCredentials()), // the tunnel is the mTLS
+		grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) {
+			return a.tc.Open(ctx, tunnel.KindRPC, nil)
+		}))
+	if err != nil {
+		return err
+	}
+	defer console.Close()
+	client := edgeboxv1.NewConsoleServiceClient(console)
+
+	a.setStatus(func(*Status) {})
+	var wg sync.WaitGroup
+	run := func(f func()) { wg.Add(1); go func() { defer wg.Done(); f() }() }
+	run(func() { a.tc.Run(ctx) })
+	run(func() { rpc.Serve(a.tc.Listen(tunnel.KindRPC)) })
+	run(func() { a.helloLoop(ctx, client) })
+	run(func() { a.renewLoop(ctx, client) })
+	a.log.Info("agent running", "console", a.creds.ConsoleURL, "name", a.creds.Name)
+	<-ctx.Done()
+	rpc.Stop()
+	wg.Wait()
+	a.setStatus(func(s *Status) { s.Connected = false })
+	a.log.Info("agent stopped")
+	return nil
+}
+
+// helloLoop reports the host facts on every connect, and keeps asking
+// while the box waits for approval.
+func (a *Agent) helloLoop(ctx context.Context, c edgeboxv1.ConsoleServiceClient) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-a.connected:
+		}
+		for {
+			approved, err := a.hello(ctx, c)
+			if ctx.Err() != nil {
+				return
+			}
+			if err == nil && approved {
+				break
+			}
+			if err == nil {
+				a.log.Info("waiting for an operator to approve this box", "box_id", a.creds.BoxID)
+			}
+			select {
+			case <-ctx.Done():
+				return
+			case <-a.connected:
+			case <-time.After(a.cfg.PendingRecheck):
+			}
+		}
+	}
+}
+
+func (a *Agent) hello(ctx context.Context, c edgeboxv1.ConsoleServiceClient) (bool, error) {
+	hctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	resp, err := c.Hello(hctx, &edgeboxv1.HelloRequest{CapabilityVersion: CapabilityVersion, Info: hostFacts(a.cfg.Version)})
+	if err != nil {
+		a.log.Warn("hello failed", "err", err)
+		a.setStatus(func(s *Status) { s.LastError = err.Error() })
+		return false, err
+	}
+	a.setStatus(func(s *Status) { s.Approved = resp.Approved; s.Name = resp.Name; s.LastError = "" })
+	return resp.Approved, nil
+}
+
+// renewLoop renews the box certificate at two thirds of its lifetime.
+func (a *Agent) renewLoop(ctx context.Context, c edgeboxv1.ConsoleServiceClient) {
+	for {
+		leaf := a.cert.Load().Leaf
+		wait := time.Until(renewAt(leaf))
+		t := time.NewTimer(max(wait, 0))
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return
+		case <-t.C:
+		}
+		if err := a.renew(ctx, c); err != nil {
+			a.log.Warn("certificate renewal failed; retrying", "err", err, "in", a.cfg.RenewRetry, "expires", leaf.NotAfter)
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(a.cfg.RenewRetry):
+			}
+		}
+	}
+}
+
+func (a *Agent) renew(ctx context.Context, c edgeboxv1.ConsoleServiceClient) error {
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return err
+	}
+	csrPEM, err := makeCSR(key, a.creds.BoxID)
+	if err != nil {
+		return err
+	}
+	blk, _ := pem.Decode(csrPEM)
+	rctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	resp, err := c.Renew(rctx, &edgeboxv1.RenewRequest{Csr: blk.Bytes})
+	if err != nil {
+		return err
+	}
+	certPEM := resp.GetCertificatePem()
+	cblk, _ := pem.Decode(certPEM)
+	if cblk == nil {
+		return errors.New("console sent no certificate")
+	}
+	leaf, err := x509.ParseCertificate(cblk.Bytes)
+	if err != nil {
+		return err
+	}
+	if _, err := leaf.Verify(x509.VerifyOptions{Roots: a.creds.ca, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}}); err != nil {
+		return fmt.Errorf("renewed certificate does not chain to the pinned CA: %w", err)
+	}
+	if err := saveKeyAndCert(a.cfg.DataDir, key, certPEM); err != nil {
+		return err
+	}
+	a.cert.Store(&tls.Certificate{Certificate: [][]byte{leaf.Raw}, PrivateKey: key, Leaf: leaf})
+	a.setStatus(func(s *Status) { s.CertNotAfter = leaf.NotAfter })
+	a.log.Info("certificate renewed", "not_after", leaf.NotAfter)
+	return nil
+}
+
+// ReadStatus reads the status the agent in dir last wrote.
+func ReadStatus(dir string) (Status, error) {
+	var s Status
+	raw, err := os.ReadFile(filepath.Join(dir, statusFile))
+	if errors.Is(err, os.ErrNotExist) {
+		if _, ierr := os.Stat(filepath.Join(dir, identityFile)); ierr != nil {
+			return s, ErrNotEnrolled
+		}
+		return s, errors.New("the agent has not run yet; start it with 'edgebox-agent run'")
+	} else if err != nil {
+		return s, err
+	}
+	return s, json.Unmarshal(raw, &s)
+}
+
+type agentService struct {
+	edgeboxv1.UnimplementedAgentServiceServer
+	version string
+}
+
+func (s *agentService) Ping(ctx context.Context, r *edgeboxv1.PingRequest) (*edgeboxv1.PingResponse, error) {
+	p := r.GetPayload()
+	if len(p) > 1024 {
+		p = p[:1024]
+	}
+	return &edgeboxv1.PingResponse{Payload: p, AgentTimeUnixNano: time.Now().UnixNano()}, nil
+}
+
+func (s *agentService) Info(ctx context.Context, _ *edgeboxv1.InfoRequest) (*edgeboxv1.BoxInfo, error) {
+	return hostFacts(s.version), nil
+}
+

@@ -1,0 +1,146 @@
+package agent
+
+import (
+	"bytes"
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/sha256"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/json"
+	"encoding/pem"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/edgebox/edgebox/enroll"
+)
+
+// EnrollOptions are the optional parts of enrollment.
+type EnrollOptions struct {
+	Name string // box name; the host name when empty
+	// Transport, when set, replaces the HTTP transport (tests, proxies);
+	// its TLS settings are overwritten with the token's pin.
+	Transport *http.Transport
+}
+
+// Enroll trades an enrollment token for a box identity and stores it in
+// dir: it makes a P-256 key here, sends a CSR with the token to the console
+// the token names, and trusts only the console CA the token pins.
+func Enroll(ctx context.Context, dir, tokenText string, opts EnrollOptions) (Identity, bool, error) {
+	tok, err := enroll.ParseToken(tokenText)
+	if err != nil {
+		return Identity{}, false, err
+	}
+	if _, err := os.Stat(filepath.Join(dir, identityFile)); err == nil {
+		return Identity{}, false, fmt.Errorf("agent: %s already holds an enrolled box; remove it to enroll again", dir)
+	}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return Identity{}, false, err
+	}
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return Identity{}, false, err
+	}
+	host, _ := os.Hostname()
+	csr, err := makeCSR(key, host)
+	if err != nil {
+		return Identity{}, false, err
+	}
+	u, _ := enroll.ParseConsoleURL(tok.ConsoleURL)
+	tr := opts.Transport
+	if tr == nil {
+		tr = &http.Transport{Proxy: http.ProxyFromEnvironment}
+	} else {
+		tr = tr.Clone()
+	}
+	tr.TLSClientConfig = enroll.PinnedTLS(tok.CAHash, u.Hostname())
+	hc := &http.Client{Transport: tr, Timeout: 60 * time.Second}
+	body, _ := json.Marshal(enroll.Request{Token: tok.String(), CSR: string(csr), Hostname: host, Name: opts.Name})
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, "https://"+enroll.HostPort(u)+enroll.Path, bytes.NewReader(body))
+	if err != nil {
+		return Identity{}, false, err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := hc.Do(req)
+	if err != nil {
+		if errors.Is(err, enroll.ErrWrongConsole) {
+			return Identity{}, false, fmt.Errorf("%s is not the console that made this token (its CA does not match the token's pin); nothing was changed", tok.ConsoleURL)
+		}
+		return Identity{}, false, fmt.Errorf("cannot reach the console at %s: %w", tok.ConsoleURL, err)
+	}
+	defer resp.Body.Close()
+	raw, err := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
+	if err != nil {
+		return Identity{}, false, err
+	}
+	if resp.StatusCode != http.StatusOK {
+		var e struct{ Error string }
+		if json.Unmarshal(raw, &e) != nil || e.Error == "" {
+			e.Error = resp.Status
+		}
+		return Identity{}, false, fmt.Errorf("the console refused enrollment: %s", e.Error)
+	}
+	var out enroll.Response
+	if err := json.Unmarshal(raw, &out); err != nil {
+		return Identity{}, false, fmt.Errorf("the console's answer is not an enrollment response: %w", err)
+	}
+	if err := checkIssued(out, tok.CAHash); err != nil {
+		return Identity{}, false, err
+	}
+	if err := writeFileAtomic(filepath.Join(dir, caFile), []byte(out.CAPEM)); err != nil {
+		return Identity{}, false, err
+	}
+	if err := saveKeyAndCert(dir, key, []byte(out.CertificatePEM)); err != nil {
+		return Identity{}, false, err
+	}
+	id := Identity{BoxID: out.BoxID, Name: out.Name, ConsoleURL: tok.ConsoleURL, EnrolledAt: time.Now().UTC().Format(time.RFC3339)}
+	// identity.json last: its presence means enrollment completed.
+	if err := writeJSON(filepath.Join(dir, identityFile), id); err != nil {
+		return Identity{}, false, err
+	}
+	return id, out.Pending, nil
+}
+
+// checkIssued verifies the returned CA is the pinned one and the
+// certificate chains to it.
+func checkIssued(out enroll.Response, caHash [32]byte) error {
+	blk, _ := pem.Decode([]byte(out.CAPEM))
+	if blk == nil {
+		return errors.New("the console sent no CA certificate")
+	}
+	ca, err := x509.ParseCertificate(blk.Bytes)
+	if err != nil || sha256.Sum256(ca.Raw) != caHash {
+		return errors.New("the console sent a CA that does not match the token's pin")
+	}
+	blk, _ = pem.Decode([]byte(out.CertificatePEM))
+	if blk == nil {
+		return errors.New("the console sent no certificate")
+	}
+	leaf, err := x509.ParseCertificate(blk.Bytes)
+	if err != nil {
+		return fmt.Errorf("the console sent a bad certificate: %w", err)
+	}
+	pool := x509.NewCertPool()
+	pool.AddCert(ca)
+	if _, err := leaf.Verify(x509.VerifyOptions{Roots: pool, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}}); err != nil {
+		return fmt.Errorf("the console sent a certificate its CA did not sign: %w", err)
+	}
+	return nil
+}
+
+func makeCSR(key *ecdsa.PrivateKey, host string) ([]byte, error) {
+	der, err := x509.CreateCertificateRequest(rand.Reader, &x509.CertificateRequest{
+		Subject: pkix.Name{CommonName: host},
+	}, key)
+	if err != nil {
+		return nil, err
+	}
+	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE REQUEST", Bytes: der}), nil
+}

@@ -1,0 +1,164 @@
+package api
+
+import (
+	"bytes"
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Client calls the console API. Its zero value is not usable; use
+// NewClient.
+type Client struct {
+	base  string
+	token string
+	http  *http.Client
+}
+
+// NewClient returns a client for the console at baseURL that trusts only
+// the CA in caPEM and authenticates with token.
+func NewClient(baseURL, token string, caPEM []byte) (*Client, error) {
+	u, err := url.Parse(baseURL)
+	if err != nil || u.Scheme != "https" || u.Host == "" {
+		return nil, fmt.Errorf("console URL %q must look like https://host:port", baseURL)
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(caPEM) {
+		return nil, errors.New("no console CA certificate; run 'edgebox login' first")
+	}
+	tr := &http.Transport{
+		TLSClientConfig:     &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS13},
+		ForceAttemptHTTP2:   true,
+		TLSHandshakeTimeout: 10 * time.Second,
+		Proxy:               http.ProxyFromEnvironment,
+	}
+	return &Client{base: strings.TrimRight(baseURL, "/"), token: token,
+		http: &http.Client{Transport: tr, Timeout: 60 * time.Second}}, nil
+}
+
+// StatusError is a failed call: the HTTP status and the console's message.
+type StatusError struct {
+	Status  int
+	Message string
+}
+
+func (e *StatusError) Error() string { return e.Message }
+
+func (c *Client) do(ctx context.Context, method, path string, in, out any) error {
+	var body io.Reader
+	if in != nil {
+		b, err := json.Marshal(in)
+		if err != nil {
+			return err
+		}
+		body = bytes.NewReader(b)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, c.base+path, body)
+	if err != nil {
+		return err
+	}
+	if in != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	req.Header.Set("Authorization", "Bearer "+c.token)
+	resp, err := c.http.Do(req)
+	if err != nil {
+		return fmt.Errorf("cannot reach the console at %s: %w", c.base, err)
+	}
+	defer resp.Body.Close()
+	raw, err := io.ReadAll(io.LimitReader(resp.Body, 32<<20))
+	if err != nil {
+		return fmt.Errorf("reading the console's answer: %w", err)
+	}
+	if resp.StatusCode >= 300 {
+		var e Error
+		if json.Unmarshal(raw, &e) != nil || e.Error == "" {
+			e.Error = fmt.Sprintf("console answered %s", resp.Status)
+		}
+		return &StatusError{Status: resp.StatusCode, Message: e.Error}
+	}
+	if out == nil {
+		return nil
+	}
+	if err := json.Unmarshal(raw, out); err != nil {
+		return fmt.Errorf("the console's answer is not what this CLI expects (is it another version?): %w", err)
+	}
+	return nil
+}
+
+// Boxes lists boxes.
+func (c *Client) Boxes(ctx context.Context) ([]Box, error) {
+	var l BoxList
+	err := c.do(ctx, http.MethodGet, "/api/v1/boxes", nil, &l)
+	return l.Boxes, err
+}
+
+// Box gets one box by ID or name.
+func (c *Client) Box(ctx context.Context, id string) (Box, error) {
+	var b Box
+	err := c.do(ctx, http.MethodGet, "/api/v1/boxes/"+url.PathEscape(id), nil, &b)
+	return b, err
+}
+
+// Label sets labels on a box; an empty value removes one.
+func (c *Client) Label(ctx context.Context, id string, labels map[string]string) (Box, error) {
+	var b Box
+	err := c.do(ctx, http.MethodPost, "/api/v1/boxes/"+url.PathEscape(id)+"/labels", LabelRequest{Labels: labels}, &b)
+	return b, err
+}
+
+// Approve lets a waiting box in.
+func (c *Client) Approve(ctx context.Context, id string) (Box, error) {
+	var b Box
+	err := c.do(ctx, http.MethodPost, "/api/v1/boxes/"+url.PathEscape(id)+"/approve", nil, &b)
+	return b, err
+}
+
+// Revoke refuses a box from now on and drops its session.
+func (c *Client) Revoke(ctx context.Context, id string) (Box, error) {
+	var b Box
+	err := c.do(ctx, http.MethodPost, "/api/v1/boxes/"+url.PathEscape(id)+"/revoke", nil, &b)
+	return b, err
+}
+
+// CreateToken creates an enrollment token.
+func (c *Client) CreateToken(ctx context.Context, r TokenRequest) (CreatedToken, error) {
+	var t CreatedToken
+	err := c.do(ctx, http.MethodPost, "/api/v1/tokens", r, &t)
+	return t, err
+}
+
+// Tokens lists enrollment tokens.
+func (c *Client) Tokens(ctx context.Context) ([]Token, error) {
+	var l TokenList
+	err := c.do(ctx, http.MethodGet, "/api/v1/tokens", nil, &l)
+	return l.Tokens, err
+}
+
+// RevokeToken stops a token from enrolling more boxes.
+func (c *Client) RevokeToken(ctx context.Context, id string) error {
+	return c.do(ctx, http.MethodDelete, "/api/v1/tokens/"+url.PathEscape(id), nil, nil)
+}
+
+// Audit lists the newest audit entries, oldest first.
+func (c *Client) Audit(ctx context.Context, limit int, target string) ([]AuditEntry, error) {
+	q := url.Values{}
+	if limit > 0 {
+		q.Set("limit", strconv.Itoa(limit))
+	}
+	if target != "" {
+		q.Set("target", target)
+	}
+	var l AuditList
+	err := c.do(ctx, http.MethodGet, "/api/v1/audit?"+q.Encode(), nil, &l)
+	return l.Entries, err
+}

@@ -1,0 +1,101 @@
+// Package api is the console's HTTP API as Go types and a client. The CLI
+// and tests use it; the console serves the same types.
+package api
+
+import "time"
+
+// Error is the body of every failed call.
+type Error struct {
+	Error string `json:"error"`
+}
+
+// Box is a box as the API shows it.
+type Box struct {
+	ID           string            `json:"id"`
+	Name         string            `json:"name"`
+	TenantID     string            `json:"tenant_id"`
+	Region       string            `json:"region"`
+	Site         string            `json:"site"`
+	Labels       map[string]string `json:"labels,omitempty"`
+	State        string            `json:"state"` // pending, approved, revoked
+	Online       bool              `json:"online"`
+	RTTMillis    float64           `json:"rtt_ms,omitempty"`
+	ConnectedAt  *time.Time        `json:"connected_at,omitempty"`
+	LastSeen     *time.Time        `json:"last_seen,omitempty"`
+	Hostname     string            `json:"hostname,omitempty"`
+	OS           string            `json:"os,omitempty"`
+	Arch         string            `json:"arch,omitempty"`
+	OSVersion    string            `json:"os_version,omitempty"`
+	AgentVersion string            `json:"agent_version,omitempty"`
+	Capability   uint32            `json:"capability_version,omitempty"`
+	CPUs         uint32            `json:"cpus,omitempty"`
+	MemoryBytes  uint64            `json:"memory_bytes,omitempty"`
+	EnrolledAt   time.Time         `json:"enrolled_at"`
+	CertNotAfter time.Time         `json:"cert_not_after"`
+}
+
+// BoxList is the answer to GET /api/v1/boxes.
+type BoxList struct {
+	Boxes []Box `json:"boxes"`
+}
+
+// LabelRequest sets labels; an empty value removes the label.
+type LabelRequest struct {
+	Labels map[string]string `json:"labels"`
+}
+
+// TokenRequest asks for an enrollment token.
+type TokenRequest struct {
+	Region          string            `json:"region"`
+	Site            string            `json:"site"`
+	Labels          map[string]string `json:"labels,omitempty"`
+	TTL             string            `json:"ttl,omitempty"`  // Go duration, default "24h"
+	Uses            int               `json:"uses,omitempty"` // default 1
+	RequireApproval bool              `json:"require_approval,omitempty"`
+}
+
+// Token describes an enrollment token (never its secret).
+type Token struct {
+	ID              string            `json:"id"`
+	Region          string            `json:"region"`
+	Site            string            `json:"site"`
+	Labels          map[string]string `json:"labels,omitempty"`
+	RequireApproval bool              `json:"require_approval"`
+	Uses            int               `json:"uses"`
+	Used            int               `json:"used"`
+	ExpiresAt       time.Time         `json:"expires_at"`
+	CreatedAt       time.Time         `json:"created_at"`
+	CreatedBy       string            `json:"created_by"`
+	Revoked         bool              `json:"revoked"`
+}
+
+// CreatedToken is the answer to creating a token: the only time its text is
+// shown.
+type CreatedToken struct {
+	Token
+	Text string `json:"token"`
+	// EnrollCommand is the command to run on the box.
+	EnrollCommand string `json:"enroll_command"`
+}
+
+// TokenList is the answer to GET /api/v1/tokens.
+type TokenList struct {
+	Tokens []Token `json:"tokens"`
+}
+
+// AuditEntry is one line of the audit log.
+type AuditEntry struct {
+	Seq    uint64    `json:"seq"`
+	Time   time.Time `json:"time"`
+	Actor  string    `json:"actor"`
+	Action string    `json:"action"`
+	Target string    `json:"target,omitempty"`
+	Remote string    `json:"remote,omitempty"`
+	Result string    `json:"result"`
+	Detail string    `json:"detail,omitempty"`
+}
+
+// AuditList is the answer to GET /api/v1/audit.
+type AuditList struct {
+	Entries []AuditEntry `json:"entries"`
+}

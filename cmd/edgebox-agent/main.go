@@ -1,0 +1,134 @@
+// Command edgebox-agent runs on a box: it enrolls with a token, then keeps
+// an outbound tunnel to the console up and serves it.
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/edgebox/edgebox/agent"
+)
+
+// version is set by the build.
+var version = "dev"
+
+func main() {
+	if err := newRoot().Execute(); err != nil {
+		fmt.Fprintln(os.Stderr, "edgebox-agent:", err)
+		os.Exit(1)
+	}
+}
+
+func newRoot() *cobra.Command {
+	var dataDir, logLevel string
+	root := &cobra.Command{
+		Use:           "edgebox-agent",
+		Short:         "The edgebox agent: runs a box for its console",
+		SilenceUsage:  true,
+		SilenceErrors: true,
+		Version:       version,
+	}
+	root.PersistentFlags().StringVar(&dataDir, "data", agent.DefaultDataDir(), "data directory (identity, keys, state)")
+	root.PersistentFlags().StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
+	logger := func() (*slog.Logger, error) {
+		var lv slog.Level
+		if err := lv.UnmarshalText([]byte(logLevel)); err != nil {
+			return nil, fmt.Errorf("--log-level %q: %v", logLevel, err)
+		}
+		return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: lv})), nil
+	}
+
+	var name string
+	enrollCmd := &cobra.Command{
+		Use:   "enroll TOKEN",
+		Short: "Enroll this box with the console that made TOKEN",
+		Long: `Enroll makes a key on this box, sends a certificate request with the
+token to the console the token names, and stores the certificate it gets
+back. The token pins the console's CA: nothing else is trusted.`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			ctx, cancel := context.WithTimeout(cmd.Context(), 2*time.Minute)
+			defer cancel()
+			fmt.Fprintln(cmd.OutOrStdout(), "enrolling...")
+			id, pending, err := agent.Enroll(ctx, dataDir, args[0], agent.EnrollOptions{Name: name})
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "enrolled as %s (box %s) with %s\n", id.Name, id.BoxID, id.ConsoleURL)
+			if pending {
+				fmt.Fprintln(cmd.OutOrStdout(), "this box waits for an operator: edgebox boxes approve", id.BoxID)
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "start it with: edgebox-agent run --data %s\n", dataDir)
+			return nil
+		},
+	}
+	enrollCmd.Flags().StringVar(&name, "name", "", "box name (default: the host name)")
+
+	runCmd := &cobra.Command{
+		Use:   "run",
+		Short: "Run the agent in the foreground until interrupted",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			log, err := logger()
+			if err != nil {
+				return err
+			}
+			cfg := agent.DefaultConfig(dataDir)
+			cfg.Version = version
+			a, err := agent.New(cfg, log)
+			if err != nil {
+				return err
+			}
+			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			return a.Run(ctx)
+		},
+	}
+
+	var asJSON bool
+	statusCmd := &cobra.Command{
+		Use:   "status",
+		Short: "Show what the agent on this box last reported",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			s, err := agent.ReadStatus(dataDir)
+			if err != nil {
+				return err
+			}
+			out := cmd.OutOrStdout()
+			if asJSON {
+				e := json.NewEncoder(out)
+				e.SetIndent("", "  ")
+				return e.Encode(s)
+			}
+			state := "disconnected"
+			if s.Connected {
+				state = "connected"
+			}
+			if s.Connected && !s.Approved {
+				state += ", waiting for approval"
+			}
+			if !processAlive(s.PID) {
+				state = "not running"
+			}
+			fmt.Fprintf(out, "box:          %s (%s)\nconsole:      %s\nstate:        %s since %s\ncertificate:  valid until %s\n",
+				s.Name, s.BoxID, s.ConsoleURL, state, s.Since.Local().Format(time.RFC3339), s.CertNotAfter.Local().Format(time.RFC3339))
+			if s.LastError != "" {
+				fmt.Fprintf(out, "last error:   %s\n", s.LastError)
+			}
+			return nil
+		},
+	}
+	statusCmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+
+	root.AddCommand(enrollCmd, runCmd, statusCmd)
+	return root
+}

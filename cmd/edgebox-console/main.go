@@ -1,0 +1,81 @@
+// Command edgebox-console runs the edgebox console: the HTTP API, the
+// enrollment endpoint and the tunnel server on one TLS port.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/edgebox/edgebox/console"
+)
+
+func main() {
+	if err := run(); err != nil {
+		fmt.Fprintln(os.Stderr, "edgebox-console:", err)
+		os.Exit(1)
+	}
+}
+
+type listFlag []string
+
+func (l *listFlag) String() string     { return strings.Join(*l, ",") }
+func (l *listFlag) Set(v string) error { *l = append(*l, v); return nil }
+
+func run() error {
+	cfg := console.DefaultConfig()
+	fs := flag.NewFlagSet("edgebox-console", flag.ContinueOnError)
+	fs.Usage = func() {
+		fmt.Fprintf(fs.Output(), `Usage: edgebox-console [flags]
+
+Runs the edgebox console. On first start it creates its certificate
+authority and an admin API token in the data directory and prints the token
+once.
+
+Flags:
+`)
+		fs.PrintDefaults()
+	}
+	fs.StringVar(&cfg.DataDir, "data", cfg.DataDir, "data directory (CA, database)")
+	fs.StringVar(&cfg.Listen, "listen", cfg.Listen, "the one public address: tunnel, API and enrollment")
+	fs.StringVar(&cfg.PublicURL, "public-url", "", "URL boxes and operators use to reach this console (default https://<hostname>:<port>)")
+	var hosts listFlag
+	fs.Var(&hosts, "host", "another name or address for the serving certificate (repeatable)")
+	fs.DurationVar(&cfg.BoxCertTTL, "box-cert-ttl", cfg.BoxCertTTL, "lifetime of box certificates; boxes renew at two thirds")
+	fs.Float64Var(&cfg.HandshakeRate, "box-handshake-rate", cfg.HandshakeRate, "new box sessions accepted per second")
+	level := fs.String("log-level", "info", "debug, info, warn or error")
+	version := fs.Bool("version", false, "print the version and exit")
+	if err := fs.Parse(os.Args[1:]); err != nil {
+		if err == flag.ErrHelp {
+			return nil
+		}
+		return err
+	}
+	if *version {
+		fmt.Println(console.Version)
+		return nil
+	}
+	cfg.ExtraHosts = hosts
+	var lv slog.Level
+	if err := lv.UnmarshalText([]byte(*level)); err != nil {
+		return fmt.Errorf("--log-level %q: %v", *level, err)
+	}
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: lv}))
+	c, err := console.New(cfg, log)
+	if err != nil {
+		return err
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	go func() {
+		<-ctx.Done()
+		time.AfterFunc(15*time.Second, func() { log.Error("shutdown took too long; exiting"); os.Exit(1) })
+	}()
+	return c.Run(ctx)
+}

@@ -1,0 +1,297 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"sort"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/edgebox/edgebox/api"
+)
+
+// version is set by the build.
+var version = "dev"
+
+func newRoot() *cobra.Command {
+	var output string
+	root := &cobra.Command{
+		Use:   "edgebox",
+		Short: "Operate an edgebox console: boxes, enrollment tokens, audit",
+		Long: `edgebox talks to an edgebox console's API.
+
+Log in once with the URL, admin token and CA hash the console printed at its
+first start; the CLI keeps them in $EDGEBOX_CONFIG (default: your config
+directory). EDGEBOX_TOKEN overrides the stored token.`,
+		SilenceUsage:  true,
+		SilenceErrors: true,
+		Version:       version,
+	}
+	root.PersistentFlags().StringVarP(&output, "output", "o", "table", "table or json")
+	out := func(cmd *cobra.Command, v any, table func(w io.Writer)) error {
+		switch output {
+		case "json":
+			e := json.NewEncoder(cmd.OutOrStdout())
+			e.SetIndent("", "  ")
+			return e.Encode(v)
+		case "table":
+			tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
+			table(tw)
+			return tw.Flush()
+		default:
+			return fmt.Errorf("--output %q: use table or json", output)
+		}
+	}
+	root.AddCommand(loginCmd(), tokenCmd(out), boxesCmd(out), auditCmd(out))
+	return root
+}
+
+type printer func(cmd *cobra.Command, v any, table func(w io.Writer)) error
+
+func loginCmd() *cobra.Command {
+	var token, caHash string
+	c := &cobra.Command{
+		Use:   "login URL --token TOKEN --ca-sha256 HASH",
+		Short: "Store the console's URL, CA and an API token for later commands",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if token == "" || caHash == "" {
+				return fmt.Errorf("--token and --ca-sha256 are required (the console prints both at its first start)")
+			}
+			if err := login(cmd.Context(), args[0], token, caHash); err != nil {
+				return err
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "logged in to %s (config %s)\n", args[0], configPath())
+			return nil
+		},
+	}
+	c.Flags().StringVar(&token, "token", os.Getenv("EDGEBOX_TOKEN"), "API token")
+	c.Flags().StringVar(&caHash, "ca-sha256", "", "SHA-256 of the console CA, as printed at its first start")
+	return c
+}
+
+func parseLabels(args []string) (map[string]string, error) {
+	m := map[string]string{}
+	for _, a := range args {
+		for _, kv := range strings.Split(a, ",") {
+			if kv == "" {
+				continue
+			}
+			if k, ok := strings.CutSuffix(kv, "-"); ok && !strings.Contains(kv, "=") {
+				m[k] = "" // "key-" removes
+				continue
+			}
+			k, v, ok := strings.Cut(kv, "=")
+			if !ok || k == "" {
+				return nil, fmt.Errorf("label %q: use key=value, or key- to remove", kv)
+			}
+			m[k] = v
+		}
+	}
+	return m, nil
+}
+
+func labelString(m map[string]string) string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for i, k := range keys {
+		keys[i] = k + "=" + m[k]
+	}
+	return strings.Join(keys, ",")
+}
+
+func tokenCmd(out printer) *cobra.Command {
+	c := &cobra.Command{Use: "token", Short: "Create, list and revoke enrollment tokens"}
+	var req api.TokenRequest
+	var labels []string
+	var ttl time.Duration
+	create := &cobra.Command{
+		Use:   "create --region R --site S",
+		Short: "Create an enrollment token and print the command to run on the box",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			cl, err := client()
+			if err != nil {
+				return err
+			}
+			if req.Labels, err = parseLabels(labels); err != nil {
+				return err
+			}
+			req.TTL = ttl.String()
+			t, err := cl.CreateToken(cmd.Context(), req)
+			if err != nil {
+				return err
+			}
+			return out(cmd, t, func(w io.Writer) {
+				fmt.Fprintf(w, "token %s for %s/%s: %d use(s), expires %s\n", t.ID, t.Region, t.Site, t.Uses, t.ExpiresAt.Local().Format(time.RFC3339))
+				if t.RequireApproval {
+					fmt.Fprintln(w, "boxes enrolled with it wait for 'edgebox boxes approve'")
+				}
+				fmt.Fprintf(w, "\nRun on the box:\n  %s\n", t.EnrollCommand)
+			})
+		},
+	}
+	create.Flags().StringVar(&req.Region, "region", "", "region of the boxes (required)")
+	create.Flags().StringVar(&req.Site, "site", "", "site of the boxes (required)")
+	create.Flags().DurationVar(&ttl, "ttl", 24*time.Hour, "how long the token stays valid")
+	create.Flags().IntVar(&req.Uses, "uses", 1, "how many boxes may enroll with it")
+	create.Flags().BoolVar(&req.RequireApproval, "approve", false, "boxes wait for an operator's approval")
+	create.Flags().StringSliceVar(&labels, "labels", nil, "labels for the boxes, k=v,…")
+	create.MarkFlagRequired("region")
+	create.MarkFlagRequired("site")
+
+	ls := &cobra.Command{
+		Use: "ls", Short: "List enrollment tokens", Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			cl, err := client()
+			if err != nil {
+				return err
+			}
+			ts, err := cl.Tokens(cmd.Context())
+			if err != nil {
+				return err
+			}
+			return out(cmd, ts, func(w io.Writer) {
+				fmt.Fprintln(w, "ID\tREGION\tSITE\tUSED\tEXPIRES\tSTATE")
+				for _, t := range ts {
+					state := "valid"
+					switch {
+					case t.Revoked:
+						state = "revoked"
+					case time.Now().After(t.ExpiresAt):
+						state = "expired"
+					case t.Used >= t.Uses:
+						state = "used up"
+					}
+					fmt.Fprintf(w, "%s\t%s\t%s\t%d/%d\t%s\t%s\n", t.ID, t.Region, t.Site, t.Used, t.Uses, t.ExpiresAt.Local().Format(time.RFC3339), state)
+				}
+			})
+		},
+	}
+	revoke := &cobra.Command{
+		Use: "revoke ID", Short: "Stop a token from enrolling more boxes", Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			cl, err := client()
+			if err != nil {
+				return err
+			}
+			if err := cl.RevokeToken(cmd.Context(), args[0]); err != nil {
+				return err
+			}
+			fmt.Fprintln(cmd.OutOrStdout(), "token", args[0], "revoked")
+			return nil
+		},
+	}
+	c.AddCommand(create, ls, revoke)
+	return c
+}
+
+func ago(t *time.Time) string {
+	if t == nil {
+		return "never"
+	}
+	return time.Since(*t).Round(time.Second).String() + " ago"
+}
+
+func boxesCmd(out printer) *cobra.Command {
+	c := &cobra.Command{Use: "boxes", Aliases: []string{"box"}, Short: "List, inspect, label, approve and revoke boxes"}
+	table := func(w io.Writer, bs []api.Box) {
+		fmt.Fprintln(w, "ID\tNAME\tREGION\tSITE\tSTATE\tONLINE\tLAST SEEN\tOS/ARCH\tAGENT\tLABELS")
+		for _, b := range bs {
+			online := "no"
+			if b.Online {
+				online = fmt.Sprintf("yes (%.0fms)", b.RTTMillis)
+			}
+			fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s/%s\t%s\t%s\n", b.ID, b.Name, b.Region, b.Site, b.State, online,
+				ago(b.LastSeen), b.OS, b.Arch, b.AgentVersion, labelString(b.Labels))
+		}
+	}
+	ls := &cobra.Command{
+		Use: "ls", Short: "List boxes", Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			cl, err := client()
+			if err != nil {
+				return err
+			}
+			bs, err := cl.Boxes(cmd.Context())
+			if err != nil {
+				return err
+			}
+			return out(cmd, bs, func(w io.Writer) { table(w, bs) })
+		},
+	}
+	one := func(use, short string, do func(cl *api.Client, cmd *cobra.Command, args []string) (api.Box, error)) *cobra.Command {
+		return &cobra.Command{
+			Use: use, Short: short, Args: cobra.MinimumNArgs(1),
+			RunE: func(cmd *cobra.Command, args []string) error {
+				cl, err := client()
+				if err != nil {
+					return err
+				}
+				b, err := do(cl, cmd, args)
+				if err != nil {
+					return err
+				}
+				return out(cmd, b, func(w io.Writer) { table(w, []api.Box{b}) })
+			},
+		}
+	}
+	get := one("get BOX", "Show one box (by ID or name)", func(cl *api.Client, cmd *cobra.Command, a []string) (api.Box, error) {
+		return cl.Box(cmd.Context(), a[0])
+	})
+	label := one("label BOX key=value… | key-…", "Set or remove labels", func(cl *api.Client, cmd *cobra.Command, a []string) (api.Box, error) {
+		m, err := parseLabels(a[1:])
+		if err != nil {
+			return api.Box{}, err
+		}
+		if len(m) == 0 {
+			return api.Box{}, fmt.Errorf("give at least one key=value or key-")
+		}
+		return cl.Label(cmd.Context(), a[0], m)
+	})
+	approve := one("approve BOX", "Let a box out of the waiting room", func(cl *api.Client, cmd *cobra.Command, a []string) (api.Box, error) {
+		return cl.Approve(cmd.Context(), a[0])
+	})
+	revoke := one("revoke BOX", "Refuse a box from now on and drop its session", func(cl *api.Client, cmd *cobra.Command, a []string) (api.Box, error) {
+		return cl.Revoke(cmd.Context(), a[0])
+	})
+	c.AddCommand(ls, get, label, approve, revoke)
+	return c
+}
+
+func auditCmd(out printer) *cobra.Command {
+	c := &cobra.Command{Use: "audit", Short: "Read the audit log"}
+	var limit int
+	var target string
+	ls := &cobra.Command{
+		Use: "ls", Short: "List the newest audit entries", Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			cl, err := client()
+			if err != nil {
+				return err
+			}
+			es, err := cl.Audit(cmd.Context(), limit, target)
+			if err != nil {
+				return err
+			}
+			return out(cmd, es, func(w io.Writer) {
+				fmt.Fprintln(w, "TIME\tACTOR\tACTION\tTARGET\tFROM\tRESULT\tDETAIL")
+				for _, e := range es {
+					fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", e.Time.Local().Format(time.RFC3339), e.Actor, e.Action, e.Target, e.Remote, e.Result, e.Detail)
+				}
+			})
+		},
+	}
+	ls.Flags().IntVar(&limit, "limit", 50, "at most this many entries")
+	ls.Flags().StringVar(&target, "target", "", "only entries about this box or token ID")
+	c.AddCommand(ls)
+	return c
+}

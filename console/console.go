@@ -1,0 +1,293 @@
+package console
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"google.golang.org/grpc"
+	bolt "go.etcd.io/bbolt"
+
+	"github.com/edgebox/edgebox/console/audit"
+	"github.com/edgebox/edgebox/console/auth"
+	"github.com/edgebox/edgebox/console/db"
+	"github.com/edgebox/edgebox/console/fleet"
+	"github.com/edgebox/edgebox/console/httpapi"
+	"github.com/edgebox/edgebox/console/pki"
+	"github.com/edgebox/edgebox/enroll"
+	edgeboxv1 "github.com/edgebox/edgebox/proto/edgebox/v1"
+	"github.com/edgebox/edgebox/tunnel"
+)
+
+// Version is the console's version, set by the build.
+var Version = "dev"
+
+// CapabilityVersion is what this console understands of agents.
+const CapabilityVersion = 1
+
+// Config is the console's configuration.
+type Config struct {
+	// DataDir holds the CA, the database and everything else that must
+	// survive a restart.
+	DataDir string
+	// Listen is the one public address, ":8443" by default.
+	Listen string
+	// PublicURL is how boxes and operators reach the console; it goes into
+	// enrollment tokens. Default: https://<this host name>:<listen port>.
+	PublicURL string
+	// ExtraHosts are more names or addresses the serving certificate covers.
+	ExtraHosts []string
+	// BoxCertTTL is the lifetime of box certificates; boxes renew at two
+	// thirds of it.
+	BoxCertTTL time.Duration
+	// Tunnel are the session settings.
+	Tunnel tunnel.Config
+	// HandshakeRate and HandshakeBurst limit new box sessions per second,
+	// so 10,000 boxes returning at once do not take the API down with them.
+	HandshakeRate  float64
+	HandshakeBurst int
+	// HandshakeTimeout bounds a TLS handshake, against slowloris clients.
+	HandshakeTimeout time.Duration
+	// MaxHandshakes bounds connections whose handshake is in progress;
+	// past it new connections are closed at once.
+	MaxHandshakes int
+	// Out receives the first-start message with the admin token.
+	Out io.Writer
+}
+
+// DefaultConfig returns the defaults; DataDir defaults to the user's data
+// directory.
+func DefaultConfig() Config {
+	return Config{
+		DataDir:          defaultDataDir(),
+		Listen:           ":8443",
+		BoxCertTTL:       30 * 24 * time.Hour,
+		Tunnel:           tunnel.DefaultConfig(),
+		HandshakeRate:    500,
+		HandshakeBurst:   200,
+		HandshakeTimeout: 10 * time.Second,
+		MaxHandshakes:    4096,
+		Out:              os.Stdout,
+	}
+}
+
+func defaultDataDir() string {
+	if d, err := os.UserConfigDir(); err == nil {
+		return filepath.Join(d, "edgebox", "console")
+	}
+	return filepath.Join(os.TempDir(), "edgebox-console")
+}
+
+// Validate reports what is wrong with c.
+func (c Config) Validate() error {
+	var errs []error
+	if c.DataDir == "" {
+		errs = append(errs, errors.New("data directory is required"))
+	}
+	if _, _, err := net.SplitHostPort(c.Listen); err != nil {
+		errs = append(errs, fmt.Errorf("listen address %q: %v", c.Listen, err))
+	}
+	if c.PublicURL != "" {
+		if _, err := enroll.ParseConsoleURL(c.PublicURL); err != nil {
+			errs = append(errs, fmt.Errorf("public URL: %v", err))
+		}
+	}
+	if c.BoxCertTTL < 3*time.Minute {
+		errs = append(errs, errors.New("box certificate lifetime must be at least 3m"))
+	}
+	if c.HandshakeRate <= 0 || c.HandshakeBurst <= 0 || c.HandshakeTimeout <= 0 || c.MaxHandshakes <= 0 {
+		errs = append(errs, errors.New("handshake limits must be positive"))
+	}
+	if err := c.Tunnel.Validate(); err != nil {
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
+}
+
+// Console is a running console's parts.
+type Console struct {
+	cfg     Config
+	log     *slog.Logger
+	reg     *prometheus.Registry
+	metrics *tunnel.Metrics
+
+	ready chan struct{} // closed when the port listens
+	addr  net.Addr      // set before ready closes
+
+	// Set up by Run, read after ready.
+	fleet    *fleet.Fleet
+	tunnel   *tunnel.Server
+	presence *presence
+}
+
+// New validates cfg; it starts nothing.
+func New(cfg Config, log *slog.Logger) (*Console, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("console config: %w", err)
+	}
+	if cfg.Out == nil {
+		cfg.Out = io.Discard
+	}
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	return &Console{cfg: cfg, log: log.With("component", "console"), reg: reg,
+		metrics: tunnel.NewMetrics(reg), ready: make(chan struct{})}, nil
+}
+
+// Ready is closed once the console listens; Addr is valid then.
+func (c *Console) Ready() <-chan struct{} { return c.ready }
+
+// Addr is the address the console listens on.
+func (c *Console) Addr() net.Addr { return c.addr }
+
+// Tunnel returns the tunnel server, valid after Ready.
+func (c *Console) Tunnel() *tunnel.Server { return c.tunnel }
+
+func (c *Console) publicURL(ln net.Listener) string {
+	if c.cfg.PublicURL != "" {
+		return strings.TrimRight(c.cfg.PublicURL, "/")
+	}
+	_, port, _ := net.SplitHostPort(ln.Addr().String())
+	host, _, _ := net.SplitHostPort(c.cfg.Listen)
+	if host == "" || host == "0.0.0.0" || host == "::" {
+		if h, err := os.Hostname(); err == nil && h != "" {
+			host = h
+		} else {
+			host = "localhost"
+		}
+	}
+	return "https://" + net.JoinHostPort(host, port)
+}
+
+// Run opens the data directory, serves until ctx ends, then shuts down
+// in order: no new connections, sessions dropped, database closed.
+func (c *Console) Run(ctx context.Context) error {
+	bdb, err := db.Open(c.cfg.DataDir)
+	if err != nil {
+		return err
+	}
+	defer bdb.Close()
+	ln, err := net.Listen("tcp", c.cfg.Listen)
+	if err != nil {
+		return fmt.Errorf("console: listen on %s: %w", c.cfg.Listen, err)
+	}
+	defer ln.Close()
+	public := c.publicURL(ln)
+	pu, _ := enroll.ParseConsoleURL(public)
+	hosts := append([]string{pu.Hostname(), "localhost", "127.0.0.1", "::1"}, c.cfg.ExtraHosts...)
+	if h, err := os.Hostname(); err == nil {
+		hosts = append(hosts, h)
+	}
+	authority, created, err := pki.Open(filepath.Join(c.cfg.DataDir, "pki"), dedupe(hosts))
+	if err != nil {
+		return fmt.Errorf("console: PKI: %w", err)
+	}
+	if err := c.firstStart(bdb, authority, created, public); err != nil {
+		return err
+	}
+	fl, err := fleet.New(bdb, time.Now)
+	if err != nil {
+		return err
+	}
+	auditLog := audit.New(bdb)
+	c.fleet = fl
+
+	srv, err := tunnel.NewServer(tunnel.ServerConfig{Config: c.cfg.Tunnel, Identify: c.identify}, c.log, c.metrics)
+	if err != nil {
+		return err
+	}
+	c.tunnel = srv
+	c.presence = newPresence(srv, fl, c.cfg.Tunnel, c.log)
+	srv.OnSession = c.presence.onSession
+
+	rpc := grpc.NewServer(grpc.MaxRecvMsgSize(1<<20))
+	edgeboxv1.RegisterConsoleServiceServer(rpc, &consoleService{fleet: fl, pki: authority, ttl: c.cfg.BoxCertTTL, log: c.log, presence: c.presence})
+
+	handler := httpapi.New(httpapi.Deps{
+		Fleet: fl, Audit: auditLog, Tokens: auth.New(bdb), PKI: authority, Sessions: c.presence,
+		ConsoleURL: public, BoxCertTTL: c.cfg.BoxCertTTL, Log: c.log,
+		Metrics: promhttp.HandlerFor(c.reg, promhttp.HandlerOpts{}),
+	})
+	p := newPort(ln, authority, srv, c.cfg, c.log)
+	hs := &http.Server{
+		Handler:           handler,
+		ReadHeaderTimeout: c.cfg.HandshakeTimeout,
+		IdleTimeout:       2 * time.Minute,
+		MaxHeaderBytes:    64 << 10,
+		ErrorLog:          slog.NewLogLogger(c.log.Handler(), slog.LevelDebug),
+	}
+
+	c.addr = ln.Addr()
+	close(c.ready)
+	c.log.Info("console up", "listen", ln.Addr().String(), "url", public, "data", c.cfg.DataDir)
+
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var wg sync.WaitGroup
+	run := func(f func()) { wg.Add(1); go func() { defer wg.Done(); f() }() }
+	run(func() { p.serve(ctx) })
+	run(func() { hs.Serve(p.http) })
+	run(func() { rpc.Serve(srv.Listen(tunnel.KindRPC)) })
+	run(func() { c.presence.run(ctx) })
+
+	<-ctx.Done()
+	ln.Close()
+	shutdownCtx, done := context.WithTimeout(context.Background(), 5*time.Second)
+	hs.Shutdown(shutdownCtx)
+	done()
+	rpc.Stop()
+	srv.Close()
+	p.wait()
+	wg.Wait()
+	c.presence.flush()
+	c.log.Info("console stopped")
+	return nil
+}
+
+// firstStart creates the admin API token when there is none and prints it
+// once, with the CA fingerprint operators pin.
+func (c *Console) firstStart(bdb *bolt.DB, a *pki.Authority, created bool, public string) error {
+	toks := auth.New(bdb)
+	anyTok, err := toks.Any()
+	if err != nil || anyTok {
+		return err
+	}
+	text, err := toks.Create(auth.APIToken{Name: "admin", TenantID: fleet.DefaultTenant, Role: "admin", CreatedAt: time.Now().UTC()})
+	if err != nil {
+		return err
+	}
+	h := a.CAHash()
+	fmt.Fprintf(c.cfg.Out, `edgebox console initialised in %s
+  console URL:  %s
+  CA sha256:    %x
+  admin token:  %s
+This token is shown once. Log in with:
+  edgebox login %s --token %s --ca-sha256 %x
+`, c.cfg.DataDir, public, h, text, public, text, h)
+	_ = created
+	return nil
+}
+
+func dedupe(in []string) []string {
+	seen := map[string]bool{}
+	var out []string
+	for _, s := range in {
+		if s != "" && !seen[s] {
+			seen[s] = true
+			out = append(out, s)
+		}
+	}
+	return out
+}

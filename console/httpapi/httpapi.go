@@ -1,0 +1,380 @@
+// Package httpapi is the console's HTTP API under /api/v1, served with gin
+// on the console's one public port. Every call but enrollment, the CA and
+// the health check needs a bearer API token; every error is JSON with a
+// message written for the operator; every mutating call is audited.
+package httpapi
+
+import (
+	"errors"
+	"log/slog"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/gin-gonic/gin"
+
+	"github.com/edgebox/edgebox/api"
+	"github.com/edgebox/edgebox/console/audit"
+	"github.com/edgebox/edgebox/console/auth"
+	"github.com/edgebox/edgebox/console/fleet"
+	"github.com/edgebox/edgebox/console/pki"
+	"github.com/edgebox/edgebox/enroll"
+	"github.com/edgebox/edgebox/errdefs"
+)
+
+// Presence is what the tunnel knows about a box right now.
+type Presence struct {
+	Online      bool
+	RTT         time.Duration
+	ConnectedAt time.Time
+	LastSeen    time.Time
+}
+
+// Sessions is the console's view of live tunnels.
+type Sessions interface {
+	Presence(boxID string) Presence
+	// Drop closes a box's session and all its streams at once.
+	Drop(boxID string) bool
+}
+
+// Deps are the parts the API serves.
+type Deps struct {
+	Fleet      *fleet.Fleet
+	Audit      *audit.Log
+	Tokens     *auth.Tokens
+	PKI        *pki.Authority
+	Sessions   Sessions
+	ConsoleURL string
+	BoxCertTTL time.Duration
+	Metrics    http.Handler
+	Log        *slog.Logger
+}
+
+type server struct{ Deps }
+
+// New returns the API handler.
+func New(d Deps) http.Handler {
+	gin.SetMode(gin.ReleaseMode)
+	s := &server{d}
+	r := gin.New()
+	r.Use(gin.Recovery())
+	r.HandleMethodNotAllowed = true
+	r.NoRoute(func(c *gin.Context) { fail(c, errdefs.NotFound("no such API path %s", c.Request.URL.Path)) })
+	r.NoMethod(func(c *gin.Context) {
+		c.AbortWithStatusJSON(http.StatusMethodNotAllowed, api.Error{Error: "method " + c.Request.Method + " not allowed here"})
+	})
+	r.GET("/healthz", func(c *gin.Context) { c.String(http.StatusOK, "ok\n") })
+	r.GET("/api/v1/ca", s.ca)
+	r.POST(enroll.Path, s.enroll)
+
+	a := r.Group("/", s.authenticate, s.auditFailures)
+	a.GET("/metrics", gin.WrapH(d.Metrics))
+	v1 := a.Group("/api/v1")
+	v1.GET("/boxes", s.listBoxes)
+	v1.GET("/boxes/:id", s.getBox)
+	v1.POST("/boxes/:id/labels", s.labelBox)
+	v1.POST("/boxes/:id/approve", s.approveBox)
+	v1.POST("/boxes/:id/revoke", s.revokeBox)
+	v1.GET("/tokens", s.listTokens)
+	v1.POST("/tokens", s.createToken)
+	v1.DELETE("/tokens/:id", s.revokeToken)
+	v1.GET("/audit", s.listAudit)
+	return r
+}
+
+// Status maps the error vocabulary to HTTP; it is the only place that does.
+func Status(err error) int {
+	switch {
+	case errors.Is(err, errdefs.ErrNotFound):
+		return http.StatusNotFound
+	case errors.Is(err, errdefs.ErrConflict):
+		return http.StatusConflict
+	case errors.Is(err, errdefs.ErrInvalid), errors.Is(err, enroll.ErrBadToken), errors.Is(err, enroll.ErrBadRequest):
+		return http.StatusBadRequest
+	case errors.Is(err, errdefs.ErrPermission):
+		return http.StatusForbidden
+	case errors.Is(err, errdefs.ErrUnavailable):
+		return http.StatusServiceUnavailable
+	default:
+		return http.StatusInternalServerError
+	}
+}
+
+func (s *server) fail(c *gin.Context, err error) { fail(c, err); s.logInternal(c, err) }
+
+func (s *server) logInternal(c *gin.Context, err error) {
+	if Status(err) == http.StatusInternalServerError {
+		s.Log.Error("API call failed", "path", c.FullPath(), "err", err)
+	}
+}
+
+func fail(c *gin.Context, err error) {
+	code := Status(err)
+	msg := err.Error()
+	if code == http.StatusInternalServerError {
+		msg = "the console failed to do this; its log says why"
+	}
+	c.AbortWithStatusJSON(code, api.Error{Error: msg})
+}
+
+const callerKey = "edgebox.caller"
+
+func (s *server) authenticate(c *gin.Context) {
+	h := c.GetHeader("Authorization")
+	tok, ok := strings.CutPrefix(h, "Bearer ")
+	if !ok {
+		c.AbortWithStatusJSON(http.StatusUnauthorized, api.Error{Error: "this call needs an API token: 'Authorization: Bearer <token>' (run 'edgebox login')"})
+		return
+	}
+	rec, err := s.Tokens.Check(tok)
+	if err != nil {
+		c.AbortWithStatusJSON(http.StatusUnauthorized, api.Error{Error: err.Error()})
+		return
+	}
+	c.Set(callerKey, fleet.Actor{TenantID: rec.TenantID, Name: rec.Name, Remote: c.ClientIP()})
+}
+
+func caller(c *gin.Context) fleet.Actor { return c.MustGet(callerKey).(fleet.Actor) }
+
+// auditFailures records refused or failed mutating calls; successful ones
+// are audited by the change itself, in the same transaction.
+func (s *server) auditFailures(c *gin.Context) {
+	c.Next()
+	if c.Request.Method == http.MethodGet || c.Writer.Status() < 400 {
+		return
+	}
+	who := caller(c)
+	msg := c.Errors.String()
+	if msg == "" {
+		msg = http.StatusText(c.Writer.Status())
+	}
+	s.Audit.Append(audit.Entry{TenantID: who.TenantID, Actor: who.Name, Remote: who.Remote,
+		Action: c.Request.Method + " " + c.FullPath(), Target: c.Param("id"), Result: "failed: " + msg})
+}
+
+func (s *server) ca(c *gin.Context) {
+	c.Data(http.StatusOK, "application/x-pem-file", s.PKI.CAPEM())
+}
+
+func (s *server) enroll(c *gin.Context) {
+	req, tok, csr, err := enroll.DecodeRequest(http.MaxBytesReader(c.Writer, c.Request.Body, enroll.MaxRequestBytes))
+	if err != nil {
+		fail(c, err)
+		return
+	}
+	if tok.CAHash != s.PKI.CAHash() {
+		fail(c, errdefs.Permission("this enrollment token was made by another console"))
+		return
+	}
+	box, cert, err := s.Fleet.Enroll(fleet.Enrollment{
+		Token: tok, Hostname: req.Hostname, Name: req.Name, Remote: c.ClientIP(),
+		Issue: func(id string) ([]byte, time.Time, error) {
+			notAfter := time.Now().Add(s.BoxCertTTL)
+			pemBytes, err := s.PKI.SignBox(csr, id, s.BoxCertTTL)
+			return pemBytes, notAfter, err
+		},
+	})
+	if err != nil {
+		s.fail(c, err)
+		return
+	}
+	s.Log.Info("box enrolled", "box_id", box.ID, "name", box.Name, "state", box.State)
+	c.JSON(http.StatusOK, enroll.Response{BoxID: box.ID, Name: box.Name, CertificatePEM: string(cert),
+		CAPEM: string(s.PKI.CAPEM()), Pending: box.State == fleet.StatePending})
+}
+
+func (s *server) view(b fleet.Box) api.Box {
+	p := s.Sessions.Presence(b.ID)
+	v := api.Box{ID: b.ID, Name: b.Name, TenantID: b.TenantID, Region: b.Region, Site: b.Site, Labels: b.Labels,
+		State: string(b.State), Online: p.Online, Hostname: b.Hostname, OS: b.OS, Arch: b.Arch,
+		OSVersion: b.OSVersion, AgentVersion: b.AgentVersion, Capability: b.Capability, CPUs: b.CPUs,
+		MemoryBytes: b.MemoryBytes, EnrolledAt: b.EnrolledAt, CertNotAfter: b.CertNotAfter}
+	if p.Online {
+		v.RTTMillis = float64(p.RTT.Microseconds()) / 1000
+		at := p.ConnectedAt.UTC()
+		v.ConnectedAt = &at
+	}
+	seen := b.LastSeen
+	if p.LastSeen.After(seen) {
+		seen = p.LastSeen
+	}
+	if !seen.IsZero() {
+		seen = seen.UTC()
+		v.LastSeen = &seen
+	}
+	return v
+}
+
+// findBox accepts a box ID or a unique name.
+func (s *server) findBox(c *gin.Context) (fleet.Box, bool) {
+	who := caller(c)
+	ref := c.Param("id")
+	b, err := s.Fleet.Box(who.TenantID, ref)
+	if err == nil {
+		return b, true
+	}
+	all, lerr := s.Fleet.Boxes(who.TenantID)
+	if lerr != nil {
+		s.fail(c, lerr)
+		return fleet.Box{}, false
+	}
+	var match []fleet.Box
+	for _, b := range all {
+		if b.Name == ref {
+			match = append(match, b)
+		}
+	}
+	switch len(match) {
+	case 1:
+		return match[0], true
+	case 0:
+		fail(c, errdefs.NotFound("no box with ID or name %q", ref))
+	default:
+		fail(c, errdefs.Conflict("%d boxes are named %q; use the box ID", len(match), ref))
+	}
+	return fleet.Box{}, false
+}
+
+func (s *server) listBoxes(c *gin.Context) {
+	all, err := s.Fleet.Boxes(caller(c).TenantID)
+	if err != nil {
+		s.fail(c, err)
+		return
+	}
+	out := api.BoxList{Boxes: make([]api.Box, 0, len(all))}
+	for _, b := range all {
+		out.Boxes = append(out.Boxes, s.view(b))
+	}
+	c.JSON(http.StatusOK, out)
+}
+
+func (s *server) getBox(c *gin.Context) {
+	if b, ok := s.findBox(c); ok {
+		c.JSON(http.StatusOK, s.view(b))
+	}
+}
+
+func bindJSON(c *gin.Context, v any) bool {
+	c.Request.Body = http.MaxBytesReader(c.Writer, c.Request.Body, 64<<10)
+	if err := c.ShouldBindJSON(v); err != nil {
+		fail(c, errdefs.Invalid("request body: %v", err))
+		return false
+	}
+	return true
+}
+
+func (s *server) labelBox(c *gin.Context) {
+	var req api.LabelRequest
+	if !bindJSON(c, &req) {
+		return
+	}
+	b, ok := s.findBox(c)
+	if !ok {
+		return
+	}
+	b, err := s.Fleet.Label(caller(c), b.ID, req.Labels)
+	if err != nil {
+		s.fail(c, err)
+		return
+	}
+	c.JSON(http.StatusOK, s.view(b))
+}
+
+func (s *server) approveBox(c *gin.Context) {
+	b, ok := s.findBox(c)
+	if !ok {
+		return
+	}
+	b, err := s.Fleet.Approve(caller(c), b.ID)
+	if err != nil {
+		s.fail(c, err)
+		return
+	}
+	c.JSON(http.StatusOK, s.view(b))
+}
+
+func (s *server) revokeBox(c *gin.Context) {
+	b, ok := s.findBox(c)
+	if !ok {
+		return
+	}
+	b, err := s.Fleet.Revoke(caller(c), b.ID)
+	if err != nil {
+		s.fail(c, err)
+		return
+	}
+	s.Sessions.Drop(b.ID)
+	s.Log.Info("box revoked", "box_id", b.ID)
+	c.JSON(http.StatusOK, s.view(b))
+}
+
+func tokenView(t fleet.EnrollToken) api.Token {
+	return api.Token{ID: t.ID, Region: t.Region, Site: t.Site, Labels: t.Labels, RequireApproval: t.RequireApproval,
+		Uses: t.Uses, Used: t.Used, ExpiresAt: t.ExpiresAt, CreatedAt: t.CreatedAt, CreatedBy: t.CreatedBy, Revoked: t.Revoked}
+}
+
+func (s *server) createToken(c *gin.Context) {
+	var req api.TokenRequest
+	if !bindJSON(c, &req) {
+		return
+	}
+	spec := fleet.TokenSpec{Region: req.Region, Site: req.Site, Labels: req.Labels, Uses: req.Uses,
+		RequireApproval: req.RequireApproval, TTL: 24 * time.Hour}
+	if spec.Uses == 0 {
+		spec.Uses = 1
+	}
+	if req.TTL != "" {
+		d, err := time.ParseDuration(req.TTL)
+		if err != nil {
+			fail(c, errdefs.Invalid("ttl %q is not a duration like 24h or 90m", req.TTL))
+			return
+		}
+		spec.TTL = d
+	}
+	tok, rec, err := s.Fleet.CreateToken(caller(c), spec, s.ConsoleURL, s.PKI.CAHash(), s.PKI.KeyPin())
+	if err != nil {
+		s.fail(c, err)
+		return
+	}
+	text := tok.String()
+	c.JSON(http.StatusCreated, api.CreatedToken{Token: tokenView(rec), Text: text,
+		EnrollCommand: "edgebox-agent enroll " + text})
+}
+
+func (s *server) listTokens(c *gin.Context) {
+	all, err := s.Fleet.Tokens(caller(c).TenantID)
+	if err != nil {
+		s.fail(c, err)
+		return
+	}
+	out := api.TokenList{Tokens: make([]api.Token, 0, len(all))}
+	for _, t := range all {
+		out.Tokens = append(out.Tokens, tokenView(t))
+	}
+	c.JSON(http.StatusOK, out)
+}
+
+func (s *server) revokeToken(c *gin.Context) {
+	if err := s.Fleet.RevokeToken(caller(c), c.Param("id")); err != nil {
+		s.fail(c, err)
+		return
+	}
+	c.Status(http.StatusNoContent)
+}
+
+func (s *server) listAudit(c *gin.Context) {
+	limit, _ := strconv.Atoi(c.Query("limit"))
+	entries, err := s.Audit.List(audit.Query{TenantID: caller(c).TenantID, Limit: limit, Target: c.Query("target")})
+	if err != nil {
+		s.fail(c, err)
+		return
+	}
+	out := api.AuditList{Entries: make([]api.AuditEntry, 0, len(entries))}
+	for _, e := range entries {
+		out.Entries = append(out.Entries, api.AuditEntry{Seq: e.Seq, Time: e.Time, Actor: e.Actor, Action: e.Action,
+			Target: e.Target, Remote: e.Remote, Result: e.Result, Detail: e.Detail})
+	}
+	c.JSON(http.StatusOK, out)
+}
+

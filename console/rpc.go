@@ -1,0 +1,113 @@
+package console
+
+import (
+	"context"
+	"crypto/x509"
+	"encoding/pem"
+	"errors"
+	"log/slog"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/peer"
+	"google.golang.org/grpc/status"
+
+	"github.com/edgebox/edgebox/console/fleet"
+	"github.com/edgebox/edgebox/console/pki"
+	"github.com/edgebox/edgebox/enroll"
+	"github.com/edgebox/edgebox/errdefs"
+	edgeboxv1 "github.com/edgebox/edgebox/proto/edgebox/v1"
+	"github.com/edgebox/edgebox/tunnel"
+)
+
+// consoleService answers agents. The box of every call is the one its
+// tunnel certificate names, never a field of the message.
+type consoleService struct {
+	edgeboxv1.UnimplementedConsoleServiceServer
+	fleet    *fleet.Fleet
+	pki      *pki.Authority
+	ttl      time.Duration
+	log      *slog.Logger
+	presence *presence
+}
+
+func boxOf(ctx context.Context) (string, error) {
+	p, ok := peer.FromContext(ctx)
+	if !ok {
+		return "", status.Error(codes.Unauthenticated, "no tunnel peer")
+	}
+	a, ok := p.Addr.(tunnel.Addr)
+	if !ok || a.Peer == "" {
+		return "", status.Error(codes.Unauthenticated, "not called over the tunnel")
+	}
+	return a.Peer, nil
+}
+
+// grpcError maps the error vocabulary to gRPC codes; it is the only place
+// that does.
+func grpcError(err error) error {
+	switch {
+	case errors.Is(err, errdefs.ErrNotFound):
+		return status.Error(codes.NotFound, err.Error())
+	case errors.Is(err, errdefs.ErrConflict):
+		return status.Error(codes.FailedPrecondition, err.Error())
+	case errors.Is(err, errdefs.ErrInvalid), errors.Is(err, enroll.ErrBadRequest):
+		return status.Error(codes.InvalidArgument, err.Error())
+	case errors.Is(err, errdefs.ErrPermission):
+		return status.Error(codes.PermissionDenied, err.Error())
+	case errors.Is(err, errdefs.ErrUnavailable):
+		return status.Error(codes.Unavailable, err.Error())
+	default:
+		return status.Error(codes.Internal, "console error")
+	}
+}
+
+const maxFact = 256
+
+func clip(s string) string {
+	if len(s) > maxFact {
+		return s[:maxFact]
+	}
+	return s
+}
+
+func (s *consoleService) Hello(ctx context.Context, req *edgeboxv1.HelloRequest) (*edgeboxv1.HelloResponse, error) {
+	id, err := boxOf(ctx)
+	if err != nil {
+		return nil, err
+	}
+	info := req.GetInfo()
+	b, err := s.fleet.ReportFacts(id, fleet.Facts{
+		Hostname: clip(info.GetHostname()), OS: clip(info.GetOs()), Arch: clip(info.GetArch()),
+		OSVersion: clip(info.GetOsVersion()), AgentVersion: clip(info.GetAgentVersion()),
+		Capability: req.GetCapabilityVersion(), CPUs: info.GetCpus(), MemoryBytes: info.GetMemoryBytes(),
+	}, time.Now())
+	if err != nil {
+		return nil, grpcError(err)
+	}
+	s.log.Info("box said hello", "box_id", id, "name", b.Name, "agent_version", b.AgentVersion, "capability", b.Capability)
+	return &edgeboxv1.HelloResponse{BoxId: id, Name: b.Name, Approved: b.State == fleet.StateApproved,
+		ConsoleCapabilityVersion: CapabilityVersion, ConsoleVersion: Version}, nil
+}
+
+func (s *consoleService) Renew(ctx context.Context, req *edgeboxv1.RenewRequest) (*edgeboxv1.RenewResponse, error) {
+	id, err := boxOf(ctx)
+	if err != nil {
+		return nil, err
+	}
+	csr, err := enroll.ParseCSR(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE REQUEST", Bytes: req.GetCsr()}))
+	if err != nil {
+		return nil, grpcError(err)
+	}
+	certPEM, err := s.pki.SignBox(csr, id, s.ttl)
+	if err != nil {
+		return nil, grpcError(err)
+	}
+	blk, _ := pem.Decode(certPEM)
+	cert, _ := x509.ParseCertificate(blk.Bytes)
+	if err := s.fleet.Renewed(id, cert.NotAfter); err != nil {
+		return nil, grpcError(err)
+	}
+	s.log.Info("box certificate renewed", "box_id", id, "not_after", cert.NotAfter)
+	return &edgeboxv1.RenewResponse{CertificatePem: certPEM}, nil
+}
