@@ -1,0 +1,49 @@
+# edgebox: `make help` lists the targets.
+
+GO       ?= go
+VERSION  ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+LDFLAGS  := -X github.com/edgebox/edgebox/console.Version=$(VERSION) -X main.version=$(VERSION)
+BINARIES := edgebox-console edgebox-agent edgebox
+GOBIN    := $(shell $(GO) env GOPATH)/bin
+
+.PHONY: all build test check proto demo bench fuzz help clean
+
+all: build ## build the three binaries into bin/ (the default)
+
+build: ## build edgebox-console, edgebox-agent and edgebox into bin/
+	@mkdir -p bin
+	$(GO) build -ldflags '$(LDFLAGS)' -o bin/ ./cmd/...
+
+test: ## install test dependencies, then run every test with -race
+	sh scripts/test-deps.sh
+	$(GO) test -race -count=1 -timeout 20m ./...
+
+check: ## gofmt, vet, generated code in sync, go mod tidy, dependency rules, cross-builds
+	@echo "check: gofmt"; test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); exit 1; }
+	@echo "check: vet"; $(GO) vet ./...
+	@echo "check: generated code"; $(MAKE) -s proto && git diff --exit-code -- proto/
+	@echo "check: go mod tidy"; $(GO) mod tidy && git diff --exit-code -- go.mod go.sum
+	@echo "check: dependency rules"; $(GO) test -count=1 -run TestDependencyRules .
+	@for p in windows/amd64 windows/arm64 linux/arm64; do \
+		echo "check: build $$p"; GOOS=$${p%/*} GOARCH=$${p#*/} $(GO) build -o /dev/null ./cmd/... || exit 1; \
+	done
+
+proto: ## regenerate proto/ Go code with protoc, protoc-gen-go and protoc-gen-go-grpc
+	cd proto && PATH="$(GOBIN):$$PATH" $(GO) generate ./...
+
+demo: build ## start a console on fresh data with a local enrolled agent; Ctrl-C stops both
+	sh scripts/demo.sh
+
+bench: ## run the benchmarks (figures go in docs/benchmarks.md)
+	$(GO) test -run '^$$' -bench . -benchtime 3x -timeout 30m ./tunnel/ ./internal/bench/
+
+fuzz: ## run each fuzz target for 30 s
+	$(GO) test -run '^$$' -fuzz FuzzReadHeader -fuzztime 30s ./tunnel/
+	$(GO) test -run '^$$' -fuzz FuzzParseToken -fuzztime 30s ./enroll/
+	$(GO) test -run '^$$' -fuzz FuzzDecodeRequest -fuzztime 30s ./enroll/
+
+clean: ## remove build output
+	rm -rf bin dist .demo
+
+help: ## list the targets
+	@grep -E '^[a-z]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-8s %s\n", $$1, $$2}'
