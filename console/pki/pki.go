@@ -204,11 +204,14 @@ func (a *Authority) SignBox(csr *x509.CertificateRequest, boxID string, ttl time
 		return nil, err
 	}
 	now := time.Now()
+	// Backdate a little for boxes whose clocks run behind, but never so much
+	// that the renewal point (two thirds in) has already passed.
+	backdate := min(5*time.Minute, ttl/10)
 	tmpl := &x509.Certificate{
 		SerialNumber: serial(),
 		Subject:      pkix.Name{CommonName: boxID, Organization: []string{"edgebox box"}},
 		URIs:         []*url.URL{u},
-		NotBefore:    now.Add(-5 * time.Minute),
+		NotBefore:    now.Add(-backdate),
 		NotAfter:     now.Add(ttl),
 		KeyUsage:     x509.KeyUsageDigitalSignature,
 		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},

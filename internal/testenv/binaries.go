@@ -1,0 +1,240 @@
+package testenv
+
+import (
+	"bytes"
+	"context"
+	"crypto/tls"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/edgebox/edgebox/api"
+)
+
+var (
+	buildOnce sync.Once
+	buildDir  string
+	buildErr  error
+)
+
+// BuildBinaries builds the three binaries once per test process and
+// returns their directory.
+func BuildBinaries(t testing.TB) string {
+	t.Helper()
+	buildOnce.Do(func() {
+		root, err := exec.Command("go", "env", "GOMOD").Output()
+		if err != nil {
+			buildErr = err
+			return
+		}
+		buildDir, buildErr = os.MkdirTemp("", "edgebox-bin-")
+		if buildErr != nil {
+			return
+		}
+		cmd := exec.Command("go", "build", "-o", buildDir+string(os.PathSeparator), "./cmd/...")
+		cmd.Dir = filepath.Dir(strings.TrimSpace(string(root)))
+		if out, err := cmd.CombinedOutput(); err != nil {
+			buildErr = fmt.Errorf("go build: %v\n%s", err, out)
+		}
+	})
+	if buildErr != nil {
+		t.Fatal(buildErr)
+	}
+	return buildDir
+}
+
+// Binaries is a console and agents running as the built programs.
+type Binaries struct {
+	bin     string
+	dataDir string
+	addr    string
+	url     string
+	admin   *api.Client
+
+	mu      sync.Mutex
+	console *exec.Cmd
+	logs    *bytes.Buffer
+}
+
+// NewBinaries builds the binaries and starts edgebox-console on a free
+// loopback port.
+func NewBinaries(t testing.TB) *Binaries {
+	t.Helper()
+	e := &Binaries{bin: BuildBinaries(t), dataDir: t.TempDir()}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.addr = l.Addr().String()
+	l.Close()
+	e.url = "https://" + e.addr
+	out := e.startConsole(t)
+	tok, err := parseAdminToken(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.admin, err = api.NewClient(e.url, tok, fetchCA(t, e.url))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { e.stopConsole(t, syscall.SIGTERM) })
+	return e
+}
+
+// startConsole starts the console and waits until its API answers; it
+// returns what the console printed on stdout.
+func (e *Binaries) startConsole(t testing.TB) []byte {
+	t.Helper()
+	var stdout, stderr bytes.Buffer
+	cmd := exec.Command(filepath.Join(e.bin, "edgebox-console"), "--data", e.dataDir, "--listen", e.addr, "--public-url", e.url)
+	cmd.Stdout, cmd.Stderr = &syncBuffer{b: &stdout}, &syncBuffer{b: &stderr}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	e.mu.Lock()
+	e.console, e.logs = cmd, &stderr
+	e.mu.Unlock()
+	deadline := time.Now().Add(15 * time.Second)
+	hc := &http.Client{Timeout: time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}}
+	for {
+		resp, err := hc.Get(e.url + "/healthz")
+		if err == nil {
+			resp.Body.Close()
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("console did not listen: %s", stderr.String())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	return []byte(cmd.Stdout.(*syncBuffer).String())
+}
+
+func (e *Binaries) stopConsole(t testing.TB, sig syscall.Signal) {
+	e.mu.Lock()
+	cmd := e.console
+	e.console = nil
+	e.mu.Unlock()
+	if cmd == nil {
+		return
+	}
+	cmd.Process.Signal(sig)
+	done := make(chan struct{})
+	go func() { cmd.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(20 * time.Second):
+		cmd.Process.Kill()
+		<-done
+		t.Errorf("console did not stop on %v", sig)
+	}
+	if t.Failed() {
+		t.Logf("console log:\n%s", e.logs.String())
+	}
+}
+
+func (e *Binaries) Admin() *api.Client { return e.admin }
+func (e *Binaries) URL() string        { return e.url }
+
+func (e *Binaries) Token(t testing.TB, req api.TokenRequest) string {
+	return createToken(t, e.admin, req)
+}
+
+// RestartConsole kills the console with SIGKILL, as a crash would, and
+// starts it again.
+func (e *Binaries) RestartConsole(t testing.TB) {
+	t.Helper()
+	e.stopConsole(t, syscall.SIGKILL)
+	e.startConsole(t)
+}
+
+func (e *Binaries) Enroll(t testing.TB, token, name string) (Box, error) {
+	dir := t.TempDir()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, filepath.Join(e.bin, "edgebox-agent"), "enroll", "--data", dir, "--name", name, token).CombinedOutput()
+	if err != nil {
+		return nil, fmt.Errorf("%s", bytes.TrimSpace(out))
+	}
+	s := string(out)
+	i := strings.Index(s, "(box ")
+	if i < 0 {
+		return nil, fmt.Errorf("no box ID in %q", s)
+	}
+	id := strings.Fields(s[i+len("(box "):])[0]
+	id = strings.TrimSuffix(id, ")")
+	return &binaryBox{bin: e.bin, dir: dir, id: id}, nil
+}
+
+type binaryBox struct {
+	bin, dir, id string
+	mu           sync.Mutex
+	cmd          *exec.Cmd
+	logs         *syncBuffer
+}
+
+func (b *binaryBox) ID() string      { return b.id }
+func (b *binaryBox) DataDir() string { return b.dir }
+
+func (b *binaryBox) Start(t testing.TB) {
+	t.Helper()
+	logs := &syncBuffer{b: new(bytes.Buffer)}
+	cmd := exec.Command(filepath.Join(b.bin, "edgebox-agent"), "run", "--data", b.dir)
+	cmd.Stdout, cmd.Stderr = logs, logs
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	b.mu.Lock()
+	b.cmd, b.logs = cmd, logs
+	b.mu.Unlock()
+	t.Cleanup(func() { b.Stop(t) })
+}
+
+func (b *binaryBox) Stop(t testing.TB) {
+	b.mu.Lock()
+	cmd := b.cmd
+	b.cmd = nil
+	b.mu.Unlock()
+	if cmd == nil {
+		return
+	}
+	cmd.Process.Signal(syscall.SIGTERM)
+	done := make(chan struct{})
+	go func() { cmd.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(15 * time.Second):
+		cmd.Process.Kill()
+		<-done
+		t.Errorf("agent %s did not stop on SIGTERM", b.id)
+	}
+	if t.Failed() {
+		t.Logf("agent %s log:\n%s", b.id, b.logs.String())
+	}
+}
+
+// syncBuffer is a bytes.Buffer safe for a writer and a reader.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  *bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}

@@ -1,0 +1,40 @@
+package testenv
+
+import (
+	"context"
+	"crypto/tls"
+	"io"
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/edgebox/edgebox/api"
+)
+
+func createToken(t testing.TB, c *api.Client, req api.TokenRequest) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	tok, err := c.CreateToken(ctx, req)
+	if err != nil {
+		t.Fatalf("create token: %v", err)
+	}
+	return tok.Text
+}
+
+// fetchCA reads the console CA without verifying; tests then pin it.
+func fetchCA(t testing.TB, url string) []byte {
+	t.Helper()
+	hc := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{
+		TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}}
+	resp, err := hc.Get(url + "/api/v1/ca")
+	if err != nil {
+		t.Fatalf("fetch CA: %v", err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
