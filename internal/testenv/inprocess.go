@@ -29,6 +29,7 @@ type InProcess struct {
 	addr    string
 	url     string
 	admin   *api.Client
+	token   string
 	caPEM   []byte
 
 	mu      sync.Mutex // guards console and stop
@@ -47,6 +48,7 @@ func NewInProcess(t testing.TB, opts Options) *InProcess {
 	if err != nil {
 		t.Fatal(err)
 	}
+	e.token = tok
 	e.caPEM = fetchCA(t, e.url)
 	e.admin, err = api.NewClient(e.url, tok, e.caPEM)
 	if err != nil {
@@ -113,6 +115,9 @@ func (e *InProcess) Console() *console.Console {
 func (e *InProcess) Admin() *api.Client { return e.admin }
 func (e *InProcess) URL() string        { return e.url }
 func (e *InProcess) CAPEM() []byte      { return e.caPEM }
+
+// AdminToken is the admin API token the console printed.
+func (e *InProcess) AdminToken() string { return e.token }
 
 func (e *InProcess) Token(t testing.TB, req api.TokenRequest) string {
 	return createToken(t, e.admin, req)

@@ -1,0 +1,35 @@
+package console
+
+import (
+	"context"
+	"net"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	edgeboxv1 "github.com/edgebox/edgebox/proto/edgebox/v1"
+	"github.com/edgebox/edgebox/tunnel"
+)
+
+// AgentConn returns a gRPC connection to a box's AgentService over its
+// tunnel. The connection follows the box across reconnects; the caller
+// closes it when done.
+func (c *Console) AgentConn(boxID string) (*grpc.ClientConn, error) {
+	srv := c.tunnel
+	return grpc.NewClient("passthrough:///"+boxID,
+		grpc.WithTransportCredentials(insecure.NewCredentials()), // the tunnel is the mTLS
+		grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) {
+			return srv.Open(ctx, boxID, tunnel.KindRPC, nil)
+		}))
+}
+
+// PingAgent calls a box's AgentService.Ping: a full round trip through the
+// tunnel, the agent's gRPC server and back.
+func (c *Console) PingAgent(ctx context.Context, boxID string, payload []byte) (*edgeboxv1.PingResponse, error) {
+	conn, err := c.AgentConn(boxID)
+	if err != nil {
+		return nil, err
+	}
+	defer conn.Close()
+	return edgeboxv1.NewAgentServiceClient(conn).Ping(ctx, &edgeboxv1.PingRequest{Payload: payload})
+}
