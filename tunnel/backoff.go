@@ -6,8 +6,9 @@ import (
 )
 
 // Backoff is full-jitter exponential backoff: the n-th wait is uniform in
-// [0, min(Max, Min·2ⁿ)], never below Min, so a fleet that lost its console
-// at once does not come back at once.
+// [0, min(Max, Min·2ⁿ)], so a fleet that lost its console at once comes
+// back spread over a second, then two, then four, and never waits more
+// than Max.
 type Backoff struct {
 	Min, Max time.Duration
 	// Rand returns a uniform value in [0, n). nil uses math/rand/v2.
@@ -25,6 +26,5 @@ func (b Backoff) Delay(n int) time.Duration {
 	if rnd == nil {
 		rnd = rand.Int64N
 	}
-	d := time.Duration(rnd(int64(ceil) + 1))
-	return max(d, b.Min)
+	return time.Duration(rnd(int64(ceil) + 1))
 }

@@ -112,7 +112,22 @@ func TestBackoffFullJitter(t *testing.T) {
 		}
 	}
 	b.Rand = bottom
-	if got := b.Delay(5); got != time1s {
-		t.Errorf("Delay at the bottom of the range = %v, want the 1s floor", got)
+	if got := b.Delay(5); got != 0 {
+		t.Errorf("Delay at the bottom of the range = %v, want 0", got)
+	}
+	// With the real random source the waits spread over the range.
+	b.Rand = nil
+	var lo, hi int
+	for range 1000 {
+		if d := b.Delay(0); d < time1s/2 {
+			lo++
+		} else if d <= time1s {
+			hi++
+		} else {
+			t.Fatalf("first retry after %v, over the 1s cap", d)
+		}
+	}
+	if lo < 350 || hi < 350 {
+		t.Errorf("first retries not spread: %d below 0.5s, %d above", lo, hi)
 	}
 }
