@@ -337,4 +337,3 @@ func (s *agentService) Ping(ctx context.Context, r *edgeboxv1.PingRequest) (*edg
 func (s *agentService) Info(ctx context.Context, _ *edgeboxv1.InfoRequest) (*edgeboxv1.BoxInfo, error) {
 	return hostFacts(s.version), nil
 }
-

@@ -17,8 +17,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
-	"google.golang.org/grpc"
 	bolt "go.etcd.io/bbolt"
+	"google.golang.org/grpc"
 
 	"github.com/edgebox/edgebox/console/audit"
 	"github.com/edgebox/edgebox/console/auth"
@@ -214,7 +214,7 @@ func (c *Console) Run(ctx context.Context) error {
 	c.presence = newPresence(srv, fl, c.cfg.Tunnel, c.log)
 	srv.OnSession = c.presence.onSession
 
-	rpc := grpc.NewServer(grpc.MaxRecvMsgSize(1<<20))
+	rpc := grpc.NewServer(grpc.MaxRecvMsgSize(1 << 20))
 	edgeboxv1.RegisterConsoleServiceServer(rpc, &consoleService{fleet: fl, pki: authority, ttl: c.cfg.BoxCertTTL, log: c.log, presence: c.presence})
 
 	handler := httpapi.New(httpapi.Deps{

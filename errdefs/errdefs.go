@@ -28,10 +28,12 @@ func (e *kinded) Is(target error) bool { return target == e.kind }
 
 // NotFound, Conflict, Invalid, Unavailable and Permission build an error of
 // that category whose text is exactly the formatted message.
-func NotFound(format string, a ...any) error   { return &kinded{ErrNotFound, fmt.Sprintf(format, a...)} }
-func Conflict(format string, a ...any) error   { return &kinded{ErrConflict, fmt.Sprintf(format, a...)} }
-func Invalid(format string, a ...any) error    { return &kinded{ErrInvalid, fmt.Sprintf(format, a...)} }
-func Permission(format string, a ...any) error { return &kinded{ErrPermission, fmt.Sprintf(format, a...)} }
+func NotFound(format string, a ...any) error { return &kinded{ErrNotFound, fmt.Sprintf(format, a...)} }
+func Conflict(format string, a ...any) error { return &kinded{ErrConflict, fmt.Sprintf(format, a...)} }
+func Invalid(format string, a ...any) error  { return &kinded{ErrInvalid, fmt.Sprintf(format, a...)} }
+func Permission(format string, a ...any) error {
+	return &kinded{ErrPermission, fmt.Sprintf(format, a...)}
+}
 func Unavailable(format string, a ...any) error {
 	return &kinded{ErrUnavailable, fmt.Sprintf(format, a...)}
 }

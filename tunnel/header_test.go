@@ -56,15 +56,15 @@ func TestHeaderRoundTrip(t *testing.T) {
 func TestReadHeaderRejects(t *testing.T) {
 	t.Parallel()
 	cases := map[string][]byte{
-		"empty":          nil,
-		"bad version":    {2, 3, 'r', 'p', 'c', 0, 0},
-		"zero kind":      {1, 0, 0, 0},
-		"truncated kind": {1, 3, 'r'},
-		"bad kind char":  {1, 3, 'r', '/', 'c', 0, 0},
-		"meta too long":  {1, 3, 'r', 'p', 'c', 0xff, 0xff},
-		"truncated meta": {1, 3, 'r', 'p', 'c', 0, 5, 1, 'k'},
+		"empty":               nil,
+		"bad version":         {2, 3, 'r', 'p', 'c', 0, 0},
+		"zero kind":           {1, 0, 0, 0},
+		"truncated kind":      {1, 3, 'r'},
+		"bad kind char":       {1, 3, 'r', '/', 'c', 0, 0},
+		"meta too long":       {1, 3, 'r', 'p', 'c', 0xff, 0xff},
+		"truncated meta":      {1, 3, 'r', 'p', 'c', 0, 5, 1, 'k'},
 		"meta value past end": {1, 3, 'r', 'p', 'c', 0, 5, 1, 'k', 0, 9, 'v'},
-		"duplicate key":  {1, 3, 'r', 'p', 'c', 0, 10, 1, 'k', 0, 1, 'v', 1, 'k', 0, 1, 'w'},
+		"duplicate key":       {1, 3, 'r', 'p', 'c', 0, 10, 1, 'k', 0, 1, 'v', 1, 'k', 0, 1, 'w'},
 	}
 	for name, b := range cases {
 		t.Run(name, func(t *testing.T) {

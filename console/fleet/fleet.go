@@ -70,8 +70,8 @@ type EnrollToken struct {
 	Site            string            `json:"site"`
 	Labels          map[string]string `json:"labels,omitempty"`
 	RequireApproval bool              `json:"require_approval"`
-	Uses            int               `json:"uses"`      // allowed
-	Used            int               `json:"used"`      // so far
+	Uses            int               `json:"uses"` // allowed
+	Used            int               `json:"used"` // so far
 	ExpiresAt       time.Time         `json:"expires_at"`
 	CreatedAt       time.Time         `json:"created_at"`
 	CreatedBy       string            `json:"created_by"`
@@ -354,7 +354,9 @@ func (f *Fleet) Boxes(tenant string) ([]Box, error) {
 			return nil
 		})
 	})
-	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name || out[i].Name == out[j].Name && out[i].ID < out[j].ID })
+	sort.Slice(out, func(i, j int) bool {
+		return out[i].Name < out[j].Name || out[i].Name == out[j].Name && out[i].ID < out[j].ID
+	})
 	return out, err
 }
 

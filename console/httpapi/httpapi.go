@@ -377,4 +377,3 @@ func (s *server) listAudit(c *gin.Context) {
 	}
 	c.JSON(http.StatusOK, out)
 }
-
