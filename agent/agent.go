@@ -49,12 +49,15 @@ type Config struct {
 	PendingRecheck time.Duration
 	// RenewRetry is the wait after a failed certificate renewal.
 	RenewRetry time.Duration
+	// RPCIdle is how long the agent's gRPC connection to the console stays
+	// open without calls.
+	RPCIdle time.Duration
 }
 
 // DefaultConfig returns the defaults for dir.
 func DefaultConfig(dir string) Config {
 	return Config{DataDir: dir, Version: "dev", Tunnel: tunnel.DefaultConfig(),
-		PendingRecheck: 15 * time.Second, RenewRetry: time.Minute}
+		PendingRecheck: 15 * time.Second, RenewRetry: time.Minute, RPCIdle: 30 * time.Second}
 }
 
 // Validate reports what is wrong with c.
@@ -62,8 +65,8 @@ func (c Config) Validate() error {
 	if c.DataDir == "" {
 		return errors.New("agent: data directory is required")
 	}
-	if c.PendingRecheck <= 0 || c.RenewRetry <= 0 {
-		return errors.New("agent: PendingRecheck and RenewRetry must be positive")
+	if c.PendingRecheck <= 0 || c.RenewRetry <= 0 || c.RPCIdle <= 0 {
+		return errors.New("agent: PendingRecheck, RenewRetry and RPCIdle must be positive")
 	}
 	return c.Tunnel.Validate()
 }
@@ -174,10 +177,14 @@ func (a *Agent) Run(ctx context.Context) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 
-	rpc := grpc.NewServer(grpc.MaxRecvMsgSize(4 << 20))
+	rpc := grpc.NewServer(grpc.MaxRecvMsgSize(4<<20), grpc.ReadBufferSize(0), grpc.SharedWriteBuffer(true))
 	edgeboxv1.RegisterAgentServiceServer(rpc, &agentService{version: a.cfg.Version})
 	console, err := grpc.NewClient("passthrough:///console",
-		grpc.WithTransportCredentials(insecure.NewCredentials()), // the tunnel is the mTLS
+		grpc.WithTransportCredentials(insecure.NewCredentials()),     // the tunnel is the mTLS
+		grpc.WithReadBufferSize(0), grpc.WithSharedWriteBuffer(true), // tunnel streams are buffered
+		// Between calls the connection and its stream go away, so an idle
+		// box costs the console no gRPC transport.
+		grpc.WithIdleTimeout(a.cfg.RPCIdle),
 		grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) {
 			return a.tc.Open(ctx, tunnel.KindRPC, nil)
 		}))

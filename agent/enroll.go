@@ -62,6 +62,7 @@ func Enroll(ctx context.Context, dir, tokenText string, opts EnrollOptions) (Ide
 	}
 	tr.TLSClientConfig = enroll.PinnedTLS(tok.CAHash, u.Hostname())
 	hc := &http.Client{Transport: tr, Timeout: 60 * time.Second}
+	defer tr.CloseIdleConnections() // one request: leave nothing open on the console
 	body, _ := json.Marshal(enroll.Request{Token: tok.String(), CSR: string(csr), Hostname: host, Name: opts.Name})
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, "https://"+enroll.HostPort(u)+enroll.Path, bytes.NewReader(body))
 	if err != nil {

@@ -214,7 +214,10 @@ func (c *Console) Run(ctx context.Context) error {
 	c.presence = newPresence(srv, fl, c.cfg.Tunnel, c.log)
 	srv.OnSession = c.presence.onSession
 
-	rpc := grpc.NewServer(grpc.MaxRecvMsgSize(1 << 20))
+	// gRPC's 32 KiB read buffer per connection would be most of an idle
+	// box's cost; tunnel streams are buffered already. The write buffer is
+	// shared and released after each flush.
+	rpc := grpc.NewServer(grpc.MaxRecvMsgSize(1<<20), grpc.ReadBufferSize(0), grpc.SharedWriteBuffer(true))
 	edgeboxv1.RegisterConsoleServiceServer(rpc, &consoleService{fleet: fl, pki: authority, ttl: c.cfg.BoxCertTTL, log: c.log, presence: c.presence})
 
 	handler := httpapi.New(httpapi.Deps{

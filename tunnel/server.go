@@ -56,7 +56,7 @@ type Server struct {
 	mu       sync.Mutex // guards sessions and closed
 	sessions map[string]*Session
 	closed   bool
-	wg       sync.WaitGroup // ServeConn calls
+	wg       sync.WaitGroup // live sessions
 }
 
 // NewServer validates cfg and returns a Server; it starts nothing.
@@ -77,24 +77,30 @@ func NewServer(cfg ServerConfig, log *slog.Logger, m *Metrics) (*Server, error) 
 // Listen returns the listener for streams of kind opened by boxes.
 func (s *Server) Listen(kind Kind) *Listener { return s.routes.listen(kind) }
 
-// ServeConn runs a session on conn, whose TLS handshake must be complete,
-// until the session ends or ctx is done. It closes conn.
+// ServeConn starts a session on conn, whose TLS handshake must be
+// complete, and returns once it is up (or refused). The session then runs
+// on its own until it ends, the box is dropped or replaced, ctx is done or
+// the server closes; conn is closed with it. No goroutine waits on it:
+// an idle box costs the console yamux's two goroutines and one that
+// accepts streams.
 func (s *Server) ServeConn(ctx context.Context, conn *tls.Conn) error {
-	defer conn.Close()
 	conn.SetWriteDeadline(time.Now().Add(s.cfg.OpenTimeout))
 	boxID, err := s.cfg.Identify(conn.ConnectionState())
 	if err != nil {
 		s.metrics.handshake("refused")
 		writeVerdict(conn, err.Error())
+		conn.Close()
 		return fmt.Errorf("tunnel: refusing session: %w", err)
 	}
 	if err := writeVerdict(conn, ""); err != nil {
 		s.metrics.handshake("failed")
+		conn.Close()
 		return fmt.Errorf("tunnel: greeting %s: %w", boxID, err)
 	}
 	conn.SetWriteDeadline(time.Time{})
 	ys, err := yamux.Server(conn, s.cfg.yamux())
 	if err != nil {
+		conn.Close()
 		return err
 	}
 	sess := newSession(ys, s.cfg.Name, boxID, s.cfg.Config, &s.routes, s.log, s.metrics)
@@ -109,7 +115,6 @@ func (s *Server) ServeConn(ctx context.Context, conn *tls.Conn) error {
 	s.sessions[boxID] = sess
 	s.wg.Add(1)
 	s.mu.Unlock()
-	defer s.wg.Done()
 
 	if old != nil {
 		s.log.Info("box reconnected, replacing its old session", "box_id", boxID)
@@ -117,26 +122,25 @@ func (s *Server) ServeConn(ctx context.Context, conn *tls.Conn) error {
 	}
 	s.metrics.handshake("ok")
 	s.metrics.sessionUp(1)
-	sess.start()
+	stop := context.AfterFunc(ctx, func() { sess.Close() })
+	sess.onEnd = func() {
+		stop()
+		conn.Close()
+		s.metrics.sessionUp(-1)
+		s.mu.Lock()
+		if s.sessions[boxID] == sess {
+			delete(s.sessions, boxID)
+		}
+		s.mu.Unlock()
+		if s.OnSession != nil {
+			s.OnSession(SessionEvent{BoxID: boxID, Session: sess, Up: false})
+		}
+		s.wg.Done()
+	}
 	if s.OnSession != nil {
 		s.OnSession(SessionEvent{BoxID: boxID, Session: sess, Up: true})
 	}
-	select {
-	case <-sess.Done():
-	case <-ctx.Done():
-	}
-	sess.Close()
-	s.metrics.sessionUp(-1)
-
-	s.mu.Lock()
-	current := s.sessions[boxID] == sess
-	if current {
-		delete(s.sessions, boxID)
-	}
-	s.mu.Unlock()
-	if s.OnSession != nil {
-		s.OnSession(SessionEvent{BoxID: boxID, Session: sess, Up: false})
-	}
+	sess.start()
 	return nil
 }
 
@@ -181,8 +185,8 @@ func (s *Server) Drop(boxID string) bool {
 	return ok
 }
 
-// Close drops every session, closes every listener and waits for the
-// ServeConn calls to return.
+// Close drops every session, closes every listener and waits for every
+// session to end.
 func (s *Server) Close() error {
 	s.mu.Lock()
 	s.closed = true

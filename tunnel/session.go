@@ -87,7 +87,13 @@ type Session struct {
 
 	closeOnce sync.Once
 	done      chan struct{} // closed when the session is closed
-	wg        sync.WaitGroup
+	// wg counts the accept loop, stream header readers and the armed ping
+	// timer (from arming until its tick ends, or until Close stops it).
+	wg sync.WaitGroup
+
+	mu        sync.Mutex // guards pingTimer arming against Close
+	pingTimer *time.Timer
+	onEnd     func() // set before start; runs once, after the session ended
 }
 
 func newSession(ys *yamux.Session, self, peer string, cfg Config, routes router, log *slog.Logger, m *Metrics) *Session {
@@ -100,18 +106,19 @@ func newSession(ys *yamux.Session, self, peer string, cfg Config, routes router,
 	return s
 }
 
-// start runs the accept and ping loops until the session ends.
+// start runs the session: one goroutine accepts streams; pings run from a
+// timer, so between pings they hold no goroutine. With yamux's own two,
+// that is three goroutines per idle box on the console.
 func (s *Session) start() {
-	s.wg.Add(2)
-	go func() { defer s.wg.Done(); s.acceptLoop() }()
-	go func() { defer s.wg.Done(); s.pingLoop() }()
+	s.wg.Add(2) // the accept loop, and the armed ping timer
 	go func() {
-		select {
-		case <-s.ys.CloseChan():
-			s.Close()
-		case <-s.done:
-		}
+		defer s.wg.Done()
+		s.acceptLoop()
+		go s.Close() // yamux ended on its own: the connection broke
 	}()
+	s.mu.Lock()
+	s.pingTimer = time.AfterFunc(s.cfg.PingInterval, s.pingTick)
+	s.mu.Unlock()
 }
 
 // Peer returns the verified identity of the far side.
@@ -151,31 +158,43 @@ func (s *Session) Ping() (time.Duration, error) {
 func (s *Session) Close() error {
 	s.closeOnce.Do(func() {
 		close(s.done)
+		s.mu.Lock()
+		if s.pingTimer != nil && s.pingTimer.Stop() {
+			s.wg.Done() // the timer will not fire: its tick never runs
+		}
+		s.mu.Unlock()
 		s.ys.Close()
+		s.wg.Wait()
+		if s.onEnd != nil {
+			s.onEnd()
+		}
 	})
 	s.wg.Wait()
 	return nil
 }
 
-func (s *Session) pingLoop() {
-	t := time.NewTicker(s.cfg.PingInterval)
-	defer t.Stop()
-	for {
+// pingTick runs from the ping timer: one ping, then the timer is armed
+// again, or the session is closed when the ping failed.
+func (s *Session) pingTick() {
+	defer s.wg.Done()
+	if _, err := s.Ping(); err != nil {
 		select {
 		case <-s.done:
-			return
-		case <-t.C:
+		default:
+			s.log.Warn("link dead, closing session", "err", err)
+			go s.Close() // Close waits for this tick
 		}
-		if _, err := s.Ping(); err != nil {
-			select {
-			case <-s.done:
-			default:
-				s.log.Warn("link dead, closing session", "err", err)
-				go s.Close() // Close waits for this goroutine
-			}
-			return
-		}
+		return
 	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	select {
+	case <-s.done:
+		return
+	default:
+	}
+	s.wg.Add(1)
+	s.pingTimer.Reset(s.cfg.PingInterval)
 }
 
 func (s *Session) acceptLoop() {

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"log/slog"
 	"net/http"
+	"net/http/pprof"
 	"strconv"
 	"strings"
 	"time"
@@ -70,6 +71,7 @@ func New(d Deps) http.Handler {
 
 	a := r.Group("/", s.authenticate, s.auditFailures)
 	a.GET("/metrics", gin.WrapH(d.Metrics))
+	a.GET("/debug/pprof/:name", func(c *gin.Context) { pprof.Handler(c.Param("name")).ServeHTTP(c.Writer, c.Request) })
 	v1 := a.Group("/api/v1")
 	v1.GET("/boxes", s.listBoxes)
 	v1.GET("/boxes/:id", s.getBox)

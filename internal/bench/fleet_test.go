@@ -1,0 +1,389 @@
+package bench
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/edgebox/edgebox/agent"
+	"github.com/edgebox/edgebox/api"
+	"github.com/edgebox/edgebox/internal/testenv"
+)
+
+// consoleProc is the console binary under measurement.
+type consoleProc struct {
+	bin, data, addr, url, token string
+	cmd                         *exec.Cmd
+	hc                          *http.Client
+}
+
+func (c *consoleProc) start(b *testing.B) []byte {
+	var out bytes.Buffer
+	c.cmd = exec.Command(filepath.Join(c.bin, "edgebox-console"), "--data", c.data, "--listen", c.addr,
+		"--public-url", c.url, "--log-level", "error")
+	c.cmd.Stdout, c.cmd.Stderr = &out, os.Stderr
+	if os.Getenv("EDGEBOX_BENCH_HEAP_PROFILE") != "" {
+		c.cmd.Env = append(os.Environ(), "GODEBUG=memprofilerate=1")
+	}
+	if err := c.cmd.Start(); err != nil {
+		b.Fatal(err)
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		resp, err := c.hc.Get(c.url + "/healthz")
+		if err == nil {
+			resp.Body.Close()
+			return out.Bytes()
+		}
+		if time.Now().After(deadline) {
+			b.Fatalf("console did not start: %v", err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func (c *consoleProc) kill() {
+	c.cmd.Process.Signal(syscall.SIGKILL)
+	c.cmd.Wait()
+}
+
+// metric reads one unlabelled sample from the console's /metrics.
+func (c *consoleProc) metric(name string) (float64, error) {
+	req, _ := http.NewRequest(http.MethodGet, c.url+"/metrics", nil)
+	req.Header.Set("Authorization", "Bearer "+c.token)
+	resp, err := c.hc.Do(req)
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		if v, ok := strings.CutPrefix(sc.Text(), name+" "); ok {
+			return strconv.ParseFloat(v, 64)
+		}
+	}
+	return 0, fmt.Errorf("no metric %s", name)
+}
+
+// settledMemory samples heap in use and RSS for a while and keeps the
+// lowest of each, so garbage awaiting collection is not counted.
+func (c *consoleProc) settledMemory(b *testing.B, d time.Duration) (heap, rss float64) {
+	heap, rss = 1e18, 1e18
+	for end := time.Now().Add(d); time.Now().Before(end); time.Sleep(500 * time.Millisecond) {
+		h, err := c.metric("go_memstats_heap_inuse_bytes")
+		if err != nil {
+			b.Fatal(err)
+		}
+		r, err := c.metric("process_resident_memory_bytes")
+		if err != nil {
+			b.Fatal(err)
+		}
+		heap, rss = min(heap, h), min(rss, r)
+	}
+	return heap, rss
+}
+
+// liveHeap forces two garbage collections in the console (the second
+// empties sync.Pool victims) through its pprof endpoint, then reads the
+// heap in use: memory the console really holds.
+func (c *consoleProc) liveHeap(b *testing.B) float64 {
+	for range 2 {
+		req, _ := http.NewRequest(http.MethodGet, c.url+"/debug/pprof/heap?gc=1", nil)
+		req.Header.Set("Authorization", "Bearer "+c.token)
+		resp, err := c.hc.Do(req)
+		if err != nil {
+			b.Fatal(err)
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+	}
+	v, err := c.metric("go_memstats_heap_inuse_bytes")
+	if err != nil {
+		b.Fatal(err)
+	}
+	return v
+}
+
+func freeAddr(b *testing.B) string {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
+}
+
+func boxCount(b *testing.B) int {
+	if s := os.Getenv("EDGEBOX_BENCH_BOXES"); s != "" {
+		n, err := strconv.Atoi(s)
+		if err != nil {
+			b.Fatal(err)
+		}
+		return n
+	}
+	return 2000
+}
+
+// BenchmarkFleet connects N real agents (2,000 unless EDGEBOX_BENCH_BOXES
+// says otherwise) to the console binary, reports the console's memory per
+// idle connected box, then kills the console, restarts it and reports how
+// long the fleet takes to come back and the API's latency meanwhile.
+func BenchmarkFleet(b *testing.B) {
+	n := boxCount(b)
+	for range b.N {
+		fleet(b, n)
+	}
+}
+
+func fleet(b *testing.B, n int) {
+	bin := testenv.BuildBinaries(b)
+	addr := freeAddr(b)
+	c := &consoleProc{bin: bin, data: b.TempDir(), addr: addr, url: "https://" + addr,
+		hc: &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}}}
+	out := c.start(b)
+	defer c.kill()
+	for _, line := range strings.Split(string(out), "\n") {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "admin token:"); ok {
+			c.token = strings.TrimSpace(v)
+		}
+	}
+	caPEM := fetch(b, c.hc, c.url+"/api/v1/ca")
+	admin, err := api.NewClient(c.url, c.token, caPEM)
+	if err != nil {
+		b.Fatal(err)
+	}
+	ctx := context.Background()
+	tok, err := admin.CreateToken(ctx, api.TokenRequest{Region: "bench", Site: "lab", Uses: n, TTL: "2h"})
+	if err != nil {
+		b.Fatal(err)
+	}
+
+	// Enroll n boxes, 16 at a time.
+	dirs := make([]string, n)
+	start := time.Now()
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, 16)
+	for i := range n {
+		dirs[i] = b.TempDir()
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer wg.Done()
+			defer func() { <-sem }()
+			if _, _, err := agent.Enroll(ctx, dirs[i], tok.Text, agent.EnrollOptions{Name: fmt.Sprintf("box-%04d", i)}); err != nil {
+				b.Error(err)
+			}
+		}()
+	}
+	wg.Wait()
+	if b.Failed() {
+		return
+	}
+	b.Logf("enrolled %d boxes in %v", n, time.Since(start).Round(time.Millisecond))
+
+	heap0, rss0 := c.settledMemory(b, 5*time.Second)
+	live0 := c.liveHeap(b)
+	g0, err := c.metric("go_goroutines")
+	if err != nil {
+		b.Fatal(err)
+	}
+
+	// Start n agents in this process.
+	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+	actx, stopAgents := context.WithCancel(ctx)
+	var agents sync.WaitGroup
+	defer func() { stopAgents(); agents.Wait() }()
+	ids := make([]string, n)
+	start = time.Now()
+	for i, dir := range dirs {
+		a, err := agent.New(agent.DefaultConfig(dir), quiet)
+		if err != nil {
+			b.Fatal(err)
+		}
+		ids[i] = a.Identity().BoxID
+		agents.Add(1)
+		go func() { defer agents.Done(); a.Run(actx) }()
+	}
+	waitOnline(b, admin, n, 5*time.Minute)
+	b.Logf("%d agents online in %v", n, time.Since(start).Round(time.Millisecond))
+
+	// Idle means no call in flight: the agents' gRPC connections close
+	// after 30 s without calls. Wait until the console's goroutines stop
+	// falling.
+	idleStart := time.Now()
+	last, steady := 1e18, 0
+	for steady < 3 || time.Since(idleStart) < 40*time.Second {
+		time.Sleep(2 * time.Second)
+		g, err := c.metric("go_goroutines")
+		if err != nil {
+			b.Fatal(err)
+		}
+		if g < last {
+			last, steady = g, 0
+		} else {
+			steady++
+		}
+		if time.Since(idleStart) > 3*time.Minute {
+			break
+		}
+	}
+	b.ReportMetric((last-g0)/float64(n), "goroutines/box")
+	heap1, rss1 := c.settledMemory(b, 10*time.Second)
+	live1 := c.liveHeap(b)
+	if p := os.Getenv("EDGEBOX_BENCH_HEAP_PROFILE"); p != "" {
+		req, _ := http.NewRequest(http.MethodGet, c.url+"/debug/pprof/heap?gc=1", nil)
+		req.Header.Set("Authorization", "Bearer "+c.token)
+		if resp, err := c.hc.Do(req); err == nil {
+			body, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			os.WriteFile(p, body, 0o644)
+		}
+	}
+	heapPer := (heap1 - heap0) / float64(n)
+	rssPer := (rss1 - rss0) / float64(n)
+	b.ReportMetric(heapPer/1024, "heap-KiB/box")
+	b.ReportMetric((live1-live0)/float64(n)/1024, "live-heap-KiB/box")
+	b.ReportMetric(rssPer/1024, "rss-KiB/box")
+	b.ReportMetric(float64(1<<30)/rssPer, "boxes/GiB-rss")
+
+	// The storm: kill the console, start it again, watch the fleet return
+	// while an operator keeps calling the API.
+	c.kill()
+	restart := time.Now()
+	c.start(b)
+	// The operator's calls come from another process, as they would, so
+	// the 2,000 agents in this one do not slow the prober itself.
+	probe := exec.Command(os.Args[0])
+	probe.Env = append(os.Environ(), "EDGEBOX_PROBE_URL="+c.url, "EDGEBOX_PROBE_TOKEN="+c.token,
+		"EDGEBOX_PROBE_BOX="+ids[0], "EDGEBOX_PROBE_CA="+string(caPEM))
+	var probeOut bytes.Buffer
+	probe.Stdout = &probeOut
+	stdin, _ := probe.StdinPipe()
+	if err := probe.Start(); err != nil {
+		b.Fatal(err)
+	}
+	waitOnline(b, admin, n, 10*time.Minute)
+	back := time.Since(restart)
+	stdin.Close() // tells the prober to stop
+	probe.Wait()
+	var lat []time.Duration
+	for _, line := range strings.Split(probeOut.String(), "\n") {
+		if v, ok := strings.CutPrefix(line, "lat "); ok {
+			d, _ := time.ParseDuration(v)
+			lat = append(lat, d)
+		}
+	}
+	if len(lat) == 0 {
+		b.Fatalf("the prober measured nothing: %s", probeOut.String())
+	}
+	sort.Slice(lat, func(i, j int) bool { return lat[i] < lat[j] })
+	p := func(q float64) time.Duration { return lat[min(len(lat)-1, int(q*float64(len(lat))))] }
+	b.ReportMetric(back.Seconds(), "storm-s-all-online")
+	b.ReportMetric(float64(p(0.50).Microseconds())/1000, "storm-api-p50-ms")
+	b.ReportMetric(float64(p(0.99).Microseconds())/1000, "storm-api-p99-ms")
+	b.Logf("storm: %d boxes online %v after restart; API p50 %v p99 %v max %v over %d calls",
+		n, back.Round(time.Millisecond), p(0.5), p(0.99), lat[len(lat)-1], len(lat))
+}
+
+// waitOnline polls the session gauge through the API until n boxes are
+// online.
+func waitOnline(b *testing.B, admin *api.Client, n int, timeout time.Duration) {
+	deadline := time.Now().Add(timeout)
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		bs, err := admin.Boxes(ctx)
+		cancel()
+		online := 0
+		for _, x := range bs {
+			if x.Online && x.AgentVersion != "" {
+				online++
+			}
+		}
+		if err == nil && online == n {
+			return
+		}
+		if time.Now().After(deadline) {
+			b.Fatalf("only %d of %d boxes online after %v (%v)", online, n, timeout, err)
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
+}
+
+func fetch(b *testing.B, hc *http.Client, url string) []byte {
+	resp, err := hc.Get(url)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(body) {
+		b.Fatal("no CA")
+	}
+	return body
+}
+
+// TestMain runs the test binary as BenchmarkFleet's API prober when the
+// benchmark starts it so.
+func TestMain(m *testing.M) {
+	if url := os.Getenv("EDGEBOX_PROBE_URL"); url != "" {
+		probeAPI(url)
+		os.Exit(0)
+	}
+	os.Exit(m.Run())
+}
+
+// probeAPI is the operator in BenchmarkFleet's storm, in a process of its
+// own: it calls the API every 10 ms from 4 workers and prints each latency
+// until its standard input closes.
+func probeAPI(url string) {
+	admin, err := api.NewClient(url, os.Getenv("EDGEBOX_PROBE_TOKEN"), []byte(os.Getenv("EDGEBOX_PROBE_CA")))
+	if err != nil {
+		fmt.Println("error", err)
+		return
+	}
+	var stop atomic.Bool
+	go func() { io.Copy(io.Discard, os.Stdin); stop.Store(true) }()
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	for range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for !stop.Load() {
+				t0 := time.Now()
+				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+				_, err := admin.Box(ctx, os.Getenv("EDGEBOX_PROBE_BOX"))
+				cancel()
+				d := time.Since(t0)
+				if err != nil {
+					d = 10 * time.Second // a failure counts as the worst case
+				}
+				mu.Lock()
+				fmt.Printf("lat %s\n", d)
+				mu.Unlock()
+				time.Sleep(10 * time.Millisecond)
+			}
+		}()
+	}
+	wg.Wait()
+}
