@@ -3,6 +3,7 @@ package enroll
 import (
 	"crypto/sha256"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 )
@@ -100,4 +101,10 @@ func FuzzParseToken(f *testing.F) {
 			t.Fatalf("accepted token does not round-trip: %v", err)
 		}
 	})
+}
+
+func ExampleParseToken() {
+	tok, err := ParseToken(sampleToken().String())
+	fmt.Println(tok.ConsoleURL, tok.IDString(), err)
+	// Output: https://console.example.com:8443 070000000000000000 <nil>
 }

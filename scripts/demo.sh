@@ -42,7 +42,7 @@ echo "demo: starting the agent (log in .demo/agent.log)"
 bin/edgebox-agent run --data "$DEMO/agent" 2>"$DEMO/agent.log" &
 pids="$pids $!"
 i=0
-until bin/edgebox boxes ls 2>/dev/null | grep -q 'yes ('; do
+until bin/edgebox boxes ls 2>/dev/null | grep -q ' yes'; do
 	i=$((i + 1))
 	[ $i -le 100 ] || { echo "demo: the box did not come online:"; cat "$DEMO/agent.log"; exit 1; }
 	sleep 0.1

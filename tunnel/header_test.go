@@ -3,6 +3,7 @@ package tunnel
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 )
@@ -130,4 +131,11 @@ func TestBackoffFullJitter(t *testing.T) {
 	if lo < 350 || hi < 350 {
 		t.Errorf("first retries not spread: %d below 0.5s, %d above", lo, hi)
 	}
+}
+
+func ExampleReadHeader() {
+	b, _ := Header{Kind: KindForward, Meta: map[string]string{"target": "192.168.1.20:3389"}}.MarshalBinary()
+	h, err := ReadHeader(bytes.NewReader(b))
+	fmt.Println(h.Kind, h.Meta["target"], err, len(b))
+	// Output: forward 192.168.1.20:3389 <nil> 37
 }

@@ -208,7 +208,10 @@ func boxesCmd(out printer) *cobra.Command {
 		for _, b := range bs {
 			online := "no"
 			if b.Online {
-				online = fmt.Sprintf("yes (%.0fms)", b.RTTMillis)
+				online = "yes"
+				if b.RTTMillis > 0 {
+					online = fmt.Sprintf("yes (%.0fms)", b.RTTMillis)
+				}
 			}
 			fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s/%s\t%s\t%s\n", b.ID, b.Name, b.Region, b.Site, b.State, online,
 				ago(b.LastSeen), b.OS, b.Arch, b.AgentVersion, labelString(b.Labels))
