@@ -196,7 +196,10 @@ func (c *Console) Run(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("console: PKI: %w", err)
 	}
-	if err := c.firstStart(bdb, authority, created, public); err != nil {
+	if created {
+		c.log.Info("created the console CA", "dir", filepath.Join(c.cfg.DataDir, "pki"))
+	}
+	if err := c.firstStart(bdb, authority, public); err != nil {
 		return err
 	}
 	fl, err := fleet.New(bdb, c.cfg.Clock)
@@ -263,7 +266,7 @@ func (c *Console) Run(ctx context.Context) error {
 
 // firstStart creates the admin API token when there is none and prints it
 // once, with the CA fingerprint operators pin.
-func (c *Console) firstStart(bdb *bolt.DB, a *pki.Authority, created bool, public string) error {
+func (c *Console) firstStart(bdb *bolt.DB, a *pki.Authority, public string) error {
 	toks := auth.New(bdb)
 	anyTok, err := toks.Any()
 	if err != nil || anyTok {
@@ -281,7 +284,6 @@ func (c *Console) firstStart(bdb *bolt.DB, a *pki.Authority, created bool, publi
 This token is shown once. Log in with:
   edgebox login %s --token %s --ca-sha256 %x
 `, c.cfg.DataDir, public, h, text, public, text, h)
-	_ = created
 	return nil
 }
 

@@ -251,25 +251,22 @@ func (f *Fleet) Enroll(e Enrollment) (Box, []byte, error) {
 	var box Box
 	var cert []byte
 	now := f.now()
-	refuse := func(tx *bolt.Tx, tenant, why string) error {
-		// The refusal is audited even though the enrollment rolls back: it
-		// is written in its own transaction below.
-		return errdefs.Permission("%s", why)
-	}
+	// A refusal reads as an answer to the person at the box.
+	refuse := func(why string) error { return errdefs.Permission("%s", why) }
 	err := f.db.Update(func(tx *bolt.Tx) error {
 		var t EnrollToken
 		if err := get(tx, db.Tokens, e.Token.IDString(), &t); err != nil {
-			return refuse(tx, "", "this enrollment token is not known to the console; create a new one with 'edgebox token create'")
+			return refuse("this enrollment token is not known to the console; create a new one with 'edgebox token create'")
 		}
 		switch {
 		case !e.Token.SecretMatches(t.SecretHash):
-			return refuse(tx, t.TenantID, "this enrollment token is not valid; copy it again or create a new one")
+			return refuse("this enrollment token is not valid; copy it again or create a new one")
 		case t.Revoked:
-			return refuse(tx, t.TenantID, "this enrollment token was revoked; create a new one with 'edgebox token create'")
+			return refuse("this enrollment token was revoked; create a new one with 'edgebox token create'")
 		case !now.Before(t.ExpiresAt):
-			return refuse(tx, t.TenantID, fmt.Sprintf("this enrollment token expired at %s; create a new one with 'edgebox token create'", t.ExpiresAt.Format(time.RFC3339)))
+			return refuse(fmt.Sprintf("this enrollment token expired at %s; create a new one with 'edgebox token create'", t.ExpiresAt.Format(time.RFC3339)))
 		case t.Used >= t.Uses:
-			return refuse(tx, t.TenantID, fmt.Sprintf("this enrollment token was already used (%d of %d uses); create a new one with 'edgebox token create'", t.Used, t.Uses))
+			return refuse(fmt.Sprintf("this enrollment token was already used (%d of %d uses); create a new one with 'edgebox token create'", t.Used, t.Uses))
 		}
 		t.Used++
 		if err := put(tx, db.Tokens, t.ID, t); err != nil {
@@ -299,6 +296,7 @@ func (f *Fleet) Enroll(e Enrollment) (Box, []byte, error) {
 			Detail: fmt.Sprintf("token=%s name=%s region=%s site=%s state=%s", t.ID, name, t.Region, t.Site, box.State)})
 	})
 	if err != nil && errors.Is(err, errdefs.ErrPermission) {
+		// The enrollment rolled back; its refusal is audited on its own.
 		f.db.Update(func(tx *bolt.Tx) error {
 			return audit.AppendTx(tx, now, audit.Entry{TenantID: DefaultTenant, Actor: "enroll", Remote: e.Remote,
 				Action: "box.enroll", Target: "token:" + e.Token.IDString(), Result: err.Error()})
