@@ -29,6 +29,7 @@ check: ## gofmt, vet, generated code in sync, go mod tidy, dependency rules, cro
 	done
 
 proto: ## regenerate proto/ Go code with protoc, protoc-gen-go and protoc-gen-go-grpc
+	@sh scripts/test-deps.sh >/dev/null
 	cd proto && PATH="$(GOBIN):$$PATH" $(GO) generate ./...
 
 demo: build ## start a console on fresh data with a local enrolled agent; Ctrl-C stops both

@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/edgebox/edgebox/enroll"
+	"github.com/edgebox/edgebox/internal/atomicfile"
 )
 
 // EnrollOptions are the optional parts of enrollment.
@@ -95,7 +96,7 @@ func Enroll(ctx context.Context, dir, tokenText string, opts EnrollOptions) (Ide
 	if err := checkIssued(out, tok.CAHash); err != nil {
 		return Identity{}, false, err
 	}
-	if err := writeFileAtomic(filepath.Join(dir, caFile), []byte(out.CAPEM)); err != nil {
+	if err := atomicfile.Write(filepath.Join(dir, caFile), []byte(out.CAPEM)); err != nil {
 		return Identity{}, false, err
 	}
 	if err := saveKeyAndCert(dir, key, []byte(out.CertificatePEM)); err != nil {

@@ -11,6 +11,8 @@ import (
 	"os"
 	"path/filepath"
 	"time"
+
+	"github.com/edgebox/edgebox/internal/atomicfile"
 )
 
 // The agent's data directory:
@@ -88,10 +90,10 @@ func saveKeyAndCert(dir string, key *ecdsa.PrivateKey, certPEM []byte) error {
 	if _, err := tls.X509KeyPair(certPEM, keyPEM); err != nil {
 		return fmt.Errorf("agent: the console sent a certificate for another key: %w", err)
 	}
-	if err := writeFileAtomic(filepath.Join(dir, keyFile+".new"), keyPEM); err != nil {
+	if err := atomicfile.Write(filepath.Join(dir, keyFile+".new"), keyPEM); err != nil {
 		return err
 	}
-	if err := writeFileAtomic(filepath.Join(dir, certFile+".new"), certPEM); err != nil {
+	if err := atomicfile.Write(filepath.Join(dir, certFile+".new"), certPEM); err != nil {
 		return err
 	}
 	if err := os.Rename(filepath.Join(dir, keyFile+".new"), filepath.Join(dir, keyFile)); err != nil {
@@ -111,30 +113,5 @@ func writeJSON(path string, v any) error {
 	if err != nil {
 		return err
 	}
-	return writeFileAtomic(path, append(b, '\n'))
-}
-
-// writeFileAtomic writes b to path, mode 0600, through a synced temp file.
-func writeFileAtomic(path string, b []byte) error {
-	tmp, err := os.CreateTemp(filepath.Dir(path), ".tmp-*")
-	if err != nil {
-		return err
-	}
-	defer os.Remove(tmp.Name())
-	if err := tmp.Chmod(0o600); err != nil {
-		tmp.Close()
-		return err
-	}
-	if _, err := tmp.Write(b); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Sync(); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Close(); err != nil {
-		return err
-	}
-	return os.Rename(tmp.Name(), path)
+	return atomicfile.Write(path, append(b, '\n'))
 }

@@ -29,6 +29,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/edgebox/edgebox/internal/atomicfile"
 )
 
 // BoxURIPrefix is how a box ID appears in a certificate's URI SAN.
@@ -236,7 +238,7 @@ func BoxID(cert *x509.Certificate) (string, error) {
 }
 
 func writePEM(path, typ string, der []byte) error {
-	return writeFileAtomic(path, pem.EncodeToMemory(&pem.Block{Type: typ, Bytes: der}))
+	return atomicfile.Write(path, pem.EncodeToMemory(&pem.Block{Type: typ, Bytes: der}))
 }
 
 func writeKey(path string, key *ecdsa.PrivateKey) error {
@@ -269,29 +271,4 @@ func readKey(path string) (*ecdsa.PrivateKey, error) {
 		return nil, fmt.Errorf("pki: %s holds no EC key", path)
 	}
 	return x509.ParseECPrivateKey(blk.Bytes)
-}
-
-// writeFileAtomic writes b to path with mode 0600 through a synced temp file.
-func writeFileAtomic(path string, b []byte) error {
-	tmp, err := os.CreateTemp(filepath.Dir(path), ".tmp-*")
-	if err != nil {
-		return err
-	}
-	defer os.Remove(tmp.Name())
-	if err := tmp.Chmod(0o600); err != nil {
-		tmp.Close()
-		return err
-	}
-	if _, err := tmp.Write(b); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Sync(); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Close(); err != nil {
-		return err
-	}
-	return os.Rename(tmp.Name(), path)
 }

@@ -209,10 +209,26 @@ func TestAPIErrorsAreJSONForOperators(t *testing.T) {
 		if !errors.As(err, &se) || se.Status != 400 || !strings.Contains(se.Message, `region "East Coast"`) {
 			t.Fatalf("bad region: %v", err)
 		}
+		// A wrong API token is refused with a hint.
+		bad, err2 := api.NewClient(h.URL(), "ebxa_wrong", caOf(t, h))
+		if err2 != nil {
+			t.Fatal(err2)
+		}
+		_, err = bad.Boxes(ctx(t))
+		if !errors.As(err, &se) || se.Status != 401 || !strings.Contains(se.Message, "API token is not valid") {
+			t.Fatalf("wrong API token: %v", err)
+		}
 		// Failed mutating calls are audited too.
 		entries, _ := h.Admin().Audit(ctx(t), 5, "")
 		if last := entries[len(entries)-1]; !strings.HasPrefix(last.Result, "failed") {
 			t.Fatalf("failed call not audited: %+v", last)
 		}
 	})
+}
+
+// caOf fetches the console CA the way a first login does, pinned by the
+// admin client's own trust.
+func caOf(t *testing.T, h testenv.Harness) []byte {
+	t.Helper()
+	return testenv.FetchCA(t, h.URL())
 }

@@ -81,7 +81,7 @@ func NewBinaries(t testing.TB) *Binaries {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e.admin, err = api.NewClient(e.url, tok, fetchCA(t, e.url))
+	e.admin, err = api.NewClient(e.url, tok, FetchCA(t, e.url))
 	if err != nil {
 		t.Fatal(err)
 	}

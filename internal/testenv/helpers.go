@@ -22,8 +22,8 @@ func createToken(t testing.TB, c *api.Client, req api.TokenRequest) string {
 	return tok.Text
 }
 
-// fetchCA reads the console CA without verifying; tests then pin it.
-func fetchCA(t testing.TB, url string) []byte {
+// FetchCA reads the console CA without verifying; tests then pin it.
+func FetchCA(t testing.TB, url string) []byte {
 	t.Helper()
 	hc := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{
 		TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}}

@@ -49,7 +49,7 @@ func NewInProcess(t testing.TB, opts Options) *InProcess {
 		t.Fatal(err)
 	}
 	e.token = tok
-	e.caPEM = fetchCA(t, e.url)
+	e.caPEM = FetchCA(t, e.url)
 	e.admin, err = api.NewClient(e.url, tok, e.caPEM)
 	if err != nil {
 		t.Fatal(err)

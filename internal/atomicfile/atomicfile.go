@@ -1,0 +1,34 @@
+// Package atomicfile writes files so that a crash leaves either the old
+// content or the new, never a torn file.
+package atomicfile
+
+import (
+	"os"
+	"path/filepath"
+)
+
+// Write writes b to path with mode 0600 through a synced temporary file in
+// the same directory, renamed over path.
+func Write(path string, b []byte) error {
+	tmp, err := os.CreateTemp(filepath.Dir(path), ".tmp-*")
+	if err != nil {
+		return err
+	}
+	defer os.Remove(tmp.Name())
+	if err := tmp.Chmod(0o600); err != nil {
+		tmp.Close()
+		return err
+	}
+	if _, err := tmp.Write(b); err != nil {
+		tmp.Close()
+		return err
+	}
+	if err := tmp.Sync(); err != nil {
+		tmp.Close()
+		return err
+	}
+	if err := tmp.Close(); err != nil {
+		return err
+	}
+	return os.Rename(tmp.Name(), path)
+}
