@@ -35,8 +35,10 @@ proto: ## regenerate proto/ Go code with protoc, protoc-gen-go and protoc-gen-go
 demo: build ## start a console on fresh data with a local enrolled agent; Ctrl-C stops both
 	sh scripts/demo.sh
 
-bench: ## run the benchmarks (figures go in docs/benchmarks.md)
-	$(GO) test -run '^$$' -bench . -benchtime 3x -timeout 30m ./tunnel/ ./internal/bench/
+bench: ## run the benchmarks, a few minutes (figures go in docs/benchmarks.md)
+	$(GO) test -run '^$$' -bench Throughput -benchtime 4x -count 3 ./tunnel/
+	$(GO) test -run '^$$' -bench Link -benchtime 2x -timeout 20m ./tunnel/
+	$(GO) test -run '^$$' -bench Fleet -benchtime 1x -timeout 20m ./internal/bench/
 
 fuzz: ## run each fuzz target for 30 s
 	$(GO) test -run '^$$' -fuzz FuzzReadHeader -fuzztime 30s ./tunnel/

@@ -91,7 +91,7 @@ func (p *port) serve(ctx context.Context) {
 }
 
 func (p *port) handle(ctx context.Context, c net.Conn) {
-	tc := tls.Server(c, p.tls)
+	tc := tls.Server(tunnel.CorkConn(c), p.tls)
 	hctx, cancel := context.WithTimeout(ctx, p.cfg.HandshakeTimeout)
 	c.SetDeadline(time.Now().Add(p.cfg.HandshakeTimeout))
 	err := tc.HandshakeContext(hctx)

@@ -173,7 +173,7 @@ func (c *Client) runOnce(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	ys, err := yamux.Client(conn, c.cfg.yamux())
+	ys, err := yamux.Client(yamuxConn(conn), c.cfg.yamux())
 	if err != nil {
 		conn.Close()
 		return err
@@ -223,7 +223,7 @@ func (c *Client) dial(ctx context.Context) (*tls.Conn, error) {
 	if err != nil {
 		return nil, fmt.Errorf("tunnel: dial %s: %w", c.cfg.Addr, err)
 	}
-	tc := tls.Client(raw, c.tls)
+	tc := tls.Client(CorkConn(raw), c.tls)
 	if err := tc.HandshakeContext(ctx); err != nil {
 		raw.Close()
 		return nil, fmt.Errorf("tunnel: TLS handshake with %s: %w", c.cfg.Addr, err)

@@ -124,7 +124,7 @@ func startTestServer(t testing.TB, p *testPKI, cfg Config, addr string) *testSer
 			ts.wg.Add(1)
 			go func() {
 				defer ts.wg.Done()
-				tc := tls.Server(c, tcfg)
+				tc := tls.Server(CorkConn(c), tcfg)
 				hctx, hc := context.WithTimeout(ctx, 5*time.Second)
 				defer hc()
 				if err := tc.HandshakeContext(hctx); err != nil {

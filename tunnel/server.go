@@ -98,7 +98,7 @@ func (s *Server) ServeConn(ctx context.Context, conn *tls.Conn) error {
 		return fmt.Errorf("tunnel: greeting %s: %w", boxID, err)
 	}
 	conn.SetWriteDeadline(time.Time{})
-	ys, err := yamux.Server(conn, s.cfg.yamux())
+	ys, err := yamux.Server(yamuxConn(conn), s.cfg.yamux())
 	if err != nil {
 		conn.Close()
 		return err

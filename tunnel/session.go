@@ -35,6 +35,10 @@ type Conn struct {
 	local  Addr
 	remote Addr
 	count  func(read, written int)
+
+	// Read side; one reader at a time, as for any net.Conn.
+	gulp    *[]byte // pooled buffer behind pending, or nil
+	pending []byte  // read from yamux, not yet returned
 }
 
 // Header returns the header the stream was opened with.
@@ -51,11 +55,40 @@ func (c *Conn) CloseWrite() error { return c.Stream.Close() }
 func (c *Conn) LocalAddr() net.Addr  { return c.local }
 func (c *Conn) RemoteAddr() net.Addr { return c.remote }
 
+// Read drains the stream's yamux buffer in large gulps. yamux keeps
+// received data in a bytes.Buffer that it fills while the reader empties
+// it; small reads leave it partly full, and it then slides or reallocates
+// (and clears) its memory over and over. Reading up to 256 KiB at a time
+// lets it empty and reset. The gulp buffer comes from a pool and goes back
+// as soon as it is drained, so an idle stream holds none.
 func (c *Conn) Read(b []byte) (int, error) {
+	if len(c.pending) == 0 && len(b) < readGulp {
+		buf := gulpPool.Get().(*[]byte)
+		n, err := c.Stream.Read(*buf)
+		if n == 0 {
+			gulpPool.Put(buf)
+			return 0, err
+		}
+		c.gulp, c.pending = buf, (*buf)[:n]
+		c.count(n, 0)
+	}
+	if len(c.pending) > 0 {
+		n := copy(b, c.pending)
+		c.pending = c.pending[n:]
+		if len(c.pending) == 0 {
+			gulpPool.Put(c.gulp)
+			c.gulp = nil
+		}
+		return n, nil
+	}
 	n, err := c.Stream.Read(b)
 	c.count(n, 0)
 	return n, err
 }
+
+const readGulp = 256 << 10
+
+var gulpPool = sync.Pool{New: func() any { b := make([]byte, readGulp); return &b }}
 
 func (c *Conn) Write(b []byte) (int, error) {
 	n, err := c.Stream.Write(b)
