@@ -37,6 +37,7 @@ type Conn struct {
 	count  func(read, written int)
 
 	// Read side; one reader at a time, as for any net.Conn.
+	bulk    bool    // a full read of bulkRead or more was seen
 	gulp    *[]byte // pooled buffer behind pending, or nil
 	pending []byte  // read from yamux, not yet returned
 }
@@ -55,14 +56,16 @@ func (c *Conn) CloseWrite() error { return c.Stream.Close() }
 func (c *Conn) LocalAddr() net.Addr  { return c.local }
 func (c *Conn) RemoteAddr() net.Addr { return c.remote }
 
-// Read drains the stream's yamux buffer in large gulps. yamux keeps
+// Read drains a busy stream's yamux buffer in large gulps. yamux keeps
 // received data in a bytes.Buffer that it fills while the reader empties
 // it; small reads leave it partly full, and it then slides or reallocates
-// (and clears) its memory over and over. Reading up to 256 KiB at a time
-// lets it empty and reset. The gulp buffer comes from a pool and goes back
-// as soon as it is drained, so an idle stream holds none.
+// (and clears) its memory over and over. Once a read of 16 KiB or more
+// comes back full (a bulk transfer), reads go through a pooled 256 KiB
+// buffer so yamux's can empty and reset; the pooled buffer goes back as
+// soon as it is drained. Streams of small messages (gRPC on an idle box)
+// never take one.
 func (c *Conn) Read(b []byte) (int, error) {
-	if len(c.pending) == 0 && len(b) < readGulp {
+	if len(c.pending) == 0 && c.bulk && len(b) < readGulp {
 		buf := gulpPool.Get().(*[]byte)
 		n, err := c.Stream.Read(*buf)
 		if n == 0 {
@@ -83,8 +86,14 @@ func (c *Conn) Read(b []byte) (int, error) {
 	}
 	n, err := c.Stream.Read(b)
 	c.count(n, 0)
+	if n >= bulkRead && n == len(b) {
+		c.bulk = true
+	}
 	return n, err
 }
+
+// bulkRead is the size of a full read that marks a stream as bulk.
+const bulkRead = 16 << 10
 
 const readGulp = 256 << 10
 

@@ -258,6 +258,11 @@ func fleet(b *testing.B, n int) {
 			os.WriteFile(p, body, 0o644)
 		}
 	}
+	// RSS once more, after those collections and half a minute for the
+	// runtime to hand freed pages back to the system.
+	time.Sleep(30 * time.Second)
+	_, rss2 := c.settledMemory(b, 5*time.Second)
+	b.ReportMetric((rss2-rss0)/float64(n)/1024, "rss-after-gc-KiB/box")
 	heapPer := (heap1 - heap0) / float64(n)
 	rssPer := (rss1 - rss0) / float64(n)
 	b.ReportMetric(heapPer/1024, "heap-KiB/box")
