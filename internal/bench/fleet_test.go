@@ -43,6 +43,9 @@ func (c *consoleProc) start(b *testing.B) []byte {
 	if os.Getenv("EDGEBOX_BENCH_HEAP_PROFILE") != "" {
 		c.cmd.Env = append(os.Environ(), "GODEBUG=memprofilerate=1")
 	}
+	if g := os.Getenv("EDGEBOX_BENCH_CONSOLE_GODEBUG"); g != "" {
+		c.cmd.Env = append(os.Environ(), "GODEBUG="+g)
+	}
 	if err := c.cmd.Start(); err != nil {
 		b.Fatal(err)
 	}
@@ -201,6 +204,10 @@ func fleet(b *testing.B, n int) {
 	b.Logf("enrolled %d boxes in %v", n, time.Since(start).Round(time.Millisecond))
 
 	heap0, rss0 := c.settledMemory(b, 5*time.Second)
+	stack0, err := c.metric("go_memstats_stack_inuse_bytes")
+	if err != nil {
+		b.Fatal(err)
+	}
 	live0 := c.liveHeap(b)
 	g0, err := c.metric("go_goroutines")
 	if err != nil {
@@ -262,6 +269,11 @@ func fleet(b *testing.B, n int) {
 	// runtime to hand freed pages back to the system.
 	time.Sleep(30 * time.Second)
 	_, rss2 := c.settledMemory(b, 5*time.Second)
+	stack2, err := c.metric("go_memstats_stack_inuse_bytes")
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.ReportMetric((stack2-stack0)/float64(n)/1024, "stack-KiB/box")
 	b.ReportMetric((rss2-rss0)/float64(n)/1024, "rss-after-gc-KiB/box")
 	heapPer := (heap1 - heap0) / float64(n)
 	rssPer := (rss1 - rss0) / float64(n)
