@@ -1,0 +1,62 @@
+package store_test
+
+import (
+	"fmt"
+	"net"
+	"net/url"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.etcd.io/etcd/server/v3/embed"
+
+	"github.com/edgebox/edgebox/console/store"
+	"github.com/edgebox/edgebox/console/store/storetest"
+)
+
+func freePort(t *testing.T) string {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
+}
+
+// newEtcd starts an embedded etcd server of its own and returns a store on
+// it, so that revisions in a test are that test's alone.
+func newEtcd(t *testing.T) store.Store {
+	cfg := embed.NewConfig()
+	cfg.Dir = t.TempDir()
+	cfg.LogLevel = "error"
+	client, peer := freePort(t), freePort(t)
+	cu, _ := url.Parse("http://" + client)
+	pu, _ := url.Parse("http://" + peer)
+	cfg.ListenClientUrls, cfg.AdvertiseClientUrls = []url.URL{*cu}, []url.URL{*cu}
+	cfg.ListenPeerUrls, cfg.AdvertisePeerUrls = []url.URL{*pu}, []url.URL{*pu}
+	cfg.InitialCluster = fmt.Sprintf("%s=http://%s", cfg.Name, peer)
+	e, err := embed.StartEtcd(cfg)
+	if err != nil {
+		t.Fatalf("embedded etcd: %v", err)
+	}
+	select {
+	case <-e.Server.ReadyNotify():
+	case <-time.After(30 * time.Second):
+		e.Close()
+		t.Fatal("embedded etcd not ready in 30 s")
+	}
+	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{client}, DialTimeout: 5 * time.Second})
+	if err != nil {
+		e.Close()
+		t.Fatal(err)
+	}
+	s := store.NewEtcd(cli, "/edgebox/")
+	t.Cleanup(func() {
+		s.Close()
+		cli.Close()
+		e.Close()
+	})
+	return s
+}
+
+func TestEtcd(t *testing.T) { storetest.Suite(t, newEtcd) }
