@@ -31,6 +31,7 @@ type Bolt struct {
 
 	reqs   chan *txnReq
 	closed chan struct{} // closed by Close
+	idle   chan struct{} // closed when the committer has stopped
 	once   sync.Once
 	wg     sync.WaitGroup // the committer and every watcher
 
@@ -72,9 +73,14 @@ func OpenBolt(db *bolt.DB) (*Bolt, error) {
 	if err != nil {
 		return nil, fmt.Errorf("store: %w", err)
 	}
-	s := &Bolt{db: db, reqs: make(chan *txnReq, maxBatch), closed: make(chan struct{}), changed: make(chan struct{})}
+	s := &Bolt{db: db, reqs: make(chan *txnReq, maxBatch), closed: make(chan struct{}),
+		idle: make(chan struct{}), changed: make(chan struct{})}
 	s.wg.Add(1)
-	go func() { defer s.wg.Done(); s.commitLoop() }()
+	go func() {
+		defer s.wg.Done()
+		defer close(s.idle)
+		s.commitLoop()
+	}()
 	return s, nil
 }
 
@@ -233,10 +239,19 @@ func (s *Bolt) Txn(ctx context.Context, t Txn) (TxnResult, error) {
 	case <-ctx.Done():
 		return TxnResult{}, ctx.Err()
 	}
-	// Once queued, the transaction will be committed or failed; waiting
-	// for the answer is not cut short, so a caller never mistakes a
-	// committed write for a lost one.
-	<-r.done
+	// Once queued, the transaction is committed or failed; waiting for the
+	// answer is not cut short by ctx, so a caller never mistakes a committed
+	// write for a lost one. Only a store that closed before the committer
+	// took it leaves it unanswered, and then it was not written.
+	select {
+	case <-r.done:
+	case <-s.idle:
+		select {
+		case <-r.done:
+		default:
+			return TxnResult{}, ErrClosed
+		}
+	}
 	return r.res, r.err
 }
 
@@ -384,6 +399,17 @@ const watchChunk = 256
 
 func (s *Bolt) Watch(ctx context.Context, prefix string, from int64) <-chan WatchResponse {
 	ch := make(chan WatchResponse, 4)
+	if from == 0 {
+		// "From the next change" means after now, not after the goroutine
+		// below first runs.
+		cur, err := s.Revision(ctx)
+		if err != nil {
+			ch <- WatchResponse{Err: err}
+			close(ch)
+			return ch
+		}
+		from = cur + 1
+	}
 	s.wg.Add(1)
 	go func() {
 		defer s.wg.Done()
@@ -400,7 +426,7 @@ func (s *Bolt) Watch(ctx context.Context, prefix string, from int64) <-chan Watc
 		next := from
 		for {
 			changed := s.changedCh() // before reading, so no commit slips between
-			evs, last, more, err := s.readLog(prefix, &next)
+			evs, last, more, err := s.readLog(prefix, next)
 			if err != nil {
 				send(WatchResponse{Err: err})
 				return
@@ -427,21 +453,17 @@ func (s *Bolt) Watch(ctx context.Context, prefix string, from int64) <-chan Watc
 }
 
 // readLog reads the events under prefix of up to watchChunk revisions from
-// *next on. It returns the last revision read and whether more remain.
-// *next 0 becomes the revision after the current one.
-func (s *Bolt) readLog(prefix string, next *int64) (evs []Event, last int64, more bool, err error) {
+// next on. It returns the last revision read and whether more remain.
+func (s *Bolt) readLog(prefix string, next int64) (evs []Event, last int64, more bool, err error) {
 	err = s.db.View(func(tx *bolt.Tx) error {
 		meta := tx.Bucket(bucketMeta)
-		cur, compacted := u64(meta.Get(keyRev)), u64(meta.Get(keyCompact))
-		if *next == 0 {
-			*next = cur + 1
-		}
-		if *next < compacted {
-			return fmt.Errorf("%w: watch from %d, history starts at %d", ErrCompacted, *next, compacted)
+		compacted := u64(meta.Get(keyCompact))
+		if next < compacted {
+			return fmt.Errorf("%w: watch from %d, history starts at %d", ErrCompacted, next, compacted)
 		}
 		c := tx.Bucket(bucketLog).Cursor()
 		n := 0
-		for k, v := c.Seek(be(*next)); k != nil; k, v = c.Next() {
+		for k, v := c.Seek(be(next)); k != nil; k, v = c.Next() {
 			if n == watchChunk {
 				more = true
 				break

@@ -134,6 +134,17 @@ func (s *Etcd) Compact(ctx context.Context, rev int64) error {
 
 func (s *Etcd) Watch(ctx context.Context, prefix string, from int64) <-chan WatchResponse {
 	out := make(chan WatchResponse, 4)
+	if from == 0 {
+		// etcd registers a watch asynchronously; pin "from the next change"
+		// to now.
+		cur, err := s.Revision(ctx)
+		if err != nil {
+			out <- WatchResponse{Err: err}
+			close(out)
+			return out
+		}
+		from = cur + 1
+	}
 	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
 	stop := context.AfterFunc(s.ctx, cancel)
 	opts := []clientv3.OpOption{clientv3.WithPrefix()}
