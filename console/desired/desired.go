@@ -1,0 +1,245 @@
+// Package desired keeps each box's desired state in the console store.
+//
+// Keys (under the store):
+//
+//	desired/<box>/rev                  -> the box's revision, decimal; only grows
+//	desired/<box>/acked                -> the last revision the box stored, decimal
+//	desired/<box>/obj/<kind>/<name>    -> edgeboxv1.DesiredObject (protobuf)
+//
+// Every change to a box's objects takes the next box revision in the same
+// store transaction that writes the object, guarded by the revision key, so
+// revisions are dense per box and never reused. A delete writes a tombstone
+// that stays until the box has acknowledged its revision. Since answers
+// "everything newer than N": only the latest of each object, because each
+// object is one key.
+package desired
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"regexp"
+	"sort"
+	"strconv"
+	"strings"
+
+	"google.golang.org/protobuf/proto"
+
+	"github.com/edgebox/edgebox/console/store"
+	"github.com/edgebox/edgebox/errdefs"
+	edgeboxv1 "github.com/edgebox/edgebox/proto/edgebox/v1"
+)
+
+// Kinds of objects and the spec each carries.
+const (
+	KindWorkload      = "Workload"
+	KindUsbAssignment = "UsbAssignment"
+	KindAgentConfig   = "AgentConfig"
+	KindAgentRelease  = "AgentRelease"
+)
+
+// KindOf returns the kind named by an object's spec, or "".
+func KindOf(o *edgeboxv1.DesiredObject) string {
+	switch o.GetSpec().(type) {
+	case *edgeboxv1.DesiredObject_Workload:
+		return KindWorkload
+	case *edgeboxv1.DesiredObject_UsbAssignment:
+		return KindUsbAssignment
+	case *edgeboxv1.DesiredObject_AgentConfig:
+		return KindAgentConfig
+	case *edgeboxv1.DesiredObject_AgentRelease:
+		return KindAgentRelease
+	}
+	return ""
+}
+
+// State reads and writes desired state on a store.
+type State struct {
+	s store.Store
+}
+
+// New returns a State on s.
+func New(s store.Store) *State { return &State{s: s} }
+
+var nameRE = regexp.MustCompile(`^[a-z0-9]([a-z0-9._-]{0,61}[a-z0-9])?$`)
+
+func boxPrefix(box string) string          { return "desired/" + box + "/" }
+func revKey(box string) string             { return boxPrefix(box) + "rev" }
+func ackedKey(box string) string           { return boxPrefix(box) + "acked" }
+func objPrefix(box string) string          { return boxPrefix(box) + "obj/" }
+func objKey(box, kind, name string) string { return objPrefix(box) + kind + "/" + name }
+
+func parseRev(kv store.KV) uint64 {
+	n, _ := strconv.ParseUint(string(kv.Value), 10, 64)
+	return n
+}
+
+// maxRetries bounds optimistic retries against concurrent writers of the
+// same box.
+const maxRetries = 100
+
+// Put writes an object of box, giving it the box's next revision, which it
+// returns. The object's kind comes from its spec.
+func (st *State) Put(ctx context.Context, box string, o *edgeboxv1.DesiredObject) (uint64, error) {
+	kind := KindOf(o)
+	if kind == "" {
+		return 0, errdefs.Invalid("object %q has no spec", o.GetName())
+	}
+	if !nameRE.MatchString(o.GetName()) {
+		return 0, errdefs.Invalid("object name %q: use 1-63 lower-case letters, digits, '.', '_' or '-'", o.GetName())
+	}
+	obj := proto.Clone(o).(*edgeboxv1.DesiredObject)
+	obj.Kind, obj.Deleted = kind, false
+	return st.write(ctx, box, kind, obj.GetName(), obj, false)
+}
+
+// Delete replaces an object with a tombstone; deleting a missing object is
+// a no-op that returns the current revision.
+func (st *State) Delete(ctx context.Context, box, kind, name string) (uint64, error) {
+	return st.write(ctx, box, kind, name, &edgeboxv1.DesiredObject{Kind: kind, Name: name, Deleted: true}, true)
+}
+
+func (st *State) write(ctx context.Context, box, kind, name string, obj *edgeboxv1.DesiredObject, del bool) (uint64, error) {
+	for range maxRetries {
+		var cur uint64
+		var curMod int64
+		if kv, err := st.s.Get(ctx, revKey(box)); err == nil {
+			cur, curMod = parseRev(kv), kv.ModRevision
+		} else if !errors.Is(err, store.ErrNotFound) {
+			return 0, err
+		}
+		if del {
+			old, err := st.s.Get(ctx, objKey(box, kind, name))
+			if errors.Is(err, store.ErrNotFound) {
+				return cur, nil
+			} else if err != nil {
+				return 0, err
+			}
+			var prev edgeboxv1.DesiredObject
+			if proto.Unmarshal(old.Value, &prev) == nil && prev.Deleted {
+				return cur, nil
+			}
+		}
+		next := cur + 1
+		obj.Revision = next
+		raw, err := proto.Marshal(obj)
+		if err != nil {
+			return 0, err
+		}
+		res, err := st.s.Txn(ctx, store.Txn{
+			If: []store.Cmp{{Key: revKey(box), ModRevision: curMod}},
+			Then: []store.Op{
+				{Key: revKey(box), Value: []byte(strconv.FormatUint(next, 10))},
+				{Key: objKey(box, kind, name), Value: raw},
+			},
+		})
+		if err != nil {
+			return 0, err
+		}
+		if res.Succeeded {
+			return next, nil
+		}
+	}
+	return 0, errdefs.Unavailable("box %s: too many concurrent changes; try again", box)
+}
+
+// Since returns every object of box (tombstones included) changed after
+// revision rev, in revision order, and the box's current revision.
+func (st *State) Since(ctx context.Context, box string, rev uint64) ([]*edgeboxv1.DesiredObject, uint64, error) {
+	kvs, _, err := st.s.Range(ctx, boxPrefix(box), 0)
+	if err != nil {
+		return nil, 0, err
+	}
+	var cur uint64
+	var out []*edgeboxv1.DesiredObject
+	for _, kv := range kvs {
+		switch {
+		case kv.Key == revKey(box):
+			cur = parseRev(kv)
+		case strings.HasPrefix(kv.Key, objPrefix(box)):
+			o := &edgeboxv1.DesiredObject{}
+			if err := proto.Unmarshal(kv.Value, o); err != nil {
+				return nil, 0, fmt.Errorf("desired: %s: %w", kv.Key, err)
+			}
+			if o.Revision > rev {
+				out = append(out, o)
+			}
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Revision < out[j].Revision })
+	return out, cur, nil
+}
+
+// Ack records that box stored everything up to rev. Acks never go back: an
+// older ack than the one recorded changes nothing. A box cannot ack past
+// its current revision.
+func (st *State) Ack(ctx context.Context, box string, rev uint64) error {
+	for range maxRetries {
+		var cur uint64
+		if kv, err := st.s.Get(ctx, revKey(box)); err == nil {
+			cur = parseRev(kv)
+		} else if !errors.Is(err, store.ErrNotFound) {
+			return err
+		}
+		if rev > cur {
+			return errdefs.Invalid("box %s acknowledged revision %d, but its state is only at %d", box, rev, cur)
+		}
+		var acked uint64
+		var mod int64
+		if kv, err := st.s.Get(ctx, ackedKey(box)); err == nil {
+			acked, mod = parseRev(kv), kv.ModRevision
+		} else if !errors.Is(err, store.ErrNotFound) {
+			return err
+		}
+		if rev <= acked {
+			return nil
+		}
+		res, err := store.CAS(ctx, st.s, ackedKey(box), mod, []byte(strconv.FormatUint(rev, 10)))
+		if err != nil {
+			return err
+		}
+		if res.Succeeded {
+			return nil
+		}
+	}
+	return errdefs.Unavailable("box %s: too many concurrent acks", box)
+}
+
+// Acked returns the last revision box acknowledged.
+func (st *State) Acked(ctx context.Context, box string) (uint64, error) {
+	kv, err := st.s.Get(ctx, ackedKey(box))
+	if errors.Is(err, store.ErrNotFound) {
+		return 0, nil
+	}
+	return parseRev(kv), err
+}
+
+// PurgeTombstones removes the tombstones box has acknowledged and returns
+// how many went. Each removal is guarded, so a tombstone rewritten
+// meanwhile stays.
+func (st *State) PurgeTombstones(ctx context.Context, box string) (int, error) {
+	acked, err := st.Acked(ctx, box)
+	if err != nil {
+		return 0, err
+	}
+	kvs, _, err := st.s.Range(ctx, objPrefix(box), 0)
+	if err != nil {
+		return 0, err
+	}
+	n := 0
+	for _, kv := range kvs {
+		o := &edgeboxv1.DesiredObject{}
+		if proto.Unmarshal(kv.Value, o) != nil || !o.Deleted || o.Revision > acked {
+			continue
+		}
+		res, err := st.s.Txn(ctx, store.Txn{If: []store.Cmp{{Key: kv.Key, ModRevision: kv.ModRevision}},
+			Then: []store.Op{{Key: kv.Key, Delete: true}}})
+		if err != nil {
+			return n, err
+		}
+		if res.Succeeded {
+			n++
+		}
+	}
+	return n, nil
+}
