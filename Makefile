@@ -45,6 +45,7 @@ fuzz: ## run each fuzz target for 30 s
 	$(GO) test -run '^$$' -fuzz FuzzReadHeader -fuzztime 30s ./tunnel/
 	$(GO) test -run '^$$' -fuzz FuzzParseToken -fuzztime 30s ./enroll/
 	$(GO) test -run '^$$' -fuzz FuzzDecodeRequest -fuzztime 30s ./enroll/
+	$(GO) test -run '^$$' -fuzz FuzzAPIBodies -fuzztime 30s ./console/httpapi/
 
 clean: ## remove build output
 	rm -rf bin dist .demo
