@@ -1,0 +1,177 @@
+// Package localstore is the box's own record of its desired state, so the
+// agent reconciles from disk, not from the network: after a power cut with
+// the WAN down, every workload comes back as last desired.
+//
+// Bucket layout (schema 1), in <data dir>/agent.db:
+//
+//	meta/
+//	    schema                -> decimal schema version
+//	    revision              -> u64 the box revision of the last batch stored
+//	desired/<kind>/<name>     -> edgeboxv1.DesiredObject (protobuf)
+//
+// A batch and its revision are written in one transaction, so after a crash
+// the store holds either the whole batch or none of it, and the revision
+// says which.
+package localstore
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"time"
+
+	bolt "go.etcd.io/bbolt"
+	"google.golang.org/protobuf/proto"
+
+	edgeboxv1 "github.com/edgebox/edgebox/proto/edgebox/v1"
+)
+
+// SchemaVersion is the layout this code reads and writes.
+const SchemaVersion = 1
+
+var (
+	bucketMeta    = []byte("meta")
+	bucketDesired = []byte("desired")
+	keySchema     = []byte("schema")
+	keyRevision   = []byte("revision")
+)
+
+// migrations[i] moves a database from schema i to i+1.
+var migrations = []func(tx *bolt.Tx) error{
+	0: func(tx *bolt.Tx) error {
+		for _, b := range [][]byte{bucketMeta, bucketDesired} {
+			if _, err := tx.CreateBucketIfNotExists(b); err != nil {
+				return err
+			}
+		}
+		return nil
+	},
+}
+
+// Store is the box's desired-state store. It is safe for concurrent use.
+type Store struct {
+	db *bolt.DB
+}
+
+// Open opens (creating) agent.db in dir and migrates it.
+func Open(dir string) (*Store, error) {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, err
+	}
+	path := filepath.Join(dir, "agent.db")
+	db, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: 2 * time.Second})
+	if err != nil {
+		if errors.Is(err, bolt.ErrTimeout) {
+			return nil, fmt.Errorf("localstore: %s is in use by another agent", path)
+		}
+		return nil, fmt.Errorf("localstore: %w", err)
+	}
+	err = db.Update(func(tx *bolt.Tx) error {
+		v := 0
+		if m := tx.Bucket(bucketMeta); m != nil {
+			v, _ = strconv.Atoi(string(m.Get(keySchema)))
+		}
+		if v > SchemaVersion {
+			return fmt.Errorf("localstore: %s has schema %d, newer than this agent's %d", path, v, SchemaVersion)
+		}
+		for ; v < SchemaVersion; v++ {
+			if err := migrations[v](tx); err != nil {
+				return fmt.Errorf("localstore: migrating to schema %d: %w", v+1, err)
+			}
+		}
+		return tx.Bucket(bucketMeta).Put(keySchema, []byte(strconv.Itoa(SchemaVersion)))
+	})
+	if err != nil {
+		db.Close()
+		return nil, err
+	}
+	return &Store{db: db}, nil
+}
+
+// Close closes the database.
+func (s *Store) Close() error { return s.db.Close() }
+
+// Revision is the box revision of the last batch stored; 0 for a new or
+// wiped box.
+func (s *Store) Revision() (uint64, error) {
+	var rev uint64
+	err := s.db.View(func(tx *bolt.Tx) error {
+		if b := tx.Bucket(bucketMeta).Get(keyRevision); len(b) == 8 {
+			rev = binary.BigEndian.Uint64(b)
+		}
+		return nil
+	})
+	return rev, err
+}
+
+func key(kind, name string) []byte { return []byte(kind + "/" + name) }
+
+// Apply stores a batch of objects (tombstones delete) and its revision in
+// one transaction. A batch at or below the stored revision was applied
+// already and changes nothing, so a box that crashed between storing and
+// acknowledging can be sent it again. It reports whether it wrote.
+func (s *Store) Apply(objs []*edgeboxv1.DesiredObject, rev uint64) (bool, error) {
+	wrote := false
+	err := s.db.Update(func(tx *bolt.Tx) error {
+		meta, des := tx.Bucket(bucketMeta), tx.Bucket(bucketDesired)
+		if b := meta.Get(keyRevision); len(b) == 8 && binary.BigEndian.Uint64(b) >= rev {
+			return nil
+		}
+		for _, o := range objs {
+			if o.GetKind() == "" || o.GetName() == "" {
+				return fmt.Errorf("localstore: object without kind or name at revision %d", rev)
+			}
+			k := key(o.GetKind(), o.GetName())
+			if o.GetDeleted() {
+				if err := des.Delete(k); err != nil {
+					return err
+				}
+				continue
+			}
+			raw, err := proto.Marshal(o)
+			if err != nil {
+				return err
+			}
+			if err := des.Put(k, raw); err != nil {
+				return err
+			}
+		}
+		wrote = true
+		return meta.Put(keyRevision, binary.BigEndian.AppendUint64(nil, rev))
+	})
+	return wrote, err
+}
+
+// Objects returns every stored object of kind ("" for all), in key order.
+func (s *Store) Objects(kind string) ([]*edgeboxv1.DesiredObject, error) {
+	var out []*edgeboxv1.DesiredObject
+	err := s.db.View(func(tx *bolt.Tx) error {
+		c := tx.Bucket(bucketDesired).Cursor()
+		prefix := []byte(kind)
+		if kind != "" {
+			prefix = append(prefix, '/')
+		}
+		for k, v := c.Seek(prefix); k != nil && len(k) >= len(prefix) && string(k[:len(prefix)]) == string(prefix); k, v = c.Next() {
+			o := &edgeboxv1.DesiredObject{}
+			if err := proto.Unmarshal(v, o); err != nil {
+				return fmt.Errorf("localstore: %s: %w", k, err)
+			}
+			out = append(out, o)
+		}
+		return nil
+	})
+	return out, err
+}
+
+// Check verifies the database's consistency (bbolt's own check).
+func (s *Store) Check() error {
+	return s.db.View(func(tx *bolt.Tx) error {
+		for err := range tx.Check() {
+			return err
+		}
+		return nil
+	})
+}
