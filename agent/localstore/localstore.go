@@ -16,38 +16,28 @@ package localstore
 
 import (
 	"encoding/binary"
-	"errors"
 	"fmt"
-	"os"
 	"path/filepath"
-	"strconv"
-	"time"
 
 	bolt "go.etcd.io/bbolt"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/edgebox/edgebox/internal/boltdb"
 	edgeboxv1 "github.com/edgebox/edgebox/proto/edgebox/v1"
 )
-
-// SchemaVersion is the layout this code reads and writes.
-const SchemaVersion = 1
 
 var (
 	bucketMeta    = []byte("meta")
 	bucketDesired = []byte("desired")
-	keySchema     = []byte("schema")
 	keyRevision   = []byte("revision")
 )
 
-// migrations[i] moves a database from schema i to i+1.
-var migrations = []func(tx *bolt.Tx) error{
+// migrations[i] moves a database from schema i to i+1; the schema version
+// is len(migrations).
+var migrations = []boltdb.Migration{
 	0: func(tx *bolt.Tx) error {
-		for _, b := range [][]byte{bucketMeta, bucketDesired} {
-			if _, err := tx.CreateBucketIfNotExists(b); err != nil {
-				return err
-			}
-		}
-		return nil
+		_, err := tx.CreateBucketIfNotExists(bucketDesired)
+		return err
 	},
 }
 
@@ -58,35 +48,9 @@ type Store struct {
 
 // Open opens (creating) agent.db in dir and migrates it.
 func Open(dir string) (*Store, error) {
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return nil, err
-	}
-	path := filepath.Join(dir, "agent.db")
-	db, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: 2 * time.Second})
+	db, err := boltdb.Open(filepath.Join(dir, "agent.db"), migrations, "agent")
 	if err != nil {
-		if errors.Is(err, bolt.ErrTimeout) {
-			return nil, fmt.Errorf("localstore: %s is in use by another agent", path)
-		}
 		return nil, fmt.Errorf("localstore: %w", err)
-	}
-	err = db.Update(func(tx *bolt.Tx) error {
-		v := 0
-		if m := tx.Bucket(bucketMeta); m != nil {
-			v, _ = strconv.Atoi(string(m.Get(keySchema)))
-		}
-		if v > SchemaVersion {
-			return fmt.Errorf("localstore: %s has schema %d, newer than this agent's %d", path, v, SchemaVersion)
-		}
-		for ; v < SchemaVersion; v++ {
-			if err := migrations[v](tx); err != nil {
-				return fmt.Errorf("localstore: migrating to schema %d: %w", v+1, err)
-			}
-		}
-		return tx.Bucket(bucketMeta).Put(keySchema, []byte(strconv.Itoa(SchemaVersion)))
-	})
-	if err != nil {
-		db.Close()
-		return nil, err
 	}
 	return &Store{db: db}, nil
 }

@@ -6,6 +6,7 @@ import (
 
 	bolt "go.etcd.io/bbolt"
 
+	"github.com/edgebox/edgebox/internal/boltdb"
 	edgeboxv1 "github.com/edgebox/edgebox/proto/edgebox/v1"
 )
 
@@ -77,7 +78,7 @@ func TestSurvivesReopenAndRefusesNewerSchema(t *testing.T) {
 	if rev, _ := s.Revision(); rev != 7 {
 		t.Fatalf("revision after reopen %d", rev)
 	}
-	s.db.Update(func(tx *bolt.Tx) error { return tx.Bucket(bucketMeta).Put(keySchema, []byte("9")) })
+	boltdb.SetSchema(s.db, 9)
 	s.Close()
 	if _, err := Open(dir); err == nil || !strings.Contains(err.Error(), "newer than this agent") {
 		t.Fatalf("newer schema: %v", err)

@@ -4,7 +4,7 @@ import (
 	"strings"
 	"testing"
 
-	bolt "go.etcd.io/bbolt"
+	"github.com/edgebox/edgebox/internal/boltdb"
 )
 
 func TestNewerSchemaRefused(t *testing.T) {
@@ -14,7 +14,7 @@ func TestNewerSchemaRefused(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	bdb.Update(func(tx *bolt.Tx) error { return tx.Bucket(Meta).Put(schemaKey, []byte("99")) })
+	boltdb.SetSchema(bdb, 99)
 	bdb.Close()
 	if _, err := Open(dir); err == nil || !strings.Contains(err.Error(), "upgrade the console") {
 		t.Fatalf("got %v, want a refusal naming the upgrade", err)
