@@ -127,10 +127,16 @@ func (c *Client) Open(ctx context.Context, kind Kind, meta map[string]string) (n
 		c.mu.Unlock()
 		if sess != nil {
 			conn, err := sess.Open(ctx, kind, meta)
-			if errors.Is(err, ErrClosed) {
-				continue // the session just ended; wait for the next
+			if !errors.Is(err, ErrClosed) {
+				return conn, err
 			}
-			return conn, err
+			// The session just ended; Run is about to clear it.
+			select {
+			case <-time.After(10 * time.Millisecond):
+				continue
+			case <-ctx.Done():
+				return nil, fmt.Errorf("tunnel: waiting for the console: %w", ctx.Err())
+			}
 		}
 		select {
 		case <-ready:
