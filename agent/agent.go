@@ -25,6 +25,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
+	"github.com/edgebox/edgebox/agent/localstore"
 	"github.com/edgebox/edgebox/enroll"
 	edgeboxv1 "github.com/edgebox/edgebox/proto/edgebox/v1"
 	"github.com/edgebox/edgebox/tunnel"
@@ -97,6 +98,11 @@ type Agent struct {
 	status   Status
 
 	connected chan struct{} // one signal per session that came up
+
+	local *localstore.Store
+	// received counts desired objects taken from the console, for tests
+	// and status.
+	received atomic.Int64
 }
 
 // New loads the box identity from cfg.DataDir; it starts nothing.
@@ -128,6 +134,9 @@ func New(cfg Config, log *slog.Logger) (*Agent, error) {
 	}
 	a.tc = tc
 	tc.OnSession = a.onSession
+	if a.local, err = localstore.Open(cfg.DataDir); err != nil {
+		return nil, err
+	}
 	a.status = Status{BoxID: creds.BoxID, Name: creds.Name, ConsoleURL: creds.ConsoleURL,
 		CertNotAfter: creds.leaf.NotAfter, PID: os.Getpid(), Since: time.Now().UTC()}
 	return a, nil
@@ -201,11 +210,13 @@ func (a *Agent) Run(ctx context.Context) error {
 	run(func() { rpc.Serve(a.tc.Listen(tunnel.KindRPC)) })
 	run(func() { a.helloLoop(ctx, client) })
 	run(func() { a.renewLoop(ctx, client) })
+	run(func() { a.syncLoop(ctx, client) })
 	a.log.Info("agent running", "console", a.creds.ConsoleURL, "name", a.creds.Name)
 	<-ctx.Done()
 	rpc.Stop()
 	wg.Wait()
 	a.setStatus(func(s *Status) { s.Connected = false })
+	a.local.Close()
 	a.log.Info("agent stopped")
 	return nil
 }

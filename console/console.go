@@ -23,9 +23,11 @@ import (
 	"github.com/edgebox/edgebox/console/audit"
 	"github.com/edgebox/edgebox/console/auth"
 	"github.com/edgebox/edgebox/console/db"
+	"github.com/edgebox/edgebox/console/desired"
 	"github.com/edgebox/edgebox/console/fleet"
 	"github.com/edgebox/edgebox/console/httpapi"
 	"github.com/edgebox/edgebox/console/pki"
+	"github.com/edgebox/edgebox/console/store"
 	"github.com/edgebox/edgebox/enroll"
 	edgeboxv1 "github.com/edgebox/edgebox/proto/edgebox/v1"
 	"github.com/edgebox/edgebox/tunnel"
@@ -132,6 +134,7 @@ type Console struct {
 	fleet    *fleet.Fleet
 	tunnel   *tunnel.Server
 	presence *presence
+	desired  *desired.State
 }
 
 // New validates cfg; it starts nothing.
@@ -156,6 +159,9 @@ func (c *Console) Addr() net.Addr { return c.addr }
 
 // Tunnel returns the tunnel server, valid after Ready.
 func (c *Console) Tunnel() *tunnel.Server { return c.tunnel }
+
+// Desired returns the boxes' desired state, valid after Ready.
+func (c *Console) Desired() *desired.State { return c.desired }
 
 func (c *Console) publicURL(ln net.Listener) string {
 	if c.cfg.PublicURL != "" {
@@ -208,6 +214,12 @@ func (c *Console) Run(ctx context.Context) error {
 	}
 	auditLog := audit.New(bdb)
 	c.fleet = fl
+	st, err := store.OpenBolt(bdb)
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	c.desired = desired.New(st)
 
 	srv, err := tunnel.NewServer(tunnel.ServerConfig{Config: c.cfg.Tunnel, Identify: c.identify}, c.log, c.metrics)
 	if err != nil {
@@ -221,7 +233,8 @@ func (c *Console) Run(ctx context.Context) error {
 	// box's cost; tunnel streams are buffered already. The write buffer is
 	// shared and released after each flush.
 	rpc := grpc.NewServer(grpc.MaxRecvMsgSize(1<<20), grpc.ReadBufferSize(0), grpc.SharedWriteBuffer(true))
-	edgeboxv1.RegisterConsoleServiceServer(rpc, &consoleService{fleet: fl, pki: authority, ttl: c.cfg.BoxCertTTL, log: c.log, presence: c.presence})
+	edgeboxv1.RegisterConsoleServiceServer(rpc, &consoleService{fleet: fl, pki: authority, ttl: c.cfg.BoxCertTTL,
+		log: c.log, presence: c.presence, sync: &syncer{store: st, desired: c.desired, log: c.log}})
 
 	handler := httpapi.New(httpapi.Deps{
 		Fleet: fl, Audit: auditLog, Tokens: auth.New(bdb), PKI: authority, Sessions: c.presence,

@@ -109,6 +109,34 @@ func (s *Store) Apply(objs []*edgeboxv1.DesiredObject, rev uint64) (bool, error)
 	return wrote, err
 }
 
+// Replace drops everything stored and stores objs at rev, in one
+// transaction: the console's state went back (restored from a backup) and
+// the box takes it whole.
+func (s *Store) Replace(objs []*edgeboxv1.DesiredObject, rev uint64) error {
+	return s.db.Update(func(tx *bolt.Tx) error {
+		if err := tx.DeleteBucket(bucketDesired); err != nil {
+			return err
+		}
+		des, err := tx.CreateBucket(bucketDesired)
+		if err != nil {
+			return err
+		}
+		for _, o := range objs {
+			if o.GetKind() == "" || o.GetName() == "" || o.GetDeleted() {
+				return fmt.Errorf("localstore: reset with an object without kind or name, or a tombstone")
+			}
+			raw, err := proto.Marshal(o)
+			if err != nil {
+				return err
+			}
+			if err := des.Put(key(o.GetKind(), o.GetName()), raw); err != nil {
+				return err
+			}
+		}
+		return tx.Bucket(bucketMeta).Put(keyRevision, binary.BigEndian.AppendUint64(nil, rev))
+	})
+}
+
 // Objects returns every stored object of kind ("" for all), in key order.
 func (s *Store) Objects(kind string) ([]*edgeboxv1.DesiredObject, error) {
 	var out []*edgeboxv1.DesiredObject

@@ -63,10 +63,13 @@ func New(s store.Store) *State { return &State{s: s} }
 
 var nameRE = regexp.MustCompile(`^[a-z0-9]([a-z0-9._-]{0,61}[a-z0-9])?$`)
 
-func boxPrefix(box string) string          { return "desired/" + box + "/" }
-func revKey(box string) string             { return boxPrefix(box) + "rev" }
-func ackedKey(box string) string           { return boxPrefix(box) + "acked" }
-func objPrefix(box string) string          { return boxPrefix(box) + "obj/" }
+func boxPrefix(box string) string { return "desired/" + box + "/" }
+func revKey(box string) string    { return boxPrefix(box) + "rev" }
+func ackedKey(box string) string  { return boxPrefix(box) + "acked" }
+func objPrefix(box string) string { return boxPrefix(box) + "obj/" }
+
+// ObjectPrefix is the store prefix of box's objects, for watching them.
+func ObjectPrefix(box string) string       { return objPrefix(box) }
 func objKey(box, kind, name string) string { return objPrefix(box) + kind + "/" + name }
 
 func parseRev(kv store.KV) uint64 {

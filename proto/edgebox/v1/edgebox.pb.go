@@ -452,6 +452,250 @@ func (x *PingResponse) GetAgentTimeUnixNano() int64 {
 	return 0
 }
 
+type SyncUp struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Types that are valid to be assigned to Msg:
+	//
+	//	*SyncUp_Hello
+	//	*SyncUp_Ack
+	Msg           isSyncUp_Msg `protobuf_oneof:"msg"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SyncUp) Reset() {
+	*x = SyncUp{}
+	mi := &file_edgebox_v1_edgebox_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SyncUp) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SyncUp) ProtoMessage() {}
+
+func (x *SyncUp) ProtoReflect() protoreflect.Message {
+	mi := &file_edgebox_v1_edgebox_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SyncUp.ProtoReflect.Descriptor instead.
+func (*SyncUp) Descriptor() ([]byte, []int) {
+	return file_edgebox_v1_edgebox_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *SyncUp) GetMsg() isSyncUp_Msg {
+	if x != nil {
+		return x.Msg
+	}
+	return nil
+}
+
+func (x *SyncUp) GetHello() *SyncHello {
+	if x != nil {
+		if x, ok := x.Msg.(*SyncUp_Hello); ok {
+			return x.Hello
+		}
+	}
+	return nil
+}
+
+func (x *SyncUp) GetAck() *SyncAck {
+	if x != nil {
+		if x, ok := x.Msg.(*SyncUp_Ack); ok {
+			return x.Ack
+		}
+	}
+	return nil
+}
+
+type isSyncUp_Msg interface {
+	isSyncUp_Msg()
+}
+
+type SyncUp_Hello struct {
+	Hello *SyncHello `protobuf:"bytes,1,opt,name=hello,proto3,oneof"` // first message, once
+}
+
+type SyncUp_Ack struct {
+	Ack *SyncAck `protobuf:"bytes,2,opt,name=ack,proto3,oneof"`
+}
+
+func (*SyncUp_Hello) isSyncUp_Msg() {}
+
+func (*SyncUp_Ack) isSyncUp_Msg() {}
+
+type SyncHello struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// stored_revision is the box revision of the last batch on the box's disk.
+	StoredRevision    uint64 `protobuf:"varint,1,opt,name=stored_revision,json=storedRevision,proto3" json:"stored_revision,omitempty"`
+	CapabilityVersion uint32 `protobuf:"varint,2,opt,name=capability_version,json=capabilityVersion,proto3" json:"capability_version,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
+}
+
+func (x *SyncHello) Reset() {
+	*x = SyncHello{}
+	mi := &file_edgebox_v1_edgebox_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SyncHello) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SyncHello) ProtoMessage() {}
+
+func (x *SyncHello) ProtoReflect() protoreflect.Message {
+	mi := &file_edgebox_v1_edgebox_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SyncHello.ProtoReflect.Descriptor instead.
+func (*SyncHello) Descriptor() ([]byte, []int) {
+	return file_edgebox_v1_edgebox_proto_rawDescGZIP(), []int{8}
+}
+
+func (x *SyncHello) GetStoredRevision() uint64 {
+	if x != nil {
+		return x.StoredRevision
+	}
+	return 0
+}
+
+func (x *SyncHello) GetCapabilityVersion() uint32 {
+	if x != nil {
+		return x.CapabilityVersion
+	}
+	return 0
+}
+
+type SyncAck struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Revision      uint64                 `protobuf:"varint,1,opt,name=revision,proto3" json:"revision,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SyncAck) Reset() {
+	*x = SyncAck{}
+	mi := &file_edgebox_v1_edgebox_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SyncAck) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SyncAck) ProtoMessage() {}
+
+func (x *SyncAck) ProtoReflect() protoreflect.Message {
+	mi := &file_edgebox_v1_edgebox_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SyncAck.ProtoReflect.Descriptor instead.
+func (*SyncAck) Descriptor() ([]byte, []int) {
+	return file_edgebox_v1_edgebox_proto_rawDescGZIP(), []int{9}
+}
+
+func (x *SyncAck) GetRevision() uint64 {
+	if x != nil {
+		return x.Revision
+	}
+	return 0
+}
+
+type SyncDown struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// objects changed after the box's revision, oldest change first; only the
+	// latest of each object. Tombstones have deleted set.
+	Objects []*DesiredObject `protobuf:"bytes,1,rep,name=objects,proto3" json:"objects,omitempty"`
+	// revision the box stores with this batch.
+	Revision uint64 `protobuf:"varint,2,opt,name=revision,proto3" json:"revision,omitempty"`
+	// reset: the box must replace everything it stored with objects (the
+	// console's state is older than the box's, e.g. restored from a backup).
+	Reset_        bool `protobuf:"varint,3,opt,name=reset,proto3" json:"reset,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SyncDown) Reset() {
+	*x = SyncDown{}
+	mi := &file_edgebox_v1_edgebox_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SyncDown) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SyncDown) ProtoMessage() {}
+
+func (x *SyncDown) ProtoReflect() protoreflect.Message {
+	mi := &file_edgebox_v1_edgebox_proto_msgTypes[10]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SyncDown.ProtoReflect.Descriptor instead.
+func (*SyncDown) Descriptor() ([]byte, []int) {
+	return file_edgebox_v1_edgebox_proto_rawDescGZIP(), []int{10}
+}
+
+func (x *SyncDown) GetObjects() []*DesiredObject {
+	if x != nil {
+		return x.Objects
+	}
+	return nil
+}
+
+func (x *SyncDown) GetRevision() uint64 {
+	if x != nil {
+		return x.Revision
+	}
+	return 0
+}
+
+func (x *SyncDown) GetReset_() bool {
+	if x != nil {
+		return x.Reset_
+	}
+	return false
+}
+
 type InfoRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	unknownFields protoimpl.UnknownFields
@@ -460,7 +704,7 @@ type InfoRequest struct {
 
 func (x *InfoRequest) Reset() {
 	*x = InfoRequest{}
-	mi := &file_edgebox_v1_edgebox_proto_msgTypes[7]
+	mi := &file_edgebox_v1_edgebox_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -472,7 +716,7 @@ func (x *InfoRequest) String() string {
 func (*InfoRequest) ProtoMessage() {}
 
 func (x *InfoRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_edgebox_v1_edgebox_proto_msgTypes[7]
+	mi := &file_edgebox_v1_edgebox_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -485,7 +729,7 @@ func (x *InfoRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InfoRequest.ProtoReflect.Descriptor instead.
 func (*InfoRequest) Descriptor() ([]byte, []int) {
-	return file_edgebox_v1_edgebox_proto_rawDescGZIP(), []int{7}
+	return file_edgebox_v1_edgebox_proto_rawDescGZIP(), []int{11}
 }
 
 var File_edgebox_v1_edgebox_proto protoreflect.FileDescriptor
@@ -493,7 +737,7 @@ var File_edgebox_v1_edgebox_proto protoreflect.FileDescriptor
 const file_edgebox_v1_edgebox_proto_rawDesc = "" +
 	"\n" +
 	"\x18edgebox/v1/edgebox.proto\x12\n" +
-	"edgebox.v1\"\x82\x02\n" +
+	"edgebox.v1\x1a\x18edgebox/v1/desired.proto\"\x82\x02\n" +
 	"\aBoxInfo\x12\x1a\n" +
 	"\bhostname\x18\x01 \x01(\tR\bhostname\x12\x0e\n" +
 	"\x02os\x18\x02 \x01(\tR\x02os\x12\x12\n" +
@@ -522,11 +766,25 @@ const file_edgebox_v1_edgebox_proto_rawDesc = "" +
 	"\apayload\x18\x01 \x01(\fR\apayload\"Y\n" +
 	"\fPingResponse\x12\x18\n" +
 	"\apayload\x18\x01 \x01(\fR\apayload\x12/\n" +
-	"\x14agent_time_unix_nano\x18\x02 \x01(\x03R\x11agentTimeUnixNano\"\r\n" +
-	"\vInfoRequest2\x8c\x01\n" +
+	"\x14agent_time_unix_nano\x18\x02 \x01(\x03R\x11agentTimeUnixNano\"g\n" +
+	"\x06SyncUp\x12-\n" +
+	"\x05hello\x18\x01 \x01(\v2\x15.edgebox.v1.SyncHelloH\x00R\x05hello\x12'\n" +
+	"\x03ack\x18\x02 \x01(\v2\x13.edgebox.v1.SyncAckH\x00R\x03ackB\x05\n" +
+	"\x03msg\"c\n" +
+	"\tSyncHello\x12'\n" +
+	"\x0fstored_revision\x18\x01 \x01(\x04R\x0estoredRevision\x12-\n" +
+	"\x12capability_version\x18\x02 \x01(\rR\x11capabilityVersion\"%\n" +
+	"\aSyncAck\x12\x1a\n" +
+	"\brevision\x18\x01 \x01(\x04R\brevision\"q\n" +
+	"\bSyncDown\x123\n" +
+	"\aobjects\x18\x01 \x03(\v2\x19.edgebox.v1.DesiredObjectR\aobjects\x12\x1a\n" +
+	"\brevision\x18\x02 \x01(\x04R\brevision\x12\x14\n" +
+	"\x05reset\x18\x03 \x01(\bR\x05reset\"\r\n" +
+	"\vInfoRequest2\xc2\x01\n" +
 	"\x0eConsoleService\x12<\n" +
 	"\x05Hello\x12\x18.edgebox.v1.HelloRequest\x1a\x19.edgebox.v1.HelloResponse\x12<\n" +
-	"\x05Renew\x12\x18.edgebox.v1.RenewRequest\x1a\x19.edgebox.v1.RenewResponse2\x7f\n" +
+	"\x05Renew\x12\x18.edgebox.v1.RenewRequest\x1a\x19.edgebox.v1.RenewResponse\x124\n" +
+	"\x04Sync\x12\x12.edgebox.v1.SyncUp\x1a\x14.edgebox.v1.SyncDown(\x010\x012\x7f\n" +
 	"\fAgentService\x129\n" +
 	"\x04Ping\x12\x17.edgebox.v1.PingRequest\x1a\x18.edgebox.v1.PingResponse\x124\n" +
 	"\x04Info\x12\x17.edgebox.v1.InfoRequest\x1a\x13.edgebox.v1.BoxInfoB7Z5github.com/edgebox/edgebox/proto/edgebox/v1;edgeboxv1b\x06proto3"
@@ -543,7 +801,7 @@ func file_edgebox_v1_edgebox_proto_rawDescGZIP() []byte {
 	return file_edgebox_v1_edgebox_proto_rawDescData
 }
 
-var file_edgebox_v1_edgebox_proto_msgTypes = make([]protoimpl.MessageInfo, 8)
+var file_edgebox_v1_edgebox_proto_msgTypes = make([]protoimpl.MessageInfo, 12)
 var file_edgebox_v1_edgebox_proto_goTypes = []any{
 	(*BoxInfo)(nil),       // 0: edgebox.v1.BoxInfo
 	(*HelloRequest)(nil),  // 1: edgebox.v1.HelloRequest
@@ -552,23 +810,33 @@ var file_edgebox_v1_edgebox_proto_goTypes = []any{
 	(*RenewResponse)(nil), // 4: edgebox.v1.RenewResponse
 	(*PingRequest)(nil),   // 5: edgebox.v1.PingRequest
 	(*PingResponse)(nil),  // 6: edgebox.v1.PingResponse
-	(*InfoRequest)(nil),   // 7: edgebox.v1.InfoRequest
+	(*SyncUp)(nil),        // 7: edgebox.v1.SyncUp
+	(*SyncHello)(nil),     // 8: edgebox.v1.SyncHello
+	(*SyncAck)(nil),       // 9: edgebox.v1.SyncAck
+	(*SyncDown)(nil),      // 10: edgebox.v1.SyncDown
+	(*InfoRequest)(nil),   // 11: edgebox.v1.InfoRequest
+	(*DesiredObject)(nil), // 12: edgebox.v1.DesiredObject
 }
 var file_edgebox_v1_edgebox_proto_depIdxs = []int32{
-	0, // 0: edgebox.v1.HelloRequest.info:type_name -> edgebox.v1.BoxInfo
-	1, // 1: edgebox.v1.ConsoleService.Hello:input_type -> edgebox.v1.HelloRequest
-	3, // 2: edgebox.v1.ConsoleService.Renew:input_type -> edgebox.v1.RenewRequest
-	5, // 3: edgebox.v1.AgentService.Ping:input_type -> edgebox.v1.PingRequest
-	7, // 4: edgebox.v1.AgentService.Info:input_type -> edgebox.v1.InfoRequest
-	2, // 5: edgebox.v1.ConsoleService.Hello:output_type -> edgebox.v1.HelloResponse
-	4, // 6: edgebox.v1.ConsoleService.Renew:output_type -> edgebox.v1.RenewResponse
-	6, // 7: edgebox.v1.AgentService.Ping:output_type -> edgebox.v1.PingResponse
-	0, // 8: edgebox.v1.AgentService.Info:output_type -> edgebox.v1.BoxInfo
-	5, // [5:9] is the sub-list for method output_type
-	1, // [1:5] is the sub-list for method input_type
-	1, // [1:1] is the sub-list for extension type_name
-	1, // [1:1] is the sub-list for extension extendee
-	0, // [0:1] is the sub-list for field type_name
+	0,  // 0: edgebox.v1.HelloRequest.info:type_name -> edgebox.v1.BoxInfo
+	8,  // 1: edgebox.v1.SyncUp.hello:type_name -> edgebox.v1.SyncHello
+	9,  // 2: edgebox.v1.SyncUp.ack:type_name -> edgebox.v1.SyncAck
+	12, // 3: edgebox.v1.SyncDown.objects:type_name -> edgebox.v1.DesiredObject
+	1,  // 4: edgebox.v1.ConsoleService.Hello:input_type -> edgebox.v1.HelloRequest
+	3,  // 5: edgebox.v1.ConsoleService.Renew:input_type -> edgebox.v1.RenewRequest
+	7,  // 6: edgebox.v1.ConsoleService.Sync:input_type -> edgebox.v1.SyncUp
+	5,  // 7: edgebox.v1.AgentService.Ping:input_type -> edgebox.v1.PingRequest
+	11, // 8: edgebox.v1.AgentService.Info:input_type -> edgebox.v1.InfoRequest
+	2,  // 9: edgebox.v1.ConsoleService.Hello:output_type -> edgebox.v1.HelloResponse
+	4,  // 10: edgebox.v1.ConsoleService.Renew:output_type -> edgebox.v1.RenewResponse
+	10, // 11: edgebox.v1.ConsoleService.Sync:output_type -> edgebox.v1.SyncDown
+	6,  // 12: edgebox.v1.AgentService.Ping:output_type -> edgebox.v1.PingResponse
+	0,  // 13: edgebox.v1.AgentService.Info:output_type -> edgebox.v1.BoxInfo
+	9,  // [9:14] is the sub-list for method output_type
+	4,  // [4:9] is the sub-list for method input_type
+	4,  // [4:4] is the sub-list for extension type_name
+	4,  // [4:4] is the sub-list for extension extendee
+	0,  // [0:4] is the sub-list for field type_name
 }
 
 func init() { file_edgebox_v1_edgebox_proto_init() }
@@ -576,13 +844,18 @@ func file_edgebox_v1_edgebox_proto_init() {
 	if File_edgebox_v1_edgebox_proto != nil {
 		return
 	}
+	file_edgebox_v1_desired_proto_init()
+	file_edgebox_v1_edgebox_proto_msgTypes[7].OneofWrappers = []any{
+		(*SyncUp_Hello)(nil),
+		(*SyncUp_Ack)(nil),
+	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_edgebox_v1_edgebox_proto_rawDesc), len(file_edgebox_v1_edgebox_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   8,
+			NumMessages:   12,
 			NumExtensions: 0,
 			NumServices:   2,
 		},
