@@ -191,8 +191,8 @@ func (a *Agent) Run(ctx context.Context) error {
 	console, err := grpc.NewClient("passthrough:///console",
 		grpc.WithTransportCredentials(insecure.NewCredentials()),     // the tunnel is the mTLS
 		grpc.WithReadBufferSize(0), grpc.WithSharedWriteBuffer(true), // tunnel streams are buffered
-		// Between calls the connection and its stream go away, so an idle
-		// box costs the console no gRPC transport.
+		// Without calls (none while a Sync stream is open) the connection
+		// and its tunnel stream go away.
 		grpc.WithIdleTimeout(a.cfg.RPCIdle),
 		grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) {
 			return a.tc.Open(ctx, tunnel.KindRPC, nil)
