@@ -220,6 +220,7 @@ func (c *Console) Run(ctx context.Context) error {
 	}
 	defer st.Close()
 	c.desired = desired.New(st)
+	changes := newHub()
 
 	srv, err := tunnel.NewServer(tunnel.ServerConfig{Config: c.cfg.Tunnel, Identify: c.identify}, c.log, c.metrics)
 	if err != nil {
@@ -234,7 +235,7 @@ func (c *Console) Run(ctx context.Context) error {
 	// shared and released after each flush.
 	rpc := grpc.NewServer(grpc.MaxRecvMsgSize(1<<20), grpc.ReadBufferSize(0), grpc.SharedWriteBuffer(true))
 	edgeboxv1.RegisterConsoleServiceServer(rpc, &consoleService{fleet: fl, pki: authority, ttl: c.cfg.BoxCertTTL,
-		log: c.log, presence: c.presence, sync: &syncer{store: st, desired: c.desired, log: c.log}})
+		log: c.log, presence: c.presence, sync: &syncer{hub: changes, desired: c.desired, log: c.log}})
 
 	handler := httpapi.New(httpapi.Deps{
 		Fleet: fl, Audit: auditLog, Tokens: auth.New(bdb), PKI: authority, Sessions: c.presence,
@@ -258,6 +259,8 @@ func (c *Console) Run(ctx context.Context) error {
 	defer cancel()
 	var wg sync.WaitGroup
 	run := func(f func()) { wg.Add(1); go func() { defer wg.Done(); f() }() }
+	desiredChanges := changes.watch(ctx, st) // before any Sync stream can start
+	run(func() { changes.run(desiredChanges) })
 	run(func() { p.serve(ctx) })
 	run(func() { hs.Serve(p.http) })
 	run(func() { rpc.Serve(srv.Listen(tunnel.KindRPC)) })

@@ -8,7 +8,6 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/edgebox/edgebox/console/desired"
-	"github.com/edgebox/edgebox/console/store"
 	edgeboxv1 "github.com/edgebox/edgebox/proto/edgebox/v1"
 )
 
@@ -19,7 +18,7 @@ const maxSyncBatch = 256
 // change as the store commits it. The box is the one of the tunnel
 // certificate; nothing in the messages can name another.
 type syncer struct {
-	store   store.Store
+	hub     *hub
 	desired *desired.State
 	log     *slog.Logger
 }
@@ -41,7 +40,8 @@ func (s *syncer) Sync(stream edgeboxv1.ConsoleService_SyncServer) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	// Subscribe before the first read, so no change falls between them.
-	changes := s.store.Watch(ctx, desired.ObjectPrefix(box), 0)
+	changes, unsubscribe := s.hub.subscribe(box)
+	defer unsubscribe()
 
 	acks := make(chan error, 1)
 	go func() { acks <- s.readAcks(ctx, box, stream) }()
@@ -86,12 +86,9 @@ func (s *syncer) Sync(stream edgeboxv1.ConsoleService_SyncServer) error {
 		}
 		last = cur
 		select {
-		case r, ok := <-changes:
+		case _, ok := <-changes:
 			if !ok {
-				return ctx.Err()
-			}
-			if r.Err != nil {
-				return grpcError(r.Err)
+				return status.Error(codes.Unavailable, "the console is shutting down")
 			}
 		case err := <-acks:
 			return err
