@@ -40,26 +40,20 @@ type presence struct {
 	cfg   tunnel.Config
 	log   *slog.Logger
 
-	mu        sync.Mutex // guards connected and seen
-	connected map[string]time.Time
-	seen      map[string]time.Time // last seen, not yet written to the database
+	mu   sync.Mutex           // guards seen
+	seen map[string]time.Time // last seen, not yet written to the database
 }
 
 func newPresence(srv *tunnel.Server, f *fleet.Fleet, cfg tunnel.Config, log *slog.Logger) *presence {
-	return &presence{srv: srv, fleet: f, cfg: cfg, log: log,
-		connected: make(map[string]time.Time), seen: make(map[string]time.Time)}
+	return &presence{srv: srv, fleet: f, cfg: cfg, log: log, seen: make(map[string]time.Time)}
 }
 
+// onSession notes that a box was seen when its session starts or ends;
+// whether it is online comes from the tunnel itself.
 func (p *presence) onSession(ev tunnel.SessionEvent) {
-	now := time.Now()
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if ev.Up {
-		p.connected[ev.BoxID] = now
-	} else if cur, ok := p.srv.Session(ev.BoxID); !ok || cur == ev.Session {
-		delete(p.connected, ev.BoxID)
-	}
-	p.seen[ev.BoxID] = now
+	p.seen[ev.BoxID] = time.Now()
 }
 
 // Presence implements httpapi.Sessions.

@@ -2,8 +2,6 @@ package console
 
 import (
 	"context"
-	"crypto/x509"
-	"encoding/pem"
 	"errors"
 	"log/slog"
 	"time"
@@ -100,19 +98,17 @@ func (s *consoleService) Renew(ctx context.Context, req *edgeboxv1.RenewRequest)
 	if err != nil {
 		return nil, err
 	}
-	csr, err := enroll.ParseCSR(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE REQUEST", Bytes: req.GetCsr()}))
+	csr, err := enroll.ParseCSRDER(req.GetCsr())
 	if err != nil {
 		return nil, grpcError(err)
 	}
-	certPEM, err := s.pki.SignBox(csr, id, s.ttl)
+	certPEM, notAfter, err := s.pki.SignBox(csr, id, s.ttl)
 	if err != nil {
 		return nil, grpcError(err)
 	}
-	blk, _ := pem.Decode(certPEM)
-	cert, _ := x509.ParseCertificate(blk.Bytes)
-	if err := s.fleet.Renewed(id, cert.NotAfter); err != nil {
+	if err := s.fleet.Renewed(id, notAfter); err != nil {
 		return nil, grpcError(err)
 	}
-	s.log.Info("box certificate renewed", "box_id", id, "not_after", cert.NotAfter)
+	s.log.Info("box certificate renewed", "box_id", id, "not_after", notAfter)
 	return &edgeboxv1.RenewResponse{CertificatePem: certPEM}, nil
 }

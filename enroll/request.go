@@ -82,7 +82,15 @@ func ParseCSR(pemBytes []byte) (*x509.CertificateRequest, error) {
 	if blk == nil || blk.Type != "CERTIFICATE REQUEST" {
 		return nil, fmt.Errorf("%w: CSR is not a PEM CERTIFICATE REQUEST", ErrBadRequest)
 	}
-	csr, err := x509.ParseCertificateRequest(blk.Bytes)
+	return ParseCSRDER(blk.Bytes)
+}
+
+// ParseCSRDER is ParseCSR for a DER request, as renewal sends it.
+func ParseCSRDER(der []byte) (*x509.CertificateRequest, error) {
+	if len(der) > 4096 {
+		return nil, fmt.Errorf("%w: CSR longer than 4096 bytes", ErrBadRequest)
+	}
+	csr, err := x509.ParseCertificateRequest(der)
 	if err != nil {
 		return nil, fmt.Errorf("%w: CSR: %v", ErrBadRequest, err)
 	}

@@ -159,11 +159,4 @@ func (s *Store) Objects(kind string) ([]*edgeboxv1.DesiredObject, error) {
 }
 
 // Check verifies the database's consistency (bbolt's own check).
-func (s *Store) Check() error {
-	return s.db.View(func(tx *bolt.Tx) error {
-		for err := range tx.Check() {
-			return err
-		}
-		return nil
-	})
-}
+func (s *Store) Check() error { return boltdb.Check(s.db) }

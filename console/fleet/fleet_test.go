@@ -13,6 +13,7 @@ import (
 	"github.com/edgebox/edgebox/console/db"
 	"github.com/edgebox/edgebox/enroll"
 	"github.com/edgebox/edgebox/errdefs"
+	"github.com/edgebox/edgebox/internal/boltdb"
 )
 
 func openFleet(t *testing.T, dir string) (*Fleet, *bolt.DB) {
@@ -23,12 +24,7 @@ func openFleet(t *testing.T, dir string) (*Fleet, *bolt.DB) {
 	}
 	t.Cleanup(func() {
 		// The database must be consistent after every test.
-		if err := bdb.View(func(tx *bolt.Tx) error {
-			for err := range tx.Check() {
-				return err
-			}
-			return nil
-		}); err != nil {
+		if err := boltdb.Check(bdb); err != nil {
 			t.Errorf("bbolt check: %v", err)
 		}
 		bdb.Close()

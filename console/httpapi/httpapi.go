@@ -171,11 +171,7 @@ func (s *server) enroll(c *gin.Context) {
 	}
 	box, cert, err := s.Fleet.Enroll(fleet.Enrollment{
 		Token: tok, Hostname: req.Hostname, Name: req.Name, Remote: c.ClientIP(),
-		Issue: func(id string) ([]byte, time.Time, error) {
-			notAfter := time.Now().Add(s.BoxCertTTL)
-			pemBytes, err := s.PKI.SignBox(csr, id, s.BoxCertTTL)
-			return pemBytes, notAfter, err
-		},
+		Issue: func(id string) ([]byte, time.Time, error) { return s.PKI.SignBox(csr, id, s.BoxCertTTL) },
 	})
 	if err != nil {
 		s.fail(c, err)

@@ -199,11 +199,12 @@ func covers(leaf *x509.Certificate, hosts []string) bool {
 	return true
 }
 
-// SignBox issues a client certificate for box boxID from a checked CSR.
-func (a *Authority) SignBox(csr *x509.CertificateRequest, boxID string, ttl time.Duration) ([]byte, error) {
+// SignBox issues a client certificate for box boxID from a checked CSR and
+// returns it in PEM with its expiry.
+func (a *Authority) SignBox(csr *x509.CertificateRequest, boxID string, ttl time.Duration) ([]byte, time.Time, error) {
 	u, err := url.Parse(BoxURIPrefix + boxID)
 	if err != nil {
-		return nil, err
+		return nil, time.Time{}, err
 	}
 	now := time.Now()
 	// Backdate a little for boxes whose clocks run behind, but never so much
@@ -220,9 +221,13 @@ func (a *Authority) SignBox(csr *x509.CertificateRequest, boxID string, ttl time
 	}
 	der, err := x509.CreateCertificate(rand.Reader, tmpl, a.CA, csr.PublicKey, a.caKey)
 	if err != nil {
-		return nil, fmt.Errorf("pki: signing box certificate: %w", err)
+		return nil, time.Time{}, fmt.Errorf("pki: signing box certificate: %w", err)
 	}
-	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), nil
+	leaf, err := x509.ParseCertificate(der)
+	if err != nil {
+		return nil, time.Time{}, err
+	}
+	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), leaf.NotAfter, nil
 }
 
 // BoxID returns the box named by a certificate's URI SAN.

@@ -51,12 +51,15 @@ func TestSignBox(t *testing.T) {
 	key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	der, _ := x509.CreateCertificateRequest(rand.Reader, &x509.CertificateRequest{}, key)
 	csr, _ := x509.ParseCertificateRequest(der)
-	certPEM, err := a.SignBox(csr, "bx-abc", time.Hour)
+	certPEM, notAfter, err := a.SignBox(csr, "bx-abc", time.Hour)
 	if err != nil {
 		t.Fatal(err)
 	}
 	blk, _ := pem.Decode(certPEM)
 	cert, _ := x509.ParseCertificate(blk.Bytes)
+	if !cert.NotAfter.Equal(notAfter) {
+		t.Fatalf("SignBox says the certificate expires at %v, it says %v", notAfter, cert.NotAfter)
+	}
 	if id, err := BoxID(cert); err != nil || id != "bx-abc" {
 		t.Fatalf("BoxID = %q, %v", id, err)
 	}

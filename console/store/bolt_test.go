@@ -10,6 +10,7 @@ import (
 
 	"github.com/edgebox/edgebox/console/store"
 	"github.com/edgebox/edgebox/console/store/storetest"
+	"github.com/edgebox/edgebox/internal/boltdb"
 )
 
 func newBolt(t *testing.T) store.Store {
@@ -23,12 +24,7 @@ func newBolt(t *testing.T) store.Store {
 	}
 	t.Cleanup(func() {
 		s.Close()
-		if err := db.View(func(tx *bolt.Tx) error {
-			for err := range tx.Check() {
-				return err
-			}
-			return nil
-		}); err != nil {
+		if err := boltdb.Check(db); err != nil {
 			t.Errorf("bbolt check: %v", err)
 		}
 		db.Close()

@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -126,15 +125,6 @@ func (c *consoleProc) liveHeap(b *testing.B) float64 {
 	return v
 }
 
-func freeAddr(b *testing.B) string {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
-}
-
 func boxCount(b *testing.B) int {
 	if s := os.Getenv("EDGEBOX_BENCH_BOXES"); s != "" {
 		n, err := strconv.Atoi(s)
@@ -159,7 +149,7 @@ func BenchmarkFleet(b *testing.B) {
 
 func fleet(b *testing.B, n int) {
 	bin := testenv.BuildBinaries(b)
-	addr := freeAddr(b)
+	addr := testenv.FreeAddr(b)
 	c := &consoleProc{bin: bin, data: b.TempDir(), addr: addr, url: "https://" + addr,
 		hc: &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}}}
 	out := c.start(b)

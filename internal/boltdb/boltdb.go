@@ -62,6 +62,16 @@ func Open(path string, migrations []Migration, owner string) (*bolt.DB, error) {
 	return db, nil
 }
 
+// Check runs bbolt's consistency check and returns its first finding.
+func Check(db *bolt.DB) error {
+	return db.View(func(tx *bolt.Tx) error {
+		for err := range tx.Check() {
+			return err
+		}
+		return nil
+	})
+}
+
 // SetSchema overwrites the stored schema version; tests use it to fake a
 // file from a newer program.
 func SetSchema(db *bolt.DB, v int) error {

@@ -232,8 +232,8 @@ func TestHTTP2AndMetrics(t *testing.T) {
 	if resp.ProtoMajor != 2 {
 		t.Fatalf("API spoke %s, want HTTP/2", resp.Proto)
 	}
-	// With the admin token (read from the CLI-equivalent client's header).
-	tok := adminToken(t, h)
+	// With the admin token.
+	tok := h.AdminToken()
 	req.Header.Set("Authorization", "Bearer "+tok)
 	resp, err = hc.Do(req)
 	if err != nil {
@@ -246,11 +246,4 @@ func TestHTTP2AndMetrics(t *testing.T) {
 			t.Errorf("metrics lack %q", want)
 		}
 	}
-}
-
-// adminToken makes a second admin-equivalent call path: the test reads the
-// token the harness parsed, through a request it records.
-func adminToken(t *testing.T, h *testenv.InProcess) string {
-	t.Helper()
-	return h.AdminToken()
 }

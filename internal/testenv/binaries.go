@@ -5,7 +5,6 @@ import (
 	"context"
 	"crypto/tls"
 	"fmt"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -69,12 +68,7 @@ type Binaries struct {
 func NewBinaries(t testing.TB) *Binaries {
 	t.Helper()
 	e := &Binaries{bin: BuildBinaries(t), dataDir: t.TempDir()}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	e.addr = l.Addr().String()
-	l.Close()
+	e.addr = FreeAddr(t)
 	e.url = "https://" + e.addr
 	out := e.startConsole(t)
 	tok, err := parseAdminToken(out)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/tls"
 	"io"
+	"net"
 	"net/http"
 	"testing"
 	"time"
@@ -20,6 +21,18 @@ func createToken(t testing.TB, c *api.Client, req api.TokenRequest) string {
 		t.Fatalf("create token: %v", err)
 	}
 	return tok.Text
+}
+
+// FreeAddr returns a loopback address with a port that was free a moment
+// ago, for programs that must be told their address before they listen.
+func FreeAddr(t testing.TB) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
 }
 
 // FetchCA reads the console CA without verifying; tests then pin it.

@@ -18,8 +18,6 @@ import (
 type Options struct {
 	// Console adjusts the console's configuration before it starts.
 	Console func(*console.Config)
-	// Agent adjusts each agent's configuration before it starts.
-	Agent func(*agent.Config)
 }
 
 // InProcess is a console and its agents running in the test's process.
@@ -171,9 +169,6 @@ func (b *inProcessBox) Start(t testing.TB) {
 	cfg.Backoff = tunnel.Backoff{Min: 50 * time.Millisecond, Max: 500 * time.Millisecond}
 	cfg.PendingRecheck = 200 * time.Millisecond
 	cfg.RenewRetry = time.Second
-	if b.env.opts.Agent != nil {
-		b.env.opts.Agent(&cfg)
-	}
 	a, err := agent.New(cfg, Logger(t).With("side", "agent", "box", b.id))
 	if err != nil {
 		t.Fatal(err)
