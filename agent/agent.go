@@ -26,6 +26,8 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/edgebox/edgebox/agent/localstore"
+	"github.com/edgebox/edgebox/agent/reconcile"
+	"github.com/edgebox/edgebox/agent/runtime"
 	"github.com/edgebox/edgebox/enroll"
 	edgeboxv1 "github.com/edgebox/edgebox/proto/edgebox/v1"
 	"github.com/edgebox/edgebox/tunnel"
@@ -53,12 +55,29 @@ type Config struct {
 	// RPCIdle is how long the agent's gRPC connection to the console stays
 	// open without calls.
 	RPCIdle time.Duration
+	// SyncRetry is the wait before a broken Sync stream is opened again.
+	SyncRetry time.Duration
+	// Drivers run workloads, one per runtime; none means the box runs no
+	// workloads and reports each as failed.
+	Drivers []runtime.Driver
+	// Reconcile is the time between reconcile passes when nothing changes.
+	Reconcile time.Duration
+	// Hooks are for fault-injection tests; production leaves them nil.
+	Hooks Hooks
+}
+
+// Hooks let tests stop the agent at precise points.
+type Hooks struct {
+	// AfterStore runs after a Sync batch is on disk and before it is
+	// acknowledged; an error ends the stream there, as a crash would.
+	AfterStore func(rev uint64) error
 }
 
 // DefaultConfig returns the defaults for dir.
 func DefaultConfig(dir string) Config {
 	return Config{DataDir: dir, Version: "dev", Tunnel: tunnel.DefaultConfig(),
-		PendingRecheck: 15 * time.Second, RenewRetry: time.Minute, RPCIdle: 30 * time.Second}
+		PendingRecheck: 15 * time.Second, RenewRetry: time.Minute, RPCIdle: 30 * time.Second,
+		SyncRetry: time.Second, Reconcile: 10 * time.Second}
 }
 
 // Validate reports what is wrong with c.
@@ -66,8 +85,8 @@ func (c Config) Validate() error {
 	if c.DataDir == "" {
 		return errors.New("agent: data directory is required")
 	}
-	if c.PendingRecheck <= 0 || c.RenewRetry <= 0 || c.RPCIdle <= 0 {
-		return errors.New("agent: PendingRecheck, RenewRetry and RPCIdle must be positive")
+	if c.PendingRecheck <= 0 || c.RenewRetry <= 0 || c.RPCIdle <= 0 || c.SyncRetry <= 0 || c.Reconcile <= 0 {
+		return errors.New("agent: PendingRecheck, RenewRetry, RPCIdle, SyncRetry and Reconcile must be positive")
 	}
 	return c.Tunnel.Validate()
 }
@@ -99,7 +118,9 @@ type Agent struct {
 
 	connected chan struct{} // one signal per session that came up
 
-	local *localstore.Store
+	local      *localstore.Store
+	reports    *reports
+	reconciler *reconcile.Reconciler
 	// received counts desired objects taken from the console, for tests
 	// and status.
 	received atomic.Int64
@@ -135,6 +156,13 @@ func New(cfg Config, log *slog.Logger) (*Agent, error) {
 	a.tc = tc
 	tc.OnSession = a.onSession
 	if a.local, err = localstore.Open(cfg.DataDir); err != nil {
+		return nil, err
+	}
+	a.reports = newReports()
+	a.reconciler, err = reconcile.New(reconcile.Config{Source: a.local, Drivers: cfg.Drivers, Reporter: a.reports,
+		Log: a.log, Interval: cfg.Reconcile})
+	if err != nil {
+		a.local.Close()
 		return nil, err
 	}
 	a.status = Status{BoxID: creds.BoxID, Name: creds.Name, ConsoleURL: creds.ConsoleURL,
@@ -206,6 +234,9 @@ func (a *Agent) Run(ctx context.Context) error {
 	a.setStatus(func(*Status) {})
 	var wg sync.WaitGroup
 	run := func(f func()) { wg.Add(1); go func() { defer wg.Done(); f() }() }
+	// Workloads come back from the local store first, whether or not the
+	// console can be reached.
+	run(func() { a.reconciler.Run(ctx) })
 	run(func() { a.tc.Run(ctx) })
 	run(func() { rpc.Serve(a.tc.Listen(tunnel.KindRPC)) })
 	run(func() { a.helloLoop(ctx, client) })

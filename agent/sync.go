@@ -2,15 +2,25 @@ package agent
 
 import (
 	"context"
+	"errors"
+	"fmt"
+	"sync"
 	"time"
 
 	edgeboxv1 "github.com/edgebox/edgebox/proto/edgebox/v1"
 )
 
+// maxDownObjects bounds the objects of one SyncDown the agent accepts.
+const maxDownObjects = 1 << 14
+
+// errHook is what a Hooks.AfterStore error ends the stream with.
+var errHook = errors.New("stopped by a test hook")
+
 // syncLoop keeps a Sync stream to the console open: it says what the box
 // stored, stores each batch and its revision in one transaction, then
 // acknowledges it. A batch that was stored but not acknowledged (a crash in
-// between) comes again and is recognised by its revision.
+// between) comes again and is recognised by its revision. The same stream
+// carries the reconciler's status up.
 func (a *Agent) syncLoop(ctx context.Context, c edgeboxv1.ConsoleServiceClient) {
 	for ctx.Err() == nil {
 		err := a.syncOnce(ctx, c)
@@ -21,7 +31,7 @@ func (a *Agent) syncLoop(ctx context.Context, c edgeboxv1.ConsoleServiceClient) 
 		select {
 		case <-ctx.Done():
 			return
-		case <-time.After(time.Second):
+		case <-time.After(a.cfg.SyncRetry):
 		}
 	}
 }
@@ -31,33 +41,94 @@ func (a *Agent) syncOnce(ctx context.Context, c edgeboxv1.ConsoleServiceClient) 
 	if err != nil {
 		return err
 	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
 	stream, err := c.Sync(ctx)
 	if err != nil {
 		return err
 	}
-	err = stream.Send(&edgeboxv1.SyncUp{Msg: &edgeboxv1.SyncUp_Hello{Hello: &edgeboxv1.SyncHello{
+	var sendMu sync.Mutex // gRPC allows one Send at a time
+	send := func(m *edgeboxv1.SyncUp) error {
+		sendMu.Lock()
+		defer sendMu.Unlock()
+		return stream.Send(m)
+	}
+	err = send(&edgeboxv1.SyncUp{Msg: &edgeboxv1.SyncUp_Hello{Hello: &edgeboxv1.SyncHello{
 		StoredRevision: rev, CapabilityVersion: CapabilityVersion}}})
 	if err != nil {
 		return err
 	}
+
+	// Status goes up from its own goroutine, the whole of it first.
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	defer cancel()
+	statusErr := make(chan error, 1)
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		statusErr <- a.sendStatus(ctx, send)
+	}()
+
 	for {
 		down, err := stream.Recv()
 		if err != nil {
+			select {
+			case serr := <-statusErr:
+				if serr != nil && ctx.Err() == nil {
+					return serr
+				}
+			default:
+			}
 			return err
 		}
-		a.received.Add(int64(len(down.GetObjects())))
-		if down.GetReset_() {
-			a.log.Warn("the console reset this box's desired state", "revision", down.GetRevision())
-			err = a.local.Replace(down.GetObjects(), down.GetRevision())
-		} else {
-			_, err = a.local.Apply(down.GetObjects(), down.GetRevision())
-		}
+		ack, err := a.storeDown(down)
 		if err != nil {
 			return err
 		}
-		err = stream.Send(&edgeboxv1.SyncUp{Msg: &edgeboxv1.SyncUp_Ack{Ack: &edgeboxv1.SyncAck{Revision: down.GetRevision()}}})
-		if err != nil {
+		if a.cfg.Hooks.AfterStore != nil {
+			if err := a.cfg.Hooks.AfterStore(ack); err != nil {
+				return fmt.Errorf("%w: %v", errHook, err)
+			}
+		}
+		if err := send(&edgeboxv1.SyncUp{Msg: &edgeboxv1.SyncUp_Ack{Ack: &edgeboxv1.SyncAck{Revision: ack}}}); err != nil {
 			return err
+		}
+		a.reconciler.Kick()
+	}
+}
+
+// storeDown validates and stores one message from the console, and
+// returns the revision to acknowledge.
+func (a *Agent) storeDown(down *edgeboxv1.SyncDown) (uint64, error) {
+	if len(down.GetObjects()) > maxDownObjects {
+		return 0, fmt.Errorf("the console sent %d objects in one message; at most %d are accepted", len(down.GetObjects()), maxDownObjects)
+	}
+	a.received.Add(int64(len(down.GetObjects())))
+	if down.GetReset_() {
+		a.log.Warn("the console reset this box's desired state", "revision", down.GetRevision())
+		return down.GetRevision(), a.local.Replace(down.GetObjects(), down.GetRevision())
+	}
+	if _, err := a.local.Apply(down.GetObjects(), down.GetRevision()); err != nil {
+		return 0, err
+	}
+	return down.GetRevision(), nil
+}
+
+// sendStatus sends every status, then each change, until ctx ends.
+func (a *Agent) sendStatus(ctx context.Context, send func(*edgeboxv1.SyncUp) error) error {
+	for full := true; ; full = false {
+		ms := a.reports.take(full)
+		for i, m := range ms {
+			if err := send(&edgeboxv1.SyncUp{Msg: &edgeboxv1.SyncUp_Status{Status: m}}); err != nil {
+				a.reports.putBack(ms[i:])
+				return err
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-a.reports.wake:
 		}
 	}
 }

@@ -162,3 +162,29 @@ func (c *Client) Audit(ctx context.Context, limit int, target string) ([]AuditEn
 	err := c.do(ctx, http.MethodGet, "/api/v1/audit?"+q.Encode(), nil, &l)
 	return l.Entries, err
 }
+
+// BoxState reads a box's desired state and its status.
+func (c *Client) BoxState(ctx context.Context, box string) (BoxState, error) {
+	var s BoxState
+	err := c.do(ctx, http.MethodGet, "/api/v1/boxes/"+url.PathEscape(box)+"/state", nil, &s)
+	return s, err
+}
+
+// PutDesired writes one desired object of a box; spec is the kind's spec
+// in protobuf JSON. It returns the box revision of the change.
+func (c *Client) PutDesired(ctx context.Context, box, kind, name string, spec json.RawMessage) (uint64, error) {
+	var r Revision
+	err := c.do(ctx, http.MethodPut, desiredPath(box, kind, name), spec, &r)
+	return r.Revision, err
+}
+
+// DeleteDesired deletes one desired object of a box.
+func (c *Client) DeleteDesired(ctx context.Context, box, kind, name string) (uint64, error) {
+	var r Revision
+	err := c.do(ctx, http.MethodDelete, desiredPath(box, kind, name), nil, &r)
+	return r.Revision, err
+}
+
+func desiredPath(box, kind, name string) string {
+	return "/api/v1/boxes/" + url.PathEscape(box) + "/desired/" + url.PathEscape(kind) + "/" + url.PathEscape(name)
+}

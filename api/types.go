@@ -2,7 +2,10 @@
 // and tests use it; the console serves the same types.
 package api
 
-import "time"
+import (
+	"encoding/json"
+	"time"
+)
 
 // Error is the body of every failed call.
 type Error struct {
@@ -98,4 +101,51 @@ type AuditEntry struct {
 // AuditList is the answer to GET /api/v1/audit.
 type AuditList struct {
 	Entries []AuditEntry `json:"entries"`
+}
+
+// DesiredObject is one object of a box's desired state. Spec is the
+// object's spec in protobuf's JSON form (a Workload, UsbAssignment, …).
+type DesiredObject struct {
+	Kind     string          `json:"kind"`
+	Name     string          `json:"name"`
+	Revision uint64          `json:"revision"`
+	Spec     json.RawMessage `json:"spec"`
+}
+
+// ObjectStatus is what the box last reported of one desired object.
+type ObjectStatus struct {
+	Kind             string    `json:"kind"`
+	Name             string    `json:"name"`
+	ObservedRevision uint64    `json:"observed_revision"`
+	Phase            string    `json:"phase"`
+	Message          string    `json:"message,omitempty"`
+	UpdatedAt        time.Time `json:"updated_at"`
+}
+
+// Event is one thing that happened to a desired object on a box.
+type Event struct {
+	Time    time.Time `json:"time"`
+	Kind    string    `json:"kind"`
+	Name    string    `json:"name"`
+	Reason  string    `json:"reason"`
+	Message string    `json:"message,omitempty"`
+	Warning bool      `json:"warning,omitempty"`
+}
+
+// BoxState is a box's desired state, how far the box has stored it, and
+// what the box reports of it.
+type BoxState struct {
+	BoxID string `json:"box_id"`
+	// Revision is the box's current desired revision, Acked the last one
+	// the box stored.
+	Revision uint64          `json:"revision"`
+	Acked    uint64          `json:"acked"`
+	Objects  []DesiredObject `json:"objects"`
+	Statuses []ObjectStatus  `json:"statuses"`
+	Events   []Event         `json:"events"`
+}
+
+// Revision is the box revision a change of desired state was given.
+type Revision struct {
+	Revision uint64 `json:"revision"`
 }

@@ -238,7 +238,7 @@ func (c *Console) Run(ctx context.Context) error {
 		log: c.log, presence: c.presence, sync: &syncer{hub: changes, desired: c.desired, log: c.log}})
 
 	handler := httpapi.New(httpapi.Deps{
-		Fleet: fl, Audit: auditLog, Tokens: auth.New(bdb), PKI: authority, Sessions: c.presence,
+		Fleet: fl, Audit: auditLog, Tokens: auth.New(bdb), PKI: authority, Sessions: c.presence, Desired: c.desired,
 		ConsoleURL: public, BoxCertTTL: c.cfg.BoxCertTTL, Log: c.log,
 		Metrics: promhttp.HandlerFor(c.reg, promhttp.HandlerOpts{}),
 	})
@@ -260,7 +260,7 @@ func (c *Console) Run(ctx context.Context) error {
 	var wg sync.WaitGroup
 	run := func(f func()) { wg.Add(1); go func() { defer wg.Done(); f() }() }
 	desiredChanges := changes.watch(ctx, st) // before any Sync stream can start
-	run(func() { changes.run(desiredChanges) })
+	run(func() { changes.run(ctx, st, desiredChanges, c.log) })
 	run(func() { p.serve(ctx) })
 	run(func() { hs.Serve(p.http) })
 	run(func() { rpc.Serve(srv.Listen(tunnel.KindRPC)) })

@@ -2,6 +2,7 @@ package console
 
 import (
 	"context"
+	"log/slog"
 	"strings"
 	"sync"
 
@@ -28,9 +29,23 @@ func (h *hub) watch(ctx context.Context, s store.Store) <-chan store.WatchRespon
 	return s.Watch(ctx, h.prefix, 0)
 }
 
-// run follows w until it ends, then closes every subscriber's channel.
-func (h *hub) run(w <-chan store.WatchResponse) {
+// run follows w until ctx ends, then closes every subscriber's channel. A
+// watch that fails (compacted under a slow reader) is opened again and
+// every subscriber woken, so each re-reads its box's state.
+func (h *hub) run(ctx context.Context, s store.Store, w <-chan store.WatchResponse, log *slog.Logger) {
 	defer h.closeAll()
+	for {
+		h.follow(w)
+		if ctx.Err() != nil {
+			return
+		}
+		log.Warn("desired-state watch ended; watching again")
+		w = h.watch(ctx, s)
+		h.notifyAll()
+	}
+}
+
+func (h *hub) follow(w <-chan store.WatchResponse) {
 	for r := range w {
 		if r.Err != nil {
 			return
@@ -81,6 +96,18 @@ func (h *hub) notify(box string) {
 		case ch <- struct{}{}:
 		default: // a wake-up is already pending
 		}
+	}
+}
+
+func (h *hub) notifyAll() {
+	h.mu.Lock()
+	boxes := make([]string, 0, len(h.subs))
+	for box := range h.subs {
+		boxes = append(boxes, box)
+	}
+	h.mu.Unlock()
+	for _, box := range boxes {
+		h.notify(box)
 	}
 }
 

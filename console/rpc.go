@@ -50,6 +50,8 @@ func boxOf(ctx context.Context) (string, error) {
 // that does.
 func grpcError(err error) error {
 	switch {
+	case err == nil:
+		return nil
 	case errors.Is(err, errdefs.ErrNotFound):
 		return status.Error(codes.NotFound, err.Error())
 	case errors.Is(err, errdefs.ErrConflict):

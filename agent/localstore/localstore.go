@@ -85,8 +85,8 @@ func (s *Store) Apply(objs []*edgeboxv1.DesiredObject, rev uint64) (bool, error)
 			return nil
 		}
 		for _, o := range objs {
-			if o.GetKind() == "" || o.GetName() == "" {
-				return fmt.Errorf("localstore: object without kind or name at revision %d", rev)
+			if err := edgeboxv1.CheckKey(o.GetKind(), o.GetName()); err != nil {
+				return fmt.Errorf("localstore: revision %d: %w", rev, err)
 			}
 			k := key(o.GetKind(), o.GetName())
 			if o.GetDeleted() {
@@ -122,8 +122,11 @@ func (s *Store) Replace(objs []*edgeboxv1.DesiredObject, rev uint64) error {
 			return err
 		}
 		for _, o := range objs {
-			if o.GetKind() == "" || o.GetName() == "" || o.GetDeleted() {
-				return fmt.Errorf("localstore: reset with an object without kind or name, or a tombstone")
+			if err := edgeboxv1.CheckKey(o.GetKind(), o.GetName()); err != nil {
+				return fmt.Errorf("localstore: reset: %w", err)
+			}
+			if o.GetDeleted() {
+				return fmt.Errorf("localstore: reset with a tombstone")
 			}
 			raw, err := proto.Marshal(o)
 			if err != nil {

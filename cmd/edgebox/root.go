@@ -266,7 +266,7 @@ func boxesCmd(out printer) *cobra.Command {
 	revoke := one("revoke BOX", "Refuse a box from now on and drop its session", func(cl *api.Client, cmd *cobra.Command, a []string) (api.Box, error) {
 		return cl.Revoke(cmd.Context(), a[0])
 	})
-	c.AddCommand(ls, get, label, approve, revoke)
+	c.AddCommand(ls, get, label, approve, revoke, stateCmd(out), desiredCmd())
 	return c
 }
 

@@ -18,7 +18,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"regexp"
 	"sort"
 	"strconv"
 	"strings"
@@ -53,6 +52,16 @@ func KindOf(o *edgeboxv1.DesiredObject) string {
 	return ""
 }
 
+// MinCapability is the agent capability version that understands kind; a
+// box below it is never sent objects of that kind.
+func MinCapability(kind string) uint32 {
+	switch kind {
+	case KindWorkload, KindUsbAssignment, KindAgentConfig, KindAgentRelease:
+		return 1
+	}
+	return ^uint32(0) // unknown kinds go nowhere
+}
+
 // State reads and writes desired state on a store.
 type State struct {
 	s store.Store
@@ -61,12 +70,11 @@ type State struct {
 // New returns a State on s.
 func New(s store.Store) *State { return &State{s: s} }
 
-var nameRE = regexp.MustCompile(`^[a-z0-9]([a-z0-9._-]{0,61}[a-z0-9])?$`)
-
 func boxPrefix(box string) string { return "desired/" + box + "/" }
 func revKey(box string) string    { return boxPrefix(box) + "rev" }
 func ackedKey(box string) string  { return boxPrefix(box) + "acked" }
 func objPrefix(box string) string { return boxPrefix(box) + "obj/" }
+func capKey(box string) string    { return boxPrefix(box) + "cap" }
 
 // ObjectPrefix is the store prefix of box's objects, for watching them.
 func ObjectPrefix(box string) string       { return objPrefix(box) }
@@ -88,7 +96,7 @@ func (st *State) Put(ctx context.Context, box string, o *edgeboxv1.DesiredObject
 	if kind == "" {
 		return 0, errdefs.Invalid("object %q has no spec", o.GetName())
 	}
-	if !nameRE.MatchString(o.GetName()) {
+	if !ValidName(o.GetName()) {
 		return 0, errdefs.Invalid("object name %q: use 1-63 lower-case letters, digits, '.', '_' or '-'", o.GetName())
 	}
 	obj := proto.Clone(o).(*edgeboxv1.DesiredObject)
@@ -206,6 +214,46 @@ func (st *State) Ack(ctx context.Context, box string, rev uint64) error {
 		}
 	}
 	return errdefs.Unavailable("box %s: too many concurrent acks", box)
+}
+
+// ServedCapability is the capability version box's stored state was last
+// served with: objects of kinds it needs more for were left out.
+func (st *State) ServedCapability(ctx context.Context, box string) (uint32, bool, error) {
+	kv, err := st.s.Get(ctx, capKey(box))
+	if errors.Is(err, store.ErrNotFound) {
+		return 0, false, nil
+	} else if err != nil {
+		return 0, false, err
+	}
+	return uint32(parseRev(kv)), true, nil
+}
+
+// SetServedCapability records the capability version box is served with.
+func (st *State) SetServedCapability(ctx context.Context, box string, v uint32) error {
+	_, err := store.Put(ctx, st.s, capKey(box), []byte(strconv.FormatUint(uint64(v), 10)))
+	return err
+}
+
+// Live returns box's objects that are not deleted, in key order, and the
+// box's current revision.
+func (st *State) Live(ctx context.Context, box string) ([]*edgeboxv1.DesiredObject, uint64, error) {
+	all, cur, err := st.Since(ctx, box, 0)
+	if err != nil {
+		return nil, 0, err
+	}
+	live := all[:0]
+	for _, o := range all {
+		if !o.GetDeleted() {
+			live = append(live, o)
+		}
+	}
+	sort.Slice(live, func(i, j int) bool {
+		if live[i].Kind != live[j].Kind {
+			return live[i].Kind < live[j].Kind
+		}
+		return live[i].Name < live[j].Name
+	})
+	return live, cur, nil
 }
 
 // Acked returns the last revision box acknowledged.

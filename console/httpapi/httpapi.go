@@ -17,6 +17,7 @@ import (
 
 	"github.com/edgebox/edgebox/api"
 	"github.com/edgebox/edgebox/console/audit"
+	"github.com/edgebox/edgebox/console/desired"
 	"github.com/edgebox/edgebox/console/auth"
 	"github.com/edgebox/edgebox/console/fleet"
 	"github.com/edgebox/edgebox/console/pki"
@@ -46,6 +47,7 @@ type Deps struct {
 	Tokens     *auth.Tokens
 	PKI        *pki.Authority
 	Sessions   Sessions
+	Desired    *desired.State
 	ConsoleURL string
 	BoxCertTTL time.Duration
 	Metrics    http.Handler
@@ -78,6 +80,9 @@ func New(d Deps) http.Handler {
 	v1.POST("/boxes/:id/labels", s.labelBox)
 	v1.POST("/boxes/:id/approve", s.approveBox)
 	v1.POST("/boxes/:id/revoke", s.revokeBox)
+	v1.GET("/boxes/:id/state", s.boxState)
+	v1.PUT("/boxes/:id/desired/:kind/:name", s.putDesired)
+	v1.DELETE("/boxes/:id/desired/:kind/:name", s.deleteDesired)
 	v1.GET("/tokens", s.listTokens)
 	v1.POST("/tokens", s.createToken)
 	v1.DELETE("/tokens/:id", s.revokeToken)

@@ -435,6 +435,225 @@ func (*DesiredObject_AgentConfig) isDesiredObject_Spec() {}
 
 func (*DesiredObject_AgentRelease) isDesiredObject_Spec() {}
 
+// ObjectStatus is the latest the box knows of one desired object.
+type ObjectStatus struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Kind  string                 `protobuf:"bytes,1,opt,name=kind,proto3" json:"kind,omitempty"`
+	Name  string                 `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
+	// observed_revision is the revision of the desired object the box acted
+	// on last.
+	ObservedRevision uint64 `protobuf:"varint,3,opt,name=observed_revision,json=observedRevision,proto3" json:"observed_revision,omitempty"`
+	// phase: "Pending", "Running", "Stopped", "Failed" or "Removed" (the
+	// object is gone from the box; the console forgets its status).
+	Phase           string `protobuf:"bytes,4,opt,name=phase,proto3" json:"phase,omitempty"`
+	Message         string `protobuf:"bytes,5,opt,name=message,proto3" json:"message,omitempty"` // at most 1 KiB
+	UpdatedUnixNano int64  `protobuf:"varint,6,opt,name=updated_unix_nano,json=updatedUnixNano,proto3" json:"updated_unix_nano,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
+}
+
+func (x *ObjectStatus) Reset() {
+	*x = ObjectStatus{}
+	mi := &file_edgebox_v1_desired_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ObjectStatus) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ObjectStatus) ProtoMessage() {}
+
+func (x *ObjectStatus) ProtoReflect() protoreflect.Message {
+	mi := &file_edgebox_v1_desired_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ObjectStatus.ProtoReflect.Descriptor instead.
+func (*ObjectStatus) Descriptor() ([]byte, []int) {
+	return file_edgebox_v1_desired_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *ObjectStatus) GetKind() string {
+	if x != nil {
+		return x.Kind
+	}
+	return ""
+}
+
+func (x *ObjectStatus) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *ObjectStatus) GetObservedRevision() uint64 {
+	if x != nil {
+		return x.ObservedRevision
+	}
+	return 0
+}
+
+func (x *ObjectStatus) GetPhase() string {
+	if x != nil {
+		return x.Phase
+	}
+	return ""
+}
+
+func (x *ObjectStatus) GetMessage() string {
+	if x != nil {
+		return x.Message
+	}
+	return ""
+}
+
+func (x *ObjectStatus) GetUpdatedUnixNano() int64 {
+	if x != nil {
+		return x.UpdatedUnixNano
+	}
+	return 0
+}
+
+// Event is one thing that happened to a desired object on the box.
+type Event struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	TimeUnixNano  int64                  `protobuf:"varint,1,opt,name=time_unix_nano,json=timeUnixNano,proto3" json:"time_unix_nano,omitempty"`
+	Kind          string                 `protobuf:"bytes,2,opt,name=kind,proto3" json:"kind,omitempty"`
+	Name          string                 `protobuf:"bytes,3,opt,name=name,proto3" json:"name,omitempty"`
+	Reason        string                 `protobuf:"bytes,4,opt,name=reason,proto3" json:"reason,omitempty"`   // one word: "Created", "Started", "Failed", ...
+	Message       string                 `protobuf:"bytes,5,opt,name=message,proto3" json:"message,omitempty"` // at most 1 KiB
+	Warning       bool                   `protobuf:"varint,6,opt,name=warning,proto3" json:"warning,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Event) Reset() {
+	*x = Event{}
+	mi := &file_edgebox_v1_desired_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Event) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Event) ProtoMessage() {}
+
+func (x *Event) ProtoReflect() protoreflect.Message {
+	mi := &file_edgebox_v1_desired_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Event.ProtoReflect.Descriptor instead.
+func (*Event) Descriptor() ([]byte, []int) {
+	return file_edgebox_v1_desired_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *Event) GetTimeUnixNano() int64 {
+	if x != nil {
+		return x.TimeUnixNano
+	}
+	return 0
+}
+
+func (x *Event) GetKind() string {
+	if x != nil {
+		return x.Kind
+	}
+	return ""
+}
+
+func (x *Event) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *Event) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+func (x *Event) GetMessage() string {
+	if x != nil {
+		return x.Message
+	}
+	return ""
+}
+
+func (x *Event) GetWarning() bool {
+	if x != nil {
+		return x.Warning
+	}
+	return false
+}
+
+// EventRing is the bounded record of a box's latest events.
+type EventRing struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Events        []*Event               `protobuf:"bytes,1,rep,name=events,proto3" json:"events,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *EventRing) Reset() {
+	*x = EventRing{}
+	mi := &file_edgebox_v1_desired_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *EventRing) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*EventRing) ProtoMessage() {}
+
+func (x *EventRing) ProtoReflect() protoreflect.Message {
+	mi := &file_edgebox_v1_desired_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use EventRing.ProtoReflect.Descriptor instead.
+func (*EventRing) Descriptor() ([]byte, []int) {
+	return file_edgebox_v1_desired_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *EventRing) GetEvents() []*Event {
+	if x != nil {
+		return x.Events
+	}
+	return nil
+}
+
 var File_edgebox_v1_desired_proto protoreflect.FileDescriptor
 
 const file_edgebox_v1_desired_proto_rawDesc = "" +
@@ -473,7 +692,23 @@ const file_edgebox_v1_desired_proto_rawDesc = "" +
 	"\fagent_config\x18\f \x01(\v2\x17.edgebox.v1.AgentConfigH\x00R\vagentConfig\x12?\n" +
 	"\ragent_release\x18\r \x01(\v2\x18.edgebox.v1.AgentReleaseH\x00R\fagentRelease\x12\x12\n" +
 	"\x04kind\x18\x04 \x01(\tR\x04kindB\x06\n" +
-	"\x04specB7Z5github.com/edgebox/edgebox/proto/edgebox/v1;edgeboxv1b\x06proto3"
+	"\x04spec\"\xbf\x01\n" +
+	"\fObjectStatus\x12\x12\n" +
+	"\x04kind\x18\x01 \x01(\tR\x04kind\x12\x12\n" +
+	"\x04name\x18\x02 \x01(\tR\x04name\x12+\n" +
+	"\x11observed_revision\x18\x03 \x01(\x04R\x10observedRevision\x12\x14\n" +
+	"\x05phase\x18\x04 \x01(\tR\x05phase\x12\x18\n" +
+	"\amessage\x18\x05 \x01(\tR\amessage\x12*\n" +
+	"\x11updated_unix_nano\x18\x06 \x01(\x03R\x0fupdatedUnixNano\"\xa1\x01\n" +
+	"\x05Event\x12$\n" +
+	"\x0etime_unix_nano\x18\x01 \x01(\x03R\ftimeUnixNano\x12\x12\n" +
+	"\x04kind\x18\x02 \x01(\tR\x04kind\x12\x12\n" +
+	"\x04name\x18\x03 \x01(\tR\x04name\x12\x16\n" +
+	"\x06reason\x18\x04 \x01(\tR\x06reason\x12\x18\n" +
+	"\amessage\x18\x05 \x01(\tR\amessage\x12\x18\n" +
+	"\awarning\x18\x06 \x01(\bR\awarning\"6\n" +
+	"\tEventRing\x12)\n" +
+	"\x06events\x18\x01 \x03(\v2\x11.edgebox.v1.EventR\x06eventsB7Z5github.com/edgebox/edgebox/proto/edgebox/v1;edgeboxv1b\x06proto3"
 
 var (
 	file_edgebox_v1_desired_proto_rawDescOnce sync.Once
@@ -487,26 +722,30 @@ func file_edgebox_v1_desired_proto_rawDescGZIP() []byte {
 	return file_edgebox_v1_desired_proto_rawDescData
 }
 
-var file_edgebox_v1_desired_proto_msgTypes = make([]protoimpl.MessageInfo, 6)
+var file_edgebox_v1_desired_proto_msgTypes = make([]protoimpl.MessageInfo, 9)
 var file_edgebox_v1_desired_proto_goTypes = []any{
 	(*Workload)(nil),      // 0: edgebox.v1.Workload
 	(*UsbAssignment)(nil), // 1: edgebox.v1.UsbAssignment
 	(*AgentConfig)(nil),   // 2: edgebox.v1.AgentConfig
 	(*AgentRelease)(nil),  // 3: edgebox.v1.AgentRelease
 	(*DesiredObject)(nil), // 4: edgebox.v1.DesiredObject
-	nil,                   // 5: edgebox.v1.AgentConfig.SettingsEntry
+	(*ObjectStatus)(nil),  // 5: edgebox.v1.ObjectStatus
+	(*Event)(nil),         // 6: edgebox.v1.Event
+	(*EventRing)(nil),     // 7: edgebox.v1.EventRing
+	nil,                   // 8: edgebox.v1.AgentConfig.SettingsEntry
 }
 var file_edgebox_v1_desired_proto_depIdxs = []int32{
-	5, // 0: edgebox.v1.AgentConfig.settings:type_name -> edgebox.v1.AgentConfig.SettingsEntry
+	8, // 0: edgebox.v1.AgentConfig.settings:type_name -> edgebox.v1.AgentConfig.SettingsEntry
 	0, // 1: edgebox.v1.DesiredObject.workload:type_name -> edgebox.v1.Workload
 	1, // 2: edgebox.v1.DesiredObject.usb_assignment:type_name -> edgebox.v1.UsbAssignment
 	2, // 3: edgebox.v1.DesiredObject.agent_config:type_name -> edgebox.v1.AgentConfig
 	3, // 4: edgebox.v1.DesiredObject.agent_release:type_name -> edgebox.v1.AgentRelease
-	5, // [5:5] is the sub-list for method output_type
-	5, // [5:5] is the sub-list for method input_type
-	5, // [5:5] is the sub-list for extension type_name
-	5, // [5:5] is the sub-list for extension extendee
-	0, // [0:5] is the sub-list for field type_name
+	6, // 5: edgebox.v1.EventRing.events:type_name -> edgebox.v1.Event
+	6, // [6:6] is the sub-list for method output_type
+	6, // [6:6] is the sub-list for method input_type
+	6, // [6:6] is the sub-list for extension type_name
+	6, // [6:6] is the sub-list for extension extendee
+	0, // [0:6] is the sub-list for field type_name
 }
 
 func init() { file_edgebox_v1_desired_proto_init() }
@@ -526,7 +765,7 @@ func file_edgebox_v1_desired_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_edgebox_v1_desired_proto_rawDesc), len(file_edgebox_v1_desired_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   6,
+			NumMessages:   9,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

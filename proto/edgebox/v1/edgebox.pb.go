@@ -458,6 +458,7 @@ type SyncUp struct {
 	//
 	//	*SyncUp_Hello
 	//	*SyncUp_Ack
+	//	*SyncUp_Status
 	Msg           isSyncUp_Msg `protobuf_oneof:"msg"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -518,6 +519,15 @@ func (x *SyncUp) GetAck() *SyncAck {
 	return nil
 }
 
+func (x *SyncUp) GetStatus() *SyncStatus {
+	if x != nil {
+		if x, ok := x.Msg.(*SyncUp_Status); ok {
+			return x.Status
+		}
+	}
+	return nil
+}
+
 type isSyncUp_Msg interface {
 	isSyncUp_Msg()
 }
@@ -530,9 +540,15 @@ type SyncUp_Ack struct {
 	Ack *SyncAck `protobuf:"bytes,2,opt,name=ack,proto3,oneof"`
 }
 
+type SyncUp_Status struct {
+	Status *SyncStatus `protobuf:"bytes,3,opt,name=status,proto3,oneof"`
+}
+
 func (*SyncUp_Hello) isSyncUp_Msg() {}
 
 func (*SyncUp_Ack) isSyncUp_Msg() {}
+
+func (*SyncUp_Status) isSyncUp_Msg() {}
 
 type SyncHello struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -631,6 +647,69 @@ func (x *SyncAck) GetRevision() uint64 {
 	return 0
 }
 
+// SyncStatus reports what the box made of its desired state.
+type SyncStatus struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// full: objects is every status the box holds; the console drops any
+	// other it kept for the box. Sent first on every stream.
+	Full          bool            `protobuf:"varint,1,opt,name=full,proto3" json:"full,omitempty"`
+	Objects       []*ObjectStatus `protobuf:"bytes,2,rep,name=objects,proto3" json:"objects,omitempty"` // at most 256
+	Events        []*Event        `protobuf:"bytes,3,rep,name=events,proto3" json:"events,omitempty"`   // at most 64, oldest first
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SyncStatus) Reset() {
+	*x = SyncStatus{}
+	mi := &file_edgebox_v1_edgebox_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SyncStatus) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SyncStatus) ProtoMessage() {}
+
+func (x *SyncStatus) ProtoReflect() protoreflect.Message {
+	mi := &file_edgebox_v1_edgebox_proto_msgTypes[10]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SyncStatus.ProtoReflect.Descriptor instead.
+func (*SyncStatus) Descriptor() ([]byte, []int) {
+	return file_edgebox_v1_edgebox_proto_rawDescGZIP(), []int{10}
+}
+
+func (x *SyncStatus) GetFull() bool {
+	if x != nil {
+		return x.Full
+	}
+	return false
+}
+
+func (x *SyncStatus) GetObjects() []*ObjectStatus {
+	if x != nil {
+		return x.Objects
+	}
+	return nil
+}
+
+func (x *SyncStatus) GetEvents() []*Event {
+	if x != nil {
+		return x.Events
+	}
+	return nil
+}
+
 type SyncDown struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// objects changed after the box's revision, oldest change first; only the
@@ -647,7 +726,7 @@ type SyncDown struct {
 
 func (x *SyncDown) Reset() {
 	*x = SyncDown{}
-	mi := &file_edgebox_v1_edgebox_proto_msgTypes[10]
+	mi := &file_edgebox_v1_edgebox_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -659,7 +738,7 @@ func (x *SyncDown) String() string {
 func (*SyncDown) ProtoMessage() {}
 
 func (x *SyncDown) ProtoReflect() protoreflect.Message {
-	mi := &file_edgebox_v1_edgebox_proto_msgTypes[10]
+	mi := &file_edgebox_v1_edgebox_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -672,7 +751,7 @@ func (x *SyncDown) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SyncDown.ProtoReflect.Descriptor instead.
 func (*SyncDown) Descriptor() ([]byte, []int) {
-	return file_edgebox_v1_edgebox_proto_rawDescGZIP(), []int{10}
+	return file_edgebox_v1_edgebox_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *SyncDown) GetObjects() []*DesiredObject {
@@ -704,7 +783,7 @@ type InfoRequest struct {
 
 func (x *InfoRequest) Reset() {
 	*x = InfoRequest{}
-	mi := &file_edgebox_v1_edgebox_proto_msgTypes[11]
+	mi := &file_edgebox_v1_edgebox_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -716,7 +795,7 @@ func (x *InfoRequest) String() string {
 func (*InfoRequest) ProtoMessage() {}
 
 func (x *InfoRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_edgebox_v1_edgebox_proto_msgTypes[11]
+	mi := &file_edgebox_v1_edgebox_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -729,7 +808,7 @@ func (x *InfoRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InfoRequest.ProtoReflect.Descriptor instead.
 func (*InfoRequest) Descriptor() ([]byte, []int) {
-	return file_edgebox_v1_edgebox_proto_rawDescGZIP(), []int{11}
+	return file_edgebox_v1_edgebox_proto_rawDescGZIP(), []int{12}
 }
 
 var File_edgebox_v1_edgebox_proto protoreflect.FileDescriptor
@@ -766,16 +845,22 @@ const file_edgebox_v1_edgebox_proto_rawDesc = "" +
 	"\apayload\x18\x01 \x01(\fR\apayload\"Y\n" +
 	"\fPingResponse\x12\x18\n" +
 	"\apayload\x18\x01 \x01(\fR\apayload\x12/\n" +
-	"\x14agent_time_unix_nano\x18\x02 \x01(\x03R\x11agentTimeUnixNano\"g\n" +
+	"\x14agent_time_unix_nano\x18\x02 \x01(\x03R\x11agentTimeUnixNano\"\x99\x01\n" +
 	"\x06SyncUp\x12-\n" +
 	"\x05hello\x18\x01 \x01(\v2\x15.edgebox.v1.SyncHelloH\x00R\x05hello\x12'\n" +
-	"\x03ack\x18\x02 \x01(\v2\x13.edgebox.v1.SyncAckH\x00R\x03ackB\x05\n" +
+	"\x03ack\x18\x02 \x01(\v2\x13.edgebox.v1.SyncAckH\x00R\x03ack\x120\n" +
+	"\x06status\x18\x03 \x01(\v2\x16.edgebox.v1.SyncStatusH\x00R\x06statusB\x05\n" +
 	"\x03msg\"c\n" +
 	"\tSyncHello\x12'\n" +
 	"\x0fstored_revision\x18\x01 \x01(\x04R\x0estoredRevision\x12-\n" +
 	"\x12capability_version\x18\x02 \x01(\rR\x11capabilityVersion\"%\n" +
 	"\aSyncAck\x12\x1a\n" +
-	"\brevision\x18\x01 \x01(\x04R\brevision\"q\n" +
+	"\brevision\x18\x01 \x01(\x04R\brevision\"\x7f\n" +
+	"\n" +
+	"SyncStatus\x12\x12\n" +
+	"\x04full\x18\x01 \x01(\bR\x04full\x122\n" +
+	"\aobjects\x18\x02 \x03(\v2\x18.edgebox.v1.ObjectStatusR\aobjects\x12)\n" +
+	"\x06events\x18\x03 \x03(\v2\x11.edgebox.v1.EventR\x06events\"q\n" +
 	"\bSyncDown\x123\n" +
 	"\aobjects\x18\x01 \x03(\v2\x19.edgebox.v1.DesiredObjectR\aobjects\x12\x1a\n" +
 	"\brevision\x18\x02 \x01(\x04R\brevision\x12\x14\n" +
@@ -801,7 +886,7 @@ func file_edgebox_v1_edgebox_proto_rawDescGZIP() []byte {
 	return file_edgebox_v1_edgebox_proto_rawDescData
 }
 
-var file_edgebox_v1_edgebox_proto_msgTypes = make([]protoimpl.MessageInfo, 12)
+var file_edgebox_v1_edgebox_proto_msgTypes = make([]protoimpl.MessageInfo, 13)
 var file_edgebox_v1_edgebox_proto_goTypes = []any{
 	(*BoxInfo)(nil),       // 0: edgebox.v1.BoxInfo
 	(*HelloRequest)(nil),  // 1: edgebox.v1.HelloRequest
@@ -813,30 +898,36 @@ var file_edgebox_v1_edgebox_proto_goTypes = []any{
 	(*SyncUp)(nil),        // 7: edgebox.v1.SyncUp
 	(*SyncHello)(nil),     // 8: edgebox.v1.SyncHello
 	(*SyncAck)(nil),       // 9: edgebox.v1.SyncAck
-	(*SyncDown)(nil),      // 10: edgebox.v1.SyncDown
-	(*InfoRequest)(nil),   // 11: edgebox.v1.InfoRequest
-	(*DesiredObject)(nil), // 12: edgebox.v1.DesiredObject
+	(*SyncStatus)(nil),    // 10: edgebox.v1.SyncStatus
+	(*SyncDown)(nil),      // 11: edgebox.v1.SyncDown
+	(*InfoRequest)(nil),   // 12: edgebox.v1.InfoRequest
+	(*ObjectStatus)(nil),  // 13: edgebox.v1.ObjectStatus
+	(*Event)(nil),         // 14: edgebox.v1.Event
+	(*DesiredObject)(nil), // 15: edgebox.v1.DesiredObject
 }
 var file_edgebox_v1_edgebox_proto_depIdxs = []int32{
 	0,  // 0: edgebox.v1.HelloRequest.info:type_name -> edgebox.v1.BoxInfo
 	8,  // 1: edgebox.v1.SyncUp.hello:type_name -> edgebox.v1.SyncHello
 	9,  // 2: edgebox.v1.SyncUp.ack:type_name -> edgebox.v1.SyncAck
-	12, // 3: edgebox.v1.SyncDown.objects:type_name -> edgebox.v1.DesiredObject
-	1,  // 4: edgebox.v1.ConsoleService.Hello:input_type -> edgebox.v1.HelloRequest
-	3,  // 5: edgebox.v1.ConsoleService.Renew:input_type -> edgebox.v1.RenewRequest
-	7,  // 6: edgebox.v1.ConsoleService.Sync:input_type -> edgebox.v1.SyncUp
-	5,  // 7: edgebox.v1.AgentService.Ping:input_type -> edgebox.v1.PingRequest
-	11, // 8: edgebox.v1.AgentService.Info:input_type -> edgebox.v1.InfoRequest
-	2,  // 9: edgebox.v1.ConsoleService.Hello:output_type -> edgebox.v1.HelloResponse
-	4,  // 10: edgebox.v1.ConsoleService.Renew:output_type -> edgebox.v1.RenewResponse
-	10, // 11: edgebox.v1.ConsoleService.Sync:output_type -> edgebox.v1.SyncDown
-	6,  // 12: edgebox.v1.AgentService.Ping:output_type -> edgebox.v1.PingResponse
-	0,  // 13: edgebox.v1.AgentService.Info:output_type -> edgebox.v1.BoxInfo
-	9,  // [9:14] is the sub-list for method output_type
-	4,  // [4:9] is the sub-list for method input_type
-	4,  // [4:4] is the sub-list for extension type_name
-	4,  // [4:4] is the sub-list for extension extendee
-	0,  // [0:4] is the sub-list for field type_name
+	10, // 3: edgebox.v1.SyncUp.status:type_name -> edgebox.v1.SyncStatus
+	13, // 4: edgebox.v1.SyncStatus.objects:type_name -> edgebox.v1.ObjectStatus
+	14, // 5: edgebox.v1.SyncStatus.events:type_name -> edgebox.v1.Event
+	15, // 6: edgebox.v1.SyncDown.objects:type_name -> edgebox.v1.DesiredObject
+	1,  // 7: edgebox.v1.ConsoleService.Hello:input_type -> edgebox.v1.HelloRequest
+	3,  // 8: edgebox.v1.ConsoleService.Renew:input_type -> edgebox.v1.RenewRequest
+	7,  // 9: edgebox.v1.ConsoleService.Sync:input_type -> edgebox.v1.SyncUp
+	5,  // 10: edgebox.v1.AgentService.Ping:input_type -> edgebox.v1.PingRequest
+	12, // 11: edgebox.v1.AgentService.Info:input_type -> edgebox.v1.InfoRequest
+	2,  // 12: edgebox.v1.ConsoleService.Hello:output_type -> edgebox.v1.HelloResponse
+	4,  // 13: edgebox.v1.ConsoleService.Renew:output_type -> edgebox.v1.RenewResponse
+	11, // 14: edgebox.v1.ConsoleService.Sync:output_type -> edgebox.v1.SyncDown
+	6,  // 15: edgebox.v1.AgentService.Ping:output_type -> edgebox.v1.PingResponse
+	0,  // 16: edgebox.v1.AgentService.Info:output_type -> edgebox.v1.BoxInfo
+	12, // [12:17] is the sub-list for method output_type
+	7,  // [7:12] is the sub-list for method input_type
+	7,  // [7:7] is the sub-list for extension type_name
+	7,  // [7:7] is the sub-list for extension extendee
+	0,  // [0:7] is the sub-list for field type_name
 }
 
 func init() { file_edgebox_v1_edgebox_proto_init() }
@@ -848,6 +939,7 @@ func file_edgebox_v1_edgebox_proto_init() {
 	file_edgebox_v1_edgebox_proto_msgTypes[7].OneofWrappers = []any{
 		(*SyncUp_Hello)(nil),
 		(*SyncUp_Ack)(nil),
+		(*SyncUp_Status)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -855,7 +947,7 @@ func file_edgebox_v1_edgebox_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_edgebox_v1_edgebox_proto_rawDesc), len(file_edgebox_v1_edgebox_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   12,
+			NumMessages:   13,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

@@ -1,0 +1,236 @@
+// Package reconcile brings what runs on the box to what the box's local
+// store says should run. It reads only the local store, never the network,
+// so a box with the console out of reach still restarts every workload as
+// last desired. Every pass is idempotent: it acts only on differences.
+package reconcile
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sort"
+	"time"
+
+	"github.com/edgebox/edgebox/agent/runtime"
+	"github.com/edgebox/edgebox/errdefs"
+	edgeboxv1 "github.com/edgebox/edgebox/proto/edgebox/v1"
+)
+
+// KindWorkload is the kind of desired object the reconciler runs.
+const KindWorkload = "Workload"
+
+// Source is where desired objects come from: the agent's local store.
+type Source interface {
+	Objects(kind string) ([]*edgeboxv1.DesiredObject, error)
+}
+
+// Reporter takes what the reconciler makes of each object.
+type Reporter interface {
+	Report(*edgeboxv1.ObjectStatus)
+	Event(*edgeboxv1.Event)
+}
+
+// Config is a reconciler's configuration.
+type Config struct {
+	Source   Source
+	Drivers  []runtime.Driver
+	Reporter Reporter
+	Log      *slog.Logger
+	// Interval is the time between passes when nothing asks for one; a
+	// pass also notices instances that died. Default 10 s.
+	Interval time.Duration
+	// StopTimeout is how long a workload may take to stop. Default 30 s.
+	StopTimeout time.Duration
+}
+
+// Reconciler converges the box on its desired workloads.
+type Reconciler struct {
+	cfg     Config
+	drivers map[string]runtime.Driver
+	kick    chan struct{}
+	// reported holds the workloads with a status, so a workload that
+	// leaves the desired state has its status removed.
+	reported map[string]bool
+}
+
+// New returns a reconciler; Run starts it.
+func New(cfg Config) (*Reconciler, error) {
+	if cfg.Source == nil || cfg.Reporter == nil || cfg.Log == nil {
+		return nil, errors.New("reconcile: Source, Reporter and Log are required")
+	}
+	if cfg.Interval <= 0 {
+		cfg.Interval = 10 * time.Second
+	}
+	if cfg.StopTimeout <= 0 {
+		cfg.StopTimeout = 30 * time.Second
+	}
+	r := &Reconciler{cfg: cfg, drivers: map[string]runtime.Driver{}, kick: make(chan struct{}, 1), reported: map[string]bool{}}
+	for _, d := range cfg.Drivers {
+		if _, dup := r.drivers[d.Runtime()]; dup {
+			return nil, fmt.Errorf("reconcile: two drivers for runtime %q", d.Runtime())
+		}
+		r.drivers[d.Runtime()] = d
+	}
+	return r, nil
+}
+
+// Kick asks for a pass soon; the desired state changed.
+func (r *Reconciler) Kick() {
+	select {
+	case r.kick <- struct{}{}:
+	default:
+	}
+}
+
+// Run makes a pass at once, then on every Kick and every Interval, until
+// ctx ends.
+func (r *Reconciler) Run(ctx context.Context) {
+	t := time.NewTicker(r.cfg.Interval)
+	defer t.Stop()
+	for {
+		if err := r.Once(ctx); err != nil && ctx.Err() == nil {
+			r.cfg.Log.Warn("reconcile pass failed", "err", err)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-r.kick:
+		case <-t.C:
+		}
+	}
+}
+
+type held struct {
+	drv  runtime.Driver
+	inst runtime.Instance
+}
+
+// Once makes one pass. Trouble with one workload is reported in its status
+// and does not stop the others; the error is for the pass as a whole.
+func (r *Reconciler) Once(ctx context.Context) error {
+	objs, err := r.cfg.Source.Objects(KindWorkload)
+	if err != nil {
+		return fmt.Errorf("reading the desired state: %w", err)
+	}
+	have := map[string]held{}
+	listFailed := map[string]error{}
+	for rt, d := range r.drivers {
+		insts, err := d.List(ctx)
+		if err != nil {
+			listFailed[rt] = err
+			continue
+		}
+		for _, in := range insts {
+			have[in.Name] = held{d, in}
+		}
+	}
+	want := map[string]bool{}
+	for _, o := range objs {
+		want[o.GetName()] = true
+		r.converge(ctx, o, have, listFailed)
+	}
+	var gone []string
+	for name := range have {
+		if !want[name] {
+			gone = append(gone, name)
+		}
+	}
+	sort.Strings(gone)
+	stuck := map[string]bool{}
+	for _, name := range gone {
+		if err := r.remove(ctx, have[name].drv, name); err != nil {
+			stuck[name] = true
+			r.event(name, "RemoveFailed", err.Error(), true)
+			r.status(name, 0, "Failed", "no longer desired, but "+err.Error())
+			continue
+		}
+		r.event(name, "Removed", "no longer desired", false)
+	}
+	for name := range r.reported {
+		if !want[name] && !stuck[name] {
+			r.cfg.Reporter.Report(&edgeboxv1.ObjectStatus{Kind: KindWorkload, Name: name, Phase: "Removed"})
+			delete(r.reported, name)
+		}
+	}
+	if len(listFailed) > 0 {
+		return fmt.Errorf("listing instances: %v", listFailed)
+	}
+	return nil
+}
+
+// converge brings one workload to its desired spec, running.
+func (r *Reconciler) converge(ctx context.Context, o *edgeboxv1.DesiredObject, have map[string]held, listFailed map[string]error) {
+	name, rev := o.GetName(), o.GetRevision()
+	w := o.GetWorkload()
+	if w == nil {
+		r.status(name, rev, "Failed", "this agent does not understand the object's spec; upgrade the agent")
+		return
+	}
+	d := r.drivers[w.GetRuntime()]
+	if d == nil {
+		r.status(name, rev, "Failed", fmt.Sprintf("runtime %q is not available on this box", w.GetRuntime()))
+		return
+	}
+	if err := listFailed[w.GetRuntime()]; err != nil {
+		r.status(name, rev, "Failed", fmt.Sprintf("runtime %q: %v", w.GetRuntime(), err))
+		return
+	}
+	spec := runtime.NewSpec(name, w)
+	h, exists := have[name]
+	if exists && (h.drv != d || h.inst.Hash != spec.Hash) {
+		if err := r.remove(ctx, h.drv, name); err != nil {
+			r.fail(name, rev, "ReplaceFailed", err)
+			return
+		}
+		r.event(name, "Replacing", fmt.Sprintf("release %s at revision %d", w.GetRelease(), rev), false)
+		exists = false
+	}
+	if !exists {
+		if err := d.Create(ctx, spec); err != nil && !errors.Is(err, errdefs.ErrConflict) {
+			r.fail(name, rev, "CreateFailed", err)
+			return
+		}
+		r.event(name, "Created", fmt.Sprintf("release %s", w.GetRelease()), false)
+		h.inst.State = runtime.StateCreated
+	}
+	if h.inst.State != runtime.StateRunning {
+		if err := d.Start(ctx, name); err != nil {
+			r.fail(name, rev, "StartFailed", err)
+			return
+		}
+		if h.inst.State == runtime.StateExited {
+			r.event(name, "Restarted", fmt.Sprintf("it had exited with code %d", h.inst.ExitCode), true)
+		} else {
+			r.event(name, "Started", "", false)
+		}
+	}
+	r.status(name, rev, "Running", "")
+}
+
+func (r *Reconciler) remove(ctx context.Context, d runtime.Driver, name string) error {
+	if err := d.Stop(ctx, name, r.cfg.StopTimeout); err != nil {
+		return fmt.Errorf("stopping: %w", err)
+	}
+	if err := d.Remove(ctx, name); err != nil {
+		return fmt.Errorf("removing: %w", err)
+	}
+	return nil
+}
+
+func (r *Reconciler) fail(name string, rev uint64, reason string, err error) {
+	r.cfg.Log.Warn("workload failed", "workload", name, "reason", reason, "err", err)
+	r.event(name, reason, err.Error(), true)
+	r.status(name, rev, "Failed", err.Error())
+}
+
+func (r *Reconciler) status(name string, rev uint64, phase, msg string) {
+	r.reported[name] = true
+	r.cfg.Reporter.Report(&edgeboxv1.ObjectStatus{Kind: KindWorkload, Name: name, ObservedRevision: rev,
+		Phase: phase, Message: msg, UpdatedUnixNano: time.Now().UnixNano()})
+}
+
+func (r *Reconciler) event(name, reason, msg string, warning bool) {
+	r.cfg.Reporter.Event(&edgeboxv1.Event{TimeUnixNano: time.Now().UnixNano(), Kind: KindWorkload, Name: name,
+		Reason: reason, Message: msg, Warning: warning})
+}

@@ -1,0 +1,162 @@
+// Package fake is an in-memory runtime.Driver for tests and demos. It
+// counts what it was asked to do, can be told to fail, and lets a test
+// "crash" an instance.
+package fake
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/edgebox/edgebox/agent/runtime"
+	"github.com/edgebox/edgebox/errdefs"
+)
+
+// Driver is a fake runtime. The zero value is not usable; use New.
+type Driver struct {
+	runtime string
+
+	mu        sync.Mutex // guards everything below
+	instances map[string]*runtime.Instance
+	calls     map[string]int // "create", "start", … -> count
+	creates   map[string]int // name+"@"+hash -> count
+	fail      map[string]error
+}
+
+// New returns an empty fake driver serving runtime rt.
+func New(rt string) *Driver {
+	return &Driver{runtime: rt, instances: map[string]*runtime.Instance{}, calls: map[string]int{},
+		creates: map[string]int{}, fail: map[string]error{}}
+}
+
+func (d *Driver) Runtime() string { return d.runtime }
+
+func (d *Driver) call(op, name string) error {
+	d.calls[op]++
+	if err := d.fail[op+" "+name]; err != nil {
+		return err
+	}
+	return d.fail[op+" *"]
+}
+
+func (d *Driver) Create(_ context.Context, s runtime.Spec) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if err := d.call("create", s.Name); err != nil {
+		return err
+	}
+	if _, ok := d.instances[s.Name]; ok {
+		return errdefs.Conflict("instance %s exists", s.Name)
+	}
+	d.instances[s.Name] = &runtime.Instance{Name: s.Name, Hash: s.Hash, State: runtime.StateCreated}
+	d.creates[s.Name+"@"+s.Hash]++
+	return nil
+}
+
+func (d *Driver) Start(_ context.Context, name string) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if err := d.call("start", name); err != nil {
+		return err
+	}
+	in, ok := d.instances[name]
+	if !ok {
+		return errdefs.NotFound("no instance %s", name)
+	}
+	in.State, in.StartedAt, in.ExitCode = runtime.StateRunning, time.Now(), 0
+	return nil
+}
+
+func (d *Driver) Stop(_ context.Context, name string, _ time.Duration) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if err := d.call("stop", name); err != nil {
+		return err
+	}
+	if in, ok := d.instances[name]; ok && in.State == runtime.StateRunning {
+		in.State = runtime.StateExited
+	}
+	return nil
+}
+
+func (d *Driver) Remove(_ context.Context, name string) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if err := d.call("remove", name); err != nil {
+		return err
+	}
+	delete(d.instances, name)
+	return nil
+}
+
+func (d *Driver) List(context.Context) ([]runtime.Instance, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if err := d.call("list", "*"); err != nil {
+		return nil, err
+	}
+	out := make([]runtime.Instance, 0, len(d.instances))
+	for _, in := range d.instances {
+		out = append(out, *in)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out, nil
+}
+
+// Crash makes a running instance exit with code, as if it died.
+func (d *Driver) Crash(name string, code int) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if in, ok := d.instances[name]; ok {
+		in.State, in.ExitCode = runtime.StateExited, code
+	}
+}
+
+// FailOn makes op ("create", "start", "stop", "remove", "list") fail for
+// name ("*" for every name) until called again with a nil error.
+func (d *Driver) FailOn(op, name string, err error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if err == nil {
+		delete(d.fail, op+" "+name)
+		return
+	}
+	d.fail[op+" "+name] = err
+}
+
+// Calls returns how often op was called.
+func (d *Driver) Calls(op string) int {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.calls[op]
+}
+
+// Creates returns how often an instance of name with spec hash was created.
+func (d *Driver) Creates(name, hash string) int {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.creates[name+"@"+hash]
+}
+
+// Running returns the names of running instances, sorted.
+func (d *Driver) Running() []string {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	var out []string
+	for n, in := range d.instances {
+		if in.State == runtime.StateRunning {
+			out = append(out, n)
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+// String describes the driver's instances, for test failures.
+func (d *Driver) String() string {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return fmt.Sprintf("fake %s: %d instances, calls %v", d.runtime, len(d.instances), d.calls)
+}

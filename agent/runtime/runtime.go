@@ -1,0 +1,64 @@
+// Package runtime is the seam between the agent and what runs workloads:
+// containerd, QEMU, native processes. The reconciler speaks only Driver.
+package runtime
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"time"
+
+	"google.golang.org/protobuf/proto"
+
+	edgeboxv1 "github.com/edgebox/edgebox/proto/edgebox/v1"
+)
+
+// Spec is one workload as a driver runs it.
+type Spec struct {
+	// Name is the workload's name, unique on the box.
+	Name     string
+	Workload *edgeboxv1.Workload
+	// Hash identifies the workload's spec: a different hash means the
+	// instance must be replaced.
+	Hash string
+}
+
+// NewSpec returns the Spec of workload name.
+func NewSpec(name string, w *edgeboxv1.Workload) Spec {
+	raw, _ := proto.MarshalOptions{Deterministic: true}.Marshal(w)
+	sum := sha256.Sum256(raw)
+	return Spec{Name: name, Workload: w, Hash: hex.EncodeToString(sum[:8])}
+}
+
+// State is where an instance is in its life.
+type State string
+
+const (
+	StateCreated State = "created"
+	StateRunning State = "running"
+	StateExited  State = "exited"
+)
+
+// Instance is one workload instance a driver holds.
+type Instance struct {
+	Name      string
+	Hash      string
+	State     State
+	ExitCode  int
+	StartedAt time.Time
+}
+
+// Driver runs workload instances of one runtime. Every method is
+// idempotent where it can be: creating what exists is errdefs.ErrConflict,
+// stopping what is stopped and removing what is gone succeed.
+type Driver interface {
+	// Runtime is the Workload.runtime value this driver serves.
+	Runtime() string
+	Create(ctx context.Context, s Spec) error
+	Start(ctx context.Context, name string) error
+	// Stop asks the instance to end and kills it after timeout.
+	Stop(ctx context.Context, name string, timeout time.Duration) error
+	Remove(ctx context.Context, name string) error
+	// List returns the instances this driver made for edgebox.
+	List(ctx context.Context) ([]Instance, error)
+}

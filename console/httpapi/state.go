@@ -1,0 +1,120 @@
+package httpapi
+
+import (
+	"io"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/gin-gonic/gin"
+
+	"github.com/edgebox/edgebox/api"
+	"github.com/edgebox/edgebox/console/audit"
+	"github.com/edgebox/edgebox/console/desired"
+	"github.com/edgebox/edgebox/errdefs"
+)
+
+// maxSpecBytes bounds one desired object's spec.
+const maxSpecBytes = 256 << 10
+
+func (s *server) boxState(c *gin.Context) {
+	b, ok := s.findBox(c)
+	if !ok {
+		return
+	}
+	ctx := c.Request.Context()
+	objs, rev, err := s.Desired.Live(ctx, b.ID)
+	if err != nil {
+		s.fail(c, err)
+		return
+	}
+	acked, err := s.Desired.Acked(ctx, b.ID)
+	if err != nil {
+		s.fail(c, err)
+		return
+	}
+	sts, err := s.Desired.Statuses(ctx, b.ID)
+	if err != nil {
+		s.fail(c, err)
+		return
+	}
+	evs, err := s.Desired.Events(ctx, b.ID)
+	if err != nil {
+		s.fail(c, err)
+		return
+	}
+	out := api.BoxState{BoxID: b.ID, Revision: rev, Acked: acked, Objects: []api.DesiredObject{},
+		Statuses: make([]api.ObjectStatus, 0, len(sts)), Events: make([]api.Event, 0, len(evs))}
+	for _, o := range objs {
+		spec, err := desired.SpecJSON(o)
+		if err != nil {
+			s.fail(c, err)
+			return
+		}
+		out.Objects = append(out.Objects, api.DesiredObject{Kind: o.Kind, Name: o.Name, Revision: o.Revision, Spec: spec})
+	}
+	for _, st := range sts {
+		out.Statuses = append(out.Statuses, api.ObjectStatus{Kind: st.Kind, Name: st.Name, ObservedRevision: st.ObservedRevision,
+			Phase: st.Phase, Message: st.Message, UpdatedAt: time.Unix(0, st.UpdatedUnixNano).UTC()})
+	}
+	for _, e := range evs {
+		out.Events = append(out.Events, api.Event{Time: time.Unix(0, e.TimeUnixNano).UTC(), Kind: e.Kind, Name: e.Name,
+			Reason: e.Reason, Message: e.Message, Warning: e.Warning})
+	}
+	c.JSON(http.StatusOK, out)
+}
+
+func (s *server) putDesired(c *gin.Context) {
+	b, ok := s.findBox(c)
+	if !ok {
+		return
+	}
+	kind, name := c.Param("kind"), c.Param("name")
+	raw, err := io.ReadAll(http.MaxBytesReader(c.Writer, c.Request.Body, maxSpecBytes))
+	if err != nil {
+		fail(c, errdefs.Invalid("request body: %v (at most %d KiB)", err, maxSpecBytes>>10))
+		return
+	}
+	o, err := desired.FromJSON(kind, name, raw)
+	if err != nil {
+		fail(c, err)
+		return
+	}
+	rev, err := s.Desired.Put(c.Request.Context(), b.ID, o)
+	s.auditDesired(c, b.ID, "desired.put", kind+"/"+name, rev, err)
+	if err != nil {
+		s.fail(c, err)
+		return
+	}
+	c.JSON(http.StatusOK, api.Revision{Revision: rev})
+}
+
+func (s *server) deleteDesired(c *gin.Context) {
+	b, ok := s.findBox(c)
+	if !ok {
+		return
+	}
+	kind, name := c.Param("kind"), c.Param("name")
+	if !desired.ValidKind(kind) || !desired.ValidName(name) {
+		fail(c, errdefs.Invalid("no object %s/%s: bad kind or name", kind, name))
+		return
+	}
+	rev, err := s.Desired.Delete(c.Request.Context(), b.ID, kind, name)
+	s.auditDesired(c, b.ID, "desired.delete", kind+"/"+name, rev, err)
+	if err != nil {
+		s.fail(c, err)
+		return
+	}
+	c.JSON(http.StatusOK, api.Revision{Revision: rev})
+}
+
+// auditDesired records a change of desired state; failures are recorded
+// by auditFailures.
+func (s *server) auditDesired(c *gin.Context, box, action, object string, rev uint64, err error) {
+	if err != nil {
+		return
+	}
+	who := caller(c)
+	s.Audit.Append(audit.Entry{TenantID: who.TenantID, Actor: who.Name, Remote: who.Remote, Action: action,
+		Target: box, Result: "ok", Detail: object + " at revision " + strconv.FormatUint(rev, 10)})
+}
