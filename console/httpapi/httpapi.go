@@ -17,8 +17,8 @@ import (
 
 	"github.com/edgebox/edgebox/api"
 	"github.com/edgebox/edgebox/console/audit"
-	"github.com/edgebox/edgebox/console/desired"
 	"github.com/edgebox/edgebox/console/auth"
+	"github.com/edgebox/edgebox/console/desired"
 	"github.com/edgebox/edgebox/console/fleet"
 	"github.com/edgebox/edgebox/console/pki"
 	"github.com/edgebox/edgebox/enroll"
