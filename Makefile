@@ -46,6 +46,8 @@ fuzz: ## run each fuzz target for 30 s
 	$(GO) test -run '^$$' -fuzz FuzzParseToken -fuzztime 30s ./enroll/
 	$(GO) test -run '^$$' -fuzz FuzzDecodeRequest -fuzztime 30s ./enroll/
 	$(GO) test -run '^$$' -fuzz FuzzAPIBodies -fuzztime 30s ./console/httpapi/
+	$(GO) test -run '^$$' -fuzz FuzzSyncUp -fuzztime 30s ./console/
+	$(GO) test -run '^$$' -fuzz FuzzSyncDown -fuzztime 30s ./agent/
 
 clean: ## remove build output
 	rm -rf bin dist .demo

@@ -71,6 +71,9 @@ type Hooks struct {
 	// AfterStore runs after a Sync batch is on disk and before it is
 	// acknowledged; an error ends the stream there, as a crash would.
 	AfterStore func(rev uint64) error
+	// CapabilityVersion, when set, is the capability version the agent
+	// claims in Sync, to act as an older agent.
+	CapabilityVersion *uint32
 }
 
 // DefaultConfig returns the defaults for dir.

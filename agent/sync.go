@@ -53,8 +53,12 @@ func (a *Agent) syncOnce(ctx context.Context, c edgeboxv1.ConsoleServiceClient) 
 		defer sendMu.Unlock()
 		return stream.Send(m)
 	}
+	capv := uint32(CapabilityVersion)
+	if v := a.cfg.Hooks.CapabilityVersion; v != nil {
+		capv = *v
+	}
 	err = send(&edgeboxv1.SyncUp{Msg: &edgeboxv1.SyncUp_Hello{Hello: &edgeboxv1.SyncHello{
-		StoredRevision: rev, CapabilityVersion: CapabilityVersion}}})
+		StoredRevision: rev, CapabilityVersion: capv}}})
 	if err != nil {
 		return err
 	}

@@ -77,7 +77,7 @@ func (st *State) ReportStatus(ctx context.Context, box string, r *edgeboxv1.Sync
 	var ops []store.Op
 	keep := map[string]bool{}
 	for _, s := range r.GetObjects() {
-		if !ValidKind(s.GetKind()) || !ValidName(s.GetName()) || !validPhase(s.GetPhase()) {
+		if s == nil || !ValidKind(s.GetKind()) || !ValidName(s.GetName()) || !validPhase(s.GetPhase()) {
 			return errdefs.Invalid("status of %q/%q: bad kind, name or phase %q", clip(s.GetKind(), 64), clip(s.GetName(), 64), clip(s.GetPhase(), 16))
 		}
 		k := statusKey(box, s.GetKind(), s.GetName())
@@ -130,6 +130,9 @@ func (st *State) appendEvents(ctx context.Context, box string, evs []*edgeboxv1.
 		return store.Op{}, err
 	}
 	for _, e := range evs {
+		if e == nil {
+			continue
+		}
 		c := proto.Clone(e).(*edgeboxv1.Event)
 		c.Kind, c.Name = clip(c.Kind, 63), clip(c.Name, 63)
 		c.Reason, c.Message = clip(c.Reason, maxReason), clip(c.Message, maxMessage)

@@ -93,6 +93,9 @@ func (e *InProcess) startConsole(t testing.TB, out *bytes.Buffer) {
 	}
 }
 
+// StopConsole stops the console; RestartConsole starts it again.
+func (e *InProcess) StopConsole() { e.stopConsole() }
+
 func (e *InProcess) stopConsole() {
 	e.mu.Lock()
 	stop := e.stop
@@ -124,6 +127,12 @@ func (e *InProcess) Token(t testing.TB, req api.TokenRequest) string {
 func (e *InProcess) RestartConsole(t testing.TB) {
 	t.Helper()
 	e.stopConsole()
+	e.StartConsole(t)
+}
+
+// StartConsole starts the console again after StopConsole.
+func (e *InProcess) StartConsole(t testing.TB) {
+	t.Helper()
 	var out bytes.Buffer
 	e.startConsole(t, &out)
 }
@@ -160,7 +169,10 @@ func (b *inProcessBox) Agent() *agent.Agent {
 	return b.agent
 }
 
-func (b *inProcessBox) Start(t testing.TB) {
+func (b *inProcessBox) Start(t testing.TB) { b.StartWith(t, nil) }
+
+// StartWith starts the agent with its configuration adjusted by adjust.
+func (b *inProcessBox) StartWith(t testing.TB, adjust func(*agent.Config)) {
 	t.Helper()
 	cfg := agent.DefaultConfig(b.dir)
 	cfg.Version = "test"
@@ -169,6 +181,10 @@ func (b *inProcessBox) Start(t testing.TB) {
 	cfg.Backoff = tunnel.Backoff{Min: 50 * time.Millisecond, Max: 500 * time.Millisecond}
 	cfg.PendingRecheck = 200 * time.Millisecond
 	cfg.RenewRetry = time.Second
+	cfg.SyncRetry = 100 * time.Millisecond
+	if adjust != nil {
+		adjust(&cfg)
+	}
 	a, err := agent.New(cfg, Logger(t).With("side", "agent", "box", b.id))
 	if err != nil {
 		t.Fatal(err)
@@ -192,6 +208,10 @@ func (b *inProcessBox) Stop(t testing.TB) {
 		stop()
 	}
 }
+
+// StartAgent starts an in-process box's agent with its configuration
+// adjusted by adjust (drivers, hooks, timings).
+func StartAgent(t testing.TB, b Box, adjust func(*agent.Config)) { b.(*inProcessBox).StartWith(t, adjust) }
 
 // AgentOf returns the in-process agent of a box started by InProcess.
 func AgentOf(b Box) *agent.Agent { return b.(*inProcessBox).Agent() }

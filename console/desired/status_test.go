@@ -1,0 +1,112 @@
+package desired
+
+import (
+	"strings"
+	"testing"
+
+	edgeboxv1 "github.com/edgebox/edgebox/proto/edgebox/v1"
+)
+
+func st(name, phase string) *edgeboxv1.ObjectStatus {
+	return &edgeboxv1.ObjectStatus{Kind: KindWorkload, Name: name, Phase: phase, ObservedRevision: 1}
+}
+
+func names(t *testing.T, s *State, box string) string {
+	t.Helper()
+	sts, err := s.Statuses(ctx, box)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, x := range sts {
+		out = append(out, x.Name+"="+x.Phase)
+	}
+	return strings.Join(out, ",")
+}
+
+func TestStatusReports(t *testing.T) {
+	t.Parallel()
+	s := newState(t)
+	report := func(r *edgeboxv1.SyncStatus) {
+		t.Helper()
+		if err := s.ReportStatus(ctx, "b1", r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	report(&edgeboxv1.SyncStatus{Full: true, Objects: []*edgeboxv1.ObjectStatus{st("a", PhaseRunning), st("b", PhaseFailed)}})
+	report(&edgeboxv1.SyncStatus{Objects: []*edgeboxv1.ObjectStatus{st("c", PhasePending), st("a", PhaseRemoved)}})
+	if got := names(t, s, "b1"); got != "b=Failed,c=Pending" {
+		t.Fatalf("after a delta: %s", got)
+	}
+	report(&edgeboxv1.SyncStatus{Full: true, Objects: []*edgeboxv1.ObjectStatus{st("c", PhaseRunning)}})
+	if got := names(t, s, "b1"); got != "c=Running" {
+		t.Fatalf("a full report keeps only what it holds: %s", got)
+	}
+	if got := names(t, s, "b2"); got != "" {
+		t.Fatalf("another box has statuses: %s", got)
+	}
+}
+
+func TestStatusReportsAreBounded(t *testing.T) {
+	t.Parallel()
+	s := newState(t)
+	bad := []*edgeboxv1.SyncStatus{
+		{Objects: []*edgeboxv1.ObjectStatus{{Kind: "Workload", Name: "../x", Phase: PhaseRunning}}},
+		{Objects: []*edgeboxv1.ObjectStatus{{Kind: "Work/load", Name: "x", Phase: PhaseRunning}}},
+		{Objects: []*edgeboxv1.ObjectStatus{{Kind: "Workload", Name: "x", Phase: "Exploded"}}},
+		{Objects: make([]*edgeboxv1.ObjectStatus, MaxStatusObjects+1)},
+		{Events: make([]*edgeboxv1.Event, MaxStatusEvents+1)},
+	}
+	for i, r := range bad {
+		if err := s.ReportStatus(ctx, "b1", r); err == nil {
+			t.Errorf("bad report %d was accepted", i)
+		}
+	}
+	long := strings.Repeat("é", 2000)
+	if err := s.ReportStatus(ctx, "b1", &edgeboxv1.SyncStatus{Objects: []*edgeboxv1.ObjectStatus{
+		{Kind: "Workload", Name: "x", Phase: PhaseFailed, Message: long}}}); err != nil {
+		t.Fatal(err)
+	}
+	sts, _ := s.Statuses(ctx, "b1")
+	if len(sts) != 1 || len(sts[0].Message) > maxMessage || !strings.HasPrefix(long, sts[0].Message) {
+		t.Fatalf("a long message was not clipped to valid UTF-8: %d bytes", len(sts[0].Message))
+	}
+	// The event ring keeps the latest MaxEvents.
+	for i := range 10 {
+		evs := make([]*edgeboxv1.Event, MaxStatusEvents)
+		for j := range evs {
+			evs[j] = &edgeboxv1.Event{TimeUnixNano: int64(i*MaxStatusEvents + j), Reason: "Started"}
+		}
+		if err := s.ReportStatus(ctx, "b1", &edgeboxv1.SyncStatus{Events: evs}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	evs, err := s.Events(ctx, "b1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(evs) != MaxEvents || evs[len(evs)-1].TimeUnixNano != 10*MaxStatusEvents-1 {
+		t.Fatalf("ring holds %d events, last %d", len(evs), evs[len(evs)-1].TimeUnixNano)
+	}
+}
+
+func TestFromJSON(t *testing.T) {
+	t.Parallel()
+	o, err := FromJSON(KindWorkload, "robot", []byte(`{"app":"robot","release":"1.2.0","runtime":"qemu","cpu_millis":500}`))
+	if err != nil || o.GetWorkload().GetCpuMillis() != 500 || KindOf(o) != KindWorkload {
+		t.Fatalf("FromJSON: %v %v", o, err)
+	}
+	raw, err := SpecJSON(o)
+	if err != nil || !strings.Contains(string(raw), `"cpu_millis":"500"`) {
+		t.Fatalf("SpecJSON: %s %v", raw, err)
+	}
+	for _, c := range []struct{ kind, spec string }{
+		{"Workload", `{"ap":"typo"}`},
+		{"Workload", `not json`},
+		{"Gadget", `{}`},
+	} {
+		if _, err := FromJSON(c.kind, "x", []byte(c.spec)); err == nil {
+			t.Errorf("FromJSON(%s, %s) was accepted", c.kind, c.spec)
+		}
+	}
+}

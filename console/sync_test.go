@@ -1,0 +1,94 @@
+package console
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	bolt "go.etcd.io/bbolt"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/edgebox/edgebox/console/desired"
+	"github.com/edgebox/edgebox/console/store"
+	edgeboxv1 "github.com/edgebox/edgebox/proto/edgebox/v1"
+)
+
+func newSyncer(t testing.TB) (*syncer, store.Store) {
+	t.Helper()
+	db, err := bolt.Open(filepath.Join(t.TempDir(), "s.db"), 0o600, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := store.OpenBolt(db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close(); db.Close() })
+	return &syncer{hub: newHub(), desired: desired.New(st), log: slog.New(slog.NewTextHandler(io.Discard, nil))}, st
+}
+
+func workloadObj(name string) *edgeboxv1.DesiredObject {
+	return &edgeboxv1.DesiredObject{Name: name, Spec: &edgeboxv1.DesiredObject_Workload{Workload: &edgeboxv1.Workload{App: name}}}
+}
+
+// FuzzSyncUp feeds arbitrary messages to the console's handler of a box's
+// Sync messages: it must never panic, and whatever the message says, only
+// the box of the certificate ("b1") may change.
+func FuzzSyncUp(f *testing.F) {
+	seeds := []*edgeboxv1.SyncUp{
+		{Msg: &edgeboxv1.SyncUp_Ack{Ack: &edgeboxv1.SyncAck{Revision: 3}}},
+		{Msg: &edgeboxv1.SyncUp_Ack{Ack: &edgeboxv1.SyncAck{Revision: 1 << 62}}},
+		{Msg: &edgeboxv1.SyncUp_Hello{Hello: &edgeboxv1.SyncHello{StoredRevision: 2}}},
+		{Msg: &edgeboxv1.SyncUp_Status{Status: &edgeboxv1.SyncStatus{Full: true,
+			Objects: []*edgeboxv1.ObjectStatus{{Kind: "Workload", Name: "w1", Phase: "Running", ObservedRevision: 2}},
+			Events:  []*edgeboxv1.Event{{Kind: "Workload", Name: "w1", Reason: "Started"}}}}},
+		{Msg: &edgeboxv1.SyncUp_Status{Status: &edgeboxv1.SyncStatus{
+			Objects: []*edgeboxv1.ObjectStatus{{Kind: "Workload", Name: "../../b2/obj", Phase: "Removed"}}}}},
+	}
+	for _, s := range seeds {
+		raw, _ := proto.Marshal(s)
+		f.Add(raw)
+	}
+	f.Add([]byte{0x1a, 0xff, 0xff, 0xff, 0xff, 0x0f})
+	f.Fuzz(func(t *testing.T, raw []byte) {
+		m := &edgeboxv1.SyncUp{}
+		if proto.Unmarshal(raw, m) != nil {
+			return
+		}
+		s, st := newSyncer(t)
+		ctx := context.Background()
+		for _, box := range []string{"b1", "b2"} {
+			for _, n := range []string{"w1", "w2", "w3"} {
+				if _, err := s.desired.Put(ctx, box, workloadObj(n)); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+		s.desired.Delete(ctx, "b1", desired.KindWorkload, "w3")
+		before, _, _ := st.Range(ctx, "", 0)
+		_ = s.handleUp(ctx, "b1", m)
+		after, _, _ := st.Range(ctx, "", 0)
+		was := map[string]int64{}
+		for _, kv := range before {
+			was[kv.Key] = kv.ModRevision
+		}
+		for _, kv := range after {
+			mine := strings.HasPrefix(kv.Key, "desired/b1/") || strings.HasPrefix(kv.Key, "status/b1/")
+			if !mine && was[kv.Key] != kv.ModRevision {
+				t.Fatalf("a message of b1 changed %s", kv.Key)
+			}
+			delete(was, kv.Key)
+		}
+		for k := range was {
+			if !strings.HasPrefix(k, "desired/b1/") {
+				t.Fatalf("a message of b1 deleted %s", k)
+			}
+		}
+		if acked, _ := s.desired.Acked(ctx, "b1"); acked > 4 {
+			t.Fatalf("b1 acked %d, past its revision", acked)
+		}
+	})
+}

@@ -1,0 +1,313 @@
+package integration
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/edgebox/edgebox/agent"
+	"github.com/edgebox/edgebox/agent/localstore"
+	"github.com/edgebox/edgebox/agent/runtime"
+	"github.com/edgebox/edgebox/agent/runtime/fake"
+	"github.com/edgebox/edgebox/api"
+	"github.com/edgebox/edgebox/console/desired"
+	"github.com/edgebox/edgebox/internal/testenv"
+	edgeboxv1 "github.com/edgebox/edgebox/proto/edgebox/v1"
+)
+
+func spec(app, release, rt string) json.RawMessage {
+	return json.RawMessage(fmt.Sprintf(`{"app":%q,"release":%q,"runtime":%q}`, app, release, rt))
+}
+
+func withDriver(d runtime.Driver) func(*agent.Config) {
+	return func(c *agent.Config) { c.Drivers = []runtime.Driver{d}; c.Reconcile = 500 * time.Millisecond }
+}
+
+func enrollOne(t *testing.T, h testenv.Harness, name string) testenv.Box {
+	t.Helper()
+	box, err := h.Enroll(t, h.Token(t, api.TokenRequest{Region: "east", Site: "a"}), name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return box
+}
+
+func TestStatusComesUpAndTheAPIShowsIt(t *testing.T) {
+	t.Parallel()
+	h := testenv.NewInProcess(t, testenv.Options{})
+	box := enrollOne(t, h, "shop")
+	drv := fake.New("containerd")
+	testenv.StartAgent(t, box, withDriver(drv))
+	adm := h.Admin()
+	if _, err := adm.PutDesired(ctx(t), "shop", "Workload", "robot", spec("robot", "1.0", "containerd")); err != nil {
+		t.Fatal(err)
+	}
+	rev, err := adm.PutDesired(ctx(t), box.ID(), "Workload", "vm", spec("vm", "1.0", "qemu"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var s api.BoxState
+	testenv.WaitFor(t, 10*time.Second, "status of both workloads", func() bool {
+		s, err = adm.BoxState(ctx(t), box.ID())
+		return err == nil && s.Acked == rev && len(s.Statuses) == 2
+	})
+	phase := map[string]string{}
+	for _, st := range s.Statuses {
+		phase[st.Name] = st.Phase
+	}
+	if phase["robot"] != "Running" || phase["vm"] != "Failed" {
+		t.Fatalf("statuses %+v: want robot Running and vm Failed (no qemu driver)", s.Statuses)
+	}
+	if len(s.Objects) != 2 || s.Objects[0].Name != "robot" || len(s.Events) == 0 {
+		t.Fatalf("state %+v", s)
+	}
+
+	// A delete removes the instance and its status.
+	if _, err := adm.DeleteDesired(ctx(t), box.ID(), "Workload", "robot"); err != nil {
+		t.Fatal(err)
+	}
+	testenv.WaitFor(t, 10*time.Second, "removal", func() bool {
+		s, err = adm.BoxState(ctx(t), box.ID())
+		return err == nil && len(s.Statuses) == 1 && len(drv.Running()) == 0
+	})
+
+	// Bad input is refused with a clear error and changes nothing.
+	for _, c := range []struct{ kind, name, spec, want string }{
+		{"Workload", "Bad Name", `{}`, "object name"},
+		{"Gadget", "x", `{}`, "unknown kind"},
+		{"Workload", "x", `{"ap":"typo"}`, "Workload spec"},
+	} {
+		_, err := adm.PutDesired(ctx(t), box.ID(), c.kind, c.name, json.RawMessage(c.spec))
+		wantErr(t, c.kind+"/"+c.name, err, c.want)
+	}
+	_, err = adm.PutDesired(ctx(t), "no-such-box", "Workload", "x", spec("x", "1", "containerd"))
+	wantErr(t, "unknown box", err, "no box")
+}
+
+func TestEdgeAutonomyWithTheConsoleGone(t *testing.T) {
+	t.Parallel()
+	h := testenv.NewInProcess(t, testenv.Options{})
+	box := enrollOne(t, h, "autonomous")
+	testenv.StartAgent(t, box, withDriver(fake.New("containerd")))
+	var rev uint64
+	for i := range 10 {
+		r, err := h.Admin().PutDesired(ctx(t), box.ID(), "Workload", fmt.Sprintf("w%d", i), spec("w", "1", "containerd"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		rev = r
+	}
+	testenv.WaitFor(t, 10*time.Second, "ack", func() bool { return testenv.AgentOf(box).Status().Connected && acked(t, h, box) == rev })
+
+	// The console goes away, then the box reboots: nothing runs any more.
+	h.StopConsole()
+	box.Stop(t)
+	after := fake.New("containerd")
+	start := time.Now()
+	testenv.StartAgent(t, box, withDriver(after))
+	took := testenv.WaitFor(t, 5*time.Second, "every workload running again", func() bool { return len(after.Running()) == 10 })
+	t.Logf("10 workloads running %v after the agent started, console down (%v since start)", took, time.Since(start))
+}
+
+func acked(t *testing.T, h *testenv.InProcess, box testenv.Box) uint64 {
+	n, err := h.Console().Desired().Acked(ctx(t), box.ID())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+func TestAgentKilledBetweenStoreAndAck(t *testing.T) {
+	t.Parallel()
+	h := testenv.NewInProcess(t, testenv.Options{})
+	box := enrollOne(t, h, "crashy")
+	st := h.Console().Desired()
+	for i := range 20 {
+		if _, err := st.Put(ctx(t), box.ID(), workload(fmt.Sprintf("w%02d", i), "1")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Workload instances outlive the agent process, as containers do.
+	drv := fake.New("containerd")
+	stored := make(chan uint64, 1)
+	testenv.StartAgent(t, box, func(c *agent.Config) {
+		withDriver(drv)(c)
+		c.Hooks.AfterStore = func(rev uint64) error {
+			select {
+			case stored <- rev:
+			default:
+			}
+			return errors.New("killed")
+		}
+	})
+	rev := <-stored
+	box.Stop(t)
+	if rev != 20 || acked(t, h, box) != 0 {
+		t.Fatalf("stored revision %d, console saw ack %d; want 20 stored and no ack", rev, acked(t, h, box))
+	}
+
+	testenv.StartAgent(t, box, withDriver(drv))
+	testenv.WaitFor(t, 10*time.Second, "ack after restart", func() bool { return acked(t, h, box) == 20 })
+	testenv.WaitFor(t, 10*time.Second, "workloads", func() bool { return len(drv.Running()) == 20 })
+	if n := testenv.AgentOf(box).ReceivedObjects(); n != 0 {
+		t.Fatalf("the restarted agent was sent %d objects it had stored already", n)
+	}
+	objs, _ := testenv.AgentOf(box).DesiredObjects(desired.KindWorkload)
+	for _, o := range objs {
+		if n := drv.Creates(o.Name, runtime.NewSpec(o.Name, o.GetWorkload()).Hash); n != 1 {
+			t.Fatalf("%s was created %d times", o.Name, n)
+		}
+	}
+}
+
+func TestOlderAgentIsNotSentKindsItDoesNotKnow(t *testing.T) {
+	t.Parallel()
+	h := testenv.NewInProcess(t, testenv.Options{})
+	box := enrollOne(t, h, "old")
+	st := h.Console().Desired()
+	for i := range 5 {
+		st.Put(ctx(t), box.ID(), workload(fmt.Sprintf("w%d", i), "1"))
+	}
+	// Capability 0 knows no kind yet: it stores the revision and nothing else.
+	testenv.StartAgent(t, box, func(c *agent.Config) { var zero uint32; c.Hooks.CapabilityVersion = &zero })
+	testenv.WaitFor(t, 10*time.Second, "ack", func() bool { return acked(t, h, box) == 5 })
+	if n := testenv.AgentOf(box).ReceivedObjects(); n != 0 {
+		t.Fatalf("an agent of capability 0 was sent %d objects", n)
+	}
+	box.Stop(t)
+	// Upgraded, it gets them all.
+	box.Start(t)
+	testenv.WaitFor(t, 10*time.Second, "objects after the upgrade", func() bool {
+		objs, _ := testenv.AgentOf(box).DesiredObjects("")
+		return len(objs) == 5
+	})
+}
+
+// TestConsoleKilledMidSync writes desired state as fast as the API takes
+// it while the console is killed (SIGKILL for the binaries) and
+// restarted: every write the API confirmed reaches the box, the box's
+// acknowledged revision never goes back, and the box ends equal to the
+// console's state.
+func TestConsoleKilledMidSync(t *testing.T) {
+	scenario(t, func(t *testing.T, h testenv.Harness) {
+		box := enrollOne(t, h, "steady")
+		box.Start(t)
+		adm := h.Admin()
+
+		type write struct {
+			rev         uint64
+			put         bool
+			laterDelete bool // a delete was tried after it, maybe committed
+		}
+		var mu sync.Mutex
+		confirmed := map[string]write{} // name -> the last write the API confirmed
+		var stop atomic.Bool
+		var wg sync.WaitGroup
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; !stop.Load(); i++ {
+				name := fmt.Sprintf("w%02d", i%40)
+				var err error
+				var rev uint64
+				put := i%7 != 3
+				if !put {
+					mu.Lock()
+					if w, ok := confirmed[name]; ok {
+						w.laterDelete = true
+						confirmed[name] = w
+					}
+					mu.Unlock()
+					rev, err = adm.DeleteDesired(ctx(t), box.ID(), "Workload", name)
+				} else {
+					rev, err = adm.PutDesired(ctx(t), box.ID(), "Workload", name, spec(name, fmt.Sprint(i), "containerd"))
+				}
+				if err != nil {
+					time.Sleep(20 * time.Millisecond) // the console is down
+					continue
+				}
+				mu.Lock()
+				if rev > confirmed[name].rev {
+					confirmed[name] = write{rev: rev, put: put}
+				}
+				mu.Unlock()
+			}
+		}()
+		var ackErr error
+		var lastAck atomic.Uint64
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			for !stop.Load() {
+				if s, err := adm.BoxState(ctx(t), box.ID()); err == nil {
+					if s.Acked < lastAck.Load() {
+						ackErr = fmt.Errorf("acked revision went back from %d to %d", lastAck.Load(), s.Acked)
+					}
+					lastAck.Store(s.Acked)
+				}
+				time.Sleep(5 * time.Millisecond)
+			}
+		}()
+		for range 3 {
+			time.Sleep(400 * time.Millisecond)
+			h.RestartConsole(t)
+		}
+		time.Sleep(300 * time.Millisecond)
+		stop.Store(true)
+		wg.Wait()
+		<-done
+		if ackErr != nil {
+			t.Fatal(ackErr)
+		}
+		var s api.BoxState
+		testenv.WaitFor(t, 30*time.Second, "box in sync", func() bool {
+			var err error
+			s, err = adm.BoxState(ctx(t), box.ID())
+			return err == nil && s.Acked == s.Revision
+		})
+		box.Stop(t)
+		if len(confirmed) < 20 || s.Revision < 100 {
+			t.Fatalf("only %d names and %d revisions written; the test did not exercise sync", len(confirmed), s.Revision)
+		}
+		// Nothing confirmed is lost: each object the API confirmed is at
+		// that revision or a later one (a put or a delete).
+		console := map[string]uint64{}
+		for _, o := range s.Objects {
+			console[o.Name] = o.Revision
+		}
+		local, err := localstore.Open(box.DataDir())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer local.Close()
+		objs, _ := local.Objects("")
+		onBox := map[string]*edgeboxv1.DesiredObject{}
+		for _, o := range objs {
+			onBox[o.Name] = o
+		}
+		if len(onBox) != len(console) {
+			t.Fatalf("the box holds %d objects, the console %d", len(onBox), len(console))
+		}
+		for name, rev := range console {
+			if onBox[name].GetRevision() != rev {
+				t.Fatalf("%s: box at revision %d, console at %d", name, onBox[name].GetRevision(), rev)
+			}
+		}
+		for name, w := range confirmed {
+			r, ok := console[name]
+			switch {
+			case w.put && !ok && !w.laterDelete:
+				t.Fatalf("%s: put confirmed at revision %d is lost", name, w.rev)
+			case w.put && ok && r < w.rev:
+				t.Fatalf("%s: put confirmed at revision %d, console holds %d", name, w.rev, r)
+			case !w.put && ok && r <= w.rev:
+				t.Fatalf("%s: delete confirmed at revision %d, console holds revision %d", name, w.rev, r)
+			}
+		}
+		t.Logf("%d revisions, %d live objects, box in sync after 3 console kills", s.Revision, len(console))
+	})
+}
