@@ -211,7 +211,9 @@ func (b *inProcessBox) Stop(t testing.TB) {
 
 // StartAgent starts an in-process box's agent with its configuration
 // adjusted by adjust (drivers, hooks, timings).
-func StartAgent(t testing.TB, b Box, adjust func(*agent.Config)) { b.(*inProcessBox).StartWith(t, adjust) }
+func StartAgent(t testing.TB, b Box, adjust func(*agent.Config)) {
+	b.(*inProcessBox).StartWith(t, adjust)
+}
 
 // AgentOf returns the in-process agent of a box started by InProcess.
 func AgentOf(b Box) *agent.Agent { return b.(*inProcessBox).Agent() }
