@@ -6,7 +6,7 @@ LDFLAGS  := -X github.com/edgebox/edgebox/console.Version=$(VERSION) -X main.ver
 BINARIES := edgebox-console edgebox-agent edgebox
 GOBIN    := $(shell $(GO) env GOPATH)/bin
 
-.PHONY: all build test check proto demo bench fuzz help clean
+.PHONY: all build test check proto demo bench fuzz soak help clean
 
 all: build ## build the three binaries into bin/ (the default)
 
@@ -48,6 +48,9 @@ fuzz: ## run each fuzz target for 30 s
 	$(GO) test -run '^$$' -fuzz FuzzAPIBodies -fuzztime 30s ./console/httpapi/
 	$(GO) test -run '^$$' -fuzz FuzzSyncUp -fuzztime 30s ./console/
 	$(GO) test -run '^$$' -fuzz FuzzSyncDown -fuzztime 30s ./agent/
+
+soak: ## 500 randomized sync histories with faults (make test runs 50), about 10 minutes
+	$(GO) test -race -count=1 -timeout 60m -run TestSyncHistory ./internal/integration/ -history-runs=500
 
 clean: ## remove build output
 	rm -rf bin dist .demo

@@ -311,3 +311,28 @@ func TestConsoleKilledMidSync(t *testing.T) {
 		t.Logf("%d revisions, %d live objects, box in sync after 3 console kills", s.Revision, len(console))
 	})
 }
+
+func TestBoxesSeeOnlyTheirOwnState(t *testing.T) {
+	t.Parallel()
+	h := testenv.NewInProcess(t, testenv.Options{})
+	a, b := enrollOne(t, h, "box-a"), enrollOne(t, h, "box-b")
+	st := h.Console().Desired()
+	for i := range 3 {
+		st.Put(ctx(t), a.ID(), workload(fmt.Sprintf("a%d", i), "1"))
+		st.Put(ctx(t), b.ID(), workload(fmt.Sprintf("b%d", i), "1"))
+	}
+	st.Put(ctx(t), b.ID(), workload("b3", "1"))
+	da, db := fake.New("containerd"), fake.New("containerd")
+	testenv.StartAgent(t, a, withDriver(da))
+	testenv.StartAgent(t, b, withDriver(db))
+	testenv.WaitFor(t, 10*time.Second, "both in sync", func() bool { return acked(t, h, a) == 3 && acked(t, h, b) == 4 })
+	testenv.WaitFor(t, 10*time.Second, "both running", func() bool { return len(da.Running()) == 3 && len(db.Running()) == 4 })
+	if fmt.Sprint(da.Running()) != "[a0 a1 a2]" || fmt.Sprint(db.Running()) != "[b0 b1 b2 b3]" {
+		t.Fatalf("box a runs %v, box b runs %v", da.Running(), db.Running())
+	}
+	sa, _ := st.Statuses(ctx(t), a.ID())
+	sb, _ := st.Statuses(ctx(t), b.ID())
+	if len(sa) != 3 || len(sb) != 4 {
+		t.Fatalf("box a has %d statuses, box b %d", len(sa), len(sb))
+	}
+}
