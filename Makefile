@@ -39,6 +39,7 @@ bench: ## run the benchmarks, a few minutes (figures go in docs/benchmarks.md)
 	$(GO) test -run '^$$' -bench Throughput -benchtime 4x -count 3 ./tunnel/
 	$(GO) test -run '^$$' -bench Link -benchtime 2x -timeout 20m ./tunnel/
 	$(GO) test -run '^$$' -bench Fleet -benchtime 1x -timeout 20m ./internal/bench/
+	$(GO) test -run '^$$' -bench Sync -benchtime 1x -timeout 20m ./internal/bench/
 	$(GO) test -run '^$$' -bench BoltCommit -benchtime 1x -count 3 ./console/store/
 
 fuzz: ## run each fuzz target for 30 s

@@ -125,7 +125,8 @@ func (c *consoleProc) liveHeap(b *testing.B) float64 {
 	return v
 }
 
-func boxCount(b *testing.B) int {
+// boxCount is EDGEBOX_BENCH_BOXES, or def.
+func boxCount(b *testing.B, def int) int {
 	if s := os.Getenv("EDGEBOX_BENCH_BOXES"); s != "" {
 		n, err := strconv.Atoi(s)
 		if err != nil {
@@ -133,7 +134,7 @@ func boxCount(b *testing.B) int {
 		}
 		return n
 	}
-	return 2000
+	return def
 }
 
 // BenchmarkFleet connects N real agents (2,000 unless EDGEBOX_BENCH_BOXES
@@ -141,7 +142,7 @@ func boxCount(b *testing.B) int {
 // idle connected box, then kills the console, restarts it and reports how
 // long the fleet takes to come back and the API's latency meanwhile.
 func BenchmarkFleet(b *testing.B) {
-	n := boxCount(b)
+	n := boxCount(b, 2000)
 	for range b.N {
 		fleet(b, n)
 	}
@@ -165,33 +166,10 @@ func fleet(b *testing.B, n int) {
 		b.Fatal(err)
 	}
 	ctx := context.Background()
-	tok, err := admin.CreateToken(ctx, api.TokenRequest{Region: "bench", Site: "lab", Uses: n, TTL: "2h"})
-	if err != nil {
-		b.Fatal(err)
-	}
-
-	// Enroll n boxes, 16 at a time.
-	dirs := make([]string, n)
-	start := time.Now()
-	var wg sync.WaitGroup
-	sem := make(chan struct{}, 16)
-	for i := range n {
-		dirs[i] = b.TempDir()
-		wg.Add(1)
-		sem <- struct{}{}
-		go func() {
-			defer wg.Done()
-			defer func() { <-sem }()
-			if _, _, err := agent.Enroll(ctx, dirs[i], tok.Text, agent.EnrollOptions{Name: fmt.Sprintf("box-%04d", i)}); err != nil {
-				b.Error(err)
-			}
-		}()
-	}
-	wg.Wait()
+	dirs := enrollFleet(b, admin, n)
 	if b.Failed() {
 		return
 	}
-	b.Logf("enrolled %d boxes in %v", n, time.Since(start).Round(time.Millisecond))
 
 	heap0, rss0 := c.settledMemory(b, 5*time.Second)
 	stack0, err := c.metric("go_memstats_stack_inuse_bytes")
@@ -210,7 +188,7 @@ func fleet(b *testing.B, n int) {
 	var agents sync.WaitGroup
 	defer func() { stopAgents(); agents.Wait() }()
 	ids := make([]string, n)
-	start = time.Now()
+	start := time.Now()
 	for i, dir := range dirs {
 		a, err := agent.New(agent.DefaultConfig(dir), quiet)
 		if err != nil {
@@ -309,6 +287,35 @@ func fleet(b *testing.B, n int) {
 	b.ReportMetric(float64(p(0.99).Microseconds())/1000, "storm-api-p99-ms")
 	b.Logf("storm: %d boxes online %v after restart; API p50 %v p99 %v max %v over %d calls",
 		n, back.Round(time.Millisecond), p(0.5), p(0.99), lat[len(lat)-1], len(lat))
+}
+
+// enrollFleet enrolls n boxes, 16 at a time, and returns their data
+// directories.
+func enrollFleet(b *testing.B, admin *api.Client, n int) []string {
+	ctx := context.Background()
+	tok, err := admin.CreateToken(ctx, api.TokenRequest{Region: "bench", Site: "lab", Uses: n, TTL: "2h"})
+	if err != nil {
+		b.Fatal(err)
+	}
+	dirs := make([]string, n)
+	start := time.Now()
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, 16)
+	for i := range n {
+		dirs[i] = b.TempDir()
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer wg.Done()
+			defer func() { <-sem }()
+			if _, _, err := agent.Enroll(ctx, dirs[i], tok.Text, agent.EnrollOptions{Name: fmt.Sprintf("box-%04d", i)}); err != nil {
+				b.Error(err)
+			}
+		}()
+	}
+	wg.Wait()
+	b.Logf("enrolled %d boxes in %v", n, time.Since(start).Round(time.Millisecond))
+	return dirs
 }
 
 // waitOnline polls the session gauge through the API until n boxes are
