@@ -211,4 +211,3 @@ func differs(t *testing.T, h *testenv.InProcess, b *historyBox) string {
 	}
 	return ""
 }
-
