@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -334,5 +335,48 @@ func TestBoxesSeeOnlyTheirOwnState(t *testing.T) {
 	sb, _ := st.Statuses(ctx(t), b.ID())
 	if len(sa) != 3 || len(sb) != 4 {
 		t.Fatalf("box a has %d statuses, box b %d", len(sa), len(sb))
+	}
+}
+
+func TestCLIReadsAndWritesDesiredState(t *testing.T) {
+	t.Parallel()
+	h := testenv.NewBinaries(t)
+	box := enrollOne(t, h, "cli-box")
+	box.Start(t)
+	cli := func(want string, args ...string) string {
+		t.Helper()
+		out, err := h.CLI(t, args...)
+		if err != nil || !strings.Contains(out, want) {
+			t.Fatalf("edgebox %s: %v\n%s\n(want %q)", strings.Join(args, " "), err, out, want)
+		}
+		return out
+	}
+	cli("Workload/robot written at box revision 1", "boxes", "desired", "put", "cli-box", "Workload/robot",
+		"--spec", `{"app":"robot","release":"1.2.0","runtime":"containerd"}`)
+	testenv.WaitFor(t, 15*time.Second, "status in the CLI", func() bool {
+		out, err := h.CLI(t, "boxes", "state", "cli-box")
+		// The agent binary has no runtime drivers yet: the workload fails,
+		// and says why.
+		return err == nil && strings.Contains(out, "revision 1, stored 1 (in sync)") && strings.Contains(out, "Failed")
+	})
+	out := cli(`"phase": "Failed"`, "boxes", "state", "cli-box", "-o", "json")
+	if !strings.Contains(out, `runtime \"containerd\" is not available`) {
+		t.Fatalf("state JSON does not say why the workload failed:\n%s", out)
+	}
+	cli("deleted (box revision 2)", "boxes", "desired", "rm", "cli-box", "Workload/robot")
+
+	for _, c := range []struct {
+		want string
+		args []string
+	}{
+		{"name the object as KIND/NAME", []string{"boxes", "desired", "put", "cli-box", "robot", "--spec", "{}"}},
+		{"give the spec with -f FILE or --spec JSON", []string{"boxes", "desired", "put", "cli-box", "Workload/x"}},
+		{"unknown field", []string{"boxes", "desired", "put", "cli-box", "Workload/x", "--spec", `{"ap":"x"}`}},
+		{"no box with ID or name", []string{"boxes", "state", "nope"}},
+	} {
+		out, err := h.CLI(t, c.args...)
+		if err == nil || !strings.Contains(out, c.want) {
+			t.Errorf("edgebox %s: err %v, output %q; want an error saying %q", strings.Join(c.args, " "), err, out, c.want)
+		}
 	}
 }

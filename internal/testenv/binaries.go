@@ -3,7 +3,10 @@ package testenv
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
 	"crypto/tls"
+	"encoding/hex"
+	"encoding/pem"
 	"fmt"
 	"net/http"
 	"os"
@@ -57,6 +60,9 @@ type Binaries struct {
 	addr    string
 	url     string
 	admin   *api.Client
+	token   string
+	caPEM   []byte
+	cliConf string // the CLI's config file, once logged in
 
 	mu      sync.Mutex
 	console *exec.Cmd
@@ -75,7 +81,8 @@ func NewBinaries(t testing.TB) *Binaries {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e.admin, err = api.NewClient(e.url, tok, FetchCA(t, e.url))
+	e.token, e.caPEM = tok, FetchCA(t, e.url)
+	e.admin, err = api.NewClient(e.url, tok, e.caPEM)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -136,7 +143,30 @@ func (e *Binaries) stopConsole(t testing.TB, sig syscall.Signal) {
 }
 
 func (e *Binaries) Admin() *api.Client { return e.admin }
-func (e *Binaries) URL() string        { return e.url }
+
+// CLI runs the edgebox CLI, logged in to the console with the admin token,
+// and returns its combined output.
+func (e *Binaries) CLI(t testing.TB, args ...string) (string, error) {
+	t.Helper()
+	run := func(args ...string) (string, error) {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		cmd := exec.CommandContext(ctx, filepath.Join(e.bin, "edgebox"), args...)
+		cmd.Env = append(os.Environ(), "EDGEBOX_CONFIG="+e.cliConf)
+		out, err := cmd.CombinedOutput()
+		return string(out), err
+	}
+	if e.cliConf == "" {
+		e.cliConf = filepath.Join(t.TempDir(), "edgebox.json")
+		blk, _ := pem.Decode(e.caPEM)
+		sum := sha256.Sum256(blk.Bytes)
+		if out, err := run("login", e.url, "--token", e.token, "--ca-sha256", hex.EncodeToString(sum[:])); err != nil {
+			t.Fatalf("edgebox login: %v: %s", err, out)
+		}
+	}
+	return run(args...)
+}
+func (e *Binaries) URL() string { return e.url }
 
 func (e *Binaries) Token(t testing.TB, req api.TokenRequest) string {
 	return createToken(t, e.admin, req)
