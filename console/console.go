@@ -69,6 +69,10 @@ type Config struct {
 	Out io.Writer
 	// Clock tells the time for token expiry; nil is time.Now. Tests move it.
 	Clock func() time.Time
+	// CompactEvery is how often the store forgets old history, keeping
+	// the last KeepRevisions revisions for watches that lag.
+	CompactEvery  time.Duration
+	KeepRevisions int64
 }
 
 // DefaultConfig returns the defaults; DataDir defaults to the user's data
@@ -84,6 +88,8 @@ func DefaultConfig() Config {
 		HandshakeTimeout: 10 * time.Second,
 		MaxHandshakes:    4096,
 		Out:              os.Stdout,
+		CompactEvery:     5 * time.Minute,
+		KeepRevisions:    100_000,
 	}
 }
 
@@ -113,6 +119,9 @@ func (c Config) Validate() error {
 	}
 	if c.HandshakeRate <= 0 || c.HandshakeBurst <= 0 || c.HandshakeTimeout <= 0 || c.MaxHandshakes <= 0 {
 		errs = append(errs, errors.New("handshake limits must be positive"))
+	}
+	if c.CompactEvery <= 0 || c.KeepRevisions <= 0 {
+		errs = append(errs, errors.New("CompactEvery and KeepRevisions must be positive"))
 	}
 	if err := c.Tunnel.Validate(); err != nil {
 		errs = append(errs, err)
@@ -265,6 +274,7 @@ func (c *Console) Run(ctx context.Context) error {
 	run(func() { hs.Serve(p.http) })
 	run(func() { rpc.Serve(srv.Listen(tunnel.KindRPC)) })
 	run(func() { c.presence.run(ctx) })
+	run(func() { compactLoop(ctx, st, c.cfg.CompactEvery, c.cfg.KeepRevisions, c.log) })
 
 	<-ctx.Done()
 	ln.Close()

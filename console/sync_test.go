@@ -2,6 +2,8 @@ package console
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"path/filepath"
@@ -91,4 +93,55 @@ func FuzzSyncUp(f *testing.F) {
 			t.Fatalf("b1 acked %d, past its revision", acked)
 		}
 	})
+}
+
+func TestCompactKeepsRecentHistory(t *testing.T) {
+	t.Parallel()
+	s, st := newSyncer(t)
+	ctx := context.Background()
+	for i := range 50 {
+		if _, err := s.desired.Put(ctx, "b1", workloadObj(fmt.Sprintf("w%d", i%5))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cur, _ := st.Revision(ctx)
+	to, err := compactOnce(ctx, st, 10)
+	if err != nil || to != cur-10 {
+		t.Fatalf("compacted to %d (%v), want %d", to, err, cur-10)
+	}
+	if to, err := compactOnce(ctx, st, 10); err != nil || to != 0 {
+		t.Fatalf("a second compaction with no new revisions: %d, %v", to, err)
+	}
+	w := st.Watch(ctx, "desired/", 1)
+	if r := <-w; !errors.Is(r.Err, store.ErrCompacted) {
+		t.Fatalf("watch from before the compaction: %v", r.Err)
+	}
+	// The state itself is whole.
+	live, rev, err := s.desired.Live(ctx, "b1")
+	if err != nil || len(live) != 5 || rev != 50 {
+		t.Fatalf("after compaction: %d objects at revision %d (%v)", len(live), rev, err)
+	}
+}
+
+func TestHubWatchesAgainAfterItsWatchFails(t *testing.T) {
+	t.Parallel()
+	s, st := newSyncer(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	failed := make(chan store.WatchResponse, 1)
+	failed <- store.WatchResponse{Err: store.ErrCompacted}
+	close(failed)
+	changes, unsubscribe := s.hub.subscribe("b1")
+	defer unsubscribe()
+	done := make(chan struct{})
+	go func() { defer close(done); s.hub.run(ctx, st, failed, s.log) }()
+	<-changes // everyone re-reads after the watch failed
+	if _, err := s.desired.Put(ctx, "b1", workloadObj("w1")); err != nil {
+		t.Fatal(err)
+	}
+	<-changes // and the new watch follows changes
+	cancel()
+	<-done
+	if _, ok := <-changes; ok {
+		t.Fatal("the hub did not close its subscribers when it stopped")
+	}
 }
