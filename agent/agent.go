@@ -244,7 +244,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	run(func() { rpc.Serve(a.tc.Listen(tunnel.KindRPC)) })
 	run(func() { a.helloLoop(ctx, client) })
 	run(func() { a.renewLoop(ctx, client) })
-	run(func() { a.syncLoop(ctx, client) })
+	run(func() { a.syncLoop(ctx) })
 	a.log.Info("agent running", "console", a.creds.ConsoleURL, "name", a.creds.Name)
 	<-ctx.Done()
 	rpc.Stop()

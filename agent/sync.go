@@ -8,10 +8,15 @@ import (
 	"time"
 
 	edgeboxv1 "github.com/edgebox/edgebox/proto/edgebox/v1"
+	"github.com/edgebox/edgebox/tunnel"
 )
 
-// maxDownObjects bounds the objects of one SyncDown the agent accepts.
-const maxDownObjects = 1 << 14
+// Bounds of what the agent accepts from the console: objects of one
+// SyncDown, and bytes of one message (a reset carries the whole state).
+const (
+	maxDownObjects = 1 << 14
+	maxDownBytes   = 64 << 20
+)
 
 // errHook is what a Hooks.AfterStore error ends the stream with.
 var errHook = errors.New("stopped by a test hook")
@@ -21,37 +26,49 @@ var errHook = errors.New("stopped by a test hook")
 // acknowledges it. A batch that was stored but not acknowledged (a crash in
 // between) comes again and is recognised by its revision. The same stream
 // carries the reconciler's status up.
-func (a *Agent) syncLoop(ctx context.Context, c edgeboxv1.ConsoleServiceClient) {
+func (a *Agent) syncLoop(ctx context.Context) {
 	for ctx.Err() == nil {
-		err := a.syncOnce(ctx, c)
+		wait := a.cfg.SyncRetry
+		err := a.syncOnce(ctx)
 		if ctx.Err() != nil {
 			return
 		}
-		a.log.Info("sync stream ended; reopening", "err", err)
+		if errors.Is(err, errWaitingRoom) {
+			wait = a.cfg.PendingRecheck
+		} else {
+			a.log.Info("sync stream ended; reopening", "err", err, "in", wait)
+		}
 		select {
 		case <-ctx.Done():
 			return
-		case <-time.After(a.cfg.SyncRetry):
+		case <-time.After(wait):
 		}
 	}
 }
 
-func (a *Agent) syncOnce(ctx context.Context, c edgeboxv1.ConsoleServiceClient) error {
+// errWaitingRoom: the console gives a box in the waiting room no state.
+var errWaitingRoom = errors.New("this box waits for an operator's approval")
+
+func (a *Agent) syncOnce(ctx context.Context) error {
 	rev, err := a.local.Revision()
 	if err != nil {
 		return err
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	stream, err := c.Sync(ctx)
+	conn, err := a.tc.Open(ctx, tunnel.KindSync, nil)
 	if err != nil {
 		return err
 	}
-	var sendMu sync.Mutex // gRPC allows one Send at a time
+	defer conn.Close()
+	stop := context.AfterFunc(ctx, func() { conn.Close() })
+	defer stop()
+
+	var sendMu sync.Mutex // one writer at a time
 	send := func(m *edgeboxv1.SyncUp) error {
 		sendMu.Lock()
 		defer sendMu.Unlock()
-		return stream.Send(m)
+		return edgeboxv1.WriteFrame(conn, m)
 	}
 	capv := uint32(CapabilityVersion)
 	if v := a.cfg.Hooks.CapabilityVersion; v != nil {
@@ -67,26 +84,26 @@ func (a *Agent) syncOnce(ctx context.Context, c edgeboxv1.ConsoleServiceClient) 
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	defer cancel()
-	statusErr := make(chan error, 1)
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		statusErr <- a.sendStatus(ctx, send)
+		if err := a.sendStatus(ctx, send); err != nil && ctx.Err() == nil {
+			conn.Close() // the reader below sees the stream end
+		}
 	}()
 
 	for {
-		down, err := stream.Recv()
-		if err != nil {
-			select {
-			case serr := <-statusErr:
-				if serr != nil && ctx.Err() == nil {
-					return serr
-				}
-			default:
-			}
+		var down edgeboxv1.SyncDown
+		if err := edgeboxv1.ReadFrame(conn, &down, maxDownBytes); err != nil {
 			return err
 		}
-		ack, err := a.storeDown(down)
+		if down.GetWaitingForApproval() {
+			return errWaitingRoom
+		}
+		if msg := down.GetError(); msg != "" {
+			return fmt.Errorf("the console ended the sync stream: %s", msg)
+		}
+		ack, err := a.storeDown(&down)
 		if err != nil {
 			return err
 		}

@@ -244,7 +244,8 @@ func (c *Console) Run(ctx context.Context) error {
 	// shared and released after each flush.
 	rpc := grpc.NewServer(grpc.MaxRecvMsgSize(1<<20), grpc.ReadBufferSize(0), grpc.SharedWriteBuffer(true))
 	edgeboxv1.RegisterConsoleServiceServer(rpc, &consoleService{fleet: fl, pki: authority, ttl: c.cfg.BoxCertTTL,
-		log: c.log, presence: c.presence, sync: &syncer{hub: changes, desired: c.desired, log: c.log}})
+		log: c.log, presence: c.presence})
+	syncs := newSyncServer(changes, c.desired, fl.IsApproved, c.log)
 
 	handler := httpapi.New(httpapi.Deps{
 		Fleet: fl, Audit: auditLog, Tokens: auth.New(bdb), PKI: authority, Sessions: c.presence, Desired: c.desired,
@@ -273,6 +274,7 @@ func (c *Console) Run(ctx context.Context) error {
 	run(func() { p.serve(ctx) })
 	run(func() { hs.Serve(p.http) })
 	run(func() { rpc.Serve(srv.Listen(tunnel.KindRPC)) })
+	run(func() { syncs.serve(ctx, srv.Listen(tunnel.KindSync)) })
 	run(func() { c.presence.run(ctx) })
 	run(func() { compactLoop(ctx, st, c.cfg.CompactEvery, c.cfg.KeepRevisions, c.log) })
 

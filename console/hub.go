@@ -13,14 +13,15 @@ import (
 // the Sync streams of the boxes that changed. One watch for the fleet, not
 // one goroutine per box.
 type hub struct {
-	mu     sync.Mutex // guards subs and done
-	subs   map[string]map[chan struct{}]struct{}
+	mu     sync.Mutex // guards subs, next and done
+	subs   map[string]map[uint64]func()
+	next   uint64
 	done   bool
 	prefix string
 }
 
 func newHub() *hub {
-	return &hub{subs: make(map[string]map[chan struct{}]struct{}), prefix: "desired/"}
+	return &hub{subs: make(map[string]map[uint64]func()), prefix: "desired/"}
 }
 
 // watch starts the store watch. Call it before any Sync stream can read
@@ -29,11 +30,11 @@ func (h *hub) watch(ctx context.Context, s store.Store) <-chan store.WatchRespon
 	return s.Watch(ctx, h.prefix, 0)
 }
 
-// run follows w until ctx ends, then closes every subscriber's channel. A
-// watch that fails (compacted under a slow reader) is opened again and
-// every subscriber woken, so each re-reads its box's state.
+// run follows w until ctx ends. A watch that fails (compacted under a slow
+// reader) is opened again and every subscriber woken, so each re-reads its
+// box's state.
 func (h *hub) run(ctx context.Context, s store.Store, w <-chan store.WatchResponse, log *slog.Logger) {
-	defer h.closeAll()
+	defer h.stop()
 	for {
 		h.follow(w)
 		if ctx.Err() != nil {
@@ -61,29 +62,26 @@ func (h *hub) follow(w <-chan store.WatchResponse) {
 	}
 }
 
-// subscribe returns a channel that receives (at most one pending) signal
-// whenever box's objects change, and is closed when the hub stops; cancel
-// unsubscribes.
-func (h *hub) subscribe(box string) (<-chan struct{}, func()) {
-	ch := make(chan struct{}, 1)
+// subscribe calls wake whenever box's objects change, until cancel is
+// called or the hub stops. wake must not block.
+func (h *hub) subscribe(box string, wake func()) (cancel func()) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.done {
-		close(ch)
-		return ch, func() {}
+		return func() {}
 	}
 	if h.subs[box] == nil {
-		h.subs[box] = make(map[chan struct{}]struct{})
+		h.subs[box] = make(map[uint64]func())
 	}
-	h.subs[box][ch] = struct{}{}
-	return ch, func() {
+	id := h.next
+	h.next++
+	h.subs[box][id] = wake
+	return func() {
 		h.mu.Lock()
 		defer h.mu.Unlock()
-		if _, ok := h.subs[box][ch]; ok {
-			delete(h.subs[box], ch)
-			if len(h.subs[box]) == 0 {
-				delete(h.subs, box)
-			}
+		delete(h.subs[box], id)
+		if len(h.subs[box]) == 0 {
+			delete(h.subs, box)
 		}
 	}
 }
@@ -91,34 +89,24 @@ func (h *hub) subscribe(box string) (<-chan struct{}, func()) {
 func (h *hub) notify(box string) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	for ch := range h.subs[box] {
-		select {
-		case ch <- struct{}{}:
-		default: // a wake-up is already pending
-		}
+	for _, wake := range h.subs[box] {
+		wake()
 	}
 }
 
 func (h *hub) notifyAll() {
 	h.mu.Lock()
-	boxes := make([]string, 0, len(h.subs))
-	for box := range h.subs {
-		boxes = append(boxes, box)
-	}
-	h.mu.Unlock()
-	for _, box := range boxes {
-		h.notify(box)
+	defer h.mu.Unlock()
+	for _, set := range h.subs {
+		for _, wake := range set {
+			wake()
+		}
 	}
 }
 
-func (h *hub) closeAll() {
+func (h *hub) stop() {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.done = true
-	for box, set := range h.subs {
-		for ch := range set {
-			close(ch)
-		}
-		delete(h.subs, box)
-	}
+	clear(h.subs)
 }

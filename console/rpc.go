@@ -27,11 +27,6 @@ type consoleService struct {
 	ttl      time.Duration
 	log      *slog.Logger
 	presence *presence
-	sync     *syncer
-}
-
-func (s *consoleService) Sync(stream edgeboxv1.ConsoleService_SyncServer) error {
-	return s.sync.Sync(stream)
 }
 
 func boxOf(ctx context.Context) (string, error) {

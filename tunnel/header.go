@@ -15,6 +15,7 @@ type Kind string
 // The stream kinds edgebox uses.
 const (
 	KindRPC      Kind = "rpc"      // gRPC, both directions
+	KindSync     Kind = "sync"     // desired state down, acks and status up
 	KindRegistry Kind = "registry" // HTTP to the console's OCI registry
 	KindForward  Kind = "forward"  // raw bytes to a TCP target named in metadata
 	KindUSBIP    Kind = "usbip"    // USB/IP to a leased key

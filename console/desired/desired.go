@@ -18,9 +18,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 
 	"google.golang.org/protobuf/proto"
 
@@ -65,6 +67,18 @@ func MinCapability(kind string) uint32 {
 // State reads and writes desired state on a store.
 type State struct {
 	s store.Store
+	// locks serialise writers of one box within this console, so they do
+	// not spin on each other's compare-and-swap; the guard in the store
+	// still orders writers of several consoles sharing it.
+	locks [64]sync.Mutex
+}
+
+func (st *State) lock(box string) func() {
+	h := fnv.New32a()
+	h.Write([]byte(box))
+	m := &st.locks[h.Sum32()%uint32(len(st.locks))]
+	m.Lock()
+	return m.Unlock
 }
 
 // New returns a State on s.
@@ -111,6 +125,7 @@ func (st *State) Delete(ctx context.Context, box, kind, name string) (uint64, er
 }
 
 func (st *State) write(ctx context.Context, box, kind, name string, obj *edgeboxv1.DesiredObject, del bool) (uint64, error) {
+	defer st.lock(box)()
 	for range maxRetries {
 		var cur uint64
 		var curMod int64
@@ -185,6 +200,7 @@ func (st *State) Since(ctx context.Context, box string, rev uint64) ([]*edgeboxv
 // older ack than the one recorded changes nothing. A box cannot ack past
 // its current revision.
 func (st *State) Ack(ctx context.Context, box string, rev uint64) error {
+	defer st.lock(box)()
 	for range maxRetries {
 		var cur uint64
 		if kv, err := st.s.Get(ctx, revKey(box)); err == nil {

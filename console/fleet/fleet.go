@@ -349,6 +349,17 @@ func (f *Fleet) Boxes(tenant string) ([]Box, error) {
 	return out, err
 }
 
+// IsApproved reports whether a box is approved: enrolled, out of the
+// waiting room and not revoked.
+func (f *Fleet) IsApproved(id string) (bool, error) {
+	var b Box
+	err := f.db.View(func(tx *bolt.Tx) error { return get(tx, db.Boxes, id, &b) })
+	if err != nil {
+		return false, err
+	}
+	return b.State == StateApproved, nil
+}
+
 // IsRevoked reports whether a box is refused; it reads only memory.
 func (f *Fleet) IsRevoked(id string) bool {
 	f.mu.RLock()

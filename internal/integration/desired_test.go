@@ -1,6 +1,7 @@
 package integration
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -18,6 +19,7 @@ import (
 	"github.com/edgebox/edgebox/console/desired"
 	"github.com/edgebox/edgebox/internal/testenv"
 	edgeboxv1 "github.com/edgebox/edgebox/proto/edgebox/v1"
+	"github.com/edgebox/edgebox/tunnel"
 )
 
 func spec(app, release, rt string) json.RawMessage {
@@ -331,11 +333,39 @@ func TestBoxesSeeOnlyTheirOwnState(t *testing.T) {
 	if fmt.Sprint(da.Running()) != "[a0 a1 a2]" || fmt.Sprint(db.Running()) != "[b0 b1 b2 b3]" {
 		t.Fatalf("box a runs %v, box b runs %v", da.Running(), db.Running())
 	}
+	testenv.WaitFor(t, 10*time.Second, "statuses of both", func() bool {
+		sa, _ := st.Statuses(ctx(t), a.ID())
+		sb, _ := st.Statuses(ctx(t), b.ID())
+		return len(sa) == 3 && len(sb) == 4
+	})
 	sa, _ := st.Statuses(ctx(t), a.ID())
-	sb, _ := st.Statuses(ctx(t), b.ID())
-	if len(sa) != 3 || len(sb) != 4 {
-		t.Fatalf("box a has %d statuses, box b %d", len(sa), len(sb))
+	for _, x := range sa {
+		if !strings.HasPrefix(x.Name, "a") {
+			t.Fatalf("box a holds the status of %s", x.Name)
+		}
 	}
+}
+
+func TestWaitingBoxGetsNoStateUntilApproved(t *testing.T) {
+	t.Parallel()
+	h := testenv.NewInProcess(t, testenv.Options{})
+	box, err := h.Enroll(t, h.Token(t, api.TokenRequest{Region: "east", Site: "a", RequireApproval: true}), "newcomer")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := h.Admin().PutDesired(ctx(t), box.ID(), "Workload", "robot", spec("robot", "1", "containerd")); err != nil {
+		t.Fatal(err)
+	}
+	box.Start(t)
+	testenv.WaitFor(t, 15*time.Second, "waiting box connected", func() bool { return testenv.BoxState(t, h, box.ID()).Online })
+	time.Sleep(500 * time.Millisecond) // a few sync attempts
+	if n := testenv.AgentOf(box).ReceivedObjects(); n != 0 {
+		t.Fatalf("a box in the waiting room received %d objects", n)
+	}
+	if _, err := h.Admin().Approve(ctx(t), box.ID()); err != nil {
+		t.Fatal(err)
+	}
+	testenv.WaitFor(t, 10*time.Second, "state after approval", func() bool { return acked(t, h, box) == 1 })
 }
 
 func TestCLIReadsAndWritesDesiredState(t *testing.T) {
@@ -379,4 +409,56 @@ func TestCLIReadsAndWritesDesiredState(t *testing.T) {
 			t.Errorf("edgebox %s: err %v, output %q; want an error saying %q", strings.Join(c.args, " "), err, out, c.want)
 		}
 	}
+}
+
+func TestBadSyncStreamsAreRefusedClearly(t *testing.T) {
+	t.Parallel()
+	h := testenv.NewInProcess(t, testenv.Options{})
+	box := enrollOne(t, h, "rogue")
+	testenv.StartAgent(t, box, withDriver(fake.New("containerd")))
+	a := testenv.AgentOf(box)
+	for _, c := range []struct {
+		name string
+		send []byte
+		want string
+	}{
+		{"oversized frame", []byte{0x80, 0x80, 0x80, 0x01}, "too large"},
+		{"ack before hello", frame(t, &edgeboxv1.SyncUp{Msg: &edgeboxv1.SyncUp_Ack{Ack: &edgeboxv1.SyncAck{Revision: 1}}}), "must start with a hello"},
+		{"ack past the box's revision", append(frame(t, &edgeboxv1.SyncUp{Msg: &edgeboxv1.SyncUp_Hello{Hello: &edgeboxv1.SyncHello{CapabilityVersion: 1}}}),
+			frame(t, &edgeboxv1.SyncUp{Msg: &edgeboxv1.SyncUp_Ack{Ack: &edgeboxv1.SyncAck{Revision: 1 << 40}}})...), "acknowledged revision"},
+	} {
+		conn, err := a.Tunnel().Open(ctx(t), tunnel.KindSync, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := conn.Write(c.send); err != nil {
+			t.Fatal(err)
+		}
+		var got string
+		for got == "" {
+			var down edgeboxv1.SyncDown
+			if err := edgeboxv1.ReadFrame(conn, &down, 1<<20); err != nil {
+				t.Fatalf("%s: stream ended without a reason: %v", c.name, err)
+			}
+			got = down.GetError()
+		}
+		conn.Close()
+		if !strings.Contains(got, c.want) {
+			t.Errorf("%s: refused with %q, want %q", c.name, got, c.want)
+		}
+	}
+	// The box's own stream carries on.
+	rev, err := h.Admin().PutDesired(ctx(t), box.ID(), "Workload", "robot", spec("robot", "1", "containerd"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	testenv.WaitFor(t, 10*time.Second, "ack", func() bool { return acked(t, h, box) == rev })
+}
+
+func frame(t *testing.T, m *edgeboxv1.SyncUp) []byte {
+	var b bytes.Buffer
+	if err := edgeboxv1.WriteFrame(&b, m); err != nil {
+		t.Fatal(err)
+	}
+	return b.Bytes()
 }

@@ -719,9 +719,14 @@ type SyncDown struct {
 	Revision uint64 `protobuf:"varint,2,opt,name=revision,proto3" json:"revision,omitempty"`
 	// reset: the box must replace everything it stored with objects (the
 	// console's state is older than the box's, e.g. restored from a backup).
-	Reset_        bool `protobuf:"varint,3,opt,name=reset,proto3" json:"reset,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Reset_ bool `protobuf:"varint,3,opt,name=reset,proto3" json:"reset,omitempty"`
+	// error, when set, is why the console ends the stream; nothing else is
+	// set. waiting_for_approval: the box is in the waiting room and gets no
+	// desired state until an operator approves it.
+	Error              string `protobuf:"bytes,4,opt,name=error,proto3" json:"error,omitempty"`
+	WaitingForApproval bool   `protobuf:"varint,5,opt,name=waiting_for_approval,json=waitingForApproval,proto3" json:"waiting_for_approval,omitempty"`
+	unknownFields      protoimpl.UnknownFields
+	sizeCache          protoimpl.SizeCache
 }
 
 func (x *SyncDown) Reset() {
@@ -771,6 +776,20 @@ func (x *SyncDown) GetRevision() uint64 {
 func (x *SyncDown) GetReset_() bool {
 	if x != nil {
 		return x.Reset_
+	}
+	return false
+}
+
+func (x *SyncDown) GetError() string {
+	if x != nil {
+		return x.Error
+	}
+	return ""
+}
+
+func (x *SyncDown) GetWaitingForApproval() bool {
+	if x != nil {
+		return x.WaitingForApproval
 	}
 	return false
 }
@@ -860,16 +879,17 @@ const file_edgebox_v1_edgebox_proto_rawDesc = "" +
 	"SyncStatus\x12\x12\n" +
 	"\x04full\x18\x01 \x01(\bR\x04full\x122\n" +
 	"\aobjects\x18\x02 \x03(\v2\x18.edgebox.v1.ObjectStatusR\aobjects\x12)\n" +
-	"\x06events\x18\x03 \x03(\v2\x11.edgebox.v1.EventR\x06events\"q\n" +
+	"\x06events\x18\x03 \x03(\v2\x11.edgebox.v1.EventR\x06events\"\xb9\x01\n" +
 	"\bSyncDown\x123\n" +
 	"\aobjects\x18\x01 \x03(\v2\x19.edgebox.v1.DesiredObjectR\aobjects\x12\x1a\n" +
 	"\brevision\x18\x02 \x01(\x04R\brevision\x12\x14\n" +
-	"\x05reset\x18\x03 \x01(\bR\x05reset\"\r\n" +
-	"\vInfoRequest2\xc2\x01\n" +
+	"\x05reset\x18\x03 \x01(\bR\x05reset\x12\x14\n" +
+	"\x05error\x18\x04 \x01(\tR\x05error\x120\n" +
+	"\x14waiting_for_approval\x18\x05 \x01(\bR\x12waitingForApproval\"\r\n" +
+	"\vInfoRequest2\x8c\x01\n" +
 	"\x0eConsoleService\x12<\n" +
 	"\x05Hello\x12\x18.edgebox.v1.HelloRequest\x1a\x19.edgebox.v1.HelloResponse\x12<\n" +
-	"\x05Renew\x12\x18.edgebox.v1.RenewRequest\x1a\x19.edgebox.v1.RenewResponse\x124\n" +
-	"\x04Sync\x12\x12.edgebox.v1.SyncUp\x1a\x14.edgebox.v1.SyncDown(\x010\x012\x7f\n" +
+	"\x05Renew\x12\x18.edgebox.v1.RenewRequest\x1a\x19.edgebox.v1.RenewResponse2\x7f\n" +
 	"\fAgentService\x129\n" +
 	"\x04Ping\x12\x17.edgebox.v1.PingRequest\x1a\x18.edgebox.v1.PingResponse\x124\n" +
 	"\x04Info\x12\x17.edgebox.v1.InfoRequest\x1a\x13.edgebox.v1.BoxInfoB7Z5github.com/edgebox/edgebox/proto/edgebox/v1;edgeboxv1b\x06proto3"
@@ -915,16 +935,14 @@ var file_edgebox_v1_edgebox_proto_depIdxs = []int32{
 	15, // 6: edgebox.v1.SyncDown.objects:type_name -> edgebox.v1.DesiredObject
 	1,  // 7: edgebox.v1.ConsoleService.Hello:input_type -> edgebox.v1.HelloRequest
 	3,  // 8: edgebox.v1.ConsoleService.Renew:input_type -> edgebox.v1.RenewRequest
-	7,  // 9: edgebox.v1.ConsoleService.Sync:input_type -> edgebox.v1.SyncUp
-	5,  // 10: edgebox.v1.AgentService.Ping:input_type -> edgebox.v1.PingRequest
-	12, // 11: edgebox.v1.AgentService.Info:input_type -> edgebox.v1.InfoRequest
-	2,  // 12: edgebox.v1.ConsoleService.Hello:output_type -> edgebox.v1.HelloResponse
-	4,  // 13: edgebox.v1.ConsoleService.Renew:output_type -> edgebox.v1.RenewResponse
-	11, // 14: edgebox.v1.ConsoleService.Sync:output_type -> edgebox.v1.SyncDown
-	6,  // 15: edgebox.v1.AgentService.Ping:output_type -> edgebox.v1.PingResponse
-	0,  // 16: edgebox.v1.AgentService.Info:output_type -> edgebox.v1.BoxInfo
-	12, // [12:17] is the sub-list for method output_type
-	7,  // [7:12] is the sub-list for method input_type
+	5,  // 9: edgebox.v1.AgentService.Ping:input_type -> edgebox.v1.PingRequest
+	12, // 10: edgebox.v1.AgentService.Info:input_type -> edgebox.v1.InfoRequest
+	2,  // 11: edgebox.v1.ConsoleService.Hello:output_type -> edgebox.v1.HelloResponse
+	4,  // 12: edgebox.v1.ConsoleService.Renew:output_type -> edgebox.v1.RenewResponse
+	6,  // 13: edgebox.v1.AgentService.Ping:output_type -> edgebox.v1.PingResponse
+	0,  // 14: edgebox.v1.AgentService.Info:output_type -> edgebox.v1.BoxInfo
+	11, // [11:15] is the sub-list for method output_type
+	7,  // [7:11] is the sub-list for method input_type
 	7,  // [7:7] is the sub-list for extension type_name
 	7,  // [7:7] is the sub-list for extension extendee
 	0,  // [0:7] is the sub-list for field type_name

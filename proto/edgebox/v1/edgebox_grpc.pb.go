@@ -26,7 +26,6 @@ const _ = grpc.SupportPackageIsVersion9
 const (
 	ConsoleService_Hello_FullMethodName = "/edgebox.v1.ConsoleService/Hello"
 	ConsoleService_Renew_FullMethodName = "/edgebox.v1.ConsoleService/Renew"
-	ConsoleService_Sync_FullMethodName  = "/edgebox.v1.ConsoleService/Sync"
 )
 
 // ConsoleServiceClient is the client API for ConsoleService service.
@@ -38,10 +37,6 @@ const (
 type ConsoleServiceClient interface {
 	Hello(ctx context.Context, in *HelloRequest, opts ...grpc.CallOption) (*HelloResponse, error)
 	Renew(ctx context.Context, in *RenewRequest, opts ...grpc.CallOption) (*RenewResponse, error)
-	// Sync delivers the box's desired state: the box says what it stored,
-	// the console sends everything newer, then every change as it happens;
-	// the box acknowledges each batch once it is on disk.
-	Sync(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[SyncUp, SyncDown], error)
 }
 
 type consoleServiceClient struct {
@@ -72,19 +67,6 @@ func (c *consoleServiceClient) Renew(ctx context.Context, in *RenewRequest, opts
 	return out, nil
 }
 
-func (c *consoleServiceClient) Sync(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[SyncUp, SyncDown], error) {
-	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
-	stream, err := c.cc.NewStream(ctx, &ConsoleService_ServiceDesc.Streams[0], ConsoleService_Sync_FullMethodName, cOpts...)
-	if err != nil {
-		return nil, err
-	}
-	x := &grpc.GenericClientStream[SyncUp, SyncDown]{ClientStream: stream}
-	return x, nil
-}
-
-// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
-type ConsoleService_SyncClient = grpc.BidiStreamingClient[SyncUp, SyncDown]
-
 // ConsoleServiceServer is the server API for ConsoleService service.
 // All implementations must embed UnimplementedConsoleServiceServer
 // for forward compatibility.
@@ -94,10 +76,6 @@ type ConsoleService_SyncClient = grpc.BidiStreamingClient[SyncUp, SyncDown]
 type ConsoleServiceServer interface {
 	Hello(context.Context, *HelloRequest) (*HelloResponse, error)
 	Renew(context.Context, *RenewRequest) (*RenewResponse, error)
-	// Sync delivers the box's desired state: the box says what it stored,
-	// the console sends everything newer, then every change as it happens;
-	// the box acknowledges each batch once it is on disk.
-	Sync(grpc.BidiStreamingServer[SyncUp, SyncDown]) error
 	mustEmbedUnimplementedConsoleServiceServer()
 }
 
@@ -113,9 +91,6 @@ func (UnimplementedConsoleServiceServer) Hello(context.Context, *HelloRequest) (
 }
 func (UnimplementedConsoleServiceServer) Renew(context.Context, *RenewRequest) (*RenewResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Renew not implemented")
-}
-func (UnimplementedConsoleServiceServer) Sync(grpc.BidiStreamingServer[SyncUp, SyncDown]) error {
-	return status.Error(codes.Unimplemented, "method Sync not implemented")
 }
 func (UnimplementedConsoleServiceServer) mustEmbedUnimplementedConsoleServiceServer() {}
 func (UnimplementedConsoleServiceServer) testEmbeddedByValue()                        {}
@@ -174,13 +149,6 @@ func _ConsoleService_Renew_Handler(srv interface{}, ctx context.Context, dec fun
 	return interceptor(ctx, in, info, handler)
 }
 
-func _ConsoleService_Sync_Handler(srv interface{}, stream grpc.ServerStream) error {
-	return srv.(ConsoleServiceServer).Sync(&grpc.GenericServerStream[SyncUp, SyncDown]{ServerStream: stream})
-}
-
-// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
-type ConsoleService_SyncServer = grpc.BidiStreamingServer[SyncUp, SyncDown]
-
 // ConsoleService_ServiceDesc is the grpc.ServiceDesc for ConsoleService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -197,14 +165,7 @@ var ConsoleService_ServiceDesc = grpc.ServiceDesc{
 			Handler:    _ConsoleService_Renew_Handler,
 		},
 	},
-	Streams: []grpc.StreamDesc{
-		{
-			StreamName:    "Sync",
-			Handler:       _ConsoleService_Sync_Handler,
-			ServerStreams: true,
-			ClientStreams: true,
-		},
-	},
+	Streams:  []grpc.StreamDesc{},
 	Metadata: "edgebox/v1/edgebox.proto",
 }
 
