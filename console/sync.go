@@ -58,8 +58,9 @@ type syncConn struct {
 	capv   uint32
 	queued atomic.Bool
 
-	mu   sync.Mutex // one writer at a time; guards last
-	last uint64     // the revision sent last
+	mu    sync.Mutex // one writer at a time; guards last and begun
+	last  uint64     // the revision sent last
+	begun bool       // the catch-up after the hello is done
 }
 
 // write sends m, giving up after syncWriteTimeout. Hold c.mu.
@@ -130,22 +131,15 @@ func (s *syncServer) handle(ctx context.Context, c net.Conn) {
 		sc.refuse("Sync must start with a hello")
 		return
 	}
-	if ok, err := s.approved(sc.box); err != nil || !ok {
-		sc.mu.Lock()
-		sc.write(&edgeboxv1.SyncDown{Error: "this box waits for an operator's approval", WaitingForApproval: true})
-		sc.mu.Unlock()
-		return
-	}
 	sc.capv = hello.GetCapabilityVersion()
 	sc.last = hello.GetStoredRevision()
 	// Subscribe before the first read, so no change falls between them.
+	// A worker does the catch-up: the work of a burst of reconnecting
+	// boxes is spread over the pool, and this goroutine, which stays for
+	// the life of the stream, keeps a small stack.
 	unsubscribe := s.hub.subscribe(sc.box, func() { s.enqueue(sc) })
 	defer unsubscribe()
-	if err := s.begin(ctx, sc); err != nil {
-		log.Warn("sync catch-up failed", "err", err)
-		sc.refuse(publicError(err))
-		return
-	}
+	s.enqueue(sc)
 	for {
 		var m edgeboxv1.SyncUp
 		err := edgeboxv1.ReadFrame(c, &m, maxSyncUp)
@@ -170,12 +164,34 @@ func publicError(err error) string {
 	return "console error; its log says why"
 }
 
+// push sends the box what changed since it was last sent anything; the
+// first push after the hello begins the stream. Hold sc.mu.
+func (s *syncServer) push(ctx context.Context, sc *syncConn) error {
+	if sc.begun {
+		return s.catchUp(ctx, sc, false)
+	}
+	ok, err := s.approved(sc.box)
+	if err != nil {
+		return err
+	}
+	if !ok {
+		sc.write(&edgeboxv1.SyncDown{Error: "this box waits for an operator's approval", WaitingForApproval: true})
+		return errWaitingRoom
+	}
+	if err := s.begin(ctx, sc); err != nil {
+		return err
+	}
+	sc.begun = true
+	return nil
+}
+
+// errWaitingRoom ends the stream of a box that is not approved.
+var errWaitingRoom = errors.New("the box waits for approval")
+
 // begin records the box's capability and its stored revision as
 // acknowledged (it has them, whether or not its last ack arrived), then
-// catches it up.
+// catches it up. Hold sc.mu.
 func (s *syncServer) begin(ctx context.Context, sc *syncConn) error {
-	sc.mu.Lock()
-	defer sc.mu.Unlock()
 	reset, err := s.capabilityChanged(ctx, sc.box, sc.capv)
 	if err != nil {
 		return err
@@ -267,12 +283,15 @@ func (s *syncServer) work(ctx context.Context) {
 		// Cleared before reading, so a change from now on queues it again.
 		sc.queued.Store(false)
 		sc.mu.Lock()
-		err := s.catchUp(ctx, sc, false)
+		err := s.push(ctx, sc)
+		if err != nil && !errors.Is(err, errWaitingRoom) {
+			s.log.Info("sync push failed; closing the stream", "box_id", sc.box, "err", err)
+			sc.write(&edgeboxv1.SyncDown{Error: publicError(err)})
+		}
 		sc.mu.Unlock()
 		if err != nil {
 			// The box's reader sees the stream end and cleans up; the box
 			// reconnects and catches up from what it stored.
-			s.log.Info("sync push failed; closing the stream", "box_id", sc.box, "err", err)
 			sc.conn.Close()
 		}
 	}

@@ -73,7 +73,13 @@ func New(d Deps) http.Handler {
 
 	a := r.Group("/", s.authenticate, s.auditFailures)
 	a.GET("/metrics", gin.WrapH(d.Metrics))
-	a.GET("/debug/pprof/:name", func(c *gin.Context) { pprof.Handler(c.Param("name")).ServeHTTP(c.Writer, c.Request) })
+	a.GET("/debug/pprof/:name", func(c *gin.Context) {
+		if c.Param("name") == "profile" { // CPU, for ?seconds=N
+			pprof.Profile(c.Writer, c.Request)
+			return
+		}
+		pprof.Handler(c.Param("name")).ServeHTTP(c.Writer, c.Request)
+	})
 	v1 := a.Group("/api/v1")
 	v1.GET("/boxes", s.listBoxes)
 	v1.GET("/boxes/:id", s.getBox)

@@ -255,6 +255,25 @@ func fleet(b *testing.B, n int) {
 	c.kill()
 	restart := time.Now()
 	c.start(b)
+	var profiled sync.WaitGroup
+	if p := os.Getenv("EDGEBOX_BENCH_CPU_PROFILE"); p != "" {
+		// The console's CPU during the first 8 s of the storm.
+		profiled.Add(1)
+		go func() {
+			defer profiled.Done()
+			req, _ := http.NewRequest(http.MethodGet, c.url+"/debug/pprof/profile?seconds=8", nil)
+			req.Header.Set("Authorization", "Bearer "+c.token)
+			resp, err := (&http.Client{Timeout: time.Minute, Transport: c.hc.Transport}).Do(req)
+			if err != nil {
+				b.Log(err)
+				return
+			}
+			defer resp.Body.Close()
+			body, _ := io.ReadAll(resp.Body)
+			os.WriteFile(p, body, 0o644)
+		}()
+	}
+	defer profiled.Wait()
 	// The operator's calls come from another process, as they would, so
 	// the 2,000 agents in this one do not slow the prober itself.
 	probe := exec.Command(os.Args[0])
