@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"net/http"
+	"os"
 	"sort"
 	"strings"
 	"sync"
@@ -90,7 +91,16 @@ func syncBench(b *testing.B, n int) {
 	ctx := context.Background()
 	dirs := enrollFleet(b, admin, n)
 
-	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+	var logTo io.Writer = io.Discard
+	if p := os.Getenv("EDGEBOX_BENCH_AGENT_LOG"); p != "" {
+		f, err := os.Create(p)
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer f.Close()
+		logTo = f
+	}
+	quiet := slog.New(slog.NewTextHandler(logTo, nil))
 	actx, stopAgents := context.WithCancel(ctx)
 	var agents sync.WaitGroup
 	defer func() { stopAgents(); agents.Wait() }()
@@ -170,10 +180,19 @@ func syncBench(b *testing.B, n int) {
 	// console of an HA pair would); the console comes back and the fleet
 	// reconnects and catches up.
 	c.kill()
+	down := time.Now()
 	targets := advanceOffline(b, c.data, ids, 10)
 	restart := time.Now()
 	c.start(b)
+	var allOnline time.Duration
+	var lastCheck time.Time
 	for {
+		if allOnline == 0 && time.Since(lastCheck) > 250*time.Millisecond {
+			lastCheck = time.Now()
+			if onlineCount(admin) == n {
+				allOnline = time.Since(restart)
+			}
+		}
 		behind := 0
 		for i := range ids {
 			if logs[i].last() < targets[i] {
@@ -201,10 +220,30 @@ func syncBench(b *testing.B, n int) {
 		time.Sleep(20 * time.Millisecond)
 	}
 	ackedAll := time.Since(restart)
+	if allOnline == 0 {
+		allOnline = storedAll
+	}
 	b.ReportMetric(storedAll.Seconds(), "catchup-s-all-stored")
 	b.ReportMetric(ackedAll.Seconds(), "catchup-s-all-acked")
-	b.Logf("catch-up: %d boxes 10 revisions behind: all stored %v, all acks recorded %v after the console restart",
-		n, storedAll.Round(time.Millisecond), ackedAll.Round(time.Millisecond))
+	b.Logf("catch-up: console down %v; after its restart %d boxes 10 revisions behind were all online in %v, had all stored in %v, all acks recorded in %v",
+		restart.Sub(down).Round(time.Millisecond), n, allOnline.Round(time.Millisecond), storedAll.Round(time.Millisecond), ackedAll.Round(time.Millisecond))
+}
+
+// onlineCount is the number of boxes the console shows online, -1 on error.
+func onlineCount(admin *api.Client) int {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	bs, err := admin.Boxes(ctx)
+	if err != nil {
+		return -1
+	}
+	n := 0
+	for _, x := range bs {
+		if x.Online {
+			n++
+		}
+	}
+	return n
 }
 
 func workloadSpec(t time.Time) json.RawMessage {
