@@ -6,6 +6,7 @@ require (
 	github.com/Shopify/toxiproxy/v2 v2.12.0
 	github.com/gin-gonic/gin v1.12.0
 	github.com/hashicorp/yamux v0.1.2
+	github.com/kardianos/service v1.3.0
 	github.com/prometheus/client_golang v1.25.0
 	github.com/rs/zerolog v1.33.0
 	github.com/spf13/cobra v1.10.2

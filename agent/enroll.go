@@ -15,6 +15,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
 	"os"
 	"path/filepath"
 	"time"
@@ -26,7 +27,11 @@ import (
 // EnrollOptions are the optional parts of enrollment.
 type EnrollOptions struct {
 	Name string // box name; the host name when empty
-	// Transport, when set, replaces the HTTP transport (tests, proxies);
+	// Labels are asked for besides the token's.
+	Labels map[string]string
+	// Proxy picks the proxy for the console; nil is HTTPS_PROXY/NO_PROXY.
+	Proxy func(*url.URL) (*url.URL, error)
+	// Transport, when set, replaces the HTTP transport (tests);
 	// its TLS settings are overwritten with the token's pin.
 	Transport *http.Transport
 }
@@ -58,13 +63,16 @@ func Enroll(ctx context.Context, dir, tokenText string, opts EnrollOptions) (Ide
 	tr := opts.Transport
 	if tr == nil {
 		tr = &http.Transport{Proxy: http.ProxyFromEnvironment}
+		if opts.Proxy != nil {
+			tr.Proxy = func(r *http.Request) (*url.URL, error) { return opts.Proxy(r.URL) }
+		}
 	} else {
 		tr = tr.Clone()
 	}
 	tr.TLSClientConfig = enroll.PinnedTLS(tok.CAHash, u.Hostname())
 	hc := &http.Client{Transport: tr, Timeout: 60 * time.Second}
 	defer tr.CloseIdleConnections() // one request: leave nothing open on the console
-	body, _ := json.Marshal(enroll.Request{Token: tok.String(), CSR: string(csr), Hostname: host, Name: opts.Name})
+	body, _ := json.Marshal(enroll.Request{Token: tok.String(), CSR: string(csr), Hostname: host, Name: opts.Name, Labels: opts.Labels})
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, "https://"+enroll.HostPort(u)+enroll.Path, bytes.NewReader(body))
 	if err != nil {
 		return Identity{}, false, err

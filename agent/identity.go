@@ -49,6 +49,18 @@ type credentials struct {
 	ca   *x509.CertPool
 }
 
+// LoadIdentity reads who the box in dir is; ErrNotEnrolled when nobody.
+func LoadIdentity(dir string) (Identity, error) {
+	var id Identity
+	raw, err := os.ReadFile(filepath.Join(dir, identityFile))
+	if errors.Is(err, os.ErrNotExist) {
+		return id, ErrNotEnrolled
+	} else if err != nil {
+		return id, err
+	}
+	return id, json.Unmarshal(raw, &id)
+}
+
 func loadCredentials(dir string) (*credentials, error) {
 	raw, err := os.ReadFile(filepath.Join(dir, identityFile))
 	if errors.Is(err, os.ErrNotExist) {

@@ -24,6 +24,9 @@ type Request struct {
 	CSR      string `json:"csr"`      // PEM "CERTIFICATE REQUEST" for a P-256 key
 	Hostname string `json:"hostname"` // the box's host name, used as its default name
 	Name     string `json:"name,omitempty"`
+	// Labels the box asks for, besides its token's (which win on a
+	// clash); the console validates them as any labels.
+	Labels map[string]string `json:"labels,omitempty"`
 }
 
 // Response is the console's answer.
@@ -68,6 +71,9 @@ func DecodeRequest(r io.Reader) (Request, Token, *x509.CertificateRequest, error
 	}
 	if len(req.Hostname) > 253 {
 		return req, Token{}, nil, fmt.Errorf("%w: hostname too long", ErrBadRequest)
+	}
+	if len(req.Labels) > 32 {
+		return req, Token{}, nil, fmt.Errorf("%w: at most 32 labels", ErrBadRequest)
 	}
 	return req, tok, csr, nil
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/edgebox/edgebox/agent"
+	"github.com/edgebox/edgebox/tunnel"
 )
 
 // version is set by the build.
@@ -83,6 +84,13 @@ back. The token pins the console's CA: nothing else is trusted.`,
 			}
 			cfg := agent.DefaultConfig(dataDir)
 			cfg.Version = version
+			settings, err := agent.ReadSettings(dataDir)
+			if err != nil {
+				return err
+			}
+			if settings.Proxy != "" {
+				cfg.Proxy = tunnel.ProxyFunc(settings.ProxyFunc())
+			}
 			a, err := agent.New(cfg, log)
 			if err != nil {
 				return err
@@ -129,6 +137,6 @@ back. The token pins the console's CA: nothing else is trusted.`,
 	}
 	statusCmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
 
-	root.AddCommand(enrollCmd, runCmd, statusCmd)
+	root.AddCommand(enrollCmd, runCmd, statusCmd, installCmd(&dataDir), uninstallCmd(&dataDir), serviceCmd(&dataDir))
 	return root
 }

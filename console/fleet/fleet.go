@@ -239,6 +239,7 @@ type Enrollment struct {
 	Token    enroll.Token
 	Hostname string
 	Name     string
+	Labels   map[string]string // asked for by the box; the token's win
 	Remote   string
 	// Issue signs the certificate for the new box ID; it runs inside the
 	// transaction so a token use and a certificate go together.
@@ -281,8 +282,21 @@ func (f *Fleet) Enroll(e Enrollment) (Box, []byte, error) {
 		if err != nil {
 			return err
 		}
+		labels := make(map[string]string, len(e.Labels)+len(t.Labels))
+		for k, v := range e.Labels {
+			labels[k] = v
+		}
+		for k, v := range t.Labels {
+			labels[k] = v
+		}
+		if err := ValidateLabels(labels); err != nil {
+			return err
+		}
+		if len(labels) == 0 {
+			labels = nil
+		}
 		box = Box{ID: id, TenantID: t.TenantID, Name: name, Region: t.Region, Site: t.Site,
-			Labels: t.Labels, State: StateApproved, Hostname: e.Hostname, EnrolledAt: now.UTC(),
+			Labels: labels, State: StateApproved, Hostname: e.Hostname, EnrolledAt: now.UTC(),
 			TokenID: t.ID, CertNotAfter: notAfter.UTC()}
 		if t.RequireApproval {
 			box.State = StatePending

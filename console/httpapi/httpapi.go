@@ -181,7 +181,7 @@ func (s *server) enroll(c *gin.Context) {
 		return
 	}
 	box, cert, err := s.Fleet.Enroll(fleet.Enrollment{
-		Token: tok, Hostname: req.Hostname, Name: req.Name, Remote: c.ClientIP(),
+		Token: tok, Hostname: req.Hostname, Name: req.Name, Labels: req.Labels, Remote: c.ClientIP(),
 		Issue: func(id string) ([]byte, time.Time, error) { return s.PKI.SignBox(csr, id, s.BoxCertTTL) },
 	})
 	if err != nil {

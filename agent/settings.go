@@ -1,0 +1,73 @@
+package agent
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/url"
+	"os"
+	"path/filepath"
+)
+
+// settingsFile holds what an operator set on the box itself (for now the
+// proxy), so that the installed service runs as it was installed.
+const settingsFile = "agent.json"
+
+// Settings are the box-local settings in agent.json.
+type Settings struct {
+	// Proxy is an http(s):// URL, with user:password if the proxy wants
+	// them, used for the tunnel and enrollment instead of HTTPS_PROXY.
+	Proxy string `json:"proxy,omitempty"`
+}
+
+// Validate reports what is wrong with s.
+func (s Settings) Validate() error {
+	if s.Proxy == "" {
+		return nil
+	}
+	u, err := url.Parse(s.Proxy)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return fmt.Errorf("proxy %q: give an http:// or https:// URL, e.g. http://user:pass@proxy:3128", s.Proxy)
+	}
+	return nil
+}
+
+// ProxyFunc returns the proxy to use for a request: the configured one, or
+// HTTPS_PROXY/NO_PROXY from the environment.
+func (s Settings) ProxyFunc() func(*url.URL) (*url.URL, error) {
+	if s.Proxy == "" {
+		return func(u *url.URL) (*url.URL, error) {
+			return http.ProxyFromEnvironment(&http.Request{URL: u})
+		}
+	}
+	p, _ := url.Parse(s.Proxy)
+	return func(*url.URL) (*url.URL, error) { return p, nil }
+}
+
+// ReadSettings reads agent.json in dir; a missing file is empty settings.
+func ReadSettings(dir string) (Settings, error) {
+	var s Settings
+	raw, err := os.ReadFile(filepath.Join(dir, settingsFile))
+	if errors.Is(err, os.ErrNotExist) {
+		return s, nil
+	} else if err != nil {
+		return s, err
+	}
+	if err := json.Unmarshal(raw, &s); err != nil {
+		return s, fmt.Errorf("%s: %w", filepath.Join(dir, settingsFile), err)
+	}
+	return s, s.Validate()
+}
+
+// WriteSettings writes agent.json in dir (0600: the proxy URL may hold a
+// password).
+func WriteSettings(dir string, s Settings) error {
+	if err := s.Validate(); err != nil {
+		return err
+	}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return err
+	}
+	return writeJSON(filepath.Join(dir, settingsFile), s)
+}
