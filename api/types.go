@@ -77,8 +77,13 @@ type Token struct {
 type CreatedToken struct {
 	Token
 	Text string `json:"token"`
-	// EnrollCommand is the command to run on the box.
+	// EnrollCommand is the command to run on a box that has the agent.
 	EnrollCommand string `json:"enroll_command"`
+	// InstallLinux and InstallWindows are the lines to paste on a fresh
+	// box (a root shell; an elevated PowerShell): they download the agent
+	// from the console over pinned TLS, verify it and install it.
+	InstallLinux   string `json:"install_linux"`
+	InstallWindows string `json:"install_windows"`
 }
 
 // TokenList is the answer to GET /api/v1/tokens.

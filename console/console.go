@@ -24,6 +24,7 @@ import (
 	"github.com/edgebox/edgebox/console/auth"
 	"github.com/edgebox/edgebox/console/db"
 	"github.com/edgebox/edgebox/console/desired"
+	"github.com/edgebox/edgebox/console/dist"
 	"github.com/edgebox/edgebox/console/fleet"
 	"github.com/edgebox/edgebox/console/httpapi"
 	"github.com/edgebox/edgebox/console/pki"
@@ -69,6 +70,9 @@ type Config struct {
 	Out io.Writer
 	// Clock tells the time for token expiry; nil is time.Now. Tests move it.
 	Clock func() time.Time
+	// DistDir holds the agent binaries and SHA256SUMS served at /dl/ to
+	// installing boxes; empty is <DataDir>/dist.
+	DistDir string
 	// CompactEvery is how often the store forgets old history, keeping
 	// the last KeepRevisions revisions for watches that lag.
 	CompactEvery  time.Duration
@@ -247,8 +251,20 @@ func (c *Console) Run(ctx context.Context) error {
 		log: c.log, presence: c.presence})
 	syncs := newSyncServer(changes, c.desired, fl.IsApproved, c.log)
 
+	distDir := c.cfg.DistDir
+	if distDir == "" {
+		distDir = filepath.Join(c.cfg.DataDir, "dist")
+	}
+	downloads, err := dist.Open(distDir)
+	if err != nil {
+		return fmt.Errorf("console: downloads in %s: %w", distDir, err)
+	}
+	if len(downloads.Files()) == 0 {
+		c.log.Info("no agent binaries to serve; boxes cannot install with the pasted command until 'make dist' output is in the downloads directory", "dir", distDir)
+	}
+
 	handler := httpapi.New(httpapi.Deps{
-		Fleet: fl, Audit: auditLog, Tokens: auth.New(bdb), PKI: authority, Sessions: c.presence, Desired: c.desired,
+		Fleet: fl, Audit: auditLog, Tokens: auth.New(bdb), PKI: authority, Sessions: c.presence, Desired: c.desired, Downloads: downloads,
 		ConsoleURL: public, BoxCertTTL: c.cfg.BoxCertTTL, Log: c.log,
 		Metrics: promhttp.HandlerFor(c.reg, promhttp.HandlerOpts{}),
 	})

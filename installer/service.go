@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"strings"
 
 	"github.com/kardianos/service"
@@ -106,9 +107,27 @@ func (s *Service) definitionFile() string {
 	return ""
 }
 
-// Install registers the service; Uninstall removes it.
-func (s *Service) Install() error   { return s.s.Install() }
-func (s *Service) Uninstall() error { return s.s.Uninstall() }
+// Install registers the service.
+func (s *Service) Install() error { return s.s.Install() }
+
+// Uninstall removes the service. On SysV it also removes the runlevel
+// links to the init script, which kardianos/service leaves dangling.
+func (s *Service) Uninstall() error {
+	if err := s.s.Uninstall(); err != nil {
+		return err
+	}
+	if s.Platform() == "unix-systemv" {
+		links, _ := filepath.Glob("/etc/rc[0-6].d/[SK][0-9][0-9]" + ServiceName)
+		for _, l := range links {
+			if target, err := os.Readlink(l); err == nil && target == s.definitionFile() {
+				if err := os.Remove(l); err != nil {
+					return err
+				}
+			}
+		}
+	}
+	return nil
+}
 func (s *Service) Start() error     { return s.s.Start() }
 func (s *Service) Stop() error      { return s.s.Stop() }
 func (s *Service) Restart() error   { return s.s.Restart() }

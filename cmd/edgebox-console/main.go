@@ -47,6 +47,7 @@ Flags:
 	fs.StringVar(&cfg.PublicURL, "public-url", "", "URL boxes and operators use to reach this console (default https://<hostname>:<port>)")
 	var hosts listFlag
 	fs.Var(&hosts, "host", "another name or address for the serving certificate (repeatable)")
+	fs.StringVar(&cfg.DistDir, "dist", "", "directory of agent binaries served to installing boxes (default <data>/dist; 'make dist' fills dist/)")
 	fs.DurationVar(&cfg.BoxCertTTL, "box-cert-ttl", cfg.BoxCertTTL, "lifetime of box certificates; boxes renew at two thirds")
 	fs.Float64Var(&cfg.HandshakeRate, "box-handshake-rate", cfg.HandshakeRate, "new box sessions accepted per second")
 	level := fs.String("log-level", "info", "debug, info, warn or error")

@@ -135,7 +135,9 @@ func tokenCmd(out printer) *cobra.Command {
 				if t.RequireApproval {
 					fmt.Fprintln(w, "boxes enrolled with it wait for 'edgebox boxes approve'")
 				}
-				fmt.Fprintf(w, "\nRun on the box:\n  %s\n", t.EnrollCommand)
+				fmt.Fprintf(w, "\nOn a fresh Linux box (root shell; Ubuntu, Debian, CentOS):\n  %s\n", t.InstallLinux)
+				fmt.Fprintf(w, "\nOn a fresh Windows box (PowerShell as administrator):\n  %s\n", t.InstallWindows)
+				fmt.Fprintf(w, "\nOn a box that has the agent already:\n  %s\n", t.EnrollCommand)
 			})
 		},
 	}

@@ -19,9 +19,11 @@ import (
 	"github.com/edgebox/edgebox/console/audit"
 	"github.com/edgebox/edgebox/console/auth"
 	"github.com/edgebox/edgebox/console/desired"
+	"github.com/edgebox/edgebox/console/dist"
 	"github.com/edgebox/edgebox/console/fleet"
 	"github.com/edgebox/edgebox/console/pki"
 	"github.com/edgebox/edgebox/enroll"
+	"github.com/edgebox/edgebox/scripts"
 	"github.com/edgebox/edgebox/errdefs"
 )
 
@@ -48,6 +50,7 @@ type Deps struct {
 	PKI        *pki.Authority
 	Sessions   Sessions
 	Desired    *desired.State
+	Downloads  *dist.Dir
 	ConsoleURL string
 	BoxCertTTL time.Duration
 	Metrics    http.Handler
@@ -70,6 +73,9 @@ func New(d Deps) http.Handler {
 	r.GET("/healthz", func(c *gin.Context) { c.String(http.StatusOK, "ok\n") })
 	r.GET("/api/v1/ca", s.ca)
 	r.POST(enroll.Path, s.enroll)
+	r.GET("/install.sh", s.installScript)
+	r.GET("/install.ps1", s.installScript)
+	r.GET("/dl/:file", s.download)
 
 	a := r.Group("/", s.authenticate, s.auditFailures)
 	a.GET("/metrics", gin.WrapH(d.Metrics))
@@ -348,7 +354,8 @@ func (s *server) createToken(c *gin.Context) {
 	}
 	text := tok.String()
 	c.JSON(http.StatusCreated, api.CreatedToken{Token: tokenView(rec), Text: text,
-		EnrollCommand: "edgebox-agent enroll " + text})
+		EnrollCommand: "edgebox-agent enroll " + text,
+		InstallLinux:  scripts.LinuxCommand(s.pins(), text), InstallWindows: scripts.WindowsCommand(s.pins(), text)})
 }
 
 func (s *server) listTokens(c *gin.Context) {

@@ -71,9 +71,16 @@ type Binaries struct {
 
 // NewBinaries builds the binaries and starts edgebox-console on a free
 // loopback port.
-func NewBinaries(t testing.TB) *Binaries {
+func NewBinaries(t testing.TB) *Binaries { return NewBinariesWith(t, nil) }
+
+// NewBinariesWith is NewBinaries with prepare run on the console's data
+// directory before the console starts (to put downloads in <data>/dist).
+func NewBinariesWith(t testing.TB, prepare func(t testing.TB, dataDir, binDir string)) *Binaries {
 	t.Helper()
 	e := &Binaries{bin: BuildBinaries(t), dataDir: t.TempDir()}
+	if prepare != nil {
+		prepare(t, e.dataDir, e.bin)
+	}
 	e.addr = FreeAddr(t)
 	e.url = "https://" + e.addr
 	out := e.startConsole(t)
@@ -143,6 +150,9 @@ func (e *Binaries) stopConsole(t testing.TB, sig syscall.Signal) {
 }
 
 func (e *Binaries) Admin() *api.Client { return e.admin }
+
+// Bin is the directory of the built binaries.
+func (e *Binaries) Bin() string { return e.bin }
 
 // CLI runs the edgebox CLI, logged in to the console with the admin token,
 // and returns its combined output.
