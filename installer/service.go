@@ -128,6 +128,6 @@ func (s *Service) Uninstall() error {
 	}
 	return nil
 }
-func (s *Service) Start() error     { return s.s.Start() }
-func (s *Service) Stop() error      { return s.s.Stop() }
-func (s *Service) Restart() error   { return s.s.Restart() }
+func (s *Service) Start() error   { return s.s.Start() }
+func (s *Service) Stop() error    { return s.s.Stop() }
+func (s *Service) Restart() error { return s.s.Restart() }

@@ -23,8 +23,8 @@ import (
 	"github.com/edgebox/edgebox/console/fleet"
 	"github.com/edgebox/edgebox/console/pki"
 	"github.com/edgebox/edgebox/enroll"
-	"github.com/edgebox/edgebox/scripts"
 	"github.com/edgebox/edgebox/errdefs"
+	"github.com/edgebox/edgebox/scripts"
 )
 
 // Presence is what the tunnel knows about a box right now.
