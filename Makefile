@@ -6,13 +6,16 @@ LDFLAGS  := -X github.com/edgebox/edgebox/console.Version=$(VERSION) -X main.ver
 BINARIES := edgebox-console edgebox-agent edgebox
 GOBIN    := $(shell $(GO) env GOPATH)/bin
 
-.PHONY: all build test check proto demo bench fuzz soak help clean
+.PHONY: all build dist test check proto demo bench fuzz soak help clean
 
 all: build ## build the three binaries into bin/ (the default)
 
 build: ## build edgebox-console, edgebox-agent and edgebox into bin/
 	@mkdir -p bin
 	$(GO) build -ldflags '$(LDFLAGS)' -o bin/ ./cmd/...
+
+dist: ## agents and consoles for linux/amd64, linux/arm64 (and the Windows agent), .deb, .rpm, .zip and SHA256SUMS in dist/
+	$(GO) run ./installer/dist -out dist -version $(VERSION) -ldflags '$(LDFLAGS)'
 
 test: ## install test dependencies, then run every test with -race
 	sh scripts/test-deps.sh

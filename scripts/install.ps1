@@ -7,9 +7,14 @@
 # CA. Everything this script downloads is fetched the same way and checked
 # against the console's SHA256SUMS before it runs.
 #
-#   .\install.ps1 -Token TOKEN [-Name NAME] [-Labels k=v,...] [-Proxy URL]
+# From the Windows zip of a release, which holds edgebox-agent.exe beside
+# this script, it installs that binary instead of downloading one (the
+# token still pins the console's CA for enrollment).
+#
+#   .\install.ps1 -Token TOKEN [-Name NAME] [-Labels k=v,...] [-Proxy URL] [-Agent PATH]
 param(
     [Parameter(Mandatory = $true)][string]$Token,
+    [string]$Agent = "",
     [string]$Name = "",
     [string]$Labels = "",
     [string]$Proxy = ""
@@ -24,8 +29,11 @@ function Fail([string]$msg) {
     exit 1
 }
 
-if ($ConsoleUrl.StartsWith('@@') -or $CaSha256.StartsWith('@@')) {
-    Fail "this copy of the script names no console: fetch it from your console's /install.ps1, or set EDGEBOX_CONSOLE_URL and EDGEBOX_CA_SHA256"
+if ($Agent -eq "" -and $PSScriptRoot -and (Test-Path (Join-Path $PSScriptRoot "edgebox-agent.exe"))) {
+    $Agent = Join-Path $PSScriptRoot "edgebox-agent.exe"
+}
+if ($Agent -eq "" -and ($ConsoleUrl.StartsWith('@@') -or $CaSha256.StartsWith('@@'))) {
+    Fail "this copy of the script names no console: fetch it from your console's /install.ps1, set EDGEBOX_CONSOLE_URL and EDGEBOX_CA_SHA256, or run it beside edgebox-agent.exe"
 }
 $principal = New-Object Security.Principal.WindowsPrincipal([Security.Principal.WindowsIdentity]::GetCurrent())
 if (-not $principal.IsInRole([Security.Principal.WindowsBuiltInRole]::Administrator)) {
@@ -59,30 +67,40 @@ function Fetch([string]$path, [string]$file) {
     }
 }
 
+function Install-Agent([string]$exe) {
+    $agentArgs = @("install", $Token)
+    if ($Name -ne "") { $agentArgs += @("--name", $Name) }
+    if ($Labels -ne "") { $agentArgs += @("--labels", $Labels) }
+    if ($Proxy -ne "") { $agentArgs += @("--proxy", $Proxy) }
+    & $exe @agentArgs
+    if ($LASTEXITCODE -ne 0) { Fail "edgebox-agent install failed (exit $LASTEXITCODE)" }
+}
+
+if ($Agent -ne "") {
+    Write-Host "edgebox: installing $Agent"
+    Install-Agent $Agent
+    exit 0
+}
+
 $tmp = Join-Path ([IO.Path]::GetTempPath()) ("edgebox-" + [Guid]::NewGuid().ToString("N"))
 New-Item -ItemType Directory -Path $tmp | Out-Null
 try {
-    $agent = "edgebox-agent-windows-amd64.exe"
-    Write-Host "edgebox: downloading the agent ($agent) from $ConsoleUrl"
+    $agentFile = "edgebox-agent-windows-amd64.exe"
+    Write-Host "edgebox: downloading the agent ($agentFile) from $ConsoleUrl"
     Fetch "dl/SHA256SUMS" (Join-Path $tmp "SHA256SUMS")
-    Fetch "dl/$agent" (Join-Path $tmp "edgebox-agent.exe")
+    Fetch "dl/$agentFile" (Join-Path $tmp "edgebox-agent.exe")
     $want = ""
     foreach ($line in Get-Content (Join-Path $tmp "SHA256SUMS")) {
         $f = $line -split '\s+'
-        if ($f.Length -ge 2 -and ($f[1] -eq $agent -or $f[1] -eq "*$agent")) { $want = $f[0].ToLowerInvariant() }
+        if ($f.Length -ge 2 -and ($f[1] -eq $agentFile -or $f[1] -eq "*$agentFile")) { $want = $f[0].ToLowerInvariant() }
     }
-    if ($want -eq "") { Fail "the console lists no checksum for ${agent}: nothing was installed" }
+    if ($want -eq "") { Fail "the console lists no checksum for ${agentFile}: nothing was installed" }
     $got = (Get-FileHash -Algorithm SHA256 (Join-Path $tmp "edgebox-agent.exe")).Hash.ToLowerInvariant()
     if ($got -ne $want) {
         Fail "the agent's SHA-256 is $got but the console lists ${want}: the download was changed on the way or on the console; nothing was installed"
     }
     Write-Host "edgebox: checksum verified ($got)"
-    $agentArgs = @("install", $Token)
-    if ($Name -ne "") { $agentArgs += @("--name", $Name) }
-    if ($Labels -ne "") { $agentArgs += @("--labels", $Labels) }
-    if ($Proxy -ne "") { $agentArgs += @("--proxy", $Proxy) }
-    & (Join-Path $tmp "edgebox-agent.exe") @agentArgs
-    if ($LASTEXITCODE -ne 0) { Fail "edgebox-agent install failed (exit $LASTEXITCODE)" }
+    Install-Agent (Join-Path $tmp "edgebox-agent.exe")
 } finally {
     Remove-Item -Recurse -Force $tmp -ErrorAction SilentlyContinue
 }

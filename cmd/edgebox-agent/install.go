@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"os"
 	"strings"
 	"time"
 
@@ -10,9 +11,15 @@ import (
 	"github.com/edgebox/edgebox/installer"
 )
 
+// layout is the standard layout with the data directory of --data. An
+// agent installed by the .deb or .rpm (in /usr/bin) is its own installed
+// binary.
 func layout(dataDir string) installer.Layout {
 	l := installer.DefaultLayout()
 	l.DataDir = dataDir
+	if exe, err := os.Executable(); err == nil && exe == "/usr/bin/edgebox-agent" {
+		l.Bin = exe
+	}
 	return l
 }
 
