@@ -42,6 +42,14 @@ func (s *steps) next(format string, a ...any) {
 func Install(ctx context.Context, o Options) error {
 	l := o.Layout
 	st := &steps{out: o.Out, of: 6}
+	if o.Proxy == "" {
+		// The service does not inherit this shell's environment: a proxy
+		// the install needed, the service needs too.
+		if p := firstEnv("HTTPS_PROXY", "https_proxy"); p != "" {
+			fmt.Fprintf(o.Out, "using the proxy in HTTPS_PROXY (%s) for the service too\n", redact(p))
+			o.Proxy = p
+		}
+	}
 
 	exe, err := os.Executable()
 	if err != nil {
@@ -241,6 +249,15 @@ func Uninstall(l Layout, purge bool, out io.Writer) error {
 // logFiles are the service's output files on SysV systems.
 func logFiles(l Layout) []string {
 	return []string{filepath.Join(l.LogDir, ServiceName+".log"), filepath.Join(l.LogDir, ServiceName+".err")}
+}
+
+func firstEnv(names ...string) string {
+	for _, n := range names {
+		if v := os.Getenv(n); v != "" {
+			return v
+		}
+	}
+	return ""
 }
 
 // redact hides a password in a proxy URL.

@@ -1,0 +1,40 @@
+package agent
+
+import (
+	"net/url"
+	"os"
+	"path/filepath"
+	"testing"
+)
+
+func TestSettings(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	if s, err := ReadSettings(dir); err != nil || s.Proxy != "" {
+		t.Fatalf("no agent.json: %+v %v", s, err)
+	}
+	for _, bad := range []string{"proxy:3128", "ftp://proxy", "http://"} {
+		if err := WriteSettings(dir, Settings{Proxy: bad}); err == nil {
+			t.Errorf("proxy %q was accepted", bad)
+		}
+	}
+	if err := WriteSettings(dir, Settings{Proxy: "http://u:p@proxy.corp:3128"}); err != nil {
+		t.Fatal(err)
+	}
+	fi, err := os.Stat(filepath.Join(dir, settingsFile))
+	if err != nil || fi.Mode().Perm() != 0o600 {
+		t.Fatalf("agent.json mode %v (%v): it may hold a proxy password", fi.Mode(), err)
+	}
+	s, err := ReadSettings(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := s.ProxyFunc()(&url.URL{Scheme: "https", Host: "console:8443"})
+	if err != nil || p.Host != "proxy.corp:3128" || p.User.Username() != "u" {
+		t.Fatalf("proxy for the console: %v %v", p, err)
+	}
+	os.WriteFile(filepath.Join(dir, settingsFile), []byte("{"), 0o600)
+	if _, err := ReadSettings(dir); err == nil {
+		t.Fatal("a damaged agent.json was read")
+	}
+}
