@@ -209,6 +209,7 @@ func TestConsoleKilledMidSync(t *testing.T) {
 		var mu sync.Mutex
 		confirmed := map[string]write{} // name -> the last write the API confirmed
 		var stop atomic.Bool
+		var writes atomic.Int64 // confirmed by the API
 		var wg sync.WaitGroup
 		wg.Add(1)
 		go func() {
@@ -238,6 +239,7 @@ func TestConsoleKilledMidSync(t *testing.T) {
 					confirmed[name] = write{rev: rev, put: put}
 				}
 				mu.Unlock()
+				writes.Add(1)
 			}
 		}()
 		var ackErr error
@@ -255,11 +257,17 @@ func TestConsoleKilledMidSync(t *testing.T) {
 				time.Sleep(5 * time.Millisecond)
 			}
 		}()
+		// Each kill lands in the middle of a stream of writes: at least 40
+		// confirmed since the last one, however slow the machine.
+		waitWrites := func() {
+			from := writes.Load()
+			testenv.WaitFor(t, 60*time.Second, "writes", func() bool { return writes.Load() >= from+40 })
+		}
 		for range 3 {
-			time.Sleep(400 * time.Millisecond)
+			waitWrites()
 			h.RestartConsole(t)
 		}
-		time.Sleep(300 * time.Millisecond)
+		waitWrites()
 		stop.Store(true)
 		wg.Wait()
 		<-done
