@@ -1,16 +1,13 @@
 package tunnel
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"crypto/tls"
-	"encoding/base64"
 	"errors"
 	"fmt"
 	"io"
 	"net"
-	"net/http"
 	"net/url"
 	"strings"
 	"sync"
@@ -215,46 +212,10 @@ func TestThousandSimultaneousStreams(t *testing.T) {
 	wg.Wait()
 }
 
-// connectProxy is a minimal HTTP CONNECT proxy with basic auth.
+// connectProxy starts a CONNECT proxy with basic auth.
 func connectProxy(t testing.TB, user, pass string) (addr string, used *atomic.Int32) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ln.Close() })
-	used = new(atomic.Int32)
-	want := "Basic " + base64.StdEncoding.EncodeToString([]byte(user+":"+pass))
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			go func() {
-				defer c.Close()
-				br := bufio.NewReader(c)
-				req, err := http.ReadRequest(br)
-				if err != nil || req.Method != http.MethodConnect {
-					return
-				}
-				if req.Header.Get("Proxy-Authorization") != want {
-					io.WriteString(c, "HTTP/1.1 407 Proxy Authentication Required\r\n\r\n")
-					return
-				}
-				up, err := net.Dial("tcp", req.Host)
-				if err != nil {
-					io.WriteString(c, "HTTP/1.1 502 Bad Gateway\r\n\r\n")
-					return
-				}
-				defer up.Close()
-				used.Add(1)
-				io.WriteString(c, "HTTP/1.1 200 Connection established\r\n\r\n")
-				go io.Copy(up, br)
-				io.Copy(c, up)
-			}()
-		}
-	}()
-	return ln.Addr().String(), used
+	p := toxic.NewConnectProxy(t, user, pass)
+	return p.Addr, &p.Used
 }
 
 func TestThroughConnectProxyWithBasicAuth(t *testing.T) {

@@ -14,6 +14,7 @@ import (
 
 	"github.com/edgebox/edgebox/api"
 	"github.com/edgebox/edgebox/internal/testenv"
+	"github.com/edgebox/edgebox/internal/toxic"
 )
 
 // needRootAndUnshare is what the install tests need: they install a real
@@ -222,4 +223,48 @@ func TestInstallRefusesAConsoleWithAnotherKey(t *testing.T) {
 	if !strings.Contains(log, "not the console this token was made for") {
 		t.Fatalf("no clear message:\n%s", log)
 	}
+}
+
+// TestInstallThroughAProxy installs a box at a proxy-only site: the
+// downloads, the enrollment and the tunnel all go through the proxy given
+// with --proxy, and the service keeps using it after a restart.
+func TestInstallThroughAProxy(t *testing.T) {
+	needRootAndUnshare(t)
+	t.Parallel()
+	h := testenv.NewBinariesWith(t, distWithAgent)
+	px := toxic.NewConnectProxy(t, "edge", "s3cret")
+	tok, err := h.Admin().CreateToken(ctx(t), api.TokenRequest{Region: "east", Site: "proxied"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// curl fetching install.sh takes the proxy from the environment, as a
+	// field engineer's shell at such a site would have it.
+	paste := "export https_proxy=http://edge:s3cret@" + px.Addr + "; " + strings.Replace(tok.InstallLinux, "sudo sh", "sh", 1) +
+		` --data "$WORK/agent" --proxy http://edge:s3cret@` + px.Addr
+	stdin, out := inNamespace(t, paste+` || exit 1
+echo INSTALLED
+read line
+/usr/local/bin/edgebox-agent service restart --data "$WORK/agent"
+echo RESTARTED
+read line
+/usr/local/bin/edgebox-agent uninstall --purge --data "$WORK/agent"
+echo DONE
+`)
+	log := readUntil(t, out, "INSTALLED", 3*time.Minute)
+	if !strings.Contains(log, "online:") || !strings.Contains(log, "proxy: http://…@"+px.Addr) {
+		t.Fatalf("install through the proxy:\n%s", log)
+	}
+	// install.sh, SHA256SUMS, the agent, the enrollment, the tunnel.
+	if n := px.Used.Load(); n < 5 {
+		t.Fatalf("the proxy carried %d connections, want every one (at least 5)", n)
+	}
+	before := px.Used.Load()
+	fmt.Fprintln(stdin)
+	readUntil(t, out, "RESTARTED", time.Minute)
+	testenv.WaitFor(t, 30*time.Second, "the restarted service's tunnel through the proxy", func() bool {
+		b, err := h.Admin().Boxes(ctx(t))
+		return px.Used.Load() > before && err == nil && len(b) == 1 && b[0].Online
+	})
+	fmt.Fprintln(stdin)
+	readUntil(t, out, "DONE", time.Minute)
 }

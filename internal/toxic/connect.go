@@ -1,0 +1,96 @@
+package toxic
+
+import (
+	"bufio"
+	"encoding/base64"
+	"io"
+	"net"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"testing"
+)
+
+// ConnectProxy is a minimal HTTP CONNECT proxy with basic auth on a free
+// loopback port, for the proxy-only sites boxes sit in. Used counts the
+// tunnels it opened. It stops when the test ends.
+type ConnectProxy struct {
+	Addr string
+	Used atomic.Int32
+}
+
+// NewConnectProxy starts a proxy that wants user and pass.
+func NewConnectProxy(t testing.TB, user, pass string) *ConnectProxy {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &ConnectProxy{Addr: ln.Addr().String()}
+	want := "Basic " + base64.StdEncoding.EncodeToString([]byte(user+":"+pass))
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	conns := map[net.Conn]bool{}
+	t.Cleanup(func() {
+		ln.Close()
+		mu.Lock()
+		for c := range conns {
+			c.Close()
+		}
+		mu.Unlock()
+		wg.Wait()
+	})
+	track := func(c net.Conn, on bool) {
+		mu.Lock()
+		defer mu.Unlock()
+		if on {
+			conns[c] = true
+		} else {
+			delete(conns, c)
+		}
+	}
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			track(c, true)
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				defer func() { c.Close(); track(c, false) }()
+				p.serve(c, want, track)
+			}()
+		}
+	}()
+	return p
+}
+
+func (p *ConnectProxy) serve(c net.Conn, want string, track func(net.Conn, bool)) {
+	br := bufio.NewReader(c)
+	req, err := http.ReadRequest(br)
+	if err != nil || req.Method != http.MethodConnect {
+		return
+	}
+	if req.Header.Get("Proxy-Authorization") != want {
+		io.WriteString(c, "HTTP/1.1 407 Proxy Authentication Required\r\n\r\n")
+		return
+	}
+	up, err := net.Dial("tcp", req.Host)
+	if err != nil {
+		io.WriteString(c, "HTTP/1.1 502 Bad Gateway\r\n\r\n")
+		return
+	}
+	track(up, true)
+	defer func() { up.Close(); track(up, false) }()
+	p.Used.Add(1)
+	io.WriteString(c, "HTTP/1.1 200 Connection established\r\n\r\n")
+	done := make(chan struct{})
+	go func() { io.Copy(up, br); up.Close(); close(done) }()
+	io.Copy(c, up)
+	c.Close()
+	<-done
+}
