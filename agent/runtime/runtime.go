@@ -6,6 +6,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"io"
 	"time"
 
 	"google.golang.org/protobuf/proto"
@@ -61,4 +62,15 @@ type Driver interface {
 	Remove(ctx context.Context, name string) error
 	// List returns the instances this driver made for edgebox.
 	List(ctx context.Context) ([]Instance, error)
+	// Inspect returns one instance, or errdefs.ErrNotFound.
+	Inspect(ctx context.Context, name string) (Instance, error)
+	// Logs writes the instance's last tail lines of output (0: all that
+	// is kept) to w.
+	Logs(ctx context.Context, name string, tail int, w io.Writer) error
+}
+
+// Execer is a driver that runs commands inside a running instance.
+type Execer interface {
+	// Exec runs argv in the instance and returns its exit code.
+	Exec(ctx context.Context, name string, argv []string, stdout, stderr io.Writer) (int, error)
 }

@@ -6,6 +6,7 @@ package fake
 import (
 	"context"
 	"fmt"
+	"io"
 	"sort"
 	"sync"
 	"time"
@@ -23,12 +24,14 @@ type Driver struct {
 	calls     map[string]int // "create", "start", … -> count
 	creates   map[string]int // name+"@"+hash -> count
 	fail      map[string]error
+	logs      map[string][]string
+	what      map[string]string // name -> "app release", for the logs
 }
 
 // New returns an empty fake driver serving runtime rt.
 func New(rt string) *Driver {
 	return &Driver{runtime: rt, instances: map[string]*runtime.Instance{}, calls: map[string]int{},
-		creates: map[string]int{}, fail: map[string]error{}}
+		creates: map[string]int{}, fail: map[string]error{}, logs: map[string][]string{}, what: map[string]string{}}
 }
 
 func (d *Driver) Runtime() string { return d.runtime }
@@ -52,6 +55,8 @@ func (d *Driver) Create(_ context.Context, s runtime.Spec) error {
 	}
 	d.instances[s.Name] = &runtime.Instance{Name: s.Name, Hash: s.Hash, State: runtime.StateCreated}
 	d.creates[s.Name+"@"+s.Hash]++
+	d.what[s.Name] = s.Workload.GetApp() + " " + s.Workload.GetRelease()
+	d.logs[s.Name] = []string{"created " + d.what[s.Name]}
 	return nil
 }
 
@@ -65,7 +70,10 @@ func (d *Driver) Start(_ context.Context, name string) error {
 	if !ok {
 		return errdefs.NotFound("no instance %s", name)
 	}
-	in.State, in.StartedAt, in.ExitCode = runtime.StateRunning, time.Now(), 0
+	if in.State != runtime.StateRunning {
+		in.State, in.StartedAt, in.ExitCode = runtime.StateRunning, time.Now(), 0
+		d.logs[name] = append(d.logs[name], "started "+d.what[name])
+	}
 	return nil
 }
 
@@ -77,6 +85,7 @@ func (d *Driver) Stop(_ context.Context, name string, _ time.Duration) error {
 	}
 	if in, ok := d.instances[name]; ok && in.State == runtime.StateRunning {
 		in.State = runtime.StateExited
+		d.logs[name] = append(d.logs[name], "stopped")
 	}
 	return nil
 }
@@ -88,6 +97,7 @@ func (d *Driver) Remove(_ context.Context, name string) error {
 		return err
 	}
 	delete(d.instances, name)
+	delete(d.logs, name)
 	return nil
 }
 
@@ -103,6 +113,35 @@ func (d *Driver) List(context.Context) ([]runtime.Instance, error) {
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
 	return out, nil
+}
+
+func (d *Driver) Inspect(_ context.Context, name string) (runtime.Instance, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	in, ok := d.instances[name]
+	if !ok {
+		return runtime.Instance{}, errdefs.NotFound("no instance %s", name)
+	}
+	return *in, nil
+}
+
+func (d *Driver) Logs(_ context.Context, name string, tail int, w io.Writer) error {
+	d.mu.Lock()
+	lines, ok := d.logs[name]
+	lines = append([]string(nil), lines...)
+	d.mu.Unlock()
+	if !ok {
+		return errdefs.NotFound("no instance %s", name)
+	}
+	if tail > 0 && len(lines) > tail {
+		lines = lines[len(lines)-tail:]
+	}
+	for _, l := range lines {
+		if _, err := fmt.Fprintln(w, l); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // Crash makes a running instance exit with code, as if it died.
