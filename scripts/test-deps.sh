@@ -7,7 +7,9 @@ GO_PROTOC_GEN_GO=google.golang.org/protobuf/cmd/protoc-gen-go@v1.36.12
 GO_PROTOC_GEN_GO_GRPC=google.golang.org/grpc/cmd/protoc-gen-go-grpc@v1.6.2
 # systemd for systemd-analyze (no daemon starts), lintian and rpm to check
 # the packages, curl and util-linux (unshare) for the install script test.
-APT_PACKAGES="protobuf-compiler libprotobuf-dev systemd lintian rpm curl util-linux ca-certificates"
+# containerd, runc and busybox-static for the containerd driver's tests
+# (they start their own daemon).
+APT_PACKAGES="protobuf-compiler libprotobuf-dev systemd lintian rpm curl util-linux ca-certificates containerd runc busybox-static"
 
 missing=""
 for p in $APT_PACKAGES; do

@@ -73,6 +73,7 @@ back. The token pins the console's CA: nothing else is trusted.`,
 	}
 	enrollCmd.Flags().StringVar(&name, "name", "", "box name (default: the host name)")
 
+	var containerdAddr string
 	runCmd := &cobra.Command{
 		Use:   "run",
 		Short: "Run the agent in the foreground until interrupted",
@@ -91,6 +92,9 @@ back. The token pins the console's CA: nothing else is trusted.`,
 			if settings.Proxy != "" {
 				cfg.Proxy = tunnel.ProxyFunc(settings.ProxyFunc())
 			}
+			ds, closeDrivers := drivers(dataDir, containerdAddr, log)
+			defer closeDrivers()
+			cfg.Drivers = ds
 			a, err := agent.New(cfg, log)
 			if err != nil {
 				return err
@@ -100,6 +104,8 @@ back. The token pins the console's CA: nothing else is trusted.`,
 			return a.Run(ctx)
 		},
 	}
+
+	runCmd.Flags().StringVar(&containerdAddr, "containerd", "/run/containerd/containerd.sock", "containerd's socket, for container workloads (Linux)")
 
 	var asJSON bool
 	statusCmd := &cobra.Command{

@@ -1,0 +1,352 @@
+//go:build linux
+
+// Package containerd is the runtime.Driver for containers: the containerd
+// v2 client against the box's containerd, in the namespace "edgebox".
+// Instances are containers named for their workload and labelled as
+// edgebox's; their output goes to a log file per workload on the box,
+// rotated when it grows.
+package containerd
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strconv"
+	"syscall"
+	"time"
+
+	cerrdefs "github.com/containerd/errdefs"
+	"github.com/containerd/containerd/v2/client"
+	"github.com/containerd/containerd/v2/pkg/cio"
+	"github.com/containerd/containerd/v2/pkg/namespaces"
+	"github.com/containerd/containerd/v2/pkg/oci"
+
+	"github.com/edgebox/edgebox/agent/runtime"
+	"github.com/edgebox/edgebox/errdefs"
+)
+
+// Namespace is the containerd namespace of edgebox's containers and images.
+const Namespace = "edgebox"
+
+// Labels on edgebox's containers.
+const (
+	labelManaged   = "edgebox.io/managed"
+	labelHash      = "edgebox.io/hash"
+	labelApp       = "edgebox.io/app"
+	labelRelease   = "edgebox.io/release"
+	labelStartedAt = "edgebox.io/started-at"
+)
+
+// Config says how to reach containerd and where logs go.
+type Config struct {
+	// Address is containerd's socket, /run/containerd/containerd.sock by
+	// default.
+	Address string
+	// LogDir holds one <workload>.log per instance.
+	LogDir string
+	// Snapshotter is "overlayfs" unless set.
+	Snapshotter string
+	// MaxLogBytes rotates a log (to <workload>.log.1) when it passed this
+	// size at a start; default 10 MiB.
+	MaxLogBytes int64
+}
+
+// Driver runs workloads as containerd containers.
+type Driver struct {
+	c   *client.Client
+	cfg Config
+}
+
+// New connects to containerd.
+func New(cfg Config) (*Driver, error) {
+	if cfg.Address == "" {
+		cfg.Address = "/run/containerd/containerd.sock"
+	}
+	if cfg.Snapshotter == "" {
+		cfg.Snapshotter = "overlayfs"
+	}
+	if cfg.MaxLogBytes <= 0 {
+		cfg.MaxLogBytes = 10 << 20
+	}
+	if cfg.LogDir == "" {
+		return nil, errors.New("containerd: LogDir is required")
+	}
+	if err := os.MkdirAll(cfg.LogDir, 0o700); err != nil {
+		return nil, err
+	}
+	c, err := client.New(cfg.Address, client.WithDefaultNamespace(Namespace), client.WithTimeout(10*time.Second))
+	if err != nil {
+		return nil, fmt.Errorf("containerd at %s: %w", cfg.Address, err)
+	}
+	return &Driver{c: c, cfg: cfg}, nil
+}
+
+// Close closes the connection to containerd; containers keep running.
+func (d *Driver) Close() error { return d.c.Close() }
+
+// Client is the containerd client, for importing images.
+func (d *Driver) Client() *client.Client { return d.c }
+
+func (d *Driver) Runtime() string { return "containerd" }
+
+func ns(ctx context.Context) context.Context { return namespaces.WithNamespace(ctx, Namespace) }
+
+// translate turns containerd's error kinds into edgebox's.
+func translate(err error, format string, a ...any) error {
+	msg := fmt.Sprintf(format, a...)
+	switch {
+	case err == nil:
+		return nil
+	case cerrdefs.IsNotFound(err):
+		return errdefs.NotFound("%s: %v", msg, err)
+	case cerrdefs.IsAlreadyExists(err):
+		return errdefs.Conflict("%s: %v", msg, err)
+	}
+	return fmt.Errorf("%s: %w", msg, err)
+}
+
+func (d *Driver) logPath(name string) string { return filepath.Join(d.cfg.LogDir, name+".log") }
+
+// Create makes the container of s from its image, which must be on the
+// box already.
+func (d *Driver) Create(ctx context.Context, s runtime.Spec) error {
+	ctx = ns(ctx)
+	w := s.Workload
+	img, err := d.c.GetImage(ctx, w.GetImage())
+	if err != nil {
+		return translate(err, "image %s is not on this box", w.GetImage())
+	}
+	if ok, err := img.IsUnpacked(ctx, d.cfg.Snapshotter); err != nil {
+		return translate(err, "image %s", w.GetImage())
+	} else if !ok {
+		if err := img.Unpack(ctx, d.cfg.Snapshotter); err != nil {
+			return translate(err, "unpacking %s", w.GetImage())
+		}
+	}
+	specOpts := []oci.SpecOpts{oci.WithImageConfig(img), oci.WithHostname(s.Name), oci.WithEnv(w.GetEnv())}
+	if m := w.GetCpuMillis(); m > 0 {
+		// CFS: m thousandths of a CPU in every 100 ms period.
+		specOpts = append(specOpts, oci.WithCPUCFS(m*100, 100000))
+	}
+	if b := w.GetMemoryBytes(); b > 0 {
+		specOpts = append(specOpts, oci.WithMemoryLimit(uint64(b)))
+	}
+	_, err = d.c.NewContainer(ctx, s.Name,
+		client.WithImage(img),
+		client.WithSnapshotter(d.cfg.Snapshotter),
+		client.WithNewSnapshot(s.Name+"-rootfs", img),
+		client.WithNewSpec(specOpts...),
+		client.WithContainerLabels(map[string]string{
+			labelManaged: "true", labelHash: s.Hash, labelApp: w.GetApp(), labelRelease: w.GetRelease(),
+		}),
+	)
+	return translate(err, "creating %s", s.Name)
+}
+
+// Start starts the container's task; a running one is left alone, an
+// ended one is replaced.
+func (d *Driver) Start(ctx context.Context, name string) error {
+	ctx = ns(ctx)
+	c, err := d.c.LoadContainer(ctx, name)
+	if err != nil {
+		return translate(err, "instance %s", name)
+	}
+	if t, err := c.Task(ctx, nil); err == nil {
+		st, err := t.Status(ctx)
+		if err != nil {
+			return translate(err, "instance %s", name)
+		}
+		if st.Status == client.Running || st.Status == client.Paused {
+			return nil
+		}
+		if _, err := t.Delete(ctx, client.WithProcessKill); err != nil && !cerrdefs.IsNotFound(err) {
+			return translate(err, "clearing the old task of %s", name)
+		}
+	} else if !cerrdefs.IsNotFound(err) {
+		return translate(err, "instance %s", name)
+	}
+	d.rotate(name)
+	t, err := c.NewTask(ctx, cio.LogFile(d.logPath(name)))
+	if err != nil {
+		return translate(err, "starting %s", name)
+	}
+	if err := t.Start(ctx); err != nil {
+		t.Delete(ctx, client.WithProcessKill)
+		return translate(err, "starting %s", name)
+	}
+	_, err = c.SetLabels(ctx, map[string]string{labelStartedAt: strconv.FormatInt(time.Now().UnixNano(), 10)})
+	return translate(err, "labelling %s", name)
+}
+
+// rotate moves a log that grew past MaxLogBytes aside.
+func (d *Driver) rotate(name string) {
+	p := d.logPath(name)
+	if fi, err := os.Stat(p); err == nil && fi.Size() > d.cfg.MaxLogBytes {
+		os.Rename(p, p+".1")
+	}
+}
+
+// Stop sends SIGTERM and, after timeout, SIGKILL. The ended task stays, so
+// Inspect reports the exit code.
+func (d *Driver) Stop(ctx context.Context, name string, timeout time.Duration) error {
+	ctx = ns(ctx)
+	c, err := d.c.LoadContainer(ctx, name)
+	if cerrdefs.IsNotFound(err) {
+		return nil
+	} else if err != nil {
+		return translate(err, "instance %s", name)
+	}
+	t, err := c.Task(ctx, nil)
+	if cerrdefs.IsNotFound(err) {
+		return nil
+	} else if err != nil {
+		return translate(err, "instance %s", name)
+	}
+	st, err := t.Status(ctx)
+	if err != nil {
+		return translate(err, "instance %s", name)
+	}
+	if st.Status == client.Stopped || st.Status == client.Created {
+		return nil
+	}
+	exited, err := t.Wait(ctx)
+	if err != nil {
+		return translate(err, "waiting for %s", name)
+	}
+	if err := t.Kill(ctx, syscall.SIGTERM); err != nil && !cerrdefs.IsNotFound(err) {
+		return translate(err, "stopping %s", name)
+	}
+	select {
+	case <-exited:
+		return nil
+	case <-time.After(timeout):
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	if err := t.Kill(ctx, syscall.SIGKILL); err != nil && !cerrdefs.IsNotFound(err) {
+		return translate(err, "killing %s", name)
+	}
+	select {
+	case <-exited:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// Remove stops the instance (10 s grace) and deletes its task, container,
+// root filesystem and logs.
+func (d *Driver) Remove(ctx context.Context, name string) error {
+	if err := d.Stop(ctx, name, 10*time.Second); err != nil {
+		return err
+	}
+	ctx = ns(ctx)
+	c, err := d.c.LoadContainer(ctx, name)
+	if cerrdefs.IsNotFound(err) {
+		return nil
+	} else if err != nil {
+		return translate(err, "instance %s", name)
+	}
+	if t, err := c.Task(ctx, nil); err == nil {
+		if _, err := t.Delete(ctx, client.WithProcessKill); err != nil && !cerrdefs.IsNotFound(err) {
+			return translate(err, "deleting the task of %s", name)
+		}
+	}
+	if err := c.Delete(ctx, client.WithSnapshotCleanup); err != nil && !cerrdefs.IsNotFound(err) {
+		return translate(err, "deleting %s", name)
+	}
+	os.Remove(d.logPath(name))
+	os.Remove(d.logPath(name) + ".1")
+	return nil
+}
+
+// List returns edgebox's containers.
+func (d *Driver) List(ctx context.Context) ([]runtime.Instance, error) {
+	ctx = ns(ctx)
+	cs, err := d.c.Containers(ctx, `labels."`+labelManaged+`"==true`)
+	if err != nil {
+		return nil, translate(err, "listing containers")
+	}
+	out := make([]runtime.Instance, 0, len(cs))
+	for _, c := range cs {
+		in, err := d.inspect(ctx, c)
+		if cerrdefs.IsNotFound(err) {
+			continue // removed meanwhile
+		} else if err != nil {
+			return nil, err
+		}
+		out = append(out, in)
+	}
+	return out, nil
+}
+
+// Inspect returns one instance.
+func (d *Driver) Inspect(ctx context.Context, name string) (runtime.Instance, error) {
+	ctx = ns(ctx)
+	c, err := d.c.LoadContainer(ctx, name)
+	if err != nil {
+		return runtime.Instance{}, translate(err, "instance %s", name)
+	}
+	return d.inspect(ctx, c)
+}
+
+func (d *Driver) inspect(ctx context.Context, c client.Container) (runtime.Instance, error) {
+	labels, err := c.Labels(ctx)
+	if err != nil {
+		return runtime.Instance{}, translate(err, "instance %s", c.ID())
+	}
+	in := runtime.Instance{Name: c.ID(), Hash: labels[labelHash], State: runtime.StateCreated}
+	if ns, err := strconv.ParseInt(labels[labelStartedAt], 10, 64); err == nil {
+		in.StartedAt = time.Unix(0, ns)
+	}
+	t, err := c.Task(ctx, nil)
+	if cerrdefs.IsNotFound(err) {
+		return in, nil
+	} else if err != nil {
+		return runtime.Instance{}, translate(err, "instance %s", c.ID())
+	}
+	st, err := t.Status(ctx)
+	if err != nil {
+		return runtime.Instance{}, translate(err, "instance %s", c.ID())
+	}
+	switch st.Status {
+	case client.Running, client.Paused, client.Pausing:
+		in.State = runtime.StateRunning
+	case client.Stopped:
+		in.State, in.ExitCode = runtime.StateExited, int(st.ExitStatus)
+	}
+	return in, nil
+}
+
+// Logs writes the last tail lines of the instance's output.
+func (d *Driver) Logs(ctx context.Context, name string, tail int, w io.Writer) error {
+	if _, err := d.Inspect(ctx, name); err != nil {
+		return err
+	}
+	f, err := os.Open(d.logPath(name))
+	if errors.Is(err, os.ErrNotExist) {
+		return nil // never started
+	} else if err != nil {
+		return err
+	}
+	defer f.Close()
+	var lines []string
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		lines = append(lines, sc.Text())
+		if tail > 0 && len(lines) > tail {
+			lines = lines[1:]
+		}
+	}
+	for _, l := range lines {
+		if _, err := fmt.Fprintln(w, l); err != nil {
+			return err
+		}
+	}
+	return sc.Err()
+}
