@@ -19,11 +19,11 @@ import (
 	"syscall"
 	"time"
 
-	cerrdefs "github.com/containerd/errdefs"
 	"github.com/containerd/containerd/v2/client"
 	"github.com/containerd/containerd/v2/pkg/cio"
 	"github.com/containerd/containerd/v2/pkg/namespaces"
 	"github.com/containerd/containerd/v2/pkg/oci"
+	cerrdefs "github.com/containerd/errdefs"
 
 	"github.com/edgebox/edgebox/agent/runtime"
 	"github.com/edgebox/edgebox/errdefs"

@@ -160,7 +160,6 @@ func TestConformance(t *testing.T) {
 	})
 }
 
-
 func TestLimitsAndLogRotation(t *testing.T) {
 	sock := startContainerd(t)
 	image := busyboxImage(t)
