@@ -143,6 +143,6 @@ back. The token pins the console's CA: nothing else is trusted.`,
 	}
 	statusCmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
 
-	root.AddCommand(enrollCmd, runCmd, statusCmd, installCmd(&dataDir), uninstallCmd(&dataDir), serviceCmd(&dataDir))
+	root.AddCommand(enrollCmd, runCmd, statusCmd, installCmd(&dataDir), uninstallCmd(&dataDir), serviceCmd(&dataDir), imageCmd(&dataDir))
 	return root
 }

@@ -93,6 +93,21 @@ func (d *Driver) Client() *client.Client { return d.c }
 
 func (d *Driver) Runtime() string { return "containerd" }
 
+// Import loads images from a docker-save or OCI archive into edgebox's
+// namespace, for boxes that get images on a USB stick instead of from the
+// console, and returns their names.
+func (d *Driver) Import(ctx context.Context, r io.Reader) ([]string, error) {
+	imgs, err := d.c.Import(ns(ctx), r)
+	if err != nil {
+		return nil, translate(err, "importing images")
+	}
+	names := make([]string, 0, len(imgs))
+	for _, img := range imgs {
+		names = append(names, img.Name)
+	}
+	return names, nil
+}
+
 func ns(ctx context.Context) context.Context { return namespaces.WithNamespace(ctx, Namespace) }
 
 // translate turns containerd's error kinds into edgebox's.
