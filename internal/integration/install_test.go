@@ -54,6 +54,7 @@ func distWithAgent(t testing.TB, dataDir, binDir string) {
 // isolated is the start of every script run in the test's namespace.
 const isolated = `set -u
 mount -t tmpfs none /usr/local/bin && mount -t tmpfs none /etc/init.d && mount -t tmpfs none /var/log || exit 97
+mount -t tmpfs none /run || exit 97 # the service's pid file
 for i in 0 1 2 3 4 5 6; do mount -t tmpfs none /etc/rc$i.d || exit 97; done
 cd "$WORK"
 `
@@ -63,7 +64,11 @@ cd "$WORK"
 func inNamespace(t *testing.T, script string) (io.WriteCloser, *bufio.Reader) {
 	t.Helper()
 	cmd := exec.Command("unshare", "--mount", "--propagation", "private", "sh", "-c", isolated+script)
-	cmd.Env = append(os.Environ(), "WORK="+t.TempDir())
+	work := t.TempDir()
+	cmd.Env = append(os.Environ(), "WORK="+work)
+	// The service detaches from the script: whatever the test's outcome,
+	// stop every agent started on its data.
+	t.Cleanup(func() { exec.Command("pkill", "-f", "edgebox-agent run --data "+work).Run() })
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -119,7 +124,7 @@ func TestInstallScriptEndToEnd(t *testing.T) {
 	// What the field engineer pastes (as root, so without sudo), twice:
 	// installing again is safe.
 	paste := strings.Replace(tok.InstallLinux, "sudo sh", "sh", 1) + ` --data "$WORK/agent" --name till-3 --labels room=back`
-	stdin, out := inNamespace(t, paste+` || exit 1
+	stdin, out := inNamespace(t, paste+` || { tail -n 30 /var/log/edgebox-agent.err; exit 1; }
 `+paste+` || exit 1
 /usr/local/bin/edgebox-agent service status --data "$WORK/agent"
 echo INSTALLED
@@ -241,7 +246,7 @@ func TestInstallThroughAProxy(t *testing.T) {
 	// field engineer's shell at such a site would have it.
 	paste := "export https_proxy=http://edge:s3cret@" + px.Addr + "; " + strings.Replace(tok.InstallLinux, "sudo sh", "sh", 1) +
 		` --data "$WORK/agent" --proxy http://edge:s3cret@` + px.Addr
-	stdin, out := inNamespace(t, paste+` || exit 1
+	stdin, out := inNamespace(t, paste+` || { tail -n 30 /var/log/edgebox-agent.err; exit 1; }
 echo INSTALLED
 read line
 /usr/local/bin/edgebox-agent service restart --data "$WORK/agent"
