@@ -42,6 +42,23 @@ type Config struct {
 	Interval time.Duration
 	// StopTimeout is how long a workload may take to stop. Default 30 s.
 	StopTimeout time.Duration
+	// Now tells the time, for restart back-off; nil is time.Now.
+	Now func() time.Time
+}
+
+// Restart back-off: the first restart is at once, then 10 s, doubling up to
+// 5 min; a workload that ran for stableAfter is forgiven its past exits.
+const (
+	firstBackoff = 10 * time.Second
+	maxBackoff   = 5 * time.Minute
+	stableAfter  = 10 * time.Minute
+)
+
+// crashes is the restart record of one workload.
+type crashes struct {
+	count   int
+	next    time.Time // no restart before
+	upSince time.Time // first seen running since the last restart
 }
 
 // Reconciler converges the box on its desired workloads.
@@ -52,6 +69,7 @@ type Reconciler struct {
 	// reported holds the workloads with a status, so a workload that
 	// leaves the desired state has its status removed.
 	reported map[string]bool
+	crashes  map[string]*crashes
 }
 
 // New returns a reconciler; Run starts it.
@@ -65,7 +83,11 @@ func New(cfg Config) (*Reconciler, error) {
 	if cfg.StopTimeout <= 0 {
 		cfg.StopTimeout = 30 * time.Second
 	}
-	r := &Reconciler{cfg: cfg, drivers: map[string]runtime.Driver{}, kick: make(chan struct{}, 1), reported: map[string]bool{}}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	r := &Reconciler{cfg: cfg, drivers: map[string]runtime.Driver{}, kick: make(chan struct{}, 1), reported: map[string]bool{},
+		crashes: map[string]*crashes{}}
 	for _, d := range cfg.Drivers {
 		if _, dup := r.drivers[d.Runtime()]; dup {
 			return nil, fmt.Errorf("reconcile: two drivers for runtime %q", d.Runtime())
@@ -147,6 +169,11 @@ func (r *Reconciler) Once(ctx context.Context) error {
 		}
 		r.event(name, "Removed", "no longer desired", false)
 	}
+	for name := range r.crashes {
+		if !want[name] {
+			delete(r.crashes, name)
+		}
+	}
 	for name := range r.reported {
 		if !want[name] && !stuck[name] {
 			r.cfg.Reporter.Report(&edgeboxv1.ObjectStatus{Kind: KindWorkload, Name: name, Phase: "Removed"})
@@ -194,18 +221,62 @@ func (r *Reconciler) converge(ctx context.Context, o *edgeboxv1.DesiredObject, h
 		r.event(name, "Created", fmt.Sprintf("release %s", w.GetRelease()), false)
 		h.inst.State = runtime.StateCreated
 	}
-	if h.inst.State != runtime.StateRunning {
-		if err := d.Start(ctx, name); err != nil {
-			r.fail(name, rev, "StartFailed", err)
-			return
+	if h.inst.State == runtime.StateRunning {
+		if c := r.crashes[name]; c != nil {
+			if now := r.cfg.Now(); c.upSince.IsZero() {
+				c.upSince = now
+			} else if now.Sub(c.upSince) > stableAfter {
+				delete(r.crashes, name)
+			}
 		}
-		if h.inst.State == runtime.StateExited {
-			r.event(name, "Restarted", fmt.Sprintf("it had exited with code %d", h.inst.ExitCode), true)
-		} else {
-			r.event(name, "Started", "", false)
-		}
+		r.status(name, rev, "Running", "")
+		return
+	}
+	if h.inst.State == runtime.StateExited && !r.mayRestart(name, rev, w.GetRestart(), h.inst.ExitCode) {
+		return
+	}
+	if err := d.Start(ctx, name); err != nil {
+		r.fail(name, rev, "StartFailed", err)
+		return
+	}
+	if h.inst.State == runtime.StateExited {
+		r.event(name, "Restarted", fmt.Sprintf("it had exited with code %d", h.inst.ExitCode), true)
+	} else {
+		r.event(name, "Started", "", false)
 	}
 	r.status(name, rev, "Running", "")
+}
+
+// mayRestart applies the restart policy and the back-off to a workload
+// that exited, reporting why when it stays down.
+func (r *Reconciler) mayRestart(name string, rev uint64, policy string, code int) bool {
+	switch {
+	case policy == "never", policy == "on-failure" && code == 0:
+		delete(r.crashes, name)
+		r.status(name, rev, "Stopped", fmt.Sprintf("exited with code %d; restart policy %q", code, policy))
+		return false
+	}
+	now := r.cfg.Now()
+	c := r.crashes[name]
+	if c == nil {
+		c = &crashes{}
+		r.crashes[name] = c
+	}
+	c.upSince = time.Time{}
+	if c.count > 0 && c.next.IsZero() {
+		// It died again after a restart: wait before the next one.
+		wait := min(firstBackoff<<min(c.count-1, 5), maxBackoff)
+		c.next = now.Add(wait)
+		r.event(name, "BackOff", fmt.Sprintf("exited with code %d after %d restarts; next restart in %s", code, c.count, wait), true)
+	}
+	if now.Before(c.next) {
+		r.status(name, rev, "Pending", fmt.Sprintf("exited with code %d; restarting in %s (%d restarts so far)",
+			code, c.next.Sub(now).Round(time.Second), c.count))
+		return false
+	}
+	c.next = time.Time{}
+	c.count++
+	return true
 }
 
 func (r *Reconciler) remove(ctx context.Context, d runtime.Driver, name string) error {

@@ -8,6 +8,7 @@ import (
 	"sort"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/edgebox/edgebox/agent/runtime"
 	"github.com/edgebox/edgebox/agent/runtime/fake"
@@ -189,5 +190,84 @@ func TestTwoDriversForOneRuntimeAreRefused(t *testing.T) {
 		Drivers: []runtime.Driver{fake.New("qemu"), fake.New("qemu")}})
 	if err == nil {
 		t.Fatal("two qemu drivers were accepted")
+	}
+}
+
+func TestRestartPoliciesAndBackOff(t *testing.T) {
+	t.Parallel()
+	src := &source{objs: map[string]*edgeboxv1.DesiredObject{}}
+	d := fake.New("containerd")
+	b := &book{status: map[string]*edgeboxv1.ObjectStatus{}}
+	now := time.Unix(1_000_000, 0)
+	r, err := New(Config{Source: src, Drivers: []runtime.Driver{d}, Reporter: b, Log: slog.New(slog.NewTextHandler(io.Discard, nil)),
+		Now: func() time.Time { return now }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	put := func(name, policy string) {
+		src.put(name, "containerd", "1")
+		src.objs[name].GetWorkload().Restart = policy
+	}
+	put("always", "")
+	put("once", "never")
+	put("job", "on-failure")
+	pass(t, r)
+	running := func(name string) bool {
+		for _, n := range d.Running() {
+			if n == name {
+				return true
+			}
+		}
+		return false
+	}
+
+	d.Crash("once", 1)
+	d.Crash("job", 0)
+	d.Crash("always", 1)
+	pass(t, r)
+	if running("once") || b.status["once"].GetPhase() != "Stopped" {
+		t.Fatalf("never: running %v, status %v", running("once"), b.status["once"])
+	}
+	if running("job") || b.status["job"].GetPhase() != "Stopped" {
+		t.Fatalf("on-failure after exit 0: running %v, status %v", running("job"), b.status["job"])
+	}
+	if !running("always") {
+		t.Fatal("the first crash was not restarted at once")
+	}
+
+	// It dies again: 10 s, then 20 s, before the next restarts.
+	for _, wait := range []time.Duration{10 * time.Second, 20 * time.Second, 40 * time.Second} {
+		d.Crash("always", 1)
+		pass(t, r)
+		if running("always") || b.status["always"].GetPhase() != "Pending" {
+			t.Fatalf("restarted without waiting %v: status %v", wait, b.status["always"])
+		}
+		now = now.Add(wait - time.Second)
+		pass(t, r)
+		if running("always") {
+			t.Fatalf("restarted before %v", wait)
+		}
+		now = now.Add(time.Second)
+		pass(t, r)
+		if !running("always") {
+			t.Fatalf("not restarted after %v", wait)
+		}
+	}
+	if b.reasons()["BackOff"] != 3 {
+		t.Fatalf("events %v", b.reasons())
+	}
+	// After running for a while, a crash restarts at once again.
+	pass(t, r)
+	now = now.Add(stableAfter + time.Second)
+	pass(t, r)
+	d.Crash("always", 1)
+	pass(t, r)
+	if !running("always") {
+		t.Fatal("a workload that ran stably was not forgiven its old crashes")
+	}
+	d.Crash("job", 3)
+	pass(t, r)
+	if !running("job") {
+		t.Fatal("on-failure did not restart after a failure")
 	}
 }

@@ -113,6 +113,13 @@ func (st *State) Put(ctx context.Context, box string, o *edgeboxv1.DesiredObject
 	if !ValidName(o.GetName()) {
 		return 0, errdefs.Invalid("object name %q: use 1-63 lower-case letters, digits, '.', '_' or '-'", o.GetName())
 	}
+	if w := o.GetWorkload(); w != nil {
+		switch w.GetRestart() {
+		case "", "always", "on-failure", "never":
+		default:
+			return 0, errdefs.Invalid("workload %q: restart %q: use always, on-failure or never", o.GetName(), w.GetRestart())
+		}
+	}
 	obj := proto.Clone(o).(*edgeboxv1.DesiredObject)
 	obj.Kind, obj.Deleted = kind, false
 	return st.write(ctx, box, kind, obj.GetName(), obj, false)

@@ -110,3 +110,19 @@ func TestFromJSON(t *testing.T) {
 		}
 	}
 }
+
+func TestRestartPolicyIsChecked(t *testing.T) {
+	t.Parallel()
+	s := newState(t)
+	o, err := FromJSON(KindWorkload, "robot", []byte(`{"app":"robot","restart":"sometimes"}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Put(ctx, "b1", o); err == nil {
+		t.Fatal("restart \"sometimes\" was accepted")
+	}
+	o.GetWorkload().Restart = "on-failure"
+	if _, err := s.Put(ctx, "b1", o); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -27,14 +27,18 @@ const (
 
 // Workload is one app instance the box runs.
 type Workload struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	App           string                 `protobuf:"bytes,1,opt,name=app,proto3" json:"app,omitempty"`
-	Release       string                 `protobuf:"bytes,2,opt,name=release,proto3" json:"release,omitempty"` // release version
-	Runtime       string                 `protobuf:"bytes,3,opt,name=runtime,proto3" json:"runtime,omitempty"` // "containerd", "qemu", "process"
-	Image         string                 `protobuf:"bytes,4,opt,name=image,proto3" json:"image,omitempty"`     // image reference with digest
-	Env           []string               `protobuf:"bytes,5,rep,name=env,proto3" json:"env,omitempty"`
-	CpuMillis     int64                  `protobuf:"varint,6,opt,name=cpu_millis,json=cpuMillis,proto3" json:"cpu_millis,omitempty"`
-	MemoryBytes   int64                  `protobuf:"varint,7,opt,name=memory_bytes,json=memoryBytes,proto3" json:"memory_bytes,omitempty"`
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	App         string                 `protobuf:"bytes,1,opt,name=app,proto3" json:"app,omitempty"`
+	Release     string                 `protobuf:"bytes,2,opt,name=release,proto3" json:"release,omitempty"` // release version
+	Runtime     string                 `protobuf:"bytes,3,opt,name=runtime,proto3" json:"runtime,omitempty"` // "containerd", "qemu", "process"
+	Image       string                 `protobuf:"bytes,4,opt,name=image,proto3" json:"image,omitempty"`     // image reference with digest
+	Env         []string               `protobuf:"bytes,5,rep,name=env,proto3" json:"env,omitempty"`
+	CpuMillis   int64                  `protobuf:"varint,6,opt,name=cpu_millis,json=cpuMillis,proto3" json:"cpu_millis,omitempty"`
+	MemoryBytes int64                  `protobuf:"varint,7,opt,name=memory_bytes,json=memoryBytes,proto3" json:"memory_bytes,omitempty"`
+	// restart: "always" (the default), "on-failure" (only after a non-zero
+	// exit) or "never". Restarts back off from 10 s to 5 min while the
+	// workload keeps dying.
+	Restart       string `protobuf:"bytes,8,opt,name=restart,proto3" json:"restart,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -116,6 +120,13 @@ func (x *Workload) GetMemoryBytes() int64 {
 		return x.MemoryBytes
 	}
 	return 0
+}
+
+func (x *Workload) GetRestart() string {
+	if x != nil {
+		return x.Restart
+	}
+	return ""
 }
 
 // UsbAssignment leases one UKEY to one workload.
@@ -659,7 +670,7 @@ var File_edgebox_v1_desired_proto protoreflect.FileDescriptor
 const file_edgebox_v1_desired_proto_rawDesc = "" +
 	"\n" +
 	"\x18edgebox/v1/desired.proto\x12\n" +
-	"edgebox.v1\"\xba\x01\n" +
+	"edgebox.v1\"\xd4\x01\n" +
 	"\bWorkload\x12\x10\n" +
 	"\x03app\x18\x01 \x01(\tR\x03app\x12\x18\n" +
 	"\arelease\x18\x02 \x01(\tR\arelease\x12\x18\n" +
@@ -668,7 +679,8 @@ const file_edgebox_v1_desired_proto_rawDesc = "" +
 	"\x03env\x18\x05 \x03(\tR\x03env\x12\x1d\n" +
 	"\n" +
 	"cpu_millis\x18\x06 \x01(\x03R\tcpuMillis\x12!\n" +
-	"\fmemory_bytes\x18\a \x01(\x03R\vmemoryBytes\"w\n" +
+	"\fmemory_bytes\x18\a \x01(\x03R\vmemoryBytes\x12\x18\n" +
+	"\arestart\x18\b \x01(\tR\arestart\"w\n" +
 	"\rUsbAssignment\x12\x15\n" +
 	"\x06key_id\x18\x01 \x01(\tR\x05keyId\x12\x1a\n" +
 	"\bworkload\x18\x02 \x01(\tR\bworkload\x12\x1b\n" +
