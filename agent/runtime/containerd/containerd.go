@@ -16,6 +16,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -57,8 +58,9 @@ type Config struct {
 
 // Driver runs workloads as containerd containers.
 type Driver struct {
-	c   *client.Client
-	cfg Config
+	c     *client.Client
+	cfg   Config
+	execs atomic.Int64 // names exec processes
 }
 
 // New connects to containerd.
@@ -335,6 +337,53 @@ func (d *Driver) inspect(ctx context.Context, c client.Container) (runtime.Insta
 		in.State, in.ExitCode = runtime.StateExited, int(st.ExitStatus)
 	}
 	return in, nil
+}
+
+// Exec runs argv in the running instance, with the instance's
+// environment and user, and returns its exit code.
+func (d *Driver) Exec(ctx context.Context, name string, argv []string, stdout, stderr io.Writer) (int, error) {
+	if len(argv) == 0 {
+		return 0, errdefs.Invalid("exec in %s: no command", name)
+	}
+	ctx = ns(ctx)
+	c, err := d.c.LoadContainer(ctx, name)
+	if err != nil {
+		return 0, translate(err, "instance %s", name)
+	}
+	t, err := c.Task(ctx, nil)
+	if cerrdefs.IsNotFound(err) {
+		return 0, errdefs.Conflict("instance %s is not running", name)
+	} else if err != nil {
+		return 0, translate(err, "instance %s", name)
+	}
+	spec, err := c.Spec(ctx)
+	if err != nil {
+		return 0, translate(err, "instance %s", name)
+	}
+	ps := *spec.Process
+	ps.Args, ps.Terminal = argv, false
+	id := fmt.Sprintf("exec-%d", d.execs.Add(1))
+	p, err := t.Exec(ctx, id, &ps, cio.NewCreator(cio.WithStreams(nil, stdout, stderr)))
+	if err != nil {
+		return 0, translate(err, "exec in %s", name)
+	}
+	defer p.Delete(context.WithoutCancel(ctx), client.WithProcessKill)
+	exited, err := p.Wait(ctx)
+	if err != nil {
+		return 0, translate(err, "exec in %s", name)
+	}
+	if err := p.Start(ctx); err != nil {
+		return 0, translate(err, "exec in %s", name)
+	}
+	select {
+	case st := <-exited:
+		p.IO().Wait() // all output copied
+		code, _, err := st.Result()
+		return int(code), err
+	case <-ctx.Done():
+		p.Kill(context.WithoutCancel(ctx), syscall.SIGKILL)
+		return 0, ctx.Err()
+	}
 }
 
 // Logs writes the last tail lines of the instance's output.

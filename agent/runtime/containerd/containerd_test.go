@@ -45,6 +45,7 @@ func TestConformance(t *testing.T) {
 				Env: []string{"GREETING=" + greeting}, CpuMillis: 500, MemoryBytes: 64 << 20}
 		},
 		Output: func(greeting string) string { return "hello " + greeting },
+		Exec:   func() ([]string, int) { return []string{"/bin/sh", "-c", `echo "hello $GREETING"; exit 3`}, 3 },
 	})
 }
 

@@ -26,6 +26,10 @@ type Harness struct {
 	// Output is what a running instance of Workload(greeting) shows in its
 	// logs.
 	Output func(greeting string) string
+	// Exec, for drivers that are runtime.Execers, is a command that
+	// prints greeting (from the instance's environment) and exits with
+	// code.
+	Exec func() (argv []string, code int)
 }
 
 // Run runs the suite against h.
@@ -34,6 +38,31 @@ func Run(t *testing.T, h Harness) {
 	t.Run("Idempotent", func(t *testing.T) { idempotent(t, h) })
 	t.Run("Independent", func(t *testing.T) { independent(t, h) })
 	t.Run("Unknown", func(t *testing.T) { unknown(t, h) })
+	if h.Exec != nil {
+		t.Run("Exec", func(t *testing.T) { execIn(t, h) })
+	}
+}
+
+func execIn(t *testing.T, h Harness) {
+	d := h.New(t)
+	x, ok := d.(runtime.Execer)
+	if !ok {
+		t.Fatal("the harness gives an Exec command for a driver that cannot exec")
+	}
+	spec := runtime.NewSpec("shell", h.Workload("from-exec"))
+	must(t, "create", d.Create(ctx(t), spec))
+	argv, want := h.Exec()
+	var out, errOut bytes.Buffer
+	if _, err := x.Exec(ctx(t), "shell", argv, &out, &errOut); !errors.Is(err, errdefs.ErrConflict) {
+		t.Fatalf("exec in an instance that is not running: %v", err)
+	}
+	must(t, "start", d.Start(ctx(t), "shell"))
+	code, err := x.Exec(ctx(t), "shell", argv, &out, &errOut)
+	must(t, "exec", err)
+	if code != want || !strings.Contains(out.String(), h.Output("from-exec")) {
+		t.Fatalf("exec: code %d (want %d), stdout %q, stderr %q", code, want, out.String(), errOut.String())
+	}
+	must(t, "remove", d.Remove(ctx(t), "shell"))
 }
 
 func ctx(t *testing.T) context.Context {
