@@ -57,7 +57,7 @@ The console and one box are up. In another shell, try:
   bin/edgebox boxes label demo-box bank=icbc
   bin/edgebox token create --region east --site shop-12 --approve
   bin/edgebox-agent status --data $DEMO/agent
-  bin/edgebox boxes desired put demo-box AgentConfig/main --spec '{"settings":{"log":"debug"}}'
+  bin/edgebox boxes desired put demo-box Workload/clock --spec '{"app":"clock","runtime":"process","image":"/bin/sh","args":["-c","while :; do date; sleep 5; done"]}'
   bin/edgebox boxes state demo-box          # desired objects, what the box stored, its status
   bin/edgebox audit ls
 

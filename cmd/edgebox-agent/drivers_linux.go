@@ -7,21 +7,27 @@ import (
 
 	"github.com/edgebox/edgebox/agent/runtime"
 	"github.com/edgebox/edgebox/agent/runtime/containerd"
+	"github.com/edgebox/edgebox/agent/runtime/process"
 )
 
-// drivers returns the runtimes this box has: containerd when its socket
-// is there. A box without it runs no containers and says so in each
-// container workload's status.
+// drivers returns the runtimes this box has: native processes always,
+// containerd when its socket is there. A box without containerd runs no
+// containers and says so in each container workload's status.
 func drivers(dataDir, containerdAddr string, log *slog.Logger) (ds []runtime.Driver, closeAll func()) {
 	closeAll = func() {}
+	if p, err := process.New(process.Config{StateDir: filepath.Join(dataDir, "process")}); err == nil {
+		ds = append(ds, p)
+	} else {
+		log.Warn("native process workloads cannot run", "err", err)
+	}
 	if _, err := os.Stat(containerdAddr); err != nil {
 		log.Info("no containerd on this box; container workloads cannot run", "socket", containerdAddr)
-		return nil, closeAll
+		return ds, closeAll
 	}
 	d, err := containerd.New(containerd.Config{Address: containerdAddr, LogDir: filepath.Join(dataDir, "logs")})
 	if err != nil {
 		log.Warn("containerd is not usable; container workloads cannot run", "err", err)
-		return nil, closeAll
+		return ds, closeAll
 	}
-	return []runtime.Driver{d}, func() { d.Close() }
+	return append(ds, d), func() { d.Close() }
 }

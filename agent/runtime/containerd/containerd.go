@@ -144,7 +144,11 @@ func (d *Driver) Create(ctx context.Context, s runtime.Spec) error {
 			return translate(err, "unpacking %s", w.GetImage())
 		}
 	}
-	specOpts := []oci.SpecOpts{oci.WithImageConfig(img), oci.WithHostname(s.Name), oci.WithEnv(w.GetEnv())}
+	imageConfig := oci.WithImageConfig(img)
+	if len(w.GetArgs()) > 0 {
+		imageConfig = oci.WithImageConfigArgs(img, w.GetArgs())
+	}
+	specOpts := []oci.SpecOpts{imageConfig, oci.WithHostname(s.Name), oci.WithEnv(w.GetEnv())}
 	if m := w.GetCpuMillis(); m > 0 {
 		// CFS: m thousandths of a CPU in every 100 ms period.
 		specOpts = append(specOpts, oci.WithCPUCFS(m*100, 100000))

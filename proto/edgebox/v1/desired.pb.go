@@ -38,7 +38,10 @@ type Workload struct {
 	// restart: "always" (the default), "on-failure" (only after a non-zero
 	// exit) or "never". Restarts back off from 10 s to 5 min while the
 	// workload keeps dying.
-	Restart       string `protobuf:"bytes,8,opt,name=restart,proto3" json:"restart,omitempty"`
+	Restart string `protobuf:"bytes,8,opt,name=restart,proto3" json:"restart,omitempty"`
+	// args are the program's arguments: after the image's entry point for
+	// containers, after the executable (image) for native processes.
+	Args          []string `protobuf:"bytes,9,rep,name=args,proto3" json:"args,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -127,6 +130,13 @@ func (x *Workload) GetRestart() string {
 		return x.Restart
 	}
 	return ""
+}
+
+func (x *Workload) GetArgs() []string {
+	if x != nil {
+		return x.Args
+	}
+	return nil
 }
 
 // UsbAssignment leases one UKEY to one workload.
@@ -670,7 +680,7 @@ var File_edgebox_v1_desired_proto protoreflect.FileDescriptor
 const file_edgebox_v1_desired_proto_rawDesc = "" +
 	"\n" +
 	"\x18edgebox/v1/desired.proto\x12\n" +
-	"edgebox.v1\"\xd4\x01\n" +
+	"edgebox.v1\"\xe8\x01\n" +
 	"\bWorkload\x12\x10\n" +
 	"\x03app\x18\x01 \x01(\tR\x03app\x12\x18\n" +
 	"\arelease\x18\x02 \x01(\tR\arelease\x12\x18\n" +
@@ -680,7 +690,8 @@ const file_edgebox_v1_desired_proto_rawDesc = "" +
 	"\n" +
 	"cpu_millis\x18\x06 \x01(\x03R\tcpuMillis\x12!\n" +
 	"\fmemory_bytes\x18\a \x01(\x03R\vmemoryBytes\x12\x18\n" +
-	"\arestart\x18\b \x01(\tR\arestart\"w\n" +
+	"\arestart\x18\b \x01(\tR\arestart\x12\x12\n" +
+	"\x04args\x18\t \x03(\tR\x04args\"w\n" +
 	"\rUsbAssignment\x12\x15\n" +
 	"\x06key_id\x18\x01 \x01(\tR\x05keyId\x12\x1a\n" +
 	"\bworkload\x18\x02 \x01(\tR\bworkload\x12\x1b\n" +

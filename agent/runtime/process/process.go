@@ -1,0 +1,381 @@
+//go:build linux
+
+// Package process is the runtime.Driver for native programs on Linux: the
+// workload's image is the path of an executable on the box, started in a
+// session of its own with its output in a log file, and CPU and memory
+// limits from cgroup v1 controllers where the box has them. Instances
+// outlive the agent; their state is in files, so a restarted agent finds
+// them again.
+package process
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/edgebox/edgebox/agent/runtime"
+	"github.com/edgebox/edgebox/errdefs"
+)
+
+// Config says where the driver keeps its instances.
+type Config struct {
+	// StateDir holds a directory per instance: its spec, pid, exit code
+	// and log.
+	StateDir string
+	// CgroupRoot is the cgroup v1 mount, /sys/fs/cgroup unless set; limits
+	// are skipped for controllers it lacks.
+	CgroupRoot string
+}
+
+// Driver runs native programs.
+type Driver struct {
+	cfg Config
+	mu  sync.Mutex // serialises changes to instances; guards reaped
+	// reaped has, for each program this driver started, a channel closed
+	// once its exit code is on disk.
+	reaped map[string]chan struct{}
+}
+
+// New returns a driver keeping its state in cfg.StateDir.
+func New(cfg Config) (*Driver, error) {
+	if cfg.StateDir == "" {
+		return nil, errors.New("process: StateDir is required")
+	}
+	if cfg.CgroupRoot == "" {
+		cfg.CgroupRoot = "/sys/fs/cgroup"
+	}
+	if err := os.MkdirAll(cfg.StateDir, 0o700); err != nil {
+		return nil, err
+	}
+	return &Driver{cfg: cfg, reaped: map[string]chan struct{}{}}, nil
+}
+
+func (d *Driver) Runtime() string { return "process" }
+
+// record is an instance's spec on disk.
+type record struct {
+	Name string   `json:"name"`
+	Hash string   `json:"hash"`
+	Path string   `json:"path"`
+	Args []string `json:"args,omitempty"`
+	Env  []string `json:"env,omitempty"`
+	CPU  int64    `json:"cpu_millis,omitempty"`
+	Mem  int64    `json:"memory_bytes,omitempty"`
+}
+
+// run is a started program: its pid and the kernel's start time of that
+// pid, so a reused pid is not taken for it.
+type run struct {
+	PID       int   `json:"pid"`
+	StartTick int64 `json:"start_tick"`
+	StartedAt int64 `json:"started_at"`
+}
+
+func (d *Driver) dir(name string) string { return filepath.Join(d.cfg.StateDir, name) }
+
+func writeJSON(path string, v any) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, b, 0o600); err != nil {
+		return err
+	}
+	return os.Rename(tmp, path)
+}
+
+func readJSON(path string, v any) error {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return err
+	}
+	return json.Unmarshal(b, v)
+}
+
+func (d *Driver) load(name string) (record, error) {
+	var r record
+	err := readJSON(filepath.Join(d.dir(name), "spec.json"), &r)
+	if errors.Is(err, os.ErrNotExist) {
+		return r, errdefs.NotFound("no instance %s", name)
+	}
+	return r, err
+}
+
+// Create records the instance; the program must exist.
+func (d *Driver) Create(_ context.Context, s runtime.Spec) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	w := s.Workload
+	if !filepath.IsAbs(w.GetImage()) {
+		return errdefs.Invalid("process workload %s: image must be the absolute path of a program on the box, not %q", s.Name, w.GetImage())
+	}
+	if fi, err := os.Stat(w.GetImage()); err != nil || fi.IsDir() || fi.Mode()&0o111 == 0 {
+		return errdefs.NotFound("process workload %s: %s is not an executable program on this box", s.Name, w.GetImage())
+	}
+	if _, err := os.Stat(d.dir(s.Name)); err == nil {
+		return errdefs.Conflict("instance %s exists", s.Name)
+	}
+	if err := os.MkdirAll(d.dir(s.Name), 0o700); err != nil {
+		return err
+	}
+	return writeJSON(filepath.Join(d.dir(s.Name), "spec.json"), record{Name: s.Name, Hash: s.Hash, Path: w.GetImage(),
+		Args: w.GetArgs(), Env: w.GetEnv(), CPU: w.GetCpuMillis(), Mem: w.GetMemoryBytes()})
+}
+
+// startTick is the kernel's start time of pid (clock ticks since boot).
+func startTick(pid int) (int64, bool) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0, false
+	}
+	// The command name may hold spaces and parentheses: fields count from
+	// the last ')'.
+	s := string(b)
+	i := strings.LastIndexByte(s, ')')
+	if i < 0 {
+		return 0, false
+	}
+	f := strings.Fields(s[i+1:])
+	if len(f) < 20 || f[0] == "Z" {
+		return 0, false // gone, or a zombie
+	}
+	n, err := strconv.ParseInt(f[19], 10, 64)
+	return n, err == nil
+}
+
+// alive reports whether r's program still runs.
+func alive(r run) bool {
+	if r.PID <= 0 {
+		return false
+	}
+	tick, ok := startTick(r.PID)
+	return ok && tick == r.StartTick
+}
+
+func (d *Driver) current(name string) (run, bool) {
+	var r run
+	if readJSON(filepath.Join(d.dir(name), "run.json"), &r) != nil {
+		return r, false
+	}
+	return r, true
+}
+
+// Start starts the program unless it runs.
+func (d *Driver) Start(_ context.Context, name string) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	rec, err := d.load(name)
+	if err != nil {
+		return err
+	}
+	if r, ok := d.current(name); ok && alive(r) {
+		return nil
+	}
+	log, err := os.OpenFile(filepath.Join(d.dir(name), "output.log"), os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
+	if err != nil {
+		return err
+	}
+	defer log.Close()
+	cmd := exec.Command(rec.Path, rec.Args...)
+	cmd.Env = append([]string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"}, rec.Env...)
+	cmd.Dir = d.dir(name)
+	cmd.Stdout, cmd.Stderr = log, log
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true} // its own process group, apart from the agent's
+	os.Remove(filepath.Join(d.dir(name), "exit"))
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("starting %s: %w", name, err)
+	}
+	pid := cmd.Process.Pid
+	d.limit(name, rec, pid)
+	tick, _ := startTick(pid)
+	if err := writeJSON(filepath.Join(d.dir(name), "run.json"), run{PID: pid, StartTick: tick, StartedAt: time.Now().UnixNano()}); err != nil {
+		cmd.Process.Kill()
+		return err
+	}
+	// Reap it and keep its exit code, while this agent lives. The
+	// goroutine ends with the program.
+	done := make(chan struct{})
+	d.reaped[name] = done
+	go func() {
+		defer close(done)
+		cmd.Wait()
+		code := -1
+		if cmd.ProcessState != nil {
+			code = cmd.ProcessState.ExitCode()
+			if ws, ok := cmd.ProcessState.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+				code = 128 + int(ws.Signal())
+			}
+		}
+		os.WriteFile(filepath.Join(d.dir(name), "exit"), []byte(strconv.Itoa(code)), 0o600)
+	}()
+	return nil
+}
+
+// limit puts pid in cgroups with the workload's CPU and memory limits,
+// where the controllers are mounted.
+func (d *Driver) limit(name string, rec record, pid int) {
+	put := func(ctrl string, files map[string]string) {
+		dir := filepath.Join(d.cfg.CgroupRoot, ctrl, "edgebox", name)
+		if _, err := os.Stat(filepath.Join(d.cfg.CgroupRoot, ctrl)); err != nil {
+			return
+		}
+		if os.MkdirAll(dir, 0o755) != nil {
+			return
+		}
+		for f, v := range files {
+			os.WriteFile(filepath.Join(dir, f), []byte(v), 0o644)
+		}
+		os.WriteFile(filepath.Join(dir, "cgroup.procs"), []byte(strconv.Itoa(pid)), 0o644)
+	}
+	if rec.Mem > 0 {
+		put("memory", map[string]string{"memory.limit_in_bytes": strconv.FormatInt(rec.Mem, 10)})
+	}
+	if rec.CPU > 0 {
+		put("cpu", map[string]string{"cpu.cfs_period_us": "100000", "cpu.cfs_quota_us": strconv.FormatInt(rec.CPU*100, 10)})
+	}
+}
+
+// Stop sends SIGTERM to the program's process group, and SIGKILL after
+// timeout.
+func (d *Driver) Stop(ctx context.Context, name string, timeout time.Duration) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if _, err := d.load(name); errors.Is(err, errdefs.ErrNotFound) {
+		return nil
+	} else if err != nil {
+		return err
+	}
+	r, ok := d.current(name)
+	if !ok || !alive(r) {
+		return nil
+	}
+	syscall.Kill(-r.PID, syscall.SIGTERM)
+	deadline := time.Now().Add(timeout)
+	for alive(r) {
+		if time.Now().After(deadline) {
+			syscall.Kill(-r.PID, syscall.SIGKILL)
+			deadline = time.Now().Add(time.Hour)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+	d.waitReaped(name)
+	return nil
+}
+
+// waitReaped waits for the exit code of a program this driver started,
+// which has ended. Hold d.mu.
+func (d *Driver) waitReaped(name string) {
+	if done, ok := d.reaped[name]; ok {
+		select {
+		case <-done:
+			delete(d.reaped, name)
+		case <-time.After(5 * time.Second):
+		}
+	}
+}
+
+// Remove stops the program and forgets it, its log and its cgroups.
+func (d *Driver) Remove(ctx context.Context, name string) error {
+	if err := d.Stop(ctx, name, 10*time.Second); err != nil {
+		return err
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.waitReaped(name)
+	for _, ctrl := range []string{"memory", "cpu"} {
+		os.Remove(filepath.Join(d.cfg.CgroupRoot, ctrl, "edgebox", name))
+	}
+	return os.RemoveAll(d.dir(name))
+}
+
+// List returns the driver's instances.
+func (d *Driver) List(ctx context.Context) ([]runtime.Instance, error) {
+	entries, err := os.ReadDir(d.cfg.StateDir)
+	if err != nil {
+		return nil, err
+	}
+	var out []runtime.Instance
+	for _, e := range entries {
+		if !e.IsDir() {
+			continue
+		}
+		in, err := d.Inspect(ctx, e.Name())
+		if errors.Is(err, errdefs.ErrNotFound) {
+			continue
+		} else if err != nil {
+			return nil, err
+		}
+		out = append(out, in)
+	}
+	return out, nil
+}
+
+// Inspect returns one instance.
+func (d *Driver) Inspect(_ context.Context, name string) (runtime.Instance, error) {
+	rec, err := d.load(name)
+	if err != nil {
+		return runtime.Instance{}, err
+	}
+	in := runtime.Instance{Name: name, Hash: rec.Hash, State: runtime.StateCreated}
+	r, ok := d.current(name)
+	if !ok {
+		return in, nil
+	}
+	in.StartedAt = time.Unix(0, r.StartedAt)
+	if alive(r) {
+		in.State = runtime.StateRunning
+		return in, nil
+	}
+	in.State, in.ExitCode = runtime.StateExited, -1 // ended while no agent watched it
+	if b, err := os.ReadFile(filepath.Join(d.dir(name), "exit")); err == nil {
+		if n, err := strconv.Atoi(string(b)); err == nil {
+			in.ExitCode = n
+		}
+	}
+	return in, nil
+}
+
+// Logs writes the last tail lines of the program's output.
+func (d *Driver) Logs(_ context.Context, name string, tail int, w io.Writer) error {
+	if _, err := d.load(name); err != nil {
+		return err
+	}
+	f, err := os.Open(filepath.Join(d.dir(name), "output.log"))
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	} else if err != nil {
+		return err
+	}
+	defer f.Close()
+	var lines []string
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		lines = append(lines, sc.Text())
+		if tail > 0 && len(lines) > tail {
+			lines = lines[1:]
+		}
+	}
+	for _, l := range lines {
+		if _, err := fmt.Fprintln(w, l); err != nil {
+			return err
+		}
+	}
+	return sc.Err()
+}
