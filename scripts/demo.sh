@@ -17,6 +17,13 @@ stop() {
 	echo "demo: stopping"
 	for p in $pids; do kill "$p" 2>/dev/null || true; done
 	for p in $pids; do wait "$p" 2>/dev/null || true; done
+	# Native workloads outlive their agent, as on a real box; the demo's
+	# do not outlive the demo.
+	for run in "$DEMO"/agent/process/*/run.json; do
+		[ -f "$run" ] || continue
+		pid=$(sed -n 's/.*"pid":\([0-9]*\).*/\1/p' "$run")
+		[ -n "$pid" ] && kill -TERM "-$pid" 2>/dev/null || true
+	done
 	echo "demo: stopped (data kept in .demo/)"
 }
 trap stop INT TERM EXIT
