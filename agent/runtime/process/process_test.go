@@ -3,6 +3,8 @@
 package process
 
 import (
+	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -40,33 +42,52 @@ func TestConformance(t *testing.T) {
 }
 
 func TestLimitsAndARestartedAgent(t *testing.T) {
-	state, cg := t.TempDir(), t.TempDir()
-	for _, ctrl := range []string{"memory", "cpu"} {
-		os.MkdirAll(filepath.Join(cg, ctrl), 0o755)
+	if os.Geteuid() != 0 {
+		t.Skip("cgroup limits need root (CI runs the tests as root)")
 	}
-	d, _ := New(Config{StateDir: state, CgroupRoot: cg})
+	for _, ctrl := range []string{"memory", "cpu"} {
+		if _, err := os.Stat(filepath.Join("/sys/fs/cgroup", ctrl, "cgroup.procs")); err != nil {
+			t.Skipf("no cgroup v1 %s controller at /sys/fs/cgroup/%s", ctrl, ctrl)
+		}
+	}
+	state := t.TempDir()
+	d, _ := New(Config{StateDir: state}) // the real /sys/fs/cgroup
+	name := fmt.Sprintf("limited-%d", os.Getpid())
 	w := workload("limits")
 	w.CpuMillis, w.MemoryBytes = 250, 32<<20
-	if err := d.Create(t.Context(), runtime.NewSpec("limited", w)); err != nil {
+	if err := d.Create(t.Context(), runtime.NewSpec(name, w)); err != nil {
 		t.Fatal(err)
 	}
-	if err := d.Start(t.Context(), "limited"); err != nil {
+	if err := d.Start(t.Context(), name); err != nil {
 		t.Fatal(err)
 	}
-	defer d.Remove(t.Context(), "limited")
+	defer func() {
+		d.Remove(context.Background(), name)
+		if _, err := os.Stat(filepath.Join("/sys/fs/cgroup/memory/edgebox", name)); err == nil {
+			t.Error("the workload's cgroup stayed after Remove")
+		}
+	}()
 	for f, want := range map[string]string{
-		"memory/edgebox/limited/memory.limit_in_bytes": "33554432",
-		"cpu/edgebox/limited/cpu.cfs_quota_us":         "25000",
+		"memory/edgebox/" + name + "/memory.limit_in_bytes": "33554432",
+		"cpu/edgebox/" + name + "/cpu.cfs_quota_us":         "25000",
 	} {
-		b, err := os.ReadFile(filepath.Join(cg, f))
-		if err != nil || string(b) != want {
+		b, err := os.ReadFile(filepath.Join("/sys/fs/cgroup", f))
+		if err != nil || strings.TrimSpace(string(b)) != want {
 			t.Errorf("%s = %q (%v), want %s", f, b, err, want)
 		}
 	}
+	var r run
+	if err := readJSON(filepath.Join(state, name, "run.json"), &r); err != nil {
+		t.Fatal(err)
+	}
+	cg, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cgroup", r.PID))
+	if !strings.Contains(string(cg), "memory:/edgebox/"+name) || !strings.Contains(string(cg), "/edgebox/"+name) {
+		t.Fatalf("the program is not in its cgroups:\n%s", cg)
+	}
 	// A new driver on the same state, as after an agent restart, finds
 	// the program running.
-	d2, _ := New(Config{StateDir: state, CgroupRoot: cg})
-	in, err := d2.Inspect(t.Context(), "limited")
+	d2, _ := New(Config{StateDir: state})
+	in, err := d2.Inspect(t.Context(), name)
 	if err != nil || in.State != runtime.StateRunning {
 		t.Fatalf("after an agent restart: %+v %v", in, err)
 	}
