@@ -8,7 +8,6 @@
 package containerd
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
@@ -395,26 +394,5 @@ func (d *Driver) Logs(ctx context.Context, name string, tail int, w io.Writer) e
 	if _, err := d.Inspect(ctx, name); err != nil {
 		return err
 	}
-	f, err := os.Open(d.logPath(name))
-	if errors.Is(err, os.ErrNotExist) {
-		return nil // never started
-	} else if err != nil {
-		return err
-	}
-	defer f.Close()
-	var lines []string
-	sc := bufio.NewScanner(f)
-	sc.Buffer(make([]byte, 64<<10), 1<<20)
-	for sc.Scan() {
-		lines = append(lines, sc.Text())
-		if tail > 0 && len(lines) > tail {
-			lines = lines[1:]
-		}
-	}
-	for _, l := range lines {
-		if _, err := fmt.Fprintln(w, l); err != nil {
-			return err
-		}
-	}
-	return sc.Err()
+	return runtime.TailFile(d.logPath(name), tail, w)
 }

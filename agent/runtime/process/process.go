@@ -9,7 +9,6 @@
 package process
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"errors"
@@ -356,26 +355,5 @@ func (d *Driver) Logs(_ context.Context, name string, tail int, w io.Writer) err
 	if _, err := d.load(name); err != nil {
 		return err
 	}
-	f, err := os.Open(filepath.Join(d.dir(name), "output.log"))
-	if errors.Is(err, os.ErrNotExist) {
-		return nil
-	} else if err != nil {
-		return err
-	}
-	defer f.Close()
-	var lines []string
-	sc := bufio.NewScanner(f)
-	sc.Buffer(make([]byte, 64<<10), 1<<20)
-	for sc.Scan() {
-		lines = append(lines, sc.Text())
-		if tail > 0 && len(lines) > tail {
-			lines = lines[1:]
-		}
-	}
-	for _, l := range lines {
-		if _, err := fmt.Fprintln(w, l); err != nil {
-			return err
-		}
-	}
-	return sc.Err()
+	return runtime.TailFile(filepath.Join(d.dir(name), "output.log"), tail, w)
 }
