@@ -148,13 +148,14 @@ func BenchmarkFleet(b *testing.B) {
 	}
 }
 
-func fleet(b *testing.B, n int) {
+// startConsole starts the console binary on fresh data and returns it
+// with an admin API client; the caller kills it.
+func startConsole(b *testing.B) (*consoleProc, []byte, *api.Client) {
 	bin := testenv.BuildBinaries(b)
 	addr := testenv.FreeAddr(b)
 	c := &consoleProc{bin: bin, data: b.TempDir(), addr: addr, url: "https://" + addr,
 		hc: &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}}}
 	out := c.start(b)
-	defer c.kill()
 	for _, line := range strings.Split(string(out), "\n") {
 		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "admin token:"); ok {
 			c.token = strings.TrimSpace(v)
@@ -163,8 +164,15 @@ func fleet(b *testing.B, n int) {
 	caPEM := fetch(b, c.hc, c.url+"/api/v1/ca")
 	admin, err := api.NewClient(c.url, c.token, caPEM)
 	if err != nil {
+		c.kill()
 		b.Fatal(err)
 	}
+	return c, caPEM, admin
+}
+
+func fleet(b *testing.B, n int) {
+	c, caPEM, admin := startConsole(b)
+	defer c.kill()
 	ctx := context.Background()
 	dirs := enrollFleet(b, admin, n)
 	if b.Failed() {

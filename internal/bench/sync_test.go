@@ -2,16 +2,13 @@ package bench
 
 import (
 	"context"
-	"crypto/tls"
 	"encoding/json"
 	"fmt"
 	"io"
 	"log/slog"
 	"math/rand/v2"
-	"net/http"
 	"os"
 	"sort"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -21,7 +18,6 @@ import (
 	"github.com/edgebox/edgebox/console/db"
 	"github.com/edgebox/edgebox/console/desired"
 	"github.com/edgebox/edgebox/console/store"
-	"github.com/edgebox/edgebox/internal/testenv"
 	edgeboxv1 "github.com/edgebox/edgebox/proto/edgebox/v1"
 )
 
@@ -73,21 +69,8 @@ func BenchmarkSync(b *testing.B) {
 }
 
 func syncBench(b *testing.B, n int) {
-	bin := testenv.BuildBinaries(b)
-	addr := testenv.FreeAddr(b)
-	c := &consoleProc{bin: bin, data: b.TempDir(), addr: addr, url: "https://" + addr,
-		hc: &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}}}
-	out := c.start(b)
+	c, _, admin := startConsole(b)
 	defer func() { c.kill() }()
-	for _, line := range strings.Split(string(out), "\n") {
-		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "admin token:"); ok {
-			c.token = strings.TrimSpace(v)
-		}
-	}
-	admin, err := api.NewClient(c.url, c.token, fetch(b, c.hc, c.url+"/api/v1/ca"))
-	if err != nil {
-		b.Fatal(err)
-	}
 	ctx := context.Background()
 	dirs := enrollFleet(b, admin, n)
 
