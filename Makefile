@@ -19,7 +19,7 @@ dist: ## agents and consoles for linux/amd64, linux/arm64 (and the Windows agent
 
 test: ## install test dependencies, then run every test with -race
 	sh scripts/test-deps.sh
-	$(GO) test -race -count=1 -timeout 20m ./...
+	EDGEBOX_TEST_STRICT=1 $(GO) test -race -count=1 -timeout 20m ./...
 
 check: ## gofmt, vet, generated code in sync, go mod tidy, dependency rules, cross-builds
 	@echo "check: gofmt"; test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); exit 1; }

@@ -6,13 +6,13 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/edgebox/edgebox/internal/require"
 )
 
 func TestSystemdUnitPassesSystemdAnalyze(t *testing.T) {
 	t.Parallel()
-	if _, err := exec.LookPath("systemd-analyze"); err != nil {
-		t.Skip("systemd-analyze is not installed (Debian's systemd package; make test installs it)")
-	}
+	require.Tools(t, "systemd", "systemd-analyze")
 	exe, err := os.Executable()
 	if err != nil {
 		t.Fatal(err)

@@ -9,6 +9,8 @@ import (
 	"runtime"
 	"strings"
 	"testing"
+
+	"github.com/edgebox/edgebox/internal/require"
 )
 
 // buildAgent builds the agent for goos/goarch as make dist does.
@@ -21,20 +23,11 @@ func buildAgent(t *testing.T, goos, goarch, out string) {
 	}
 }
 
-func need(t *testing.T, tools ...string) {
-	t.Helper()
-	for _, tool := range tools {
-		if _, err := exec.LookPath(tool); err != nil {
-			t.Skipf("%s is not installed (make test installs it)", tool)
-		}
-	}
-}
-
 func TestDebAndRPM(t *testing.T) {
-	need(t, "lintian", "rpm", "dpkg", "unshare")
-	if os.Geteuid() != 0 {
-		t.Skip("installing the .deb needs root (CI runs the tests as root)")
-	}
+	require.Tools(t, "lintian", "lintian")
+	require.Tools(t, "rpm", "rpm")
+	require.Tools(t, "util-linux", "unshare")
+	require.Root(t, "installing the .deb")
 	t.Parallel()
 	dir := t.TempDir()
 	bin := filepath.Join(dir, "edgebox-agent-linux-"+runtime.GOARCH)

@@ -18,6 +18,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/edgebox/edgebox/internal/require"
 	"github.com/google/go-containerregistry/pkg/name"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/empty"
@@ -29,14 +30,9 @@ import (
 // state and socket in a temporary directory, and returns its socket.
 func Start(t testing.TB) string {
 	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("containerd needs root (CI runs the tests as root)")
-	}
-	for _, tool := range []string{"containerd", "runc", "containerd-shim-runc-v2"} {
-		if _, err := exec.LookPath(tool); err != nil {
-			t.Skipf("%s is not installed (Debian's containerd and runc; make test installs them)", tool)
-		}
-	}
+	require.Root(t, "running containerd")
+	require.Tools(t, "containerd", "containerd", "containerd-shim-runc-v2")
+	require.Tools(t, "runc", "runc")
 	dir, err := os.MkdirTemp("", "ctrd") // short: the socket path must fit 108 bytes
 	if err != nil {
 		t.Fatal(err)
@@ -86,9 +82,10 @@ const Image = "edgebox.test/busybox:1"
 // shell that says hello and waits to be stopped.
 func BusyboxImage(t testing.TB) []byte {
 	t.Helper()
+	require.File(t, "/bin/busybox", "Debian's busybox-static; make test installs it")
 	bb, err := os.ReadFile("/bin/busybox")
 	if err != nil {
-		t.Skip("busybox-static is not installed (make test installs it)")
+		t.Fatal(err)
 	}
 	var layer bytes.Buffer
 	tw := tar.NewWriter(&layer)

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/edgebox/edgebox/api"
+	"github.com/edgebox/edgebox/internal/require"
 	"github.com/edgebox/edgebox/internal/testenv"
 	"github.com/edgebox/edgebox/internal/toxic"
 )
@@ -23,14 +24,10 @@ import (
 // nothing they install reaches this machine.
 func needRootAndUnshare(t *testing.T) {
 	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("installing a service needs root (CI runs the tests as root)")
-	}
-	for _, tool := range []string{"unshare", "curl", "sha256sum"} {
-		if _, err := exec.LookPath(tool); err != nil {
-			t.Skipf("%s is not installed (make test installs it)", tool)
-		}
-	}
+	require.Root(t, "installing a service")
+	require.Tools(t, "util-linux", "unshare")
+	require.Tools(t, "curl", "curl")
+	require.Tools(t, "coreutils", "sha256sum")
 	if runtime.GOARCH != "amd64" && runtime.GOARCH != "arm64" {
 		t.Skip("the console serves agents for amd64 and arm64 only")
 	}

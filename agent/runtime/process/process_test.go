@@ -12,6 +12,7 @@ import (
 
 	"github.com/edgebox/edgebox/agent/runtime"
 	"github.com/edgebox/edgebox/agent/runtime/runtimetest"
+	"github.com/edgebox/edgebox/internal/require"
 	edgeboxv1 "github.com/edgebox/edgebox/proto/edgebox/v1"
 )
 
@@ -42,13 +43,9 @@ func TestConformance(t *testing.T) {
 }
 
 func TestLimitsAndARestartedAgent(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("cgroup limits need root (CI runs the tests as root)")
-	}
+	require.Root(t, "setting cgroup limits")
 	for _, ctrl := range []string{"memory", "cpu"} {
-		if _, err := os.Stat(filepath.Join("/sys/fs/cgroup", ctrl, "cgroup.procs")); err != nil {
-			t.Skipf("no cgroup v1 %s controller at /sys/fs/cgroup/%s", ctrl, ctrl)
-		}
+		require.File(t, filepath.Join("/sys/fs/cgroup", ctrl, "cgroup.procs"), "the cgroup v1 "+ctrl+" controller")
 	}
 	state := t.TempDir()
 	d, _ := New(Config{StateDir: state}) // the real /sys/fs/cgroup
