@@ -110,7 +110,7 @@ func (st *State) Put(ctx context.Context, box string, o *edgeboxv1.DesiredObject
 	if kind == "" {
 		return 0, errdefs.Invalid("object %q has no spec", o.GetName())
 	}
-	if !ValidName(o.GetName()) {
+	if !edgeboxv1.ValidObjectName(o.GetName()) {
 		return 0, errdefs.Invalid("object name %q: use 1-63 lower-case letters, digits, '.', '_' or '-'", o.GetName())
 	}
 	if w := o.GetWorkload(); w != nil {

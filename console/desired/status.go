@@ -41,12 +41,6 @@ func statusPrefix(box string) string    { return "status/" + box + "/obj/" }
 func eventsKey(box string) string       { return "status/" + box + "/events" }
 func statusKey(box, k, n string) string { return statusPrefix(box) + k + "/" + n }
 
-// ValidName reports whether name may name an object.
-func ValidName(name string) bool { return edgeboxv1.ValidObjectName(name) }
-
-// ValidKind reports whether kind may name a kind of object.
-func ValidKind(kind string) bool { return edgeboxv1.ValidKind(kind) }
-
 // clip shortens s to at most n bytes of valid UTF-8.
 func clip(s string, n int) string {
 	if len(s) <= n {
@@ -77,7 +71,7 @@ func (st *State) ReportStatus(ctx context.Context, box string, r *edgeboxv1.Sync
 	var ops []store.Op
 	keep := map[string]bool{}
 	for _, s := range r.GetObjects() {
-		if s == nil || !ValidKind(s.GetKind()) || !ValidName(s.GetName()) || !validPhase(s.GetPhase()) {
+		if s == nil || !edgeboxv1.ValidKind(s.GetKind()) || !edgeboxv1.ValidObjectName(s.GetName()) || !validPhase(s.GetPhase()) {
 			return errdefs.Invalid("status of %q/%q: bad kind, name or phase %q", clip(s.GetKind(), 64), clip(s.GetName(), 64), clip(s.GetPhase(), 16))
 		}
 		k := statusKey(box, s.GetKind(), s.GetName())

@@ -40,21 +40,35 @@ func Open(dir string) (*Dir, error) {
 	case !errors.Is(err, os.ErrNotExist):
 		return nil, err
 	}
-	names, err := filepath.Glob(filepath.Join(dir, "edgebox-agent-*"))
-	if err != nil || len(names) == 0 {
+	paths, err := filepath.Glob(filepath.Join(dir, "edgebox-agent-*"))
+	if err != nil || len(paths) == 0 {
 		return d, err
 	}
+	names := make([]string, len(paths))
+	for i, p := range paths {
+		names[i] = filepath.Base(p)
+	}
+	sums, err := WriteSums(dir, names)
+	if err != nil {
+		return nil, err
+	}
+	return d, d.parse(sums)
+}
+
+// WriteSums writes dir's SHA256SUMS for the files names, as sha256sum
+// does, and returns what it wrote.
+func WriteSums(dir string, names []string) (string, error) {
+	names = append([]string(nil), names...)
 	sort.Strings(names)
 	var b strings.Builder
 	for _, n := range names {
-		sum, err := fileSum(n)
+		sum, err := fileSum(filepath.Join(dir, n))
 		if err != nil {
-			return nil, err
+			return "", err
 		}
-		d.sums[filepath.Base(n)] = sum
-		fmt.Fprintf(&b, "%s  %s\n", sum, filepath.Base(n))
+		fmt.Fprintf(&b, "%s  %s\n", sum, n)
 	}
-	return d, atomicfile.Write(filepath.Join(dir, SumsFile), []byte(b.String()))
+	return b.String(), atomicfile.Write(filepath.Join(dir, SumsFile), []byte(b.String()))
 }
 
 func (d *Dir) parse(s string) error {

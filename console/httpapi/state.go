@@ -12,6 +12,7 @@ import (
 	"github.com/edgebox/edgebox/console/audit"
 	"github.com/edgebox/edgebox/console/desired"
 	"github.com/edgebox/edgebox/errdefs"
+	edgeboxv1 "github.com/edgebox/edgebox/proto/edgebox/v1"
 )
 
 // maxSpecBytes bounds one desired object's spec.
@@ -95,8 +96,8 @@ func (s *server) deleteDesired(c *gin.Context) {
 		return
 	}
 	kind, name := c.Param("kind"), c.Param("name")
-	if !desired.ValidKind(kind) || !desired.ValidName(name) {
-		fail(c, errdefs.Invalid("no object %s/%s: bad kind or name", kind, name))
+	if err := edgeboxv1.CheckKey(kind, name); err != nil {
+		fail(c, errdefs.Invalid("%v", err))
 		return
 	}
 	rev, err := s.Desired.Delete(c.Request.Context(), b.ID, kind, name)

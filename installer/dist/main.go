@@ -6,17 +6,14 @@
 package main
 
 import (
-	"crypto/sha256"
-	"encoding/hex"
 	"flag"
 	"fmt"
-	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"sort"
 	"strings"
 
+	"github.com/edgebox/edgebox/console/dist"
 	"github.com/edgebox/edgebox/installer/packages"
 )
 
@@ -90,25 +87,13 @@ func writeSums(out string) error {
 	}
 	var names []string
 	for _, e := range entries {
-		if e.Type().IsRegular() && e.Name() != "SHA256SUMS" {
+		if e.Type().IsRegular() && e.Name() != dist.SumsFile {
 			names = append(names, e.Name())
 		}
 	}
-	sort.Strings(names)
-	var b strings.Builder
-	for _, n := range names {
-		f, err := os.Open(filepath.Join(out, n))
-		if err != nil {
-			return err
-		}
-		h := sha256.New()
-		_, err = io.Copy(h, f)
-		f.Close()
-		if err != nil {
-			return err
-		}
-		fmt.Fprintf(&b, "%s  %s\n", hex.EncodeToString(h.Sum(nil)), n)
+	if _, err := dist.WriteSums(out, names); err != nil {
+		return err
 	}
-	fmt.Printf("dist: wrote %s\n", filepath.Join(out, "SHA256SUMS"))
-	return os.WriteFile(filepath.Join(out, "SHA256SUMS"), []byte(b.String()), 0o644)
+	fmt.Printf("dist: wrote %s\n", filepath.Join(out, dist.SumsFile))
+	return nil
 }

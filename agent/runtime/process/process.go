@@ -25,6 +25,7 @@ import (
 
 	"github.com/edgebox/edgebox/agent/runtime"
 	"github.com/edgebox/edgebox/errdefs"
+	"github.com/edgebox/edgebox/internal/atomicfile"
 )
 
 // Config says where the driver keeps its instances.
@@ -88,11 +89,7 @@ func writeJSON(path string, v any) error {
 	if err != nil {
 		return err
 	}
-	tmp := path + ".tmp"
-	if err := os.WriteFile(tmp, b, 0o600); err != nil {
-		return err
-	}
-	return os.Rename(tmp, path)
+	return atomicfile.Write(path, b)
 }
 
 func readJSON(path string, v any) error {
