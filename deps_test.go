@@ -16,8 +16,8 @@ func TestDependencyRules(t *testing.T) {
 		pkgs   string
 		banned []string
 	}{
-		{"./agent/...", []string{mod + "console", "github.com/gin-gonic/gin", "go.etcd.io/etcd/server"}},
-		{"./cmd/edgebox-agent", []string{mod + "console", "github.com/gin-gonic/gin", "go.etcd.io/etcd/server"}},
+		{"./agent/...", []string{mod + "console", mod + "images/registry", "github.com/gin-gonic/gin", "go.etcd.io/etcd/server", "github.com/distribution/distribution"}},
+		{"./cmd/edgebox-agent", []string{mod + "console", mod + "images/registry", "github.com/gin-gonic/gin", "go.etcd.io/etcd/server", "github.com/distribution/distribution"}},
 		{"./tunnel/...", []string{mod + "agent", mod + "console", mod + "cmd"}},
 		{"./enroll/...", []string{mod + "agent", mod + "console", mod + "tunnel"}},
 		{"./cmd/edgebox", []string{mod + "agent", mod + "console", mod + "tunnel"}},

@@ -29,6 +29,7 @@ import (
 	"github.com/edgebox/edgebox/agent/reconcile"
 	"github.com/edgebox/edgebox/agent/runtime"
 	"github.com/edgebox/edgebox/enroll"
+	"github.com/edgebox/edgebox/images/pull"
 	edgeboxv1 "github.com/edgebox/edgebox/proto/edgebox/v1"
 	"github.com/edgebox/edgebox/tunnel"
 )
@@ -162,8 +163,12 @@ func New(cfg Config, log *slog.Logger) (*Agent, error) {
 		return nil, err
 	}
 	a.reports = newReports()
+	// Images from the console's registry come through the tunnel.
+	registry := pull.NewClient([]string{u.Host, enroll.HostPort(u)}, func(ctx context.Context) (net.Conn, error) {
+		return tc.Open(ctx, tunnel.KindRegistry, nil)
+	}, nil)
 	a.reconciler, err = reconcile.New(reconcile.Config{Source: a.local, Drivers: cfg.Drivers, Reporter: a.reports,
-		Log: a.log, Interval: cfg.Reconcile})
+		Log: a.log, Interval: cfg.Reconcile, Registry: registry})
 	if err != nil {
 		a.local.Close()
 		return nil, err

@@ -30,6 +30,7 @@ import (
 	"github.com/edgebox/edgebox/console/pki"
 	"github.com/edgebox/edgebox/console/store"
 	"github.com/edgebox/edgebox/enroll"
+	"github.com/edgebox/edgebox/images/registry"
 	edgeboxv1 "github.com/edgebox/edgebox/proto/edgebox/v1"
 	"github.com/edgebox/edgebox/tunnel"
 )
@@ -263,8 +264,17 @@ func (c *Console) Run(ctx context.Context) error {
 		c.log.Info("no agent binaries to serve; boxes cannot install with the pasted command until 'make dist' output is in the downloads directory", "dir", distDir)
 	}
 
+	reg, err := registry.Open(ctx, filepath.Join(c.cfg.DataDir, "registry"), c.log)
+	if err != nil {
+		return fmt.Errorf("console: %w", err)
+	}
+	defer reg.Close()
+	registryHosts := dedupe([]string{pu.Host, enroll.HostPort(pu)})
+	boxRegistry := boxRegistryServer(reg, c.desired, registryHosts)
+
 	handler := httpapi.New(httpapi.Deps{
 		Fleet: fl, Audit: auditLog, Tokens: auth.New(bdb), PKI: authority, Sessions: c.presence, Desired: c.desired, Downloads: downloads,
+		Registry: reg, RegistryHosts: registryHosts,
 		ConsoleURL: public, BoxCertTTL: c.cfg.BoxCertTTL, Log: c.log,
 		Metrics: promhttp.HandlerFor(c.reg, promhttp.HandlerOpts{}),
 	})
@@ -290,6 +300,7 @@ func (c *Console) Run(ctx context.Context) error {
 	run(func() { p.serve(ctx) })
 	run(func() { hs.Serve(p.http) })
 	run(func() { rpc.Serve(srv.Listen(tunnel.KindRPC)) })
+	run(func() { boxRegistry.Serve(srv.Listen(tunnel.KindRegistry)) })
 	run(func() { syncs.serve(ctx, srv.Listen(tunnel.KindSync)) })
 	run(func() { c.presence.run(ctx) })
 	run(func() { compactLoop(ctx, st, c.cfg.CompactEvery, c.cfg.KeepRevisions, c.log) })
@@ -299,6 +310,7 @@ func (c *Console) Run(ctx context.Context) error {
 	shutdownCtx, done := context.WithTimeout(context.Background(), 5*time.Second)
 	hs.Shutdown(shutdownCtx)
 	done()
+	boxRegistry.Close()
 	rpc.Stop()
 	srv.Close()
 	p.wait()

@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/http"
 	"sort"
 	"time"
 
@@ -44,6 +45,9 @@ type Config struct {
 	StopTimeout time.Duration
 	// Now tells the time, for restart back-off; nil is time.Now.
 	Now func() time.Time
+	// Registry is the HTTP client drivers pull images with; nil is a
+	// plain client.
+	Registry *http.Client
 }
 
 // Restart back-off: the first restart is at once, then 10 s, doubling up to
@@ -70,6 +74,8 @@ type Reconciler struct {
 	// leaves the desired state has its status removed.
 	reported map[string]bool
 	crashes  map[string]*crashes
+	pulls    pulls
+	runCtx   context.Context // set by Run, for pulls that outlive a pass
 }
 
 // New returns a reconciler; Run starts it.
@@ -87,7 +93,7 @@ func New(cfg Config) (*Reconciler, error) {
 		cfg.Now = time.Now
 	}
 	r := &Reconciler{cfg: cfg, drivers: map[string]runtime.Driver{}, kick: make(chan struct{}, 1), reported: map[string]bool{},
-		crashes: map[string]*crashes{}}
+		crashes: map[string]*crashes{}, pulls: pulls{m: map[string]*pull{}}}
 	for _, d := range cfg.Drivers {
 		if _, dup := r.drivers[d.Runtime()]; dup {
 			return nil, fmt.Errorf("reconcile: two drivers for runtime %q", d.Runtime())
@@ -108,6 +114,8 @@ func (r *Reconciler) Kick() {
 // Run makes a pass at once, then on every Kick and every Interval, until
 // ctx ends.
 func (r *Reconciler) Run(ctx context.Context) {
+	r.runCtx = ctx
+	defer r.pulls.wg.Wait()
 	t := time.NewTicker(r.cfg.Interval)
 	defer t.Stop()
 	for {
@@ -205,7 +213,21 @@ func (r *Reconciler) converge(ctx context.Context, o *edgeboxv1.DesiredObject, h
 	}
 	spec := runtime.NewSpec(name, w)
 	h, exists := have[name]
-	if exists && (h.drv != d || h.inst.Hash != spec.Hash) {
+	replace := exists && (h.drv != d || h.inst.Hash != spec.Hash)
+	if p, ok := d.(runtime.Puller); ok && (!exists || replace) && w.GetImage() != "" {
+		// The image comes first; a running older release keeps running
+		// until it is here.
+		ready, msg, err := r.ensureImage(ctx, p, name, w.GetImage())
+		if err != nil {
+			r.fail(name, rev, "PullFailed", err)
+			return
+		}
+		if !ready {
+			r.status(name, rev, "Pulling", msg)
+			return
+		}
+	}
+	if replace {
 		if err := r.remove(ctx, h.drv, name); err != nil {
 			r.fail(name, rev, "ReplaceFailed", err)
 			return

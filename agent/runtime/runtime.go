@@ -7,6 +7,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"io"
+	"net/http"
 	"time"
 
 	"google.golang.org/protobuf/proto"
@@ -73,4 +74,20 @@ type Driver interface {
 type Execer interface {
 	// Exec runs argv in the instance and returns its exit code.
 	Exec(ctx context.Context, name string, argv []string, stdout, stderr io.Writer) (int, error)
+}
+
+// Progress is how far a pull has come, in bytes of configs and layers.
+// Total grows as manifests are read.
+type Progress struct {
+	Done, Total int64
+}
+
+// Puller is a driver that fetches its images onto the box itself.
+type Puller interface {
+	// HasImage says whether ref is on the box, with all its content.
+	HasImage(ctx context.Context, ref string) (bool, error)
+	// Pull fetches ref with client, verifying every digest, and reports
+	// progress as bytes arrive. A pull interrupted part way resumes where
+	// it stopped the next time.
+	Pull(ctx context.Context, ref string, client *http.Client, progress func(Progress)) error
 }

@@ -35,6 +35,7 @@ const (
 	PhaseStopped = "Stopped"
 	PhaseFailed  = "Failed"
 	PhaseRemoved = "Removed"
+	PhasePulling = "Pulling"
 )
 
 func statusPrefix(box string) string    { return "status/" + box + "/obj/" }
@@ -55,7 +56,7 @@ func clip(s string, n int) string {
 
 func validPhase(p string) bool {
 	switch p {
-	case PhasePending, PhaseRunning, PhaseStopped, PhaseFailed, PhaseRemoved:
+	case PhasePending, PhasePulling, PhaseRunning, PhaseStopped, PhaseFailed, PhaseRemoved:
 		return true
 	}
 	return false

@@ -24,6 +24,7 @@ import (
 	"github.com/edgebox/edgebox/console/pki"
 	"github.com/edgebox/edgebox/enroll"
 	"github.com/edgebox/edgebox/errdefs"
+	"github.com/edgebox/edgebox/images/registry"
 	"github.com/edgebox/edgebox/scripts"
 )
 
@@ -51,6 +52,10 @@ type Deps struct {
 	Sessions   Sessions
 	Desired    *desired.State
 	Downloads  *dist.Dir
+	// Registry is the console's OCI registry, served at /v2/ to operators.
+	Registry *registry.Registry
+	// RegistryHosts are the names images give the console's registry.
+	RegistryHosts []string
 	ConsoleURL string
 	BoxCertTTL time.Duration
 	Metrics    http.Handler
@@ -76,6 +81,9 @@ func New(d Deps) http.Handler {
 	r.GET("/install.sh", s.installScript)
 	r.GET("/install.ps1", s.installScript)
 	r.GET("/dl/:file", s.download)
+	if d.Registry != nil {
+		r.Any("/v2/*path", s.registry)
+	}
 
 	a := r.Group("/", s.authenticate, s.auditFailures)
 	a.GET("/metrics", gin.WrapH(d.Metrics))

@@ -78,9 +78,21 @@ disabled_plugins = ["io.containerd.grpc.v1.cri"]
 // Image is the name of BusyboxImage's image.
 const Image = "edgebox.test/busybox:1"
 
-// BusyboxImage is an image built here from Debian's static busybox: a
-// shell that says hello and waits to be stopped.
+// BusyboxImage is BusyboxImg as a docker-save archive named Image.
 func BusyboxImage(t testing.TB) []byte {
+	t.Helper()
+	img := BusyboxImg(t)
+	ref, _ := name.ParseReference(Image)
+	var out bytes.Buffer
+	if err := tarball.Write(ref, img, &out); err != nil {
+		t.Fatal(err)
+	}
+	return out.Bytes()
+}
+
+// BusyboxImg is an image built here from Debian's static busybox: a
+// shell that says hello and waits to be stopped.
+func BusyboxImg(t testing.TB) v1.Image {
 	t.Helper()
 	require.File(t, "/bin/busybox", "Debian's busybox-static; make test installs it")
 	bb, err := os.ReadFile("/bin/busybox")
@@ -117,10 +129,5 @@ func BusyboxImage(t testing.TB) []byte {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ref, _ := name.ParseReference(Image)
-	var out bytes.Buffer
-	if err := tarball.Write(ref, img, &out); err != nil {
-		t.Fatal(err)
-	}
-	return out.Bytes()
+	return img
 }

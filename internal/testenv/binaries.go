@@ -178,6 +178,12 @@ func (e *Binaries) CLI(t testing.TB, args ...string) (string, error) {
 }
 func (e *Binaries) URL() string { return e.url }
 
+// CAPEM is the console's CA certificate.
+func (e *Binaries) CAPEM() []byte { return e.caPEM }
+
+// AdminToken is the admin's API token.
+func (e *Binaries) AdminToken() string { return e.token }
+
 func (e *Binaries) Token(t testing.TB, req api.TokenRequest) string {
 	return createToken(t, e.admin, req)
 }

@@ -22,6 +22,10 @@ type Harness interface {
 	Admin() *api.Client
 	// URL is the console's public URL.
 	URL() string
+	// CAPEM is the console's CA certificate; AdminToken the admin's API
+	// token.
+	CAPEM() []byte
+	AdminToken() string
 	// Token creates an enrollment token and returns its text.
 	Token(t testing.TB, req api.TokenRequest) string
 	// Enroll enrolls a new box; the agent is not started.

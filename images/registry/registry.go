@@ -1,0 +1,199 @@
+// Package registry is the console's OCI registry: distribution v3 as a
+// library, filesystem storage in the console's data directory. Operators
+// push and pull on the console's public port with their API token; boxes
+// pull through the tunnel's "registry" streams with their certificate, and
+// only what their desired state references.
+package registry
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+
+	"github.com/distribution/distribution/v3"
+	"github.com/distribution/distribution/v3/configuration"
+	"github.com/distribution/distribution/v3/registry/handlers"
+	"github.com/distribution/distribution/v3/registry/storage"
+	"github.com/distribution/distribution/v3/registry/storage/driver/filesystem"
+	"github.com/distribution/reference"
+	"github.com/opencontainers/go-digest"
+	v1 "github.com/opencontainers/image-spec/specs-go/v1"
+	"github.com/sirupsen/logrus"
+
+	"github.com/edgebox/edgebox/errdefs"
+)
+
+// Registry is the console's image store and its two doors.
+type Registry struct {
+	app *handlers.App
+	ns  distribution.Namespace // reads for resolving tags and access checks
+	log *slog.Logger
+
+	refsMu sync.Mutex
+	refs   map[digest.Digest][]v1.Descriptor // a manifest's references; content never changes
+}
+
+// maxCachedManifests bounds the reference cache; past it the cache starts
+// over.
+const maxCachedManifests = 4096
+
+// Open opens (creating if needed) the registry stored under dir.
+func Open(ctx context.Context, dir string, log *slog.Logger) (r *Registry, err error) {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, fmt.Errorf("registry: %w", err)
+	}
+	secret, err := loadSecret(filepath.Join(dir, "http-secret"))
+	if err != nil {
+		return nil, err
+	}
+	root := filepath.Join(dir, "storage")
+	cfg := &configuration.Configuration{
+		Storage: configuration.Storage{
+			"filesystem":  configuration.Parameters{"rootdirectory": root},
+			"delete":      configuration.Parameters{"enabled": true},
+			"redirect":    configuration.Parameters{"disable": true},
+			"maintenance": configuration.Parameters{"uploadpurging": map[any]any{"enabled": true, "age": "168h", "interval": "24h", "dryrun": false}},
+		},
+	}
+	cfg.HTTP.Secret = secret
+	// distribution logs through logrus' standard logger, a process-wide
+	// setting: its request lines are noise in the console's log, its
+	// warnings are not.
+	logrus.SetLevel(logrus.WarnLevel)
+	logrus.SetOutput(slogWriter{log})
+	defer func() {
+		// NewApp panics on a configuration it cannot use.
+		if p := recover(); p != nil {
+			err = fmt.Errorf("registry: %v", p)
+		}
+	}()
+	app := handlers.NewApp(ctx, cfg)
+	ns, err := storage.NewRegistry(ctx, filesystem.New(filesystem.DriverParameters{RootDirectory: root, MaxThreads: 100}))
+	if err != nil {
+		app.Shutdown()
+		return nil, fmt.Errorf("registry: %w", err)
+	}
+	return &Registry{app: app, ns: ns, log: log, refs: map[digest.Digest][]v1.Descriptor{}}, nil
+}
+
+// Close stops the registry's background work.
+func (r *Registry) Close() error { return r.app.Shutdown() }
+
+// loadSecret returns the key that signs upload state, made once: an
+// upload in progress survives a console restart.
+func loadSecret(path string) (string, error) {
+	if b, err := os.ReadFile(path); err == nil && len(b) >= 32 {
+		return strings.TrimSpace(string(b)), nil
+	}
+	buf := make([]byte, 32)
+	rand.Read(buf)
+	s := hex.EncodeToString(buf)
+	if err := os.WriteFile(path, []byte(s+"\n"), 0o600); err != nil {
+		return "", fmt.Errorf("registry: %w", err)
+	}
+	return s, nil
+}
+
+type slogWriter struct{ log *slog.Logger }
+
+// Write passes on distribution's log lines: answers of 4xx (a push asks
+// for what is missing first) at debug level, the rest as warnings.
+func (w slogWriter) Write(p []byte) (int, error) {
+	line := strings.TrimSpace(string(p))
+	level := slog.LevelWarn
+	if strings.Contains(line, "http.response.status=4") {
+		level = slog.LevelDebug
+	}
+	w.log.Log(context.Background(), level, "registry: "+line)
+	return len(p), nil
+}
+
+// ServeHTTP serves the OCI distribution API, unchecked: callers put a door
+// in front (Operators or Boxes).
+func (r *Registry) ServeHTTP(w http.ResponseWriter, req *http.Request) { r.app.ServeHTTP(w, req) }
+
+// Resolve returns the digest that repo's tag names now.
+func (r *Registry) Resolve(ctx context.Context, repo, tag string) (digest.Digest, error) {
+	rp, err := r.repository(ctx, repo)
+	if err != nil {
+		return "", err
+	}
+	d, err := rp.Tags(ctx).Get(ctx, tag)
+	if err != nil {
+		var unknown distribution.ErrTagUnknown
+		if errors.As(err, &unknown) {
+			return "", errdefs.NotFound("%s has no tag %q; push it first", repo, tag)
+		}
+		var unknownRepo distribution.ErrRepositoryUnknown
+		if errors.As(err, &unknownRepo) {
+			return "", errdefs.NotFound("the console's registry has no repository %s; push it first", repo)
+		}
+		return "", fmt.Errorf("resolving %s:%s: %w", repo, tag, err)
+	}
+	return d.Digest, nil
+}
+
+// HasManifest says whether repo holds the manifest dgst.
+func (r *Registry) HasManifest(ctx context.Context, repo string, dgst digest.Digest) (bool, error) {
+	rp, err := r.repository(ctx, repo)
+	if err != nil {
+		return false, err
+	}
+	ms, err := rp.Manifests(ctx)
+	if err != nil {
+		return false, err
+	}
+	return ms.Exists(ctx, dgst)
+}
+
+func (r *Registry) repository(ctx context.Context, repo string) (distribution.Repository, error) {
+	named, err := reference.WithName(repo)
+	if err != nil {
+		return nil, errdefs.Invalid("repository name %q: %v", repo, err)
+	}
+	return r.ns.Repository(ctx, named)
+}
+
+// references returns the digests the manifest dgst in repo refers to:
+// config and layers, or the manifests of an index.
+func (r *Registry) references(ctx context.Context, repo string, dgst digest.Digest) ([]v1.Descriptor, error) {
+	r.refsMu.Lock()
+	refs, ok := r.refs[dgst]
+	r.refsMu.Unlock()
+	if ok {
+		return refs, nil
+	}
+	rp, err := r.repository(ctx, repo)
+	if err != nil {
+		return nil, err
+	}
+	ms, err := rp.Manifests(ctx)
+	if err != nil {
+		return nil, err
+	}
+	m, err := ms.Get(ctx, dgst)
+	if err != nil {
+		return nil, err
+	}
+	refs = m.References()
+	r.refsMu.Lock()
+	if len(r.refs) >= maxCachedManifests {
+		clear(r.refs)
+	}
+	r.refs[dgst] = refs
+	r.refsMu.Unlock()
+	return refs, nil
+}
+
+// drain reads what is left of a request body, so a refused upload does
+// not leave the connection unusable.
+func drain(req *http.Request) { io.Copy(io.Discard, io.LimitReader(req.Body, 1<<20)) }
