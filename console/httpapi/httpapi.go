@@ -45,21 +45,21 @@ type Sessions interface {
 
 // Deps are the parts the API serves.
 type Deps struct {
-	Fleet      *fleet.Fleet
-	Audit      *audit.Log
-	Tokens     *auth.Tokens
-	PKI        *pki.Authority
-	Sessions   Sessions
-	Desired    *desired.State
-	Downloads  *dist.Dir
+	Fleet     *fleet.Fleet
+	Audit     *audit.Log
+	Tokens    *auth.Tokens
+	PKI       *pki.Authority
+	Sessions  Sessions
+	Desired   *desired.State
+	Downloads *dist.Dir
 	// Registry is the console's OCI registry, served at /v2/ to operators.
 	Registry *registry.Registry
 	// RegistryHosts are the names images give the console's registry.
 	RegistryHosts []string
-	ConsoleURL string
-	BoxCertTTL time.Duration
-	Metrics    http.Handler
-	Log        *slog.Logger
+	ConsoleURL    string
+	BoxCertTTL    time.Duration
+	Metrics       http.Handler
+	Log           *slog.Logger
 }
 
 type server struct{ Deps }
