@@ -223,7 +223,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	defer cancel()
 
 	rpc := grpc.NewServer(grpc.MaxRecvMsgSize(4<<20), grpc.ReadBufferSize(0), grpc.SharedWriteBuffer(true))
-	edgeboxv1.RegisterAgentServiceServer(rpc, &agentService{version: a.cfg.Version})
+	edgeboxv1.RegisterAgentServiceServer(rpc, &agentService{version: a.cfg.Version, drivers: a.cfg.Drivers})
 	console, err := grpc.NewClient("passthrough:///console",
 		grpc.WithTransportCredentials(insecure.NewCredentials()),     // the tunnel is the mTLS
 		grpc.WithReadBufferSize(0), grpc.WithSharedWriteBuffer(true), // tunnel streams are buffered
@@ -381,6 +381,7 @@ func ReadStatus(dir string) (Status, error) {
 type agentService struct {
 	edgeboxv1.UnimplementedAgentServiceServer
 	version string
+	drivers []runtime.Driver
 }
 
 func (s *agentService) Ping(ctx context.Context, r *edgeboxv1.PingRequest) (*edgeboxv1.PingResponse, error) {

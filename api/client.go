@@ -188,3 +188,78 @@ func (c *Client) DeleteDesired(ctx context.Context, box, kind, name string) (uin
 func desiredPath(box, kind, name string) string {
 	return "/api/v1/boxes/" + url.PathEscape(box) + "/desired/" + url.PathEscape(kind) + "/" + url.PathEscape(name)
 }
+
+// CreateApp adds an app.
+func (c *Client) CreateApp(ctx context.Context, name, description string) (App, error) {
+	var a App
+	err := c.do(ctx, http.MethodPost, "/api/v1/apps", App{Name: name, Description: description}, &a)
+	return a, err
+}
+
+// Apps lists the apps.
+func (c *Client) Apps(ctx context.Context) ([]App, error) {
+	var l AppList
+	err := c.do(ctx, http.MethodGet, "/api/v1/apps", nil, &l)
+	return l.Apps, err
+}
+
+// DeleteApp removes an app that is deployed nowhere.
+func (c *Client) DeleteApp(ctx context.Context, name string) error {
+	return c.do(ctx, http.MethodDelete, appPath(name), nil, nil)
+}
+
+// CreateRelease adds a release to an app.
+func (c *Client) CreateRelease(ctx context.Context, app string, spec ReleaseSpec) (Release, error) {
+	var r Release
+	err := c.do(ctx, http.MethodPost, appPath(app)+"/releases", spec, &r)
+	return r, err
+}
+
+// Releases lists an app's releases, oldest first.
+func (c *Client) Releases(ctx context.Context, app string) ([]Release, error) {
+	var l ReleaseList
+	err := c.do(ctx, http.MethodGet, appPath(app)+"/releases", nil, &l)
+	return l.Releases, err
+}
+
+// Pins lists where an app is deployed.
+func (c *Client) Pins(ctx context.Context, app string) ([]Pin, error) {
+	var l PinList
+	err := c.do(ctx, http.MethodGet, appPath(app)+"/pins", nil, &l)
+	return l.Pins, err
+}
+
+// Deploy pins app@version on a scope ("region", "site" or "box").
+func (c *Client) Deploy(ctx context.Context, app, version, scope, target string) (DeployResult, error) {
+	var r DeployResult
+	err := c.do(ctx, http.MethodPut, pinPath(app, scope, target), DeployRequest{Version: version}, &r)
+	return r, err
+}
+
+// Undeploy removes app's pin on a scope.
+func (c *Client) Undeploy(ctx context.Context, app, scope, target string) (DeployResult, error) {
+	var r DeployResult
+	err := c.do(ctx, http.MethodDelete, pinPath(app, scope, target), nil, &r)
+	return r, err
+}
+
+// AppStatus reports, per box, the desired and running release of app.
+func (c *Client) AppStatus(ctx context.Context, app string) (AppStatus, error) {
+	var s AppStatus
+	err := c.do(ctx, http.MethodGet, appPath(app)+"/status", nil, &s)
+	return s, err
+}
+
+// Logs fetches the last tail lines of a workload on a box.
+func (c *Client) Logs(ctx context.Context, box, workload string, tail int) (Logs, error) {
+	var l Logs
+	path := "/api/v1/boxes/" + url.PathEscape(box) + "/workloads/" + url.PathEscape(workload) + "/logs?tail=" + strconv.Itoa(tail)
+	err := c.do(ctx, http.MethodGet, path, nil, &l)
+	return l, err
+}
+
+func appPath(app string) string { return "/api/v1/apps/" + url.PathEscape(app) }
+
+func pinPath(app, scope, target string) string {
+	return appPath(app) + "/pins/" + url.PathEscape(scope) + "/" + url.PathEscape(target)
+}

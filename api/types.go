@@ -125,6 +125,8 @@ type ObjectStatus struct {
 	Phase            string    `json:"phase"`
 	Message          string    `json:"message,omitempty"`
 	UpdatedAt        time.Time `json:"updated_at"`
+	// Release is, for a Workload, the release running now.
+	Release string `json:"release,omitempty"`
 }
 
 // Event is one thing that happened to a desired object on a box.
@@ -153,4 +155,96 @@ type BoxState struct {
 // Revision is the box revision a change of desired state was given.
 type Revision struct {
 	Revision uint64 `json:"revision"`
+}
+
+// App is a robot or service operators deploy.
+type App struct {
+	Name        string    `json:"name"`
+	Description string    `json:"description,omitempty"`
+	CreatedAt   time.Time `json:"created_at"`
+	CreatedBy   string    `json:"created_by"`
+}
+
+// AppList is the answer to GET /api/v1/apps.
+type AppList struct {
+	Apps []App `json:"apps"`
+}
+
+// ReleaseSpec is what an operator gives to create a release. For the
+// containerd and qemu runtimes Image is a reference in the console's
+// registry, by tag or digest; for process it is the program's path.
+type ReleaseSpec struct {
+	Version     string   `json:"version"`
+	Runtime     string   `json:"runtime"`
+	Image       string   `json:"image"`
+	Env         []string `json:"env,omitempty"`
+	Args        []string `json:"args,omitempty"`
+	CPUMillis   int64    `json:"cpu_millis,omitempty"`
+	MemoryBytes int64    `json:"memory_bytes,omitempty"`
+	Restart     string   `json:"restart,omitempty"`
+}
+
+// Release is one immutable version of an app; Image is by digest.
+type Release struct {
+	App string `json:"app"`
+	ReleaseSpec
+	Tag       string    `json:"tag,omitempty"`
+	CreatedAt time.Time `json:"created_at"`
+	CreatedBy string    `json:"created_by"`
+}
+
+// ReleaseList is the answer to GET /api/v1/apps/:app/releases.
+type ReleaseList struct {
+	Releases []Release `json:"releases"`
+}
+
+// Pin says which release of an app runs on a region, site or box.
+type Pin struct {
+	App     string    `json:"app"`
+	Scope   string    `json:"scope"`
+	Target  string    `json:"target"`
+	Version string    `json:"version"`
+	At      time.Time `json:"at"`
+	By      string    `json:"by"`
+}
+
+// PinList is the answer to GET /api/v1/apps/:app/pins.
+type PinList struct {
+	Pins []Pin `json:"pins"`
+}
+
+// DeployRequest pins an app's release on a scope.
+type DeployRequest struct {
+	Version string `json:"version"`
+}
+
+// DeployResult says which boxes' desired state changed.
+type DeployResult struct {
+	Pin     *Pin     `json:"pin,omitempty"`
+	Changed []string `json:"changed_boxes"`
+}
+
+// AppBoxStatus is one box's side of an app.
+type AppBoxStatus struct {
+	BoxID          string    `json:"box_id"`
+	BoxName        string    `json:"box_name"`
+	Online         bool      `json:"online"`
+	DesiredRelease string    `json:"desired_release"`
+	RunningRelease string    `json:"running_release,omitempty"`
+	Phase          string    `json:"phase,omitempty"`
+	Message        string    `json:"message,omitempty"`
+	UpdatedAt      time.Time `json:"updated_at,omitzero"`
+}
+
+// AppStatus is the answer to GET /api/v1/apps/:app/status: every box that
+// should run the app or still reports it.
+type AppStatus struct {
+	App   string         `json:"app"`
+	Boxes []AppBoxStatus `json:"boxes"`
+}
+
+// Logs is the end of a workload's output on a box.
+type Logs struct {
+	Text      string `json:"text"`
+	Truncated bool   `json:"truncated,omitempty"`
 }

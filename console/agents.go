@@ -5,8 +5,11 @@ import (
 	"net"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
 
+	"github.com/edgebox/edgebox/errdefs"
 	edgeboxv1 "github.com/edgebox/edgebox/proto/edgebox/v1"
 	"github.com/edgebox/edgebox/tunnel"
 )
@@ -32,4 +35,26 @@ func (c *Console) PingAgent(ctx context.Context, boxID string, payload []byte) (
 	}
 	defer conn.Close()
 	return edgeboxv1.NewAgentServiceClient(conn).Ping(ctx, &edgeboxv1.PingRequest{Payload: payload})
+}
+
+// agents reaches agents for the API.
+type agents struct{ c *Console }
+
+// Logs asks a box's agent for the end of a workload's output.
+func (a agents) Logs(ctx context.Context, box, workload string, tail uint32) (*edgeboxv1.LogsResponse, error) {
+	conn, err := a.c.AgentConn(box)
+	if err != nil {
+		return nil, err
+	}
+	defer conn.Close()
+	resp, err := edgeboxv1.NewAgentServiceClient(conn).Logs(ctx, &edgeboxv1.LogsRequest{Workload: workload, Tail: tail})
+	switch status.Code(err) {
+	case codes.OK:
+		return resp, nil
+	case codes.NotFound:
+		return nil, errdefs.NotFound("box %s: %s", box, status.Convert(err).Message())
+	case codes.InvalidArgument:
+		return nil, errdefs.Invalid("box %s: %s", box, status.Convert(err).Message())
+	}
+	return nil, errdefs.Unavailable("box %s: %s", box, status.Convert(err).Message())
 }

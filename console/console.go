@@ -20,6 +20,7 @@ import (
 	bolt "go.etcd.io/bbolt"
 	"google.golang.org/grpc"
 
+	"github.com/edgebox/edgebox/console/apps"
 	"github.com/edgebox/edgebox/console/audit"
 	"github.com/edgebox/edgebox/console/auth"
 	"github.com/edgebox/edgebox/console/db"
@@ -78,6 +79,9 @@ type Config struct {
 	// the last KeepRevisions revisions for watches that lag.
 	CompactEvery  time.Duration
 	KeepRevisions int64
+	// AppsSyncEvery is how often every box is checked against the app
+	// pins, behind the syncs that deploys and hellos make at once.
+	AppsSyncEvery time.Duration
 }
 
 // DefaultConfig returns the defaults; DataDir defaults to the user's data
@@ -95,6 +99,7 @@ func DefaultConfig() Config {
 		Out:              os.Stdout,
 		CompactEvery:     5 * time.Minute,
 		KeepRevisions:    100_000,
+		AppsSyncEvery:    time.Minute,
 	}
 }
 
@@ -125,8 +130,8 @@ func (c Config) Validate() error {
 	if c.HandshakeRate <= 0 || c.HandshakeBurst <= 0 || c.HandshakeTimeout <= 0 || c.MaxHandshakes <= 0 {
 		errs = append(errs, errors.New("handshake limits must be positive"))
 	}
-	if c.CompactEvery <= 0 || c.KeepRevisions <= 0 {
-		errs = append(errs, errors.New("CompactEvery and KeepRevisions must be positive"))
+	if c.CompactEvery <= 0 || c.KeepRevisions <= 0 || c.AppsSyncEvery <= 0 {
+		errs = append(errs, errors.New("CompactEvery, KeepRevisions and AppsSyncEvery must be positive"))
 	}
 	if err := c.Tunnel.Validate(); err != nil {
 		errs = append(errs, err)
@@ -248,8 +253,17 @@ func (c *Console) Run(ctx context.Context) error {
 	// box's cost; tunnel streams are buffered already. The write buffer is
 	// shared and released after each flush.
 	rpc := grpc.NewServer(grpc.MaxRecvMsgSize(1<<20), grpc.ReadBufferSize(0), grpc.SharedWriteBuffer(true))
+	reg, err := registry.Open(ctx, filepath.Join(c.cfg.DataDir, "registry"), c.log)
+	if err != nil {
+		return fmt.Errorf("console: %w", err)
+	}
+	defer reg.Close()
+	registryHosts := dedupe([]string{pu.Host, enroll.HostPort(pu)})
+	boxRegistry := boxRegistryServer(reg, c.desired, registryHosts)
+	catalogue := apps.New(st, c.desired, fl, reg, registryHosts, c.log)
+
 	edgeboxv1.RegisterConsoleServiceServer(rpc, &consoleService{fleet: fl, pki: authority, ttl: c.cfg.BoxCertTTL,
-		log: c.log, presence: c.presence})
+		log: c.log, presence: c.presence, apps: catalogue})
 	syncs := newSyncServer(changes, c.desired, fl.IsApproved, c.log)
 
 	distDir := c.cfg.DistDir
@@ -264,17 +278,9 @@ func (c *Console) Run(ctx context.Context) error {
 		c.log.Info("no agent binaries to serve; boxes cannot install with the pasted command until 'make dist' output is in the downloads directory", "dir", distDir)
 	}
 
-	reg, err := registry.Open(ctx, filepath.Join(c.cfg.DataDir, "registry"), c.log)
-	if err != nil {
-		return fmt.Errorf("console: %w", err)
-	}
-	defer reg.Close()
-	registryHosts := dedupe([]string{pu.Host, enroll.HostPort(pu)})
-	boxRegistry := boxRegistryServer(reg, c.desired, registryHosts)
-
 	handler := httpapi.New(httpapi.Deps{
 		Fleet: fl, Audit: auditLog, Tokens: auth.New(bdb), PKI: authority, Sessions: c.presence, Desired: c.desired, Downloads: downloads,
-		Registry: reg, RegistryHosts: registryHosts,
+		Registry: reg, RegistryHosts: registryHosts, Apps: catalogue, Agents: agents{c},
 		ConsoleURL: public, BoxCertTTL: c.cfg.BoxCertTTL, Log: c.log,
 		Metrics: promhttp.HandlerFor(c.reg, promhttp.HandlerOpts{}),
 	})
@@ -304,6 +310,7 @@ func (c *Console) Run(ctx context.Context) error {
 	run(func() { syncs.serve(ctx, srv.Listen(tunnel.KindSync)) })
 	run(func() { c.presence.run(ctx) })
 	run(func() { compactLoop(ctx, st, c.cfg.CompactEvery, c.cfg.KeepRevisions, c.log) })
+	run(func() { appsLoop(ctx, catalogue, c.cfg.AppsSyncEvery, c.log) })
 
 	<-ctx.Done()
 	ln.Close()

@@ -10,6 +10,7 @@ import (
 	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
 
+	"github.com/edgebox/edgebox/console/apps"
 	"github.com/edgebox/edgebox/console/fleet"
 	"github.com/edgebox/edgebox/console/pki"
 	"github.com/edgebox/edgebox/enroll"
@@ -27,6 +28,7 @@ type consoleService struct {
 	ttl      time.Duration
 	log      *slog.Logger
 	presence *presence
+	apps     *apps.Apps
 }
 
 func boxOf(ctx context.Context) (string, error) {
@@ -86,6 +88,11 @@ func (s *consoleService) Hello(ctx context.Context, req *edgeboxv1.HelloRequest)
 		return nil, grpcError(err)
 	}
 	s.log.Info("box said hello", "box_id", id, "name", b.Name, "agent_version", b.AgentVersion, "capability", b.Capability)
+	// A new box, or one back from a long absence, gets the apps pinned
+	// where it stands before its Sync stream asks.
+	if _, err := s.apps.SyncBox(ctx, b); err != nil {
+		s.log.Warn("box's apps not brought up to date; the periodic sync retries", "box_id", id, "err", err)
+	}
 	return &edgeboxv1.HelloResponse{BoxId: id, Name: b.Name, Approved: b.State == fleet.StateApproved,
 		ConsoleCapabilityVersion: CapabilityVersion, ConsoleVersion: Version}, nil
 }

@@ -75,7 +75,9 @@ type Reconciler struct {
 	reported map[string]bool
 	crashes  map[string]*crashes
 	pulls    pulls
-	runCtx   context.Context // set by Run, for pulls that outlive a pass
+	// running is the release each workload's instance runs, for status.
+	running map[string]string
+	runCtx  context.Context // set by Run, for pulls that outlive a pass
 }
 
 // New returns a reconciler; Run starts it.
@@ -93,7 +95,8 @@ func New(cfg Config) (*Reconciler, error) {
 		cfg.Now = time.Now
 	}
 	r := &Reconciler{cfg: cfg, drivers: map[string]runtime.Driver{}, kick: make(chan struct{}, 1), reported: map[string]bool{},
-		crashes: map[string]*crashes{}, pulls: pulls{m: map[string]*pull{}}}
+		crashes: map[string]*crashes{}, pulls: pulls{m: map[string]*pull{}},
+		running: map[string]string{}}
 	for _, d := range cfg.Drivers {
 		if _, dup := r.drivers[d.Runtime()]; dup {
 			return nil, fmt.Errorf("reconcile: two drivers for runtime %q", d.Runtime())
@@ -251,6 +254,7 @@ func (r *Reconciler) converge(ctx context.Context, o *edgeboxv1.DesiredObject, h
 				delete(r.crashes, name)
 			}
 		}
+		r.running[name] = w.GetRelease()
 		r.status(name, rev, "Running", "")
 		return
 	}
@@ -266,6 +270,7 @@ func (r *Reconciler) converge(ctx context.Context, o *edgeboxv1.DesiredObject, h
 	} else {
 		r.event(name, "Started", "", false)
 	}
+	r.running[name] = w.GetRelease()
 	r.status(name, rev, "Running", "")
 }
 
@@ -308,6 +313,7 @@ func (r *Reconciler) remove(ctx context.Context, d runtime.Driver, name string) 
 	if err := d.Remove(ctx, name); err != nil {
 		return fmt.Errorf("removing: %w", err)
 	}
+	delete(r.running, name)
 	return nil
 }
 
@@ -320,7 +326,7 @@ func (r *Reconciler) fail(name string, rev uint64, reason string, err error) {
 func (r *Reconciler) status(name string, rev uint64, phase, msg string) {
 	r.reported[name] = true
 	r.cfg.Reporter.Report(&edgeboxv1.ObjectStatus{Kind: KindWorkload, Name: name, ObservedRevision: rev,
-		Phase: phase, Message: msg, UpdatedUnixNano: time.Now().UnixNano()})
+		Phase: phase, Message: msg, UpdatedUnixNano: time.Now().UnixNano(), Release: r.running[name]})
 }
 
 func (r *Reconciler) event(name, reason, msg string, warning bool) {

@@ -13,7 +13,8 @@ import (
 // drivers returns the runtimes this box has: native processes always,
 // containerd when its socket is there. A box without containerd runs no
 // containers and says so in each container workload's status.
-func drivers(dataDir, containerdAddr string, log *slog.Logger) (ds []runtime.Driver, closeAll func()) {
+func drivers(dataDir string, rt runtimeFlags, log *slog.Logger) (ds []runtime.Driver, closeAll func()) {
+	containerdAddr := rt.containerd
 	closeAll = func() {}
 	if p, err := process.New(process.Config{StateDir: filepath.Join(dataDir, "process")}); err == nil {
 		ds = append(ds, p)
@@ -24,7 +25,7 @@ func drivers(dataDir, containerdAddr string, log *slog.Logger) (ds []runtime.Dri
 		log.Info("no containerd on this box; container workloads cannot run", "socket", containerdAddr)
 		return ds, closeAll
 	}
-	d, err := containerd.New(containerd.Config{Address: containerdAddr, LogDir: filepath.Join(dataDir, "logs")})
+	d, err := containerd.New(containerd.Config{Address: containerdAddr, LogDir: filepath.Join(dataDir, "logs"), RuncRoot: rt.runcRoot})
 	if err != nil {
 		log.Warn("containerd is not usable; container workloads cannot run", "err", err)
 		return ds, closeAll

@@ -10,4 +10,4 @@ import (
 
 // drivers returns the runtimes this box has; the process and QEMU drivers
 // for Windows come with their own changes.
-func drivers(string, string, *slog.Logger) ([]runtime.Driver, func()) { return nil, func() {} }
+func drivers(string, runtimeFlags, *slog.Logger) ([]runtime.Driver, func()) { return nil, func() {} }

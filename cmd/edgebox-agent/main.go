@@ -73,7 +73,7 @@ back. The token pins the console's CA: nothing else is trusted.`,
 	}
 	enrollCmd.Flags().StringVar(&name, "name", "", "box name (default: the host name)")
 
-	var containerdAddr string
+	var rt runtimeFlags
 	runCmd := &cobra.Command{
 		Use:   "run",
 		Short: "Run the agent in the foreground until interrupted",
@@ -92,7 +92,7 @@ back. The token pins the console's CA: nothing else is trusted.`,
 			if settings.Proxy != "" {
 				cfg.Proxy = tunnel.ProxyFunc(settings.ProxyFunc())
 			}
-			ds, closeDrivers := drivers(dataDir, containerdAddr, log)
+			ds, closeDrivers := drivers(dataDir, rt, log)
 			defer closeDrivers()
 			cfg.Drivers = ds
 			a, err := agent.New(cfg, log)
@@ -105,7 +105,8 @@ back. The token pins the console's CA: nothing else is trusted.`,
 		},
 	}
 
-	runCmd.Flags().StringVar(&containerdAddr, "containerd", "/run/containerd/containerd.sock", "containerd's socket, for container workloads (Linux)")
+	runCmd.Flags().StringVar(&rt.containerd, "containerd", "/run/containerd/containerd.sock", "containerd's socket, for container workloads (Linux)")
+	runCmd.Flags().StringVar(&rt.runcRoot, "runc-root", "", "runc's state directory, when another containerd on this host uses the namespace \"edgebox\" too")
 
 	var asJSON bool
 	statusCmd := &cobra.Command{

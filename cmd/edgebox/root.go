@@ -22,7 +22,7 @@ func newRoot() *cobra.Command {
 	var output string
 	root := &cobra.Command{
 		Use:   "edgebox",
-		Short: "Operate an edgebox console: boxes, enrollment tokens, audit",
+		Short: "Operate an edgebox console: boxes, enrollment tokens, apps and deploys, audit",
 		Long: `edgebox talks to an edgebox console's API.
 
 Log in once with the URL, admin token and CA hash the console printed at its
@@ -47,7 +47,8 @@ directory). EDGEBOX_TOKEN overrides the stored token.`,
 			return fmt.Errorf("--output %q: use table or json", output)
 		}
 	}
-	root.AddCommand(loginCmd(), tokenCmd(out), boxesCmd(out), auditCmd(out))
+	root.AddCommand(loginCmd(), tokenCmd(out), boxesCmd(out), auditCmd(out),
+		appCmd(out), releaseCmd(out), deployCmd(out), undeployCmd(out), statusCmd(out), logsCmd())
 	return root
 }
 

@@ -83,6 +83,7 @@ func (st *State) ReportStatus(ctx context.Context, box string, r *edgeboxv1.Sync
 		keep[k] = true
 		c := proto.Clone(s).(*edgeboxv1.ObjectStatus)
 		c.Message = clip(c.Message, maxMessage)
+		c.Release = clip(c.Release, 64)
 		raw, err := proto.Marshal(c)
 		if err != nil {
 			return err

@@ -16,6 +16,7 @@ import (
 	"github.com/gin-gonic/gin"
 
 	"github.com/edgebox/edgebox/api"
+	"github.com/edgebox/edgebox/console/apps"
 	"github.com/edgebox/edgebox/console/audit"
 	"github.com/edgebox/edgebox/console/auth"
 	"github.com/edgebox/edgebox/console/desired"
@@ -56,6 +57,8 @@ type Deps struct {
 	Registry *registry.Registry
 	// RegistryHosts are the names images give the console's registry.
 	RegistryHosts []string
+	Apps          *apps.Apps
+	Agents        Agents
 	ConsoleURL    string
 	BoxCertTTL    time.Duration
 	Metrics       http.Handler
@@ -103,6 +106,17 @@ func New(d Deps) http.Handler {
 	v1.GET("/boxes/:id/state", s.boxState)
 	v1.PUT("/boxes/:id/desired/:kind/:name", s.putDesired)
 	v1.DELETE("/boxes/:id/desired/:kind/:name", s.deleteDesired)
+	v1.GET("/boxes/:id/workloads/:name/logs", s.workloadLogs)
+	v1.GET("/apps", s.listApps)
+	v1.POST("/apps", s.createApp)
+	v1.GET("/apps/:app", s.getApp)
+	v1.DELETE("/apps/:app", s.deleteApp)
+	v1.GET("/apps/:app/releases", s.listReleases)
+	v1.POST("/apps/:app/releases", s.createRelease)
+	v1.GET("/apps/:app/pins", s.listPins)
+	v1.PUT("/apps/:app/pins/:scope/:target", s.deploy)
+	v1.DELETE("/apps/:app/pins/:scope/:target", s.undeploy)
+	v1.GET("/apps/:app/status", s.appStatus)
 	v1.GET("/tokens", s.listTokens)
 	v1.POST("/tokens", s.createToken)
 	v1.DELETE("/tokens/:id", s.revokeToken)
@@ -229,10 +243,13 @@ func (s *server) view(b fleet.Box) api.Box {
 	return v
 }
 
-// findBox accepts a box ID or a unique name.
-func (s *server) findBox(c *gin.Context) (fleet.Box, bool) {
+// findBox accepts a box ID or a unique name in the path's :id.
+func (s *server) findBox(c *gin.Context) (fleet.Box, bool) { return s.lookupBox(c, c.Param("id")) }
+
+// lookupBox finds a box by ID or unique name, answering the call when
+// there is none.
+func (s *server) lookupBox(c *gin.Context, ref string) (fleet.Box, bool) {
 	who := caller(c)
-	ref := c.Param("id")
 	b, err := s.Fleet.Box(who.TenantID, ref)
 	if err == nil {
 		return b, true
@@ -313,6 +330,13 @@ func (s *server) approveBox(c *gin.Context) {
 	if err != nil {
 		s.fail(c, err)
 		return
+	}
+	if s.Apps != nil {
+		// The apps pinned where the box stands, at once; the periodic
+		// sync catches up if this fails.
+		if _, err := s.Apps.SyncBox(c.Request.Context(), b); err != nil {
+			s.Log.Warn("approved box's apps not written yet", "box_id", b.ID, "err", err)
+		}
 	}
 	c.JSON(http.StatusOK, s.view(b))
 }

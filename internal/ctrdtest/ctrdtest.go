@@ -75,6 +75,11 @@ disabled_plugins = ["io.containerd.grpc.v1.cri"]
 	}
 }
 
+// RuncRoot is the runc state directory for the containerd at sock: test
+// daemons share the host, and runc's default directory would mix their
+// containers up.
+func RuncRoot(sock string) string { return filepath.Join(filepath.Dir(sock), "runc") }
+
 // Image is the name of BusyboxImage's image.
 const Image = "edgebox.test/busybox:1"
 

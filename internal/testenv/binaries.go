@@ -224,10 +224,13 @@ type binaryBox struct {
 func (b *binaryBox) ID() string      { return b.id }
 func (b *binaryBox) DataDir() string { return b.dir }
 
-func (b *binaryBox) Start(t testing.TB) {
+func (b *binaryBox) Start(t testing.TB) { b.StartArgs(t) }
+
+// StartArgs starts the agent with more flags for 'edgebox-agent run'.
+func (b *binaryBox) StartArgs(t testing.TB, args ...string) {
 	t.Helper()
 	logs := &syncBuffer{b: new(bytes.Buffer)}
-	cmd := exec.Command(filepath.Join(b.bin, "edgebox-agent"), "run", "--data", b.dir)
+	cmd := exec.Command(filepath.Join(b.bin, "edgebox-agent"), append([]string{"run", "--data", b.dir}, args...)...)
 	cmd.Stdout, cmd.Stderr = logs, logs
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -278,3 +281,7 @@ func (s *syncBuffer) String() string {
 	defer s.mu.Unlock()
 	return s.b.String()
 }
+
+// StartAgentArgs starts a box enrolled by Binaries with more flags for
+// 'edgebox-agent run'.
+func StartAgentArgs(t testing.TB, b Box, args ...string) { b.(*binaryBox).StartArgs(t, args...) }

@@ -19,6 +19,7 @@ import (
 	"syscall"
 	"time"
 
+	runcoptions "github.com/containerd/containerd/api/types/runc/options"
 	"github.com/containerd/containerd/v2/client"
 	"github.com/containerd/containerd/v2/pkg/cio"
 	"github.com/containerd/containerd/v2/pkg/namespaces"
@@ -53,6 +54,10 @@ type Config struct {
 	// MaxLogBytes rotates a log (to <workload>.log.1) when it passed this
 	// size at a start; default 10 MiB.
 	MaxLogBytes int64
+	// RuncRoot is runc's state directory; empty is runc's default. Set it
+	// when another containerd on the same host may use the namespace
+	// "edgebox" too, or their containers' states collide.
+	RuncRoot string
 }
 
 // Driver runs workloads as containerd containers.
@@ -155,15 +160,18 @@ func (d *Driver) Create(ctx context.Context, s runtime.Spec) error {
 	if b := w.GetMemoryBytes(); b > 0 {
 		specOpts = append(specOpts, oci.WithMemoryLimit(uint64(b)))
 	}
-	_, err = d.c.NewContainer(ctx, s.Name,
-		client.WithImage(img),
+	opts := []client.NewContainerOpts{client.WithImage(img)}
+	if d.cfg.RuncRoot != "" {
+		opts = append(opts, client.WithRuntime("io.containerd.runc.v2", &runcoptions.Options{Root: d.cfg.RuncRoot}))
+	}
+	_, err = d.c.NewContainer(ctx, s.Name, append(opts,
 		client.WithSnapshotter(d.cfg.Snapshotter),
 		client.WithNewSnapshot(s.Name+"-rootfs", img),
 		client.WithNewSpec(specOpts...),
 		client.WithContainerLabels(map[string]string{
 			labelManaged: "true", labelHash: s.Hash, labelApp: w.GetApp(), labelRelease: w.GetRelease(),
 		}),
-	)
+	)...)
 	return translate(err, "creating %s", s.Name)
 }
 

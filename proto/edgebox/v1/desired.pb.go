@@ -469,6 +469,7 @@ type ObjectStatus struct {
 	Phase           string `protobuf:"bytes,4,opt,name=phase,proto3" json:"phase,omitempty"`
 	Message         string `protobuf:"bytes,5,opt,name=message,proto3" json:"message,omitempty"` // at most 1 KiB
 	UpdatedUnixNano int64  `protobuf:"varint,6,opt,name=updated_unix_nano,json=updatedUnixNano,proto3" json:"updated_unix_nano,omitempty"`
+	Release         string `protobuf:"bytes,7,opt,name=release,proto3" json:"release,omitempty"` // of a Workload: the release running now, if any
 	unknownFields   protoimpl.UnknownFields
 	sizeCache       protoimpl.SizeCache
 }
@@ -543,6 +544,13 @@ func (x *ObjectStatus) GetUpdatedUnixNano() int64 {
 		return x.UpdatedUnixNano
 	}
 	return 0
+}
+
+func (x *ObjectStatus) GetRelease() string {
+	if x != nil {
+		return x.Release
+	}
+	return ""
 }
 
 // Event is one thing that happened to a desired object on the box.
@@ -715,14 +723,15 @@ const file_edgebox_v1_desired_proto_rawDesc = "" +
 	"\fagent_config\x18\f \x01(\v2\x17.edgebox.v1.AgentConfigH\x00R\vagentConfig\x12?\n" +
 	"\ragent_release\x18\r \x01(\v2\x18.edgebox.v1.AgentReleaseH\x00R\fagentRelease\x12\x12\n" +
 	"\x04kind\x18\x04 \x01(\tR\x04kindB\x06\n" +
-	"\x04spec\"\xbf\x01\n" +
+	"\x04spec\"\xd9\x01\n" +
 	"\fObjectStatus\x12\x12\n" +
 	"\x04kind\x18\x01 \x01(\tR\x04kind\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12+\n" +
 	"\x11observed_revision\x18\x03 \x01(\x04R\x10observedRevision\x12\x14\n" +
 	"\x05phase\x18\x04 \x01(\tR\x05phase\x12\x18\n" +
 	"\amessage\x18\x05 \x01(\tR\amessage\x12*\n" +
-	"\x11updated_unix_nano\x18\x06 \x01(\x03R\x0fupdatedUnixNano\"\xa1\x01\n" +
+	"\x11updated_unix_nano\x18\x06 \x01(\x03R\x0fupdatedUnixNano\x12\x18\n" +
+	"\arelease\x18\a \x01(\tR\arelease\"\xa1\x01\n" +
 	"\x05Event\x12$\n" +
 	"\x0etime_unix_nano\x18\x01 \x01(\x03R\ftimeUnixNano\x12\x12\n" +
 	"\x04kind\x18\x02 \x01(\tR\x04kind\x12\x12\n" +

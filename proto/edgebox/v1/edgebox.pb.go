@@ -830,6 +830,110 @@ func (*InfoRequest) Descriptor() ([]byte, []int) {
 	return file_edgebox_v1_edgebox_proto_rawDescGZIP(), []int{12}
 }
 
+type LogsRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Workload      string                 `protobuf:"bytes,1,opt,name=workload,proto3" json:"workload,omitempty"`
+	Tail          uint32                 `protobuf:"varint,2,opt,name=tail,proto3" json:"tail,omitempty"` // lines; 0 means 200, at most 10000
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LogsRequest) Reset() {
+	*x = LogsRequest{}
+	mi := &file_edgebox_v1_edgebox_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LogsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LogsRequest) ProtoMessage() {}
+
+func (x *LogsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_edgebox_v1_edgebox_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LogsRequest.ProtoReflect.Descriptor instead.
+func (*LogsRequest) Descriptor() ([]byte, []int) {
+	return file_edgebox_v1_edgebox_proto_rawDescGZIP(), []int{13}
+}
+
+func (x *LogsRequest) GetWorkload() string {
+	if x != nil {
+		return x.Workload
+	}
+	return ""
+}
+
+func (x *LogsRequest) GetTail() uint32 {
+	if x != nil {
+		return x.Tail
+	}
+	return 0
+}
+
+type LogsResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Text          []byte                 `protobuf:"bytes,1,opt,name=text,proto3" json:"text,omitempty"` // at most 1 MiB, the end of the log when longer
+	Truncated     bool                   `protobuf:"varint,2,opt,name=truncated,proto3" json:"truncated,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LogsResponse) Reset() {
+	*x = LogsResponse{}
+	mi := &file_edgebox_v1_edgebox_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LogsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LogsResponse) ProtoMessage() {}
+
+func (x *LogsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_edgebox_v1_edgebox_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LogsResponse.ProtoReflect.Descriptor instead.
+func (*LogsResponse) Descriptor() ([]byte, []int) {
+	return file_edgebox_v1_edgebox_proto_rawDescGZIP(), []int{14}
+}
+
+func (x *LogsResponse) GetText() []byte {
+	if x != nil {
+		return x.Text
+	}
+	return nil
+}
+
+func (x *LogsResponse) GetTruncated() bool {
+	if x != nil {
+		return x.Truncated
+	}
+	return false
+}
+
 var File_edgebox_v1_edgebox_proto protoreflect.FileDescriptor
 
 const file_edgebox_v1_edgebox_proto_rawDesc = "" +
@@ -886,13 +990,20 @@ const file_edgebox_v1_edgebox_proto_rawDesc = "" +
 	"\x05reset\x18\x03 \x01(\bR\x05reset\x12\x14\n" +
 	"\x05error\x18\x04 \x01(\tR\x05error\x120\n" +
 	"\x14waiting_for_approval\x18\x05 \x01(\bR\x12waitingForApproval\"\r\n" +
-	"\vInfoRequest2\x8c\x01\n" +
+	"\vInfoRequest\"=\n" +
+	"\vLogsRequest\x12\x1a\n" +
+	"\bworkload\x18\x01 \x01(\tR\bworkload\x12\x12\n" +
+	"\x04tail\x18\x02 \x01(\rR\x04tail\"@\n" +
+	"\fLogsResponse\x12\x12\n" +
+	"\x04text\x18\x01 \x01(\fR\x04text\x12\x1c\n" +
+	"\ttruncated\x18\x02 \x01(\bR\ttruncated2\x8c\x01\n" +
 	"\x0eConsoleService\x12<\n" +
 	"\x05Hello\x12\x18.edgebox.v1.HelloRequest\x1a\x19.edgebox.v1.HelloResponse\x12<\n" +
-	"\x05Renew\x12\x18.edgebox.v1.RenewRequest\x1a\x19.edgebox.v1.RenewResponse2\x7f\n" +
+	"\x05Renew\x12\x18.edgebox.v1.RenewRequest\x1a\x19.edgebox.v1.RenewResponse2\xba\x01\n" +
 	"\fAgentService\x129\n" +
 	"\x04Ping\x12\x17.edgebox.v1.PingRequest\x1a\x18.edgebox.v1.PingResponse\x124\n" +
-	"\x04Info\x12\x17.edgebox.v1.InfoRequest\x1a\x13.edgebox.v1.BoxInfoB7Z5github.com/edgebox/edgebox/proto/edgebox/v1;edgeboxv1b\x06proto3"
+	"\x04Info\x12\x17.edgebox.v1.InfoRequest\x1a\x13.edgebox.v1.BoxInfo\x129\n" +
+	"\x04Logs\x12\x17.edgebox.v1.LogsRequest\x1a\x18.edgebox.v1.LogsResponseB7Z5github.com/edgebox/edgebox/proto/edgebox/v1;edgeboxv1b\x06proto3"
 
 var (
 	file_edgebox_v1_edgebox_proto_rawDescOnce sync.Once
@@ -906,7 +1017,7 @@ func file_edgebox_v1_edgebox_proto_rawDescGZIP() []byte {
 	return file_edgebox_v1_edgebox_proto_rawDescData
 }
 
-var file_edgebox_v1_edgebox_proto_msgTypes = make([]protoimpl.MessageInfo, 13)
+var file_edgebox_v1_edgebox_proto_msgTypes = make([]protoimpl.MessageInfo, 15)
 var file_edgebox_v1_edgebox_proto_goTypes = []any{
 	(*BoxInfo)(nil),       // 0: edgebox.v1.BoxInfo
 	(*HelloRequest)(nil),  // 1: edgebox.v1.HelloRequest
@@ -921,28 +1032,32 @@ var file_edgebox_v1_edgebox_proto_goTypes = []any{
 	(*SyncStatus)(nil),    // 10: edgebox.v1.SyncStatus
 	(*SyncDown)(nil),      // 11: edgebox.v1.SyncDown
 	(*InfoRequest)(nil),   // 12: edgebox.v1.InfoRequest
-	(*ObjectStatus)(nil),  // 13: edgebox.v1.ObjectStatus
-	(*Event)(nil),         // 14: edgebox.v1.Event
-	(*DesiredObject)(nil), // 15: edgebox.v1.DesiredObject
+	(*LogsRequest)(nil),   // 13: edgebox.v1.LogsRequest
+	(*LogsResponse)(nil),  // 14: edgebox.v1.LogsResponse
+	(*ObjectStatus)(nil),  // 15: edgebox.v1.ObjectStatus
+	(*Event)(nil),         // 16: edgebox.v1.Event
+	(*DesiredObject)(nil), // 17: edgebox.v1.DesiredObject
 }
 var file_edgebox_v1_edgebox_proto_depIdxs = []int32{
 	0,  // 0: edgebox.v1.HelloRequest.info:type_name -> edgebox.v1.BoxInfo
 	8,  // 1: edgebox.v1.SyncUp.hello:type_name -> edgebox.v1.SyncHello
 	9,  // 2: edgebox.v1.SyncUp.ack:type_name -> edgebox.v1.SyncAck
 	10, // 3: edgebox.v1.SyncUp.status:type_name -> edgebox.v1.SyncStatus
-	13, // 4: edgebox.v1.SyncStatus.objects:type_name -> edgebox.v1.ObjectStatus
-	14, // 5: edgebox.v1.SyncStatus.events:type_name -> edgebox.v1.Event
-	15, // 6: edgebox.v1.SyncDown.objects:type_name -> edgebox.v1.DesiredObject
+	15, // 4: edgebox.v1.SyncStatus.objects:type_name -> edgebox.v1.ObjectStatus
+	16, // 5: edgebox.v1.SyncStatus.events:type_name -> edgebox.v1.Event
+	17, // 6: edgebox.v1.SyncDown.objects:type_name -> edgebox.v1.DesiredObject
 	1,  // 7: edgebox.v1.ConsoleService.Hello:input_type -> edgebox.v1.HelloRequest
 	3,  // 8: edgebox.v1.ConsoleService.Renew:input_type -> edgebox.v1.RenewRequest
 	5,  // 9: edgebox.v1.AgentService.Ping:input_type -> edgebox.v1.PingRequest
 	12, // 10: edgebox.v1.AgentService.Info:input_type -> edgebox.v1.InfoRequest
-	2,  // 11: edgebox.v1.ConsoleService.Hello:output_type -> edgebox.v1.HelloResponse
-	4,  // 12: edgebox.v1.ConsoleService.Renew:output_type -> edgebox.v1.RenewResponse
-	6,  // 13: edgebox.v1.AgentService.Ping:output_type -> edgebox.v1.PingResponse
-	0,  // 14: edgebox.v1.AgentService.Info:output_type -> edgebox.v1.BoxInfo
-	11, // [11:15] is the sub-list for method output_type
-	7,  // [7:11] is the sub-list for method input_type
+	13, // 11: edgebox.v1.AgentService.Logs:input_type -> edgebox.v1.LogsRequest
+	2,  // 12: edgebox.v1.ConsoleService.Hello:output_type -> edgebox.v1.HelloResponse
+	4,  // 13: edgebox.v1.ConsoleService.Renew:output_type -> edgebox.v1.RenewResponse
+	6,  // 14: edgebox.v1.AgentService.Ping:output_type -> edgebox.v1.PingResponse
+	0,  // 15: edgebox.v1.AgentService.Info:output_type -> edgebox.v1.BoxInfo
+	14, // 16: edgebox.v1.AgentService.Logs:output_type -> edgebox.v1.LogsResponse
+	12, // [12:17] is the sub-list for method output_type
+	7,  // [7:12] is the sub-list for method input_type
 	7,  // [7:7] is the sub-list for extension type_name
 	7,  // [7:7] is the sub-list for extension extendee
 	0,  // [0:7] is the sub-list for field type_name
@@ -965,7 +1080,7 @@ func file_edgebox_v1_edgebox_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_edgebox_v1_edgebox_proto_rawDesc), len(file_edgebox_v1_edgebox_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   13,
+			NumMessages:   15,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

@@ -172,6 +172,7 @@ var ConsoleService_ServiceDesc = grpc.ServiceDesc{
 const (
 	AgentService_Ping_FullMethodName = "/edgebox.v1.AgentService/Ping"
 	AgentService_Info_FullMethodName = "/edgebox.v1.AgentService/Info"
+	AgentService_Logs_FullMethodName = "/edgebox.v1.AgentService/Logs"
 )
 
 // AgentServiceClient is the client API for AgentService service.
@@ -182,6 +183,8 @@ const (
 type AgentServiceClient interface {
 	Ping(ctx context.Context, in *PingRequest, opts ...grpc.CallOption) (*PingResponse, error)
 	Info(ctx context.Context, in *InfoRequest, opts ...grpc.CallOption) (*BoxInfo, error)
+	// Logs returns the last lines a workload wrote.
+	Logs(ctx context.Context, in *LogsRequest, opts ...grpc.CallOption) (*LogsResponse, error)
 }
 
 type agentServiceClient struct {
@@ -212,6 +215,16 @@ func (c *agentServiceClient) Info(ctx context.Context, in *InfoRequest, opts ...
 	return out, nil
 }
 
+func (c *agentServiceClient) Logs(ctx context.Context, in *LogsRequest, opts ...grpc.CallOption) (*LogsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(LogsResponse)
+	err := c.cc.Invoke(ctx, AgentService_Logs_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // AgentServiceServer is the server API for AgentService service.
 // All implementations must embed UnimplementedAgentServiceServer
 // for forward compatibility.
@@ -220,6 +233,8 @@ func (c *agentServiceClient) Info(ctx context.Context, in *InfoRequest, opts ...
 type AgentServiceServer interface {
 	Ping(context.Context, *PingRequest) (*PingResponse, error)
 	Info(context.Context, *InfoRequest) (*BoxInfo, error)
+	// Logs returns the last lines a workload wrote.
+	Logs(context.Context, *LogsRequest) (*LogsResponse, error)
 	mustEmbedUnimplementedAgentServiceServer()
 }
 
@@ -235,6 +250,9 @@ func (UnimplementedAgentServiceServer) Ping(context.Context, *PingRequest) (*Pin
 }
 func (UnimplementedAgentServiceServer) Info(context.Context, *InfoRequest) (*BoxInfo, error) {
 	return nil, status.Error(codes.Unimplemented, "method Info not implemented")
+}
+func (UnimplementedAgentServiceServer) Logs(context.Context, *LogsRequest) (*LogsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Logs not implemented")
 }
 func (UnimplementedAgentServiceServer) mustEmbedUnimplementedAgentServiceServer() {}
 func (UnimplementedAgentServiceServer) testEmbeddedByValue()                      {}
@@ -293,6 +311,24 @@ func _AgentService_Info_Handler(srv interface{}, ctx context.Context, dec func(i
 	return interceptor(ctx, in, info, handler)
 }
 
+func _AgentService_Logs_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(LogsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AgentServiceServer).Logs(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: AgentService_Logs_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AgentServiceServer).Logs(ctx, req.(*LogsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // AgentService_ServiceDesc is the grpc.ServiceDesc for AgentService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -307,6 +343,10 @@ var AgentService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Info",
 			Handler:    _AgentService_Info_Handler,
+		},
+		{
+			MethodName: "Logs",
+			Handler:    _AgentService_Logs_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

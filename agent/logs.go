@@ -1,0 +1,61 @@
+package agent
+
+import (
+	"context"
+	"errors"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/edgebox/edgebox/errdefs"
+	edgeboxv1 "github.com/edgebox/edgebox/proto/edgebox/v1"
+)
+
+// Bounds on a logs answer.
+const (
+	defaultLogLines = 200
+	maxLogLines     = 10000
+	maxLogBytes     = 1 << 20
+)
+
+// Logs returns the end of a workload's output, from whichever driver holds
+// it.
+func (s *agentService) Logs(ctx context.Context, r *edgeboxv1.LogsRequest) (*edgeboxv1.LogsResponse, error) {
+	name := r.GetWorkload()
+	if !edgeboxv1.ValidObjectName(name) {
+		return nil, status.Errorf(codes.InvalidArgument, "workload name %q is not valid", name)
+	}
+	tail := int(r.GetTail())
+	if tail == 0 {
+		tail = defaultLogLines
+	}
+	tail = min(tail, maxLogLines)
+	for _, d := range s.drivers {
+		if _, err := d.Inspect(ctx, name); errors.Is(err, errdefs.ErrNotFound) {
+			continue
+		} else if err != nil {
+			return nil, status.Errorf(codes.Unavailable, "%s: %v", d.Runtime(), err)
+		}
+		var w lastBytes
+		if err := d.Logs(ctx, name, tail, &w); err != nil {
+			return nil, status.Errorf(codes.Unavailable, "logs of %s: %v", name, err)
+		}
+		return &edgeboxv1.LogsResponse{Text: w.buf, Truncated: w.cut}, nil
+	}
+	return nil, status.Errorf(codes.NotFound, "no workload %q runs on this box", name)
+}
+
+// lastBytes keeps the last maxLogBytes written to it.
+type lastBytes struct {
+	buf []byte
+	cut bool
+}
+
+func (w *lastBytes) Write(p []byte) (int, error) {
+	w.buf = append(w.buf, p...)
+	if over := len(w.buf) - maxLogBytes; over > 0 {
+		w.buf = append(w.buf[:0:0], w.buf[over:]...)
+		w.cut = true
+	}
+	return len(p), nil
+}

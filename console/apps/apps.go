@@ -1,0 +1,585 @@
+// Package apps keeps the console's apps, their immutable releases and the
+// pins that say which release runs where, and turns them into each box's
+// Workload objects. A pin names a region, a site or a box; a box's pin
+// overrides its site's, which overrides its region's. A box that joins a
+// pinned region or site gets the app with nothing more to do.
+//
+// Keys in the store, per tenant:
+//
+//	apps/<tenant>/<app>/app                    -> App (JSON)
+//	apps/<tenant>/<app>/rel/<version>          -> Release (JSON)
+//	apps/<tenant>/<app>/pin/<scope>/<target>   -> Pin (JSON)
+package apps
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"regexp"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/opencontainers/go-digest"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/edgebox/edgebox/console/desired"
+	"github.com/edgebox/edgebox/console/fleet"
+	"github.com/edgebox/edgebox/console/store"
+	"github.com/edgebox/edgebox/errdefs"
+	"github.com/edgebox/edgebox/images/registry"
+	edgeboxv1 "github.com/edgebox/edgebox/proto/edgebox/v1"
+)
+
+// App is a robot or service operators deploy.
+type App struct {
+	TenantID    string    `json:"tenant_id"`
+	Name        string    `json:"name"`
+	Description string    `json:"description,omitempty"`
+	CreatedAt   time.Time `json:"created_at"`
+	CreatedBy   string    `json:"created_by"`
+}
+
+// Release is one immutable version of an app: what a box runs.
+type Release struct {
+	TenantID    string   `json:"tenant_id"`
+	App         string   `json:"app"`
+	Version     string   `json:"version"`
+	Runtime     string   `json:"runtime"`
+	Image       string   `json:"image"` // by digest, for containerd and qemu
+	Env         []string `json:"env,omitempty"`
+	Args        []string `json:"args,omitempty"`
+	CPUMillis   int64    `json:"cpu_millis,omitempty"`
+	MemoryBytes int64    `json:"memory_bytes,omitempty"`
+	Restart     string   `json:"restart,omitempty"`
+	// Tag is the tag Image was resolved from, for people reading.
+	Tag       string    `json:"tag,omitempty"`
+	CreatedAt time.Time `json:"created_at"`
+	CreatedBy string    `json:"created_by"`
+}
+
+// Scopes a pin can name.
+const (
+	ScopeRegion = "region"
+	ScopeSite   = "site"
+	ScopeBox    = "box"
+)
+
+// Pin says that app runs Version wherever Scope/Target covers.
+type Pin struct {
+	TenantID string    `json:"tenant_id"`
+	App      string    `json:"app"`
+	Scope    string    `json:"scope"`
+	Target   string    `json:"target"`
+	Version  string    `json:"version"`
+	At       time.Time `json:"at"`
+	By       string    `json:"by"`
+}
+
+// Boxes is what apps needs of the fleet.
+type Boxes interface {
+	Boxes(tenant string) ([]fleet.Box, error)
+	Box(tenant, id string) (fleet.Box, error)
+}
+
+// Images resolves and checks image references in the console's registry.
+type Images interface {
+	Resolve(ctx context.Context, repo, tag string) (digest.Digest, error)
+	HasManifest(ctx context.Context, repo string, d digest.Digest) (bool, error)
+}
+
+// Apps is the console's app catalogue and deployer.
+type Apps struct {
+	s       store.Store
+	desired *desired.State
+	boxes   Boxes
+	images  Images
+	// hosts are the names images give the console's registry; the first
+	// is the one releases are written with.
+	hosts []string
+	log   *slog.Logger
+	now   func() time.Time
+}
+
+// New returns the catalogue kept in s.
+func New(s store.Store, d *desired.State, boxes Boxes, images Images, registryHosts []string, log *slog.Logger) *Apps {
+	return &Apps{s: s, desired: d, boxes: boxes, images: images, hosts: registryHosts, log: log, now: time.Now}
+}
+
+var (
+	nameRE    = regexp.MustCompile(`^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$`)
+	versionRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9.+_-]{0,63}$`)
+)
+
+func appPrefix(tenant, app string) string { return "apps/" + tenant + "/" + app + "/" }
+func appKey(tenant, app string) string    { return appPrefix(tenant, app) + "app" }
+func relKey(tenant, app, v string) string { return appPrefix(tenant, app) + "rel/" + v }
+func pinPrefix(tenant, app string) string { return appPrefix(tenant, app) + "pin/" }
+func pinKey(tenant, app, scope, target string) string {
+	return pinPrefix(tenant, app) + scope + "/" + target
+}
+
+func getJSON(ctx context.Context, s store.Store, key string, v any) (store.KV, error) {
+	kv, err := s.Get(ctx, key)
+	if err != nil {
+		return kv, err
+	}
+	return kv, json.Unmarshal(kv.Value, v)
+}
+
+func rangeJSON[T any](ctx context.Context, s store.Store, prefix string, keep func(key string) bool) ([]T, error) {
+	kvs, _, err := s.Range(ctx, prefix, 0)
+	if err != nil {
+		return nil, err
+	}
+	var out []T
+	for _, kv := range kvs {
+		if keep != nil && !keep(kv.Key) {
+			continue
+		}
+		var v T
+		if err := json.Unmarshal(kv.Value, &v); err != nil {
+			return nil, fmt.Errorf("apps: %s: %w", kv.Key, err)
+		}
+		out = append(out, v)
+	}
+	return out, nil
+}
+
+// create writes key only if it does not exist yet.
+func (a *Apps) create(ctx context.Context, key string, v any, what string) error {
+	raw, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	res, err := a.s.Txn(ctx, store.Txn{If: []store.Cmp{{Key: key, ModRevision: 0}}, Then: []store.Op{{Key: key, Value: raw}}})
+	if err != nil {
+		return err
+	}
+	if !res.Succeeded {
+		return errdefs.Conflict("%s exists already", what)
+	}
+	return nil
+}
+
+// CreateApp adds an app to the tenant's catalogue.
+func (a *Apps) CreateApp(ctx context.Context, who fleet.Actor, name, description string) (App, error) {
+	if !nameRE.MatchString(name) {
+		return App{}, errdefs.Invalid("app name %q: use 1-63 lower-case letters, digits and '-', starting and ending with a letter or digit", name)
+	}
+	if len(description) > 1024 {
+		return App{}, errdefs.Invalid("description is longer than 1024 bytes")
+	}
+	app := App{TenantID: who.TenantID, Name: name, Description: description, CreatedAt: a.now().UTC(), CreatedBy: who.Name}
+	return app, a.create(ctx, appKey(who.TenantID, name), app, "app "+name)
+}
+
+// App returns one app.
+func (a *Apps) App(ctx context.Context, tenant, name string) (App, error) {
+	var app App
+	if !nameRE.MatchString(name) {
+		return app, errdefs.NotFound("no app %q", name)
+	}
+	_, err := getJSON(ctx, a.s, appKey(tenant, name), &app)
+	if errors.Is(err, store.ErrNotFound) {
+		return app, errdefs.NotFound("no app %q; 'edgebox app ls' lists them", name)
+	}
+	return app, err
+}
+
+// Apps lists the tenant's apps by name.
+func (a *Apps) Apps(ctx context.Context, tenant string) ([]App, error) {
+	return rangeJSON[App](ctx, a.s, "apps/"+tenant+"/", func(k string) bool { return strings.HasSuffix(k, "/app") })
+}
+
+// DeleteApp removes an app and its releases; an app still pinned anywhere
+// stays.
+func (a *Apps) DeleteApp(ctx context.Context, tenant, name string) error {
+	if _, err := a.App(ctx, tenant, name); err != nil {
+		return err
+	}
+	pins, err := a.Pins(ctx, tenant, name)
+	if err != nil {
+		return err
+	}
+	if len(pins) > 0 {
+		return errdefs.Conflict("app %s is deployed (%s %s); undeploy it everywhere first", name, pins[0].Scope, pins[0].Target)
+	}
+	kvs, _, err := a.s.Range(ctx, appPrefix(tenant, name), 0)
+	if err != nil {
+		return err
+	}
+	ops := make([]store.Op, 0, len(kvs))
+	for _, kv := range kvs {
+		ops = append(ops, store.Op{Key: kv.Key, Delete: true})
+	}
+	_, err = a.s.Txn(ctx, store.Txn{Then: ops})
+	return err
+}
+
+// ReleaseSpec is what an operator gives to create a release.
+type ReleaseSpec struct {
+	Version     string   `json:"version"`
+	Runtime     string   `json:"runtime"`
+	Image       string   `json:"image"`
+	Env         []string `json:"env,omitempty"`
+	Args        []string `json:"args,omitempty"`
+	CPUMillis   int64    `json:"cpu_millis,omitempty"`
+	MemoryBytes int64    `json:"memory_bytes,omitempty"`
+	Restart     string   `json:"restart,omitempty"`
+}
+
+// CreateRelease adds an immutable release to an app. A containerd or qemu
+// image must be in the console's registry; a tag is resolved to its digest
+// now, so the release runs the same bytes wherever and whenever it is
+// deployed.
+func (a *Apps) CreateRelease(ctx context.Context, who fleet.Actor, app string, spec ReleaseSpec) (Release, error) {
+	if _, err := a.App(ctx, who.TenantID, app); err != nil {
+		return Release{}, err
+	}
+	if err := spec.validate(); err != nil {
+		return Release{}, err
+	}
+	rel := Release{TenantID: who.TenantID, App: app, Version: spec.Version, Runtime: spec.Runtime, Image: spec.Image,
+		Env: spec.Env, Args: spec.Args, CPUMillis: spec.CPUMillis, MemoryBytes: spec.MemoryBytes, Restart: spec.Restart,
+		CreatedAt: a.now().UTC(), CreatedBy: who.Name}
+	if spec.Runtime != "process" {
+		image, tag, err := a.resolveImage(ctx, spec.Image)
+		if err != nil {
+			return Release{}, err
+		}
+		rel.Image, rel.Tag = image, tag
+	}
+	return rel, a.create(ctx, relKey(who.TenantID, app, spec.Version), rel, "release "+app+"@"+spec.Version)
+}
+
+func (s ReleaseSpec) validate() error {
+	var errs []error
+	if !versionRE.MatchString(s.Version) {
+		errs = append(errs, fmt.Errorf("version %q: use 1-64 letters, digits, '.', '+', '_' or '-'", s.Version))
+	}
+	switch s.Runtime {
+	case "containerd", "qemu", "process":
+	default:
+		errs = append(errs, fmt.Errorf("runtime %q: use containerd, qemu or process", s.Runtime))
+	}
+	if s.Image == "" {
+		errs = append(errs, errors.New("image is required (for process: the program's path on the box)"))
+	}
+	switch s.Restart {
+	case "", "always", "on-failure", "never":
+	default:
+		errs = append(errs, fmt.Errorf("restart %q: use always, on-failure or never", s.Restart))
+	}
+	if s.CPUMillis < 0 || s.MemoryBytes < 0 {
+		errs = append(errs, errors.New("cpu_millis and memory_bytes cannot be negative"))
+	}
+	if len(s.Env) > 256 || len(s.Args) > 256 {
+		errs = append(errs, errors.New("at most 256 env entries and 256 args"))
+	}
+	for _, e := range s.Env {
+		if k, _, ok := strings.Cut(e, "="); !ok || k == "" || len(e) > 4096 {
+			errs = append(errs, fmt.Errorf("env %q: use NAME=value, at most 4 KiB", clipText(e, 40)))
+			break
+		}
+	}
+	for _, arg := range s.Args {
+		if len(arg) > 4096 {
+			errs = append(errs, errors.New("an arg is longer than 4 KiB"))
+			break
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		return errdefs.Invalid("%v", err)
+	}
+	return nil
+}
+
+func clipText(s string, n int) string {
+	if len(s) > n {
+		return s[:n] + "…"
+	}
+	return s
+}
+
+// resolveImage turns an operator's reference (with or without the
+// console's host, by tag or digest) into the console's host/repo@digest.
+func (a *Apps) resolveImage(ctx context.Context, s string) (image, tag string, err error) {
+	ref, err := registry.ParseRef(s)
+	if err != nil {
+		return "", "", err
+	}
+	if ref.Host != "" && !a.ours(ref.Host) {
+		return "", "", errdefs.Invalid("image %s is not in the console's registry (%s); push it there first, boxes pull only from the console", s, a.hosts[0])
+	}
+	if ref.Host == "" && strings.HasPrefix(ref.Repo, "library/") && !strings.Contains(s, "library/") {
+		ref.Repo = strings.TrimPrefix(ref.Repo, "library/")
+	}
+	d := ref.Digest
+	if d == "" {
+		if ref.Tag == "" {
+			ref.Tag = "latest"
+		}
+		if d, err = a.images.Resolve(ctx, ref.Repo, ref.Tag); err != nil {
+			return "", "", err
+		}
+	} else if ok, err := a.images.HasManifest(ctx, ref.Repo, d); err != nil {
+		return "", "", err
+	} else if !ok {
+		return "", "", errdefs.NotFound("the console's registry has no %s@%s; push it first", ref.Repo, d)
+	}
+	return registry.Ref{Host: a.hosts[0], Repo: ref.Repo, Digest: d}.String(), ref.Tag, nil
+}
+
+func (a *Apps) ours(host string) bool {
+	for _, h := range a.hosts {
+		if h == host {
+			return true
+		}
+	}
+	return false
+}
+
+// Release returns one release of an app.
+func (a *Apps) Release(ctx context.Context, tenant, app, version string) (Release, error) {
+	var rel Release
+	if !versionRE.MatchString(version) {
+		return rel, errdefs.NotFound("app %s has no release %q", app, version)
+	}
+	_, err := getJSON(ctx, a.s, relKey(tenant, app, version), &rel)
+	if errors.Is(err, store.ErrNotFound) {
+		return rel, errdefs.NotFound("app %s has no release %q; 'edgebox release ls %s' lists them", app, version, app)
+	}
+	return rel, err
+}
+
+// Releases lists an app's releases, oldest first.
+func (a *Apps) Releases(ctx context.Context, tenant, app string) ([]Release, error) {
+	if _, err := a.App(ctx, tenant, app); err != nil {
+		return nil, err
+	}
+	rels, err := rangeJSON[Release](ctx, a.s, appPrefix(tenant, app)+"rel/", nil)
+	sort.SliceStable(rels, func(i, j int) bool { return rels[i].CreatedAt.Before(rels[j].CreatedAt) })
+	return rels, err
+}
+
+// Pins lists where an app is pinned.
+func (a *Apps) Pins(ctx context.Context, tenant, app string) ([]Pin, error) {
+	return rangeJSON[Pin](ctx, a.s, pinPrefix(tenant, app), nil)
+}
+
+func validScope(scope, target string) error {
+	switch scope {
+	case ScopeRegion, ScopeSite:
+		if err := fleet.ValidatePlace(scope, target); err != nil || target == "" {
+			return errdefs.Invalid("%s %q: not a valid %s name", scope, target, scope)
+		}
+	case ScopeBox:
+		if !nameRE.MatchString(target) {
+			return errdefs.Invalid("box %q: not a box ID", target)
+		}
+	default:
+		return errdefs.Invalid("scope %q: use region, site or box", scope)
+	}
+	return nil
+}
+
+// Deploy pins app to version on scope/target and brings every box it
+// covers to its effective release. It returns the boxes whose desired
+// state changed; the error is about the pin only.
+func (a *Apps) Deploy(ctx context.Context, who fleet.Actor, app, version, scope, target string) (Pin, []string, error) {
+	if err := validScope(scope, target); err != nil {
+		return Pin{}, nil, err
+	}
+	if _, err := a.Release(ctx, who.TenantID, app, version); err != nil {
+		return Pin{}, nil, err
+	}
+	if scope == ScopeBox {
+		if _, err := a.boxes.Box(who.TenantID, target); err != nil {
+			return Pin{}, nil, err
+		}
+	}
+	pin := Pin{TenantID: who.TenantID, App: app, Scope: scope, Target: target, Version: version, At: a.now().UTC(), By: who.Name}
+	raw, _ := json.Marshal(pin)
+	if _, err := store.Put(ctx, a.s, pinKey(who.TenantID, app, scope, target), raw); err != nil {
+		return Pin{}, nil, err
+	}
+	return pin, a.syncPinned(ctx, who.TenantID, scope, target), nil
+}
+
+// syncPinned brings the boxes of a scope whose pin changed along. A box
+// that cannot be written now is logged; the periodic sync retries it.
+func (a *Apps) syncPinned(ctx context.Context, tenant, scope, target string) []string {
+	changed, err := a.SyncScope(ctx, tenant, scope, target)
+	if err != nil {
+		a.log.Warn("some boxes keep their old releases until the next sync", "scope", scope, "target", target, "err", err)
+	}
+	return changed
+}
+
+// Undeploy removes app's pin on scope/target; the boxes it covered fall
+// back to a wider pin, or stop running the app.
+func (a *Apps) Undeploy(ctx context.Context, who fleet.Actor, app, scope, target string) ([]string, error) {
+	if err := validScope(scope, target); err != nil {
+		return nil, err
+	}
+	key := pinKey(who.TenantID, app, scope, target)
+	if _, err := a.s.Get(ctx, key); errors.Is(err, store.ErrNotFound) {
+		return nil, errdefs.NotFound("app %s is not pinned on %s %s", app, scope, target)
+	} else if err != nil {
+		return nil, err
+	}
+	if _, err := a.s.Txn(ctx, store.Txn{Then: []store.Op{{Key: key, Delete: true}}}); err != nil {
+		return nil, err
+	}
+	return a.syncPinned(ctx, who.TenantID, scope, target), nil
+}
+
+func covers(scope, target string, b fleet.Box) bool {
+	switch scope {
+	case ScopeRegion:
+		return b.Region == target
+	case ScopeSite:
+		return b.Site == target
+	case ScopeBox:
+		return b.ID == target
+	}
+	return false
+}
+
+// SyncScope brings every box scope/target covers to its effective
+// releases and returns those whose desired state changed.
+func (a *Apps) SyncScope(ctx context.Context, tenant, scope, target string) ([]string, error) {
+	boxes, err := a.boxes.Boxes(tenant)
+	if err != nil {
+		return nil, err
+	}
+	var changed []string
+	var errs []error
+	for _, b := range boxes {
+		if !covers(scope, target, b) {
+			continue
+		}
+		n, err := a.SyncBox(ctx, b)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("box %s: %w", b.ID, err))
+		}
+		if n > 0 {
+			changed = append(changed, b.ID)
+		}
+	}
+	return changed, errors.Join(errs...)
+}
+
+// Effective returns, per app, the release box should run: its box pin,
+// else its site's, else its region's.
+func (a *Apps) Effective(ctx context.Context, b fleet.Box) (map[string]Release, error) {
+	kvs, _, err := a.s.Range(ctx, "apps/"+b.TenantID+"/", 0)
+	if err != nil {
+		return nil, err
+	}
+	rank := map[string]int{ScopeRegion: 1, ScopeSite: 2, ScopeBox: 3}
+	best := map[string]Pin{}
+	for _, kv := range kvs {
+		if !strings.Contains(kv.Key, "/pin/") {
+			continue
+		}
+		var p Pin
+		if err := json.Unmarshal(kv.Value, &p); err != nil {
+			return nil, fmt.Errorf("apps: %s: %w", kv.Key, err)
+		}
+		if covers(p.Scope, p.Target, b) && rank[p.Scope] > rank[best[p.App].Scope] {
+			best[p.App] = p
+		}
+	}
+	out := map[string]Release{}
+	for app, p := range best {
+		rel, err := a.Release(ctx, b.TenantID, app, p.Version)
+		if err != nil {
+			return nil, err
+		}
+		out[app] = rel
+	}
+	return out, nil
+}
+
+// Workload is the desired object a release becomes on a box.
+func (r Release) Workload() *edgeboxv1.Workload {
+	return &edgeboxv1.Workload{App: r.App, Release: r.Version, Runtime: r.Runtime, Image: r.Image,
+		Env: r.Env, Args: r.Args, CpuMillis: r.CPUMillis, MemoryBytes: r.MemoryBytes, Restart: r.Restart}
+}
+
+// SyncBox writes box's Workload objects for the releases it should run
+// and removes those of apps it should no longer run. Objects already
+// right are left alone, so a sync changes revisions only when something
+// changed. It returns the number of objects written or removed.
+func (a *Apps) SyncBox(ctx context.Context, b fleet.Box) (int, error) {
+	if b.State != fleet.StateApproved {
+		return 0, nil
+	}
+	eff, err := a.Effective(ctx, b)
+	if err != nil {
+		return 0, err
+	}
+	live, _, err := a.desired.Live(ctx, b.ID)
+	if err != nil {
+		return 0, err
+	}
+	have := map[string]*edgeboxv1.Workload{}
+	for _, o := range live {
+		if w := o.GetWorkload(); w != nil {
+			have[o.GetName()] = w
+		}
+	}
+	n := 0
+	var errs []error
+	for app, rel := range eff {
+		w := rel.Workload()
+		if proto.Equal(have[app], w) {
+			continue
+		}
+		if _, err := a.desired.Put(ctx, b.ID, &edgeboxv1.DesiredObject{Name: app, Spec: &edgeboxv1.DesiredObject_Workload{Workload: w}}); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		n++
+	}
+	// An app's workload is named for the app; one whose app is no longer
+	// pinned here goes. Workloads put by hand (another name, or no app of
+	// that name) stay.
+	for name, w := range have {
+		if _, keep := eff[name]; keep || w.GetApp() != name {
+			continue
+		}
+		if _, err := a.App(ctx, b.TenantID, name); err != nil {
+			continue
+		}
+		if _, err := a.desired.Delete(ctx, b.ID, "Workload", name); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		n++
+	}
+	return n, errors.Join(errs...)
+}
+
+// SyncAll brings every box of every tenant to its effective releases: the
+// safety net behind the syncs that pins and boxes trigger.
+func (a *Apps) SyncAll(ctx context.Context, tenants []string) error {
+	var errs []error
+	for _, t := range tenants {
+		boxes, err := a.boxes.Boxes(t)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		for _, b := range boxes {
+			if _, err := a.SyncBox(ctx, b); err != nil {
+				errs = append(errs, fmt.Errorf("box %s: %w", b.ID, err))
+			}
+		}
+	}
+	return errors.Join(errs...)
+}

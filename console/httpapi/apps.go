@@ -1,0 +1,266 @@
+package httpapi
+
+import (
+	"context"
+	"net/http"
+	"sort"
+	"strconv"
+	"time"
+
+	"github.com/gin-gonic/gin"
+
+	"github.com/edgebox/edgebox/api"
+	"github.com/edgebox/edgebox/console/apps"
+	"github.com/edgebox/edgebox/console/audit"
+	"github.com/edgebox/edgebox/errdefs"
+	edgeboxv1 "github.com/edgebox/edgebox/proto/edgebox/v1"
+)
+
+// Agents reaches the agents on the boxes.
+type Agents interface {
+	// Logs asks a box for the end of a workload's output.
+	Logs(ctx context.Context, box, workload string, tail uint32) (*edgeboxv1.LogsResponse, error)
+}
+
+func (s *server) audit(c *gin.Context, action, target, detail string) {
+	who := caller(c)
+	s.Audit.Append(audit.Entry{TenantID: who.TenantID, Actor: who.Name, Remote: who.Remote, Action: action,
+		Target: target, Result: "ok", Detail: detail})
+}
+
+func appView(a apps.App) api.App {
+	return api.App{Name: a.Name, Description: a.Description, CreatedAt: a.CreatedAt, CreatedBy: a.CreatedBy}
+}
+
+func releaseView(r apps.Release) api.Release {
+	return api.Release{App: r.App, ReleaseSpec: api.ReleaseSpec{Version: r.Version, Runtime: r.Runtime, Image: r.Image,
+		Env: r.Env, Args: r.Args, CPUMillis: r.CPUMillis, MemoryBytes: r.MemoryBytes, Restart: r.Restart},
+		Tag: r.Tag, CreatedAt: r.CreatedAt, CreatedBy: r.CreatedBy}
+}
+
+func pinView(p apps.Pin) *api.Pin {
+	return &api.Pin{App: p.App, Scope: p.Scope, Target: p.Target, Version: p.Version, At: p.At, By: p.By}
+}
+
+func (s *server) listApps(c *gin.Context) {
+	all, err := s.Apps.Apps(c.Request.Context(), caller(c).TenantID)
+	if err != nil {
+		s.fail(c, err)
+		return
+	}
+	out := api.AppList{Apps: make([]api.App, 0, len(all))}
+	for _, a := range all {
+		out.Apps = append(out.Apps, appView(a))
+	}
+	c.JSON(http.StatusOK, out)
+}
+
+func (s *server) createApp(c *gin.Context) {
+	var req api.App
+	if !bindJSON(c, &req) {
+		return
+	}
+	a, err := s.Apps.CreateApp(c.Request.Context(), caller(c), req.Name, req.Description)
+	if err != nil {
+		s.fail(c, err)
+		return
+	}
+	s.audit(c, "app.create", a.Name, "")
+	c.JSON(http.StatusCreated, appView(a))
+}
+
+func (s *server) getApp(c *gin.Context) {
+	a, err := s.Apps.App(c.Request.Context(), caller(c).TenantID, c.Param("app"))
+	if err != nil {
+		s.fail(c, err)
+		return
+	}
+	c.JSON(http.StatusOK, appView(a))
+}
+
+func (s *server) deleteApp(c *gin.Context) {
+	if err := s.Apps.DeleteApp(c.Request.Context(), caller(c).TenantID, c.Param("app")); err != nil {
+		s.fail(c, err)
+		return
+	}
+	s.audit(c, "app.delete", c.Param("app"), "")
+	c.Status(http.StatusNoContent)
+}
+
+func (s *server) listReleases(c *gin.Context) {
+	rels, err := s.Apps.Releases(c.Request.Context(), caller(c).TenantID, c.Param("app"))
+	if err != nil {
+		s.fail(c, err)
+		return
+	}
+	out := api.ReleaseList{Releases: make([]api.Release, 0, len(rels))}
+	for _, r := range rels {
+		out.Releases = append(out.Releases, releaseView(r))
+	}
+	c.JSON(http.StatusOK, out)
+}
+
+func (s *server) createRelease(c *gin.Context) {
+	var req api.ReleaseSpec
+	if !bindJSON(c, &req) {
+		return
+	}
+	r, err := s.Apps.CreateRelease(c.Request.Context(), caller(c), c.Param("app"), apps.ReleaseSpec{
+		Version: req.Version, Runtime: req.Runtime, Image: req.Image, Env: req.Env, Args: req.Args,
+		CPUMillis: req.CPUMillis, MemoryBytes: req.MemoryBytes, Restart: req.Restart})
+	if err != nil {
+		s.fail(c, err)
+		return
+	}
+	s.audit(c, "release.create", r.App+"@"+r.Version, r.Image)
+	c.JSON(http.StatusCreated, releaseView(r))
+}
+
+func (s *server) listPins(c *gin.Context) {
+	who := caller(c)
+	if _, err := s.Apps.App(c.Request.Context(), who.TenantID, c.Param("app")); err != nil {
+		s.fail(c, err)
+		return
+	}
+	pins, err := s.Apps.Pins(c.Request.Context(), who.TenantID, c.Param("app"))
+	if err != nil {
+		s.fail(c, err)
+		return
+	}
+	out := api.PinList{Pins: make([]api.Pin, 0, len(pins))}
+	for _, p := range pins {
+		out.Pins = append(out.Pins, *pinView(p))
+	}
+	c.JSON(http.StatusOK, out)
+}
+
+// pinTarget turns a box name into its ID; regions and sites are names.
+func (s *server) pinTarget(c *gin.Context) (scope, target string, ok bool) {
+	scope, target = c.Param("scope"), c.Param("target")
+	if scope == apps.ScopeBox {
+		b, ok := s.lookupBox(c, target)
+		return scope, b.ID, ok
+	}
+	return scope, target, true
+}
+
+func (s *server) deploy(c *gin.Context) {
+	var req api.DeployRequest
+	if !bindJSON(c, &req) {
+		return
+	}
+	scope, target, ok := s.pinTarget(c)
+	if !ok {
+		return
+	}
+	app := c.Param("app")
+	p, changed, err := s.Apps.Deploy(c.Request.Context(), caller(c), app, req.Version, scope, target)
+	if err != nil {
+		s.fail(c, err)
+		return
+	}
+	s.audit(c, "app.deploy", app+"@"+req.Version, scope+" "+target+"; boxes changed: "+strconv.Itoa(len(changed)))
+	c.JSON(http.StatusOK, api.DeployResult{Pin: pinView(p), Changed: nonNil(changed)})
+}
+
+func (s *server) undeploy(c *gin.Context) {
+	scope, target, ok := s.pinTarget(c)
+	if !ok {
+		return
+	}
+	app := c.Param("app")
+	changed, err := s.Apps.Undeploy(c.Request.Context(), caller(c), app, scope, target)
+	if err != nil {
+		s.fail(c, err)
+		return
+	}
+	s.audit(c, "app.undeploy", app, scope+" "+target+"; boxes changed: "+strconv.Itoa(len(changed)))
+	c.JSON(http.StatusOK, api.DeployResult{Changed: nonNil(changed)})
+}
+
+func nonNil(s []string) []string {
+	if s == nil {
+		return []string{}
+	}
+	return s
+}
+
+func (s *server) appStatus(c *gin.Context) {
+	ctx := c.Request.Context()
+	who := caller(c)
+	app := c.Param("app")
+	if _, err := s.Apps.App(ctx, who.TenantID, app); err != nil {
+		s.fail(c, err)
+		return
+	}
+	boxes, err := s.Fleet.Boxes(who.TenantID)
+	if err != nil {
+		s.fail(c, err)
+		return
+	}
+	out := api.AppStatus{App: app, Boxes: []api.AppBoxStatus{}}
+	for _, b := range boxes {
+		objs, _, err := s.Desired.Live(ctx, b.ID)
+		if err != nil {
+			s.fail(c, err)
+			return
+		}
+		row := api.AppBoxStatus{BoxID: b.ID, BoxName: b.Name, Online: s.Sessions.Presence(b.ID).Online}
+		found := false
+		for _, o := range objs {
+			if w := o.GetWorkload(); w != nil && o.GetName() == app {
+				row.DesiredRelease, found = w.GetRelease(), true
+			}
+		}
+		sts, err := s.Desired.Statuses(ctx, b.ID)
+		if err != nil {
+			s.fail(c, err)
+			return
+		}
+		for _, st := range sts {
+			if st.GetKind() == "Workload" && st.GetName() == app {
+				row.RunningRelease, row.Phase, row.Message = st.GetRelease(), st.GetPhase(), st.GetMessage()
+				row.UpdatedAt = time.Unix(0, st.GetUpdatedUnixNano()).UTC()
+				found = true
+			}
+		}
+		if found {
+			out.Boxes = append(out.Boxes, row)
+		}
+	}
+	sort.Slice(out.Boxes, func(i, j int) bool { return out.Boxes[i].BoxName < out.Boxes[j].BoxName })
+	c.JSON(http.StatusOK, out)
+}
+
+func (s *server) workloadLogs(c *gin.Context) {
+	b, ok := s.findBox(c)
+	if !ok {
+		return
+	}
+	name := c.Param("name")
+	if !edgeboxv1.ValidObjectName(name) {
+		fail(c, errdefs.Invalid("workload name %q is not valid", name))
+		return
+	}
+	tail := 200
+	if t := c.Query("tail"); t != "" {
+		n, err := strconv.Atoi(t)
+		if err != nil || n < 0 || n > 10000 {
+			fail(c, errdefs.Invalid("tail %q: use a number of lines from 0 to 10000", t))
+			return
+		}
+		tail = n
+	}
+	if !s.Sessions.Presence(b.ID).Online {
+		fail(c, errdefs.Unavailable("box %s is offline; its logs stay on the box until it is back", b.Name))
+		return
+	}
+	ctx, cancel := context.WithTimeout(c.Request.Context(), 20*time.Second)
+	defer cancel()
+	resp, err := s.Agents.Logs(ctx, b.ID, name, uint32(tail))
+	if err != nil {
+		s.fail(c, err)
+		return
+	}
+	c.JSON(http.StatusOK, api.Logs{Text: string(resp.GetText()), Truncated: resp.GetTruncated()})
+}
