@@ -49,7 +49,8 @@ func (r *reports) Report(s *edgeboxv1.ObjectStatus) {
 		}
 		delete(r.latest, k)
 	} else {
-		if ok && old.GetPhase() == s.GetPhase() && old.GetMessage() == s.GetMessage() && old.GetObservedRevision() == s.GetObservedRevision() {
+		if ok && old.GetPhase() == s.GetPhase() && old.GetMessage() == s.GetMessage() && old.GetObservedRevision() == s.GetObservedRevision() &&
+			old.GetRelease() == s.GetRelease() {
 			return
 		}
 		r.latest[k] = s

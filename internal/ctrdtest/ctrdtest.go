@@ -129,7 +129,7 @@ func BusyboxImg(t testing.TB) v1.Image {
 	cf = cf.DeepCopy()
 	cf.OS, cf.Architecture = "linux", goruntime.GOARCH
 	cf.Config = v1.Config{Env: []string{"PATH=/bin"},
-		Cmd: []string{"/bin/sh", "-c", `trap 'echo bye; exit 0' TERM; echo "hello $GREETING"; while :; do sleep 1; done`}}
+		Cmd: []string{"/bin/sh", "-c", `trap 'echo bye; exit 0' TERM; echo "hello $GREETING"; while :; do sleep 1 & wait; done`}}
 	img, err = mutate.ConfigFile(img, cf)
 	if err != nil {
 		t.Fatal(err)
