@@ -3,18 +3,26 @@
 package integration
 
 import (
+	"archive/tar"
 	"bytes"
 	"context"
+	"crypto/rand"
 	"encoding/json"
 	"net"
 	"net/http"
+	"net/url"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/google/go-containerregistry/pkg/name"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/google/go-containerregistry/pkg/v1/empty"
 	"github.com/google/go-containerregistry/pkg/v1/mutate"
+	"github.com/google/go-containerregistry/pkg/v1/static"
+	"github.com/google/go-containerregistry/pkg/v1/types"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 
 	"github.com/edgebox/edgebox/agent"
@@ -23,6 +31,7 @@ import (
 	"github.com/edgebox/edgebox/images/pull"
 	"github.com/edgebox/edgebox/internal/ctrdtest"
 	"github.com/edgebox/edgebox/internal/testenv"
+	"github.com/edgebox/edgebox/internal/toxic"
 	"github.com/edgebox/edgebox/tunnel"
 )
 
@@ -118,6 +127,134 @@ func TestImagePulledThroughTheTunnel(t *testing.T) {
 	req, _ := http.NewRequestWithContext(ctx(t), http.MethodPost, "https://"+testenv.RegistryHost(h)+"/v2/robots/clock/blobs/uploads/", nil)
 	if resp, err := hc.Do(req); err != nil || resp.StatusCode != http.StatusForbidden {
 		t.Errorf("box push: %v %v, want 403", resp, err)
+	}
+
+	// With the console gone and the container lost, the agent brings the
+	// workload back from its local store and its image cache.
+	box.Stop(t)
+	h.StopConsole()
+	if err := d.Stop(context.Background(), "clock", time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Remove(context.Background(), "clock"); err != nil {
+		t.Fatal(err)
+	}
+	testenv.StartAgent(t, box, func(c *agent.Config) { c.Drivers = []runtime.Driver{d}; c.Reconcile = time.Second })
+	testenv.WaitFor(t, 60*time.Second, "clock back without the console", func() bool {
+		in, err := d.Inspect(context.Background(), "clock")
+		return err == nil && in.State == runtime.StateRunning
+	})
+}
+
+// randomImage is an image of n uncompressed layers of size random bytes.
+func randomImage(t *testing.T, n, size int) v1.Image {
+	t.Helper()
+	img := empty.Image
+	for range n {
+		data := make([]byte, size)
+		rand.Read(data)
+		var buf bytes.Buffer
+		tw := tar.NewWriter(&buf)
+		tw.WriteHeader(&tar.Header{Name: "blob", Mode: 0o644, Size: int64(size), Typeflag: tar.TypeReg})
+		tw.Write(data)
+		tw.Close()
+		var err error
+		if img, err = mutate.AppendLayers(img, static.NewLayer(buf.Bytes(), types.OCIUncompressedLayer)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return img
+}
+
+// TestPullResumesAndVerifies: a link that drops every connection after 6
+// MB still brings two 8 MB layers over, because each new connection asks
+// only for what is missing; a blob corrupted in the console's storage is
+// refused with an error that says so.
+func TestPullResumesAndVerifies(t *testing.T) {
+	sock := ctrdtest.Start(t)
+	d, err := containerd.New(containerd.Config{Address: sock, LogDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { d.Close() })
+	h := testenv.NewInProcess(t, testenv.Options{})
+	box := enrollOne(t, h, "flaky")
+	u, _ := url.Parse(h.URL())
+	px := toxic.New(t, u.Host)
+	if err := px.Add("cut", "limit_data", "downstream", `"bytes": 6000000`); err != nil {
+		t.Fatal(err)
+	}
+	testenv.StartAgent(t, box, func(c *agent.Config) {
+		c.Drivers = []runtime.Driver{d}
+		c.Reconcile = 500 * time.Millisecond
+		c.Backoff = tunnel.Backoff{Min: 100 * time.Millisecond, Max: 500 * time.Millisecond}
+		c.Dial = func(ctx context.Context, network, _ string) (net.Conn, error) {
+			var dl net.Dialer
+			return dl.DialContext(ctx, network, px.Addr())
+		}
+	})
+	img := randomImage(t, 2, 8<<20)
+	ref := testenv.PushImage(t, h, "robots/big:1", img)
+	put := func(name, image string) {
+		spec, _ := json.Marshal(map[string]any{"app": name, "release": "1", "runtime": "containerd", "image": image,
+			"args": []string{"/blob"}, "restart": "never"})
+		if _, err := h.Admin().PutDesired(ctx(t), box.ID(), "Workload", name, spec); err != nil {
+			t.Fatal(err)
+		}
+	}
+	put("big", ref)
+	testenv.WaitFor(t, 180*time.Second, "16 MB pulled over a link cut every 6 MB", func() bool {
+		ok, err := d.HasImage(context.Background(), ref)
+		return ok && err == nil
+	})
+	s, err := h.Admin().BoxState(ctx(t), box.ID())
+	if err != nil {
+		t.Fatal(err)
+	}
+	failed := 0
+	for _, e := range s.Events {
+		if e.Reason == "PullFailed" {
+			failed++
+		}
+	}
+	if failed == 0 {
+		t.Errorf("the pull was never interrupted; the test proves nothing: %+v", s.Events)
+	}
+	t.Logf("pull completed after %d interruptions", failed)
+	if err := px.Remove("cut"); err != nil {
+		t.Fatal(err)
+	}
+
+	// Corrupt one layer in the registry's storage, same size.
+	bad := randomImage(t, 1, 1<<20)
+	badRef := testenv.PushImage(t, h, "robots/bad:1", bad)
+	layers, _ := bad.Layers()
+	ld, _ := layers[0].Digest()
+	blob := filepath.Join(h.DataDir(), "registry", "storage", "docker", "registry", "v2", "blobs", "sha256", ld.Hex[:2], ld.Hex, "data")
+	raw, err := os.ReadFile(blob)
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw[len(raw)/2] ^= 0xff
+	if err := os.WriteFile(blob, raw, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	put("bad", badRef)
+	testenv.WaitFor(t, 60*time.Second, "corrupted blob refused", func() bool {
+		s, err := h.Admin().BoxState(ctx(t), box.ID())
+		if err != nil {
+			return false
+		}
+		for _, st := range s.Statuses {
+			if st.Name == "bad" && st.Phase == "Failed" && strings.Contains(st.Message, "digest") {
+				t.Logf("refused: %s", st.Message)
+				return true
+			}
+		}
+		return false
+	})
+	if ok, _ := d.HasImage(context.Background(), badRef); ok {
+		t.Error("the corrupted image is on the box")
 	}
 }
 

@@ -120,6 +120,9 @@ func (e *InProcess) CAPEM() []byte      { return e.caPEM }
 // AdminToken is the admin API token the console printed.
 func (e *InProcess) AdminToken() string { return e.token }
 
+// DataDir is the console's data directory.
+func (e *InProcess) DataDir() string { return e.dataDir }
+
 func (e *InProcess) Token(t testing.TB, req api.TokenRequest) string {
 	return createToken(t, e.admin, req)
 }
