@@ -22,10 +22,10 @@ import (
 	"github.com/containerd/containerd/v2/core/remotes/docker"
 	"github.com/containerd/containerd/v2/pkg/namespaces"
 	"github.com/google/go-containerregistry/pkg/v1/empty"
-	"github.com/opencontainers/go-digest"
 	"github.com/google/go-containerregistry/pkg/v1/mutate"
 	"github.com/google/go-containerregistry/pkg/v1/static"
 	"github.com/google/go-containerregistry/pkg/v1/types"
+	"github.com/opencontainers/go-digest"
 
 	"github.com/edgebox/edgebox/agent"
 	"github.com/edgebox/edgebox/agent/runtime"
