@@ -8,8 +8,8 @@ GO_PROTOC_GEN_GO_GRPC=google.golang.org/grpc/cmd/protoc-gen-go-grpc@v1.6.2
 # systemd for systemd-analyze (no daemon starts), lintian and rpm to check
 # the packages, curl and util-linux (unshare) for the install script test.
 # containerd, runc and busybox-static for the containerd driver's tests
-# (they start their own daemon).
-APT_PACKAGES="protobuf-compiler libprotobuf-dev systemd lintian rpm curl util-linux ca-certificates containerd runc busybox-static"
+# (they start their own daemon); QEMU for the qemu driver's.
+APT_PACKAGES="protobuf-compiler libprotobuf-dev systemd lintian rpm curl util-linux ca-certificates containerd runc busybox-static qemu-system-x86 qemu-utils"
 
 missing=""
 for p in $APT_PACKAGES; do
@@ -21,6 +21,25 @@ if [ -n "$missing" ]; then
 	[ "$(id -u)" -eq 0 ] || SUDO=sudo
 	$SUDO apt-get update -qq
 	DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends $missing >/dev/null
+fi
+
+# A Debian kernel for the VM boot tests: only its vmlinuz and the modules
+# for fw_cfg and the ACPI power button, unpacked from the package (never installed: that would build an
+# initramfs for this machine).
+KERNEL_DIR=${EDGEBOX_TEST_KERNEL_DIR:-/var/cache/edgebox-test/kernel}
+if [ ! -f "$KERNEL_DIR/vmlinuz" ] || [ ! -f "$KERNEL_DIR/qemu_fw_cfg.ko" ] || [ ! -f "$KERNEL_DIR/button.ko" ]; then
+	pkg=$(apt-cache depends linux-image-cloud-amd64 | awk '/Depends: linux-image-/{print $2; exit}')
+	echo "test-deps: unpacking $pkg into $KERNEL_DIR"
+	tmp=$(mktemp -d)
+	chmod 1777 "$tmp" # apt downloads as _apt
+	(cd "$tmp" && apt-get download -q "$pkg" >/dev/null && dpkg-deb --fsys-tarfile ./*.deb | tar -x --wildcards './boot/vmlinuz-*' \
+		'./lib/modules/*/kernel/drivers/firmware/qemu_fw_cfg.ko' './lib/modules/*/kernel/drivers/acpi/button.ko' \
+		'./lib/modules/*/kernel/drivers/input/evdev.ko')
+	mkdir -p "$KERNEL_DIR"
+	cp "$tmp"/boot/vmlinuz-* "$KERNEL_DIR/vmlinuz"
+	cp "$tmp"/lib/modules/*/kernel/drivers/firmware/qemu_fw_cfg.ko "$tmp"/lib/modules/*/kernel/drivers/acpi/button.ko \
+		"$tmp"/lib/modules/*/kernel/drivers/input/evdev.ko "$KERNEL_DIR/"
+	rm -rf "$tmp"
 fi
 
 GOBIN=$(go env GOPATH)/bin

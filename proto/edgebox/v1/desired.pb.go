@@ -41,7 +41,10 @@ type Workload struct {
 	Restart string `protobuf:"bytes,8,opt,name=restart,proto3" json:"restart,omitempty"`
 	// args are the program's arguments: after the image's entry point for
 	// containers, after the executable (image) for native processes.
-	Args          []string `protobuf:"bytes,9,rep,name=args,proto3" json:"args,omitempty"`
+	Args []string `protobuf:"bytes,9,rep,name=args,proto3" json:"args,omitempty"`
+	// keep_state, for VMs: the disk overlay survives restarts. Without it
+	// every start begins from the clean image.
+	KeepState     bool `protobuf:"varint,10,opt,name=keep_state,json=keepState,proto3" json:"keep_state,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -137,6 +140,13 @@ func (x *Workload) GetArgs() []string {
 		return x.Args
 	}
 	return nil
+}
+
+func (x *Workload) GetKeepState() bool {
+	if x != nil {
+		return x.KeepState
+	}
+	return false
 }
 
 // UsbAssignment leases one UKEY to one workload.
@@ -688,7 +698,7 @@ var File_edgebox_v1_desired_proto protoreflect.FileDescriptor
 const file_edgebox_v1_desired_proto_rawDesc = "" +
 	"\n" +
 	"\x18edgebox/v1/desired.proto\x12\n" +
-	"edgebox.v1\"\xe8\x01\n" +
+	"edgebox.v1\"\x87\x02\n" +
 	"\bWorkload\x12\x10\n" +
 	"\x03app\x18\x01 \x01(\tR\x03app\x12\x18\n" +
 	"\arelease\x18\x02 \x01(\tR\arelease\x12\x18\n" +
@@ -699,7 +709,10 @@ const file_edgebox_v1_desired_proto_rawDesc = "" +
 	"cpu_millis\x18\x06 \x01(\x03R\tcpuMillis\x12!\n" +
 	"\fmemory_bytes\x18\a \x01(\x03R\vmemoryBytes\x12\x18\n" +
 	"\arestart\x18\b \x01(\tR\arestart\x12\x12\n" +
-	"\x04args\x18\t \x03(\tR\x04args\"w\n" +
+	"\x04args\x18\t \x03(\tR\x04args\x12\x1d\n" +
+	"\n" +
+	"keep_state\x18\n" +
+	" \x01(\bR\tkeepState\"w\n" +
 	"\rUsbAssignment\x12\x15\n" +
 	"\x06key_id\x18\x01 \x01(\tR\x05keyId\x12\x1a\n" +
 	"\bworkload\x18\x02 \x01(\tR\bworkload\x12\x1b\n" +

@@ -1,0 +1,471 @@
+//go:build linux
+
+// Package qemu is the runtime.Driver for virtual machines: QEMU with KVM
+// when the box has it and TCG otherwise. A VM image (a disk, or a kernel
+// and initrd) comes from the console's registry as an OCI artifact; each
+// instance runs on its own qcow2 overlay, made anew at every start unless
+// the workload keeps its state, so every robot starts from a clean image.
+// QEMU runs detached from the agent (an agent restart leaves VMs running)
+// with QMP, VNC and a serial port on unix sockets in the instance's
+// directory; the first serial port (the guest's console) is logged to a
+// file.
+//
+// On disk, under the state directory:
+//
+//	images/<manifest hex>/   disk.qcow2, kernel, initrd, vm.json
+//	vms/<name>/              instance.json, overlay.qcow2, qemu.pid,
+//	                         qmp.sock, vnc.sock, serial.sock, serial.log
+package qemu
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/digitalocean/go-qemu/qmp"
+	"google.golang.org/protobuf/encoding/protojson"
+
+	"github.com/edgebox/edgebox/agent/runtime"
+	"github.com/edgebox/edgebox/errdefs"
+	"github.com/edgebox/edgebox/images/vm"
+	"github.com/edgebox/edgebox/internal/atomicfile"
+	edgeboxv1 "github.com/edgebox/edgebox/proto/edgebox/v1"
+)
+
+// Config says where QEMU is and where VMs live.
+type Config struct {
+	// StateDir holds images and instances. Unix socket paths must fit 108
+	// bytes: keep it short.
+	StateDir string
+	// Binary is qemu-system-x86_64 and Img qemu-img, found on PATH unless
+	// set.
+	Binary, Img string
+	// Accel is "kvm" or "tcg"; empty picks KVM when /dev/kvm can be
+	// opened.
+	Accel string
+	// MaxLogBytes rotates serial.log at a start past this size; default
+	// 10 MiB.
+	MaxLogBytes int64
+}
+
+// Driver runs workloads as QEMU VMs.
+type Driver struct {
+	cfg Config
+	mu  sync.Mutex // one lifecycle change at a time
+}
+
+// Defaults for a VM whose release and image say nothing.
+const (
+	defaultMemory = 512 << 20
+	defaultCPUs   = 1
+)
+
+// New checks that QEMU is there.
+func New(cfg Config) (*Driver, error) {
+	if cfg.StateDir == "" {
+		return nil, errors.New("qemu: StateDir is required")
+	}
+	if cfg.Binary == "" {
+		cfg.Binary = "qemu-system-x86_64"
+	}
+	if cfg.Img == "" {
+		cfg.Img = "qemu-img"
+	}
+	for _, p := range []*string{&cfg.Binary, &cfg.Img} {
+		path, err := exec.LookPath(*p)
+		if err != nil {
+			return nil, fmt.Errorf("qemu: %s not found: install QEMU (Debian: qemu-system-x86 qemu-utils)", *p)
+		}
+		*p = path
+	}
+	if cfg.Accel == "" {
+		cfg.Accel = "tcg"
+		if f, err := os.OpenFile("/dev/kvm", os.O_RDWR, 0); err == nil {
+			f.Close()
+			cfg.Accel = "kvm"
+		}
+	}
+	if cfg.MaxLogBytes <= 0 {
+		cfg.MaxLogBytes = 10 << 20
+	}
+	for _, d := range []string{"images", "vms"} {
+		if err := os.MkdirAll(filepath.Join(cfg.StateDir, d), 0o700); err != nil {
+			return nil, err
+		}
+	}
+	return &Driver{cfg: cfg}, nil
+}
+
+func (d *Driver) Runtime() string { return "qemu" }
+
+// Accel is the accelerator VMs run with.
+func (d *Driver) Accel() string { return d.cfg.Accel }
+
+// instance is what the driver keeps of one VM, in instance.json.
+type instance struct {
+	Name     string          `json:"name"`
+	Hash     string          `json:"hash"`
+	Workload json.RawMessage `json:"workload"` // protobuf JSON
+	Image    string          `json:"image"`    // directory under images/
+	Started  time.Time       `json:"started,omitzero"`
+	Stopped  bool            `json:"stopped,omitempty"` // by the driver, so it exited cleanly
+}
+
+func (d *Driver) vmDir(name string) string    { return filepath.Join(d.cfg.StateDir, "vms", name) }
+func (d *Driver) imageDir(hex string) string { return filepath.Join(d.cfg.StateDir, "images", hex) }
+func sock(dir, what string) string           { return filepath.Join(dir, what+".sock") }
+
+func (d *Driver) load(name string) (instance, error) {
+	var in instance
+	raw, err := os.ReadFile(filepath.Join(d.vmDir(name), "instance.json"))
+	if errors.Is(err, os.ErrNotExist) {
+		return in, errdefs.NotFound("no VM %q", name)
+	} else if err != nil {
+		return in, err
+	}
+	return in, json.Unmarshal(raw, &in)
+}
+
+func (d *Driver) save(in instance) error {
+	raw, err := json.Marshal(in)
+	if err != nil {
+		return err
+	}
+	return atomicfile.Write(filepath.Join(d.vmDir(in.Name), "instance.json"), raw)
+}
+
+// imageOf returns the directory of a fetched VM image, by the manifest
+// digest its reference names.
+func (d *Driver) imageOf(ref string) (string, error) {
+	r, err := vm.ParseRef(ref)
+	if err != nil {
+		return "", err
+	}
+	hex, _ := strings.CutPrefix(r.Digest, "sha256:")
+	return d.imageDir(hex), nil
+}
+
+// HasImage says whether the VM image ref has been fetched whole.
+func (d *Driver) HasImage(_ context.Context, ref string) (bool, error) {
+	dir, err := d.imageOf(ref)
+	if err != nil {
+		return false, err
+	}
+	_, err = os.Stat(filepath.Join(dir, vm.ConfigFile))
+	return err == nil, nil
+}
+
+// Pull fetches the VM image ref through hc.
+func (d *Driver) Pull(ctx context.Context, ref string, hc *http.Client, progress func(runtime.Progress)) error {
+	r, err := vm.ParseRef(ref)
+	if err != nil {
+		return err
+	}
+	dir, _ := d.imageOf(ref)
+	if hc == nil {
+		hc = http.DefaultClient
+	}
+	return vm.Fetch(ctx, hc, r, dir, func(done, total int64) {
+		if progress != nil {
+			progress(runtime.Progress{Done: done, Total: total})
+		}
+	})
+}
+
+// Create records the VM; its overlay is made at start.
+func (d *Driver) Create(ctx context.Context, s runtime.Spec) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if _, err := d.load(s.Name); err == nil {
+		return errdefs.Conflict("VM %q exists", s.Name)
+	}
+	img, err := d.imageOf(s.Workload.GetImage())
+	if err != nil {
+		return err
+	}
+	if _, err := os.Stat(filepath.Join(img, vm.ConfigFile)); err != nil {
+		return errdefs.NotFound("VM image %s is not on this box", s.Workload.GetImage())
+	}
+	raw, err := protojson.Marshal(s.Workload)
+	if err != nil {
+		return err
+	}
+	if err := os.MkdirAll(d.vmDir(s.Name), 0o700); err != nil {
+		return err
+	}
+	return d.save(instance{Name: s.Name, Hash: s.Hash, Workload: raw, Image: filepath.Base(img)})
+}
+
+// OverlayPath is the disk overlay of VM name.
+func (d *Driver) OverlayPath(name string) string { return filepath.Join(d.vmDir(name), "overlay.qcow2") }
+
+// pid returns the VM's QEMU process, 0 when it does not run.
+func (d *Driver) pid(name string) int {
+	raw, err := os.ReadFile(filepath.Join(d.vmDir(name), "qemu.pid"))
+	if err != nil {
+		return 0
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(string(raw)))
+	if err != nil || pid <= 0 {
+		return 0
+	}
+	// The pid must still be this VM's QEMU, not a number reused.
+	cmd, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+	if err != nil || !strings.Contains(string(cmd), d.vmDir(name)) {
+		return 0
+	}
+	return pid
+}
+
+// Start boots the VM from a new overlay (or its kept one); a running VM
+// is left alone.
+func (d *Driver) Start(ctx context.Context, name string) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	in, err := d.load(name)
+	if err != nil {
+		return err
+	}
+	if d.pid(name) != 0 {
+		return nil
+	}
+	var w edgeboxv1.Workload
+	if err := protojson.Unmarshal(in.Workload, &w); err != nil {
+		return fmt.Errorf("VM %s: %w", name, err)
+	}
+	dir, img := d.vmDir(name), d.imageDir(in.Image)
+	var cfg vm.Config
+	if raw, err := os.ReadFile(filepath.Join(img, vm.ConfigFile)); err != nil {
+		return errdefs.NotFound("VM image of %s is gone from this box: %v", name, err)
+	} else if err := json.Unmarshal(raw, &cfg); err != nil {
+		return fmt.Errorf("VM image of %s: %w", name, err)
+	}
+	overlay := d.OverlayPath(name)
+	disk := filepath.Join(img, vm.DiskFile)
+	hasDisk := fileExists(disk)
+	if hasDisk && (!w.GetKeepState() || !fileExists(overlay)) {
+		os.Remove(overlay)
+		out, err := exec.CommandContext(ctx, d.cfg.Img, "create", "-q", "-f", "qcow2", "-F", "qcow2", "-b", disk, overlay).CombinedOutput()
+		if err != nil {
+			return fmt.Errorf("VM %s: overlay: %v: %s", name, err, strings.TrimSpace(string(out)))
+		}
+	}
+	d.rotate(filepath.Join(dir, "serial.log"))
+	for _, s := range []string{"qmp", "vnc", "serial"} {
+		os.Remove(sock(dir, s))
+	}
+	os.Remove(filepath.Join(dir, "qemu.pid"))
+	args := d.args(name, dir, img, overlay, hasDisk, &w, cfg)
+	out, err := exec.CommandContext(ctx, d.cfg.Binary, args...).CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("starting VM %s: %v: %s", name, err, strings.TrimSpace(string(out)))
+	}
+	if d.pid(name) == 0 {
+		return fmt.Errorf("starting VM %s: QEMU exited at once: %s", name, strings.TrimSpace(string(out)))
+	}
+	in.Started, in.Stopped = time.Now().UTC(), false
+	return d.save(in)
+}
+
+// args is QEMU's command line for one VM.
+func (d *Driver) args(name, dir, img, overlay string, hasDisk bool, w *edgeboxv1.Workload, cfg vm.Config) []string {
+	mem := w.GetMemoryBytes()
+	if mem <= 0 {
+		mem = cfg.MemoryBytes
+	}
+	if mem <= 0 {
+		mem = defaultMemory
+	}
+	cpus := int((w.GetCpuMillis() + 999) / 1000)
+	if cpus <= 0 {
+		cpus = cfg.CPUs
+	}
+	if cpus <= 0 {
+		cpus = defaultCPUs
+	}
+	a := []string{
+		"-name", name, "-nodefaults", "-no-user-config", "-display", "none",
+		"-machine", "q35,accel=" + d.cfg.Accel,
+		"-m", strconv.FormatInt(max(mem>>20, 16), 10) + "M",
+		"-smp", strconv.Itoa(cpus),
+		"-qmp", "unix:" + sock(dir, "qmp") + ",server=on,wait=off",
+		"-vnc", "unix:" + sock(dir, "vnc"),
+		// The first serial port is the log; the second is for interactive
+		// serial sessions (nothing is lost while nobody is connected).
+		"-chardev", "file,id=serial0,path=" + filepath.Join(dir, "serial.log") + ",append=on",
+		"-serial", "chardev:serial0",
+		"-chardev", "socket,id=serial1,path=" + sock(dir, "serial") + ",server=on,wait=off",
+		"-serial", "chardev:serial1",
+		"-device", "qemu-xhci,id=xhci", // UKEYs are hot-plugged here
+		"-pidfile", filepath.Join(dir, "qemu.pid"), "-daemonize",
+	}
+	if hasDisk {
+		a = append(a, "-drive", "file="+overlay+",if=virtio,format=qcow2")
+	}
+	if k := filepath.Join(img, vm.KernelFile); fileExists(k) {
+		a = append(a, "-kernel", k)
+		if i := filepath.Join(img, vm.InitrdFile); fileExists(i) {
+			a = append(a, "-initrd", i)
+		}
+		if cfg.Cmdline != "" {
+			a = append(a, "-append", cfg.Cmdline)
+		}
+	}
+	if env := w.GetEnv(); len(env) > 0 {
+		// The guest reads its environment from fw_cfg (Linux:
+		// /sys/firmware/qemu_fw_cfg/by_name/opt/edgebox/env/raw).
+		a = append(a, "-fw_cfg", "name=opt/edgebox/env,string="+strings.ReplaceAll(strings.Join(env, "\n"), ",", ",,"))
+	}
+	return a
+}
+
+func fileExists(p string) bool { _, err := os.Stat(p); return err == nil }
+
+func (d *Driver) rotate(path string) {
+	if st, err := os.Stat(path); err == nil && st.Size() > d.cfg.MaxLogBytes {
+		os.Rename(path, path+".1")
+	}
+}
+
+// qmpRun sends one QMP command to a VM.
+func qmpRun(dir, cmd string) error {
+	mon, err := qmp.NewSocketMonitor("unix", sock(dir, "qmp"), 2*time.Second)
+	if err != nil {
+		return err
+	}
+	if err := mon.Connect(); err != nil {
+		return err
+	}
+	defer mon.Disconnect()
+	_, err = mon.Run([]byte(`{"execute":"` + cmd + `"}`))
+	return err
+}
+
+// QMP sends a raw QMP command to a running VM and returns its answer, for
+// USB hot-plug and remote sessions.
+func (d *Driver) QMP(name string, command []byte) ([]byte, error) {
+	if d.pid(name) == 0 {
+		return nil, errdefs.Conflict("VM %q is not running", name)
+	}
+	mon, err := qmp.NewSocketMonitor("unix", sock(d.vmDir(name), "qmp"), 2*time.Second)
+	if err != nil {
+		return nil, err
+	}
+	if err := mon.Connect(); err != nil {
+		return nil, err
+	}
+	defer mon.Disconnect()
+	return mon.Run(command)
+}
+
+// Stop asks the guest to power off (ACPI), and after timeout quits QEMU,
+// then kills it.
+func (d *Driver) Stop(ctx context.Context, name string, timeout time.Duration) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	in, err := d.load(name)
+	if errors.Is(err, errdefs.ErrNotFound) {
+		return nil
+	} else if err != nil {
+		return err
+	}
+	dir := d.vmDir(name)
+	pid := d.pid(name)
+	if pid == 0 {
+		return nil
+	}
+	gone := func(within time.Duration) bool {
+		deadline := time.Now().Add(within)
+		for {
+			if d.pid(name) == 0 {
+				return true
+			}
+			if time.Now().After(deadline) || ctx.Err() != nil {
+				return false
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+	if err := qmpRun(dir, "system_powerdown"); err != nil || !gone(timeout) {
+		qmpRun(dir, "quit")
+		if !gone(5 * time.Second) {
+			syscall.Kill(pid, syscall.SIGKILL)
+			if !gone(5 * time.Second) {
+				return fmt.Errorf("VM %s (pid %d) does not stop", name, pid)
+			}
+		}
+	}
+	in.Stopped = true
+	return d.save(in)
+}
+
+// Remove stops the VM and deletes it with its overlay and logs.
+func (d *Driver) Remove(ctx context.Context, name string) error {
+	if !edgeboxv1.ValidObjectName(name) {
+		return errdefs.NotFound("no VM %q", name)
+	}
+	if err := d.Stop(ctx, name, 10*time.Second); err != nil {
+		return err
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return os.RemoveAll(d.vmDir(name))
+}
+
+// List returns every VM the driver holds.
+func (d *Driver) List(ctx context.Context) ([]runtime.Instance, error) {
+	ents, err := os.ReadDir(filepath.Join(d.cfg.StateDir, "vms"))
+	if err != nil {
+		return nil, err
+	}
+	var out []runtime.Instance
+	for _, e := range ents {
+		if in, err := d.Inspect(ctx, e.Name()); err == nil {
+			out = append(out, in)
+		}
+	}
+	return out, nil
+}
+
+// Inspect returns one VM.
+func (d *Driver) Inspect(_ context.Context, name string) (runtime.Instance, error) {
+	if !edgeboxv1.ValidObjectName(name) {
+		return runtime.Instance{}, errdefs.NotFound("no VM %q", name)
+	}
+	in, err := d.load(name)
+	if err != nil {
+		return runtime.Instance{}, err
+	}
+	out := runtime.Instance{Name: name, Hash: in.Hash, State: runtime.StateCreated, StartedAt: in.Started}
+	switch {
+	case d.pid(name) != 0:
+		out.State = runtime.StateRunning
+	case !in.Started.IsZero():
+		// QEMU ends with the guest's power-off; a VM that went away on
+		// its own counts as a failure.
+		out.State = runtime.StateExited
+		if !in.Stopped {
+			out.ExitCode = 1
+		}
+	}
+	return out, nil
+}
+
+// Logs writes the end of the VM's serial console.
+func (d *Driver) Logs(_ context.Context, name string, tail int, w io.Writer) error {
+	if _, err := d.load(name); err != nil {
+		return err
+	}
+	return runtime.TailFile(filepath.Join(d.vmDir(name), "serial.log"), tail, w)
+}

@@ -1,0 +1,186 @@
+//go:build linux
+
+package qemu_test
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"net"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-containerregistry/pkg/name"
+
+	"github.com/edgebox/edgebox/agent/runtime"
+	"github.com/edgebox/edgebox/agent/runtime/qemu"
+	"github.com/edgebox/edgebox/agent/runtime/runtimetest"
+	"github.com/edgebox/edgebox/images/pull"
+	"github.com/edgebox/edgebox/images/registry"
+	"github.com/edgebox/edgebox/images/vm"
+	"github.com/edgebox/edgebox/internal/vmtest"
+	edgeboxv1 "github.com/edgebox/edgebox/proto/edgebox/v1"
+)
+
+// guestRegistry serves a registry holding the test guest, pushed the way
+// 'edgebox image push-disk' does, and returns the image's reference and a
+// client that reaches it the way a box does.
+func guestRegistry(t *testing.T) (ref string, fetch func(d *qemu.Driver)) {
+	t.Helper()
+	files := vmtest.Files(t, t.TempDir(), 16)
+	reg, err := registry.Open(context.Background(), t.TempDir(), slog.New(slog.NewTextHandler(io.Discard, nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { reg.Close() })
+	srv := httptest.NewServer(reg)
+	t.Cleanup(srv.Close)
+	host := strings.TrimPrefix(srv.URL, "http://")
+	tag, _ := name.ParseReference(host+"/vm/guest:1", name.Insecure)
+	d, err := vm.Push(tag, files, vm.Config{Cmdline: vmtest.Cmdline, MemoryBytes: 128 << 20})
+	if err != nil {
+		t.Fatalf("push: %v", err)
+	}
+	ref = host + "/vm/guest@" + d.String()
+	hc := pull.NewClient([]string{host}, func(ctx context.Context) (net.Conn, error) {
+		var dl net.Dialer
+		return dl.DialContext(ctx, "tcp", host)
+	}, nil)
+	return ref, func(drv *qemu.Driver) {
+		t.Helper()
+		if err := drv.Pull(context.Background(), ref, hc, nil); err != nil {
+			t.Fatalf("pull: %v", err)
+		}
+	}
+}
+
+func newDriver(t *testing.T) *qemu.Driver {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "q") // short: unix socket paths
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := qemu.New(qemu.Config{StateDir: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		list, _ := d.List(context.Background())
+		for _, in := range list {
+			d.Remove(context.Background(), in.Name)
+		}
+		os.RemoveAll(dir)
+	})
+	return d
+}
+
+// TestConformance: the driver passes the suite every driver passes, with
+// a real Linux guest booting under QEMU (TCG here).
+func TestConformance(t *testing.T) {
+	vmtest.Require(t)
+	ref, fetch := guestRegistry(t)
+	runtimetest.Run(t, runtimetest.Harness{
+		New: func(t *testing.T) runtime.Driver {
+			d := newDriver(t)
+			fetch(d)
+			return d
+		},
+		Workload: func(greeting string) *edgeboxv1.Workload {
+			return &edgeboxv1.Workload{Runtime: "qemu", Image: ref, Env: []string{"GREETING=" + greeting}}
+		},
+		Output: func(greeting string) string { return "hello " + greeting },
+	})
+}
+
+// marker writes or checks a pattern at the start of a qcow2 file.
+func marker(t *testing.T, path string, write bool) bool {
+	t.Helper()
+	cmd := "read -P 0x42 0 512"
+	if write {
+		cmd = "write -P 0x42 0 512"
+	}
+	out, err := exec.Command("qemu-io", "-f", "qcow2", "-c", cmd, path).CombinedOutput()
+	if write && err != nil {
+		t.Fatalf("qemu-io: %v: %s", err, out)
+	}
+	return err == nil && !strings.Contains(string(out), "Pattern verification failed")
+}
+
+// TestEveryStartIsClean: what a VM wrote to its disk is gone at its next
+// start, unless it keeps its state.
+func TestEveryStartIsClean(t *testing.T) {
+	vmtest.Require(t)
+	ref, fetch := guestRegistry(t)
+	d := newDriver(t)
+	fetch(d)
+	ctx := context.Background()
+	for _, keep := range []bool{false, true} {
+		name := "clean"
+		if keep {
+			name = "kept"
+		}
+		w := &edgeboxv1.Workload{Runtime: "qemu", Image: ref, KeepState: keep}
+		if err := d.Create(ctx, runtime.NewSpec(name, w)); err != nil {
+			t.Fatal(err)
+		}
+		if err := d.Start(ctx, name); err != nil {
+			t.Fatal(err)
+		}
+		if err := d.Stop(ctx, name, time.Second); err != nil {
+			t.Fatal(err)
+		}
+		overlay := d.OverlayPath(name)
+		marker(t, overlay, true) // what the robot left behind
+		if err := d.Start(ctx, name); err != nil {
+			t.Fatal(err)
+		}
+		if err := d.Stop(ctx, name, time.Second); err != nil {
+			t.Fatal(err)
+		}
+		if got := marker(t, overlay, false); got != keep {
+			t.Errorf("keep_state=%v: the last run's write is there: %v", keep, got)
+		}
+		if in, err := d.Inspect(ctx, name); err != nil || in.State != runtime.StateExited || in.ExitCode != 0 {
+			t.Errorf("after stop: %+v %v", in, err)
+		}
+	}
+}
+
+// TestGracefulStop: Stop presses the ACPI power button and the guest
+// powers itself off, well before the timeout.
+func TestGracefulStop(t *testing.T) {
+	vmtest.Require(t)
+	ref, fetch := guestRegistry(t)
+	d := newDriver(t)
+	fetch(d)
+	ctx := context.Background()
+	if err := d.Create(ctx, runtime.NewSpec("polite", &edgeboxv1.Workload{Runtime: "qemu", Image: ref})); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Start(ctx, "polite"); err != nil {
+		t.Fatal(err)
+	}
+	logs := func() string {
+		var b strings.Builder
+		d.Logs(ctx, "polite", 0, &b)
+		return b.String()
+	}
+	deadline := time.Now().Add(60 * time.Second)
+	for !strings.Contains(logs(), vmtest.Up) {
+		if time.Now().After(deadline) {
+			t.Fatalf("guest not up:\n%s", logs())
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	t0 := time.Now()
+	if err := d.Stop(ctx, "polite", 30*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if took := time.Since(t0); took > 20*time.Second || !strings.Contains(logs(), "powering off") {
+		t.Fatalf("stop took %s; the guest did not power itself off:\n%s", took, logs())
+	}
+}
