@@ -122,7 +122,7 @@ type instance struct {
 	Stopped  bool            `json:"stopped,omitempty"` // by the driver, so it exited cleanly
 }
 
-func (d *Driver) vmDir(name string) string    { return filepath.Join(d.cfg.StateDir, "vms", name) }
+func (d *Driver) vmDir(name string) string   { return filepath.Join(d.cfg.StateDir, "vms", name) }
 func (d *Driver) imageDir(hex string) string { return filepath.Join(d.cfg.StateDir, "images", hex) }
 func sock(dir, what string) string           { return filepath.Join(dir, what+".sock") }
 
@@ -208,7 +208,9 @@ func (d *Driver) Create(ctx context.Context, s runtime.Spec) error {
 }
 
 // OverlayPath is the disk overlay of VM name.
-func (d *Driver) OverlayPath(name string) string { return filepath.Join(d.vmDir(name), "overlay.qcow2") }
+func (d *Driver) OverlayPath(name string) string {
+	return filepath.Join(d.vmDir(name), "overlay.qcow2")
+}
 
 // pid returns the VM's QEMU process, 0 when it does not run.
 func (d *Driver) pid(name string) int {
