@@ -182,6 +182,8 @@ type ReleaseSpec struct {
 	CPUMillis   int64    `json:"cpu_millis,omitempty"`
 	MemoryBytes int64    `json:"memory_bytes,omitempty"`
 	Restart     string   `json:"restart,omitempty"`
+	// KeepState, for VMs: the disk overlay survives restarts.
+	KeepState bool `json:"keep_state,omitempty"`
 }
 
 // Release is one immutable version of an app; Image is by digest.

@@ -122,6 +122,7 @@ For the process runtime, --image is the program's path on the box.`,
 	f.StringVar(&cpu, "cpu", "", "CPU limit: 500m or 1.5")
 	f.StringVar(&memory, "memory", "", "memory limit: 256Mi, 1Gi")
 	f.StringVar(&spec.Restart, "restart", "", "always (default), on-failure or never")
+	f.BoolVar(&spec.KeepState, "keep-state", false, "qemu: keep the VM's disk changes across restarts (default: every start is clean)")
 	ls := &cobra.Command{
 		Use:   "ls APP",
 		Short: "List an app's releases, oldest first",

@@ -54,6 +54,7 @@ type Release struct {
 	CPUMillis   int64    `json:"cpu_millis,omitempty"`
 	MemoryBytes int64    `json:"memory_bytes,omitempty"`
 	Restart     string   `json:"restart,omitempty"`
+	KeepState   bool     `json:"keep_state,omitempty"`
 	// Tag is the tag Image was resolved from, for people reading.
 	Tag       string    `json:"tag,omitempty"`
 	CreatedAt time.Time `json:"created_at"`
@@ -229,6 +230,8 @@ type ReleaseSpec struct {
 	CPUMillis   int64    `json:"cpu_millis,omitempty"`
 	MemoryBytes int64    `json:"memory_bytes,omitempty"`
 	Restart     string   `json:"restart,omitempty"`
+	// KeepState keeps a VM's disk overlay across restarts.
+	KeepState bool `json:"keep_state,omitempty"`
 }
 
 // CreateRelease adds an immutable release to an app. A containerd or qemu
@@ -243,7 +246,7 @@ func (a *Apps) CreateRelease(ctx context.Context, who fleet.Actor, app string, s
 		return Release{}, err
 	}
 	rel := Release{TenantID: who.TenantID, App: app, Version: spec.Version, Runtime: spec.Runtime, Image: spec.Image,
-		Env: spec.Env, Args: spec.Args, CPUMillis: spec.CPUMillis, MemoryBytes: spec.MemoryBytes, Restart: spec.Restart,
+		Env: spec.Env, Args: spec.Args, CPUMillis: spec.CPUMillis, MemoryBytes: spec.MemoryBytes, Restart: spec.Restart, KeepState: spec.KeepState,
 		CreatedAt: a.now().UTC(), CreatedBy: who.Name}
 	if spec.Runtime != "process" {
 		image, tag, err := a.resolveImage(ctx, spec.Image)
@@ -508,7 +511,7 @@ func (a *Apps) Effective(ctx context.Context, b fleet.Box) (map[string]Release, 
 // Workload is the desired object a release becomes on a box.
 func (r Release) Workload() *edgeboxv1.Workload {
 	return &edgeboxv1.Workload{App: r.App, Release: r.Version, Runtime: r.Runtime, Image: r.Image,
-		Env: r.Env, Args: r.Args, CpuMillis: r.CPUMillis, MemoryBytes: r.MemoryBytes, Restart: r.Restart}
+		Env: r.Env, Args: r.Args, CpuMillis: r.CPUMillis, MemoryBytes: r.MemoryBytes, Restart: r.Restart, KeepState: r.KeepState}
 }
 
 // SyncBox writes box's Workload objects for the releases it should run
