@@ -50,7 +50,7 @@ func (r *reports) Report(s *edgeboxv1.ObjectStatus) {
 		delete(r.latest, k)
 	} else {
 		if ok && old.GetPhase() == s.GetPhase() && old.GetMessage() == s.GetMessage() && old.GetObservedRevision() == s.GetObservedRevision() &&
-			old.GetRelease() == s.GetRelease() {
+			old.GetRelease() == s.GetRelease() && old.GetHealth() == s.GetHealth() {
 			return
 		}
 		r.latest[k] = s

@@ -127,6 +127,8 @@ type ObjectStatus struct {
 	UpdatedAt        time.Time `json:"updated_at"`
 	// Release is, for a Workload, the release running now.
 	Release string `json:"release,omitempty"`
+	// Health is, for a Workload with probes, "healthy" or "unhealthy".
+	Health string `json:"health,omitempty"`
 }
 
 // Event is one thing that happened to a desired object on a box.
@@ -184,6 +186,20 @@ type ReleaseSpec struct {
 	Restart     string   `json:"restart,omitempty"`
 	// KeepState, for VMs: the disk overlay survives restarts.
 	KeepState bool `json:"keep_state,omitempty"`
+	// Probes say whether the app is healthy; rollouts gate on them.
+	Probes []Probe `json:"probes,omitempty"`
+}
+
+// Probe is one health check: exactly one of Exec (a command inside the
+// workload), HTTP (a URL the box reaches) and TCP (a host:port).
+type Probe struct {
+	Exec             []string `json:"exec,omitempty"`
+	HTTP             string   `json:"http,omitempty"`
+	TCP              string   `json:"tcp,omitempty"`
+	PeriodSeconds    uint32   `json:"period_seconds,omitempty"`
+	TimeoutSeconds   uint32   `json:"timeout_seconds,omitempty"`
+	FailureThreshold uint32   `json:"failure_threshold,omitempty"`
+	InitialDelay     uint32   `json:"initial_delay_seconds,omitempty"`
 }
 
 // Release is one immutable version of an app; Image is by digest.
@@ -234,6 +250,7 @@ type AppBoxStatus struct {
 	DesiredRelease string    `json:"desired_release"`
 	RunningRelease string    `json:"running_release,omitempty"`
 	Phase          string    `json:"phase,omitempty"`
+	Health         string    `json:"health,omitempty"`
 	Message        string    `json:"message,omitempty"`
 	UpdatedAt      time.Time `json:"updated_at,omitzero"`
 }

@@ -13,6 +13,7 @@ import (
 	"sort"
 	"time"
 
+	"github.com/edgebox/edgebox/agent/health"
 	"github.com/edgebox/edgebox/agent/runtime"
 	"github.com/edgebox/edgebox/errdefs"
 	edgeboxv1 "github.com/edgebox/edgebox/proto/edgebox/v1"
@@ -75,6 +76,7 @@ type Reconciler struct {
 	reported map[string]bool
 	crashes  map[string]*crashes
 	pulls    pulls
+	prober   *health.Prober // set by Run: probes run only while it runs
 	// running is the release each workload's instance runs, for status.
 	running map[string]string
 	runCtx  context.Context // set by Run, for pulls that outlive a pass
@@ -118,6 +120,8 @@ func (r *Reconciler) Kick() {
 // ctx ends.
 func (r *Reconciler) Run(ctx context.Context) {
 	r.runCtx = ctx
+	r.prober = health.New(ctx, r.Kick)
+	defer r.prober.Wait()
 	defer r.pulls.wg.Wait()
 	t := time.NewTicker(r.cfg.Interval)
 	defer t.Stop()
@@ -255,8 +259,21 @@ func (r *Reconciler) converge(ctx context.Context, o *edgeboxv1.DesiredObject, h
 			}
 		}
 		r.running[name] = w.GetRelease()
-		r.status(name, rev, "Running", "")
-		return
+		v := r.probe(name, spec, h.inst, d)
+		if v.Health != health.Unhealthy || w.GetRestart() == "never" {
+			r.status(name, rev, "Running", v.Reason)
+			return
+		}
+		// Unhealthy: restarted like a workload that failed.
+		r.event(name, "Unhealthy", v.Reason, true)
+		if err := d.Stop(ctx, name, r.cfg.StopTimeout); err != nil {
+			r.fail(name, rev, "StopFailed", err)
+			return
+		}
+		r.prober.Forget(name)
+		h.inst.State, h.inst.ExitCode = runtime.StateExited, 1
+	} else if r.prober != nil {
+		r.prober.Forget(name)
 	}
 	if h.inst.State == runtime.StateExited && !r.mayRestart(name, rev, w.GetRestart(), h.inst.ExitCode) {
 		return
@@ -271,6 +288,9 @@ func (r *Reconciler) converge(ctx context.Context, o *edgeboxv1.DesiredObject, h
 		r.event(name, "Started", "", false)
 	}
 	r.running[name] = w.GetRelease()
+	if in, err := d.Inspect(ctx, name); err == nil {
+		r.probe(name, spec, in, d) // from now, not from the next pass
+	}
 	r.status(name, rev, "Running", "")
 }
 
@@ -314,7 +334,29 @@ func (r *Reconciler) remove(ctx context.Context, d runtime.Driver, name string) 
 		return fmt.Errorf("removing: %w", err)
 	}
 	delete(r.running, name)
+	if r.prober != nil {
+		r.prober.Forget(name)
+	}
 	return nil
+}
+
+// probe keeps the workload's probes running (from Run only) and returns
+// their verdict.
+func (r *Reconciler) probe(name string, spec runtime.Spec, in runtime.Instance, d runtime.Driver) health.Verdict {
+	probes := spec.Workload.GetProbes()
+	if r.prober == nil || len(probes) == 0 {
+		return health.Verdict{}
+	}
+	ex, _ := d.(runtime.Execer)
+	r.prober.Watch(name, spec.Hash+"@"+in.StartedAt.String(), probes, ex)
+	return r.prober.Verdict(name)
+}
+
+func (r *Reconciler) healthOf(name string) string {
+	if r.prober == nil {
+		return ""
+	}
+	return r.prober.Verdict(name).Health
 }
 
 func (r *Reconciler) fail(name string, rev uint64, reason string, err error) {
@@ -326,7 +368,7 @@ func (r *Reconciler) fail(name string, rev uint64, reason string, err error) {
 func (r *Reconciler) status(name string, rev uint64, phase, msg string) {
 	r.reported[name] = true
 	r.cfg.Reporter.Report(&edgeboxv1.ObjectStatus{Kind: KindWorkload, Name: name, ObservedRevision: rev,
-		Phase: phase, Message: msg, UpdatedUnixNano: time.Now().UnixNano(), Release: r.running[name]})
+		Phase: phase, Message: msg, UpdatedUnixNano: time.Now().UnixNano(), Release: r.running[name], Health: r.healthOf(name)})
 }
 
 func (r *Reconciler) event(name, reason, msg string, warning bool) {

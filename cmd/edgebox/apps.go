@@ -80,6 +80,8 @@ func releaseCmd(out printer) *cobra.Command {
 	c := &cobra.Command{Use: "release", Short: "Manage an app's immutable releases"}
 	var app, cpu, memory string
 	var spec api.ReleaseSpec
+	var probe api.Probe
+	var probeExec string
 	create := &cobra.Command{
 		Use:   "create --app APP --version VERSION --image REF",
 		Short: "Add a release; a tag is resolved to its digest now",
@@ -100,6 +102,12 @@ For the process runtime, --image is the program's path on the box.`,
 			}
 			if spec.MemoryBytes, err = parseBytes(memory); err != nil {
 				return err
+			}
+			if probeExec != "" {
+				probe.Exec = strings.Fields(probeExec)
+			}
+			if len(probe.Exec) > 0 || probe.HTTP != "" || probe.TCP != "" {
+				spec.Probes = []api.Probe{probe}
 			}
 			cl, err := client()
 			if err != nil {
@@ -122,6 +130,12 @@ For the process runtime, --image is the program's path on the box.`,
 	f.StringVar(&cpu, "cpu", "", "CPU limit: 500m or 1.5")
 	f.StringVar(&memory, "memory", "", "memory limit: 256Mi, 1Gi")
 	f.StringVar(&spec.Restart, "restart", "", "always (default), on-failure or never")
+	f.StringVar(&probe.HTTP, "probe-http", "", "health probe: a URL the box reaches, 2xx/3xx is healthy")
+	f.StringVar(&probe.TCP, "probe-tcp", "", "health probe: a host:port the box can connect to")
+	f.StringVar(&probeExec, "probe-exec", "", "health probe: a command run inside the container, exit 0 is healthy")
+	f.Uint32Var(&probe.PeriodSeconds, "probe-period", 0, "seconds between probes (default 10)")
+	f.Uint32Var(&probe.TimeoutSeconds, "probe-timeout", 0, "seconds a probe may take (default 1)")
+	f.Uint32Var(&probe.FailureThreshold, "probe-failures", 0, "failures in a row that make it unhealthy (default 3)")
 	f.BoolVar(&spec.KeepState, "keep-state", false, "qemu: keep the VM's disk changes across restarts (default: every start is clean)")
 	ls := &cobra.Command{
 		Use:   "ls APP",
@@ -259,10 +273,10 @@ func statusCmd(out printer) *cobra.Command {
 				return err
 			}
 			return out(cmd, s, func(w io.Writer) {
-				fmt.Fprintln(w, "BOX\tNAME\tONLINE\tDESIRED\tRUNNING\tPHASE\tMESSAGE")
+				fmt.Fprintln(w, "BOX\tNAME\tONLINE\tDESIRED\tRUNNING\tPHASE\tHEALTH\tMESSAGE")
 				for _, b := range s.Boxes {
-					fmt.Fprintf(w, "%s\t%s\t%v\t%s\t%s\t%s\t%s\n", b.BoxID, b.BoxName, b.Online, dash(b.DesiredRelease),
-						dash(b.RunningRelease), dash(b.Phase), b.Message)
+					fmt.Fprintf(w, "%s\t%s\t%v\t%s\t%s\t%s\t%s\t%s\n", b.BoxID, b.BoxName, b.Online, dash(b.DesiredRelease),
+						dash(b.RunningRelease), dash(b.Phase), dash(b.Health), b.Message)
 				}
 			})
 		},

@@ -17,6 +17,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
+	"net/url"
 	"regexp"
 	"sort"
 	"strings"
@@ -25,6 +27,7 @@ import (
 	"github.com/opencontainers/go-digest"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/edgebox/edgebox/api"
 	"github.com/edgebox/edgebox/console/desired"
 	"github.com/edgebox/edgebox/console/fleet"
 	"github.com/edgebox/edgebox/console/store"
@@ -44,17 +47,18 @@ type App struct {
 
 // Release is one immutable version of an app: what a box runs.
 type Release struct {
-	TenantID    string   `json:"tenant_id"`
-	App         string   `json:"app"`
-	Version     string   `json:"version"`
-	Runtime     string   `json:"runtime"`
-	Image       string   `json:"image"` // by digest, for containerd and qemu
-	Env         []string `json:"env,omitempty"`
-	Args        []string `json:"args,omitempty"`
-	CPUMillis   int64    `json:"cpu_millis,omitempty"`
-	MemoryBytes int64    `json:"memory_bytes,omitempty"`
-	Restart     string   `json:"restart,omitempty"`
-	KeepState   bool     `json:"keep_state,omitempty"`
+	TenantID    string      `json:"tenant_id"`
+	App         string      `json:"app"`
+	Version     string      `json:"version"`
+	Runtime     string      `json:"runtime"`
+	Image       string      `json:"image"` // by digest, for containerd and qemu
+	Env         []string    `json:"env,omitempty"`
+	Args        []string    `json:"args,omitempty"`
+	CPUMillis   int64       `json:"cpu_millis,omitempty"`
+	MemoryBytes int64       `json:"memory_bytes,omitempty"`
+	Restart     string      `json:"restart,omitempty"`
+	KeepState   bool        `json:"keep_state,omitempty"`
+	Probes      []api.Probe `json:"probes,omitempty"`
 	// Tag is the tag Image was resolved from, for people reading.
 	Tag       string    `json:"tag,omitempty"`
 	CreatedAt time.Time `json:"created_at"`
@@ -231,7 +235,8 @@ type ReleaseSpec struct {
 	MemoryBytes int64    `json:"memory_bytes,omitempty"`
 	Restart     string   `json:"restart,omitempty"`
 	// KeepState keeps a VM's disk overlay across restarts.
-	KeepState bool `json:"keep_state,omitempty"`
+	KeepState bool        `json:"keep_state,omitempty"`
+	Probes    []api.Probe `json:"probes,omitempty"`
 }
 
 // CreateRelease adds an immutable release to an app. A containerd or qemu
@@ -246,7 +251,7 @@ func (a *Apps) CreateRelease(ctx context.Context, who fleet.Actor, app string, s
 		return Release{}, err
 	}
 	rel := Release{TenantID: who.TenantID, App: app, Version: spec.Version, Runtime: spec.Runtime, Image: spec.Image,
-		Env: spec.Env, Args: spec.Args, CPUMillis: spec.CPUMillis, MemoryBytes: spec.MemoryBytes, Restart: spec.Restart, KeepState: spec.KeepState,
+		Env: spec.Env, Args: spec.Args, CPUMillis: spec.CPUMillis, MemoryBytes: spec.MemoryBytes, Restart: spec.Restart, KeepState: spec.KeepState, Probes: spec.Probes,
 		CreatedAt: a.now().UTC(), CreatedBy: who.Name}
 	if spec.Runtime != "process" {
 		image, tag, err := a.resolveImage(ctx, spec.Image)
@@ -294,8 +299,46 @@ func (s ReleaseSpec) validate() error {
 			break
 		}
 	}
+	if len(s.Probes) > 8 {
+		errs = append(errs, errors.New("at most 8 probes"))
+	}
+	for i, p := range s.Probes {
+		if err := validProbe(p); err != nil {
+			errs = append(errs, fmt.Errorf("probe %d: %v", i+1, err))
+		}
+	}
 	if err := errors.Join(errs...); err != nil {
 		return errdefs.Invalid("%v", err)
+	}
+	return nil
+}
+
+func validProbe(p api.Probe) error {
+	n := 0
+	if len(p.Exec) > 0 {
+		n++
+		if len(p.Exec) > 64 {
+			return errors.New("exec: at most 64 arguments")
+		}
+	}
+	if p.HTTP != "" {
+		n++
+		u, err := url.Parse(p.HTTP)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || len(p.HTTP) > 2048 {
+			return fmt.Errorf("http %q: give an http:// or https:// URL", clipText(p.HTTP, 60))
+		}
+	}
+	if p.TCP != "" {
+		n++
+		if _, _, err := net.SplitHostPort(p.TCP); err != nil {
+			return fmt.Errorf("tcp %q: give host:port", clipText(p.TCP, 60))
+		}
+	}
+	if n != 1 {
+		return errors.New("give exactly one of exec, http and tcp")
+	}
+	if p.PeriodSeconds > 3600 || p.TimeoutSeconds > 600 || p.FailureThreshold > 100 || p.InitialDelay > 3600 {
+		return errors.New("period up to 3600 s, timeout up to 600 s, failure threshold up to 100, initial delay up to 3600 s")
 	}
 	return nil
 }
@@ -511,7 +554,16 @@ func (a *Apps) Effective(ctx context.Context, b fleet.Box) (map[string]Release, 
 // Workload is the desired object a release becomes on a box.
 func (r Release) Workload() *edgeboxv1.Workload {
 	return &edgeboxv1.Workload{App: r.App, Release: r.Version, Runtime: r.Runtime, Image: r.Image,
-		Env: r.Env, Args: r.Args, CpuMillis: r.CPUMillis, MemoryBytes: r.MemoryBytes, Restart: r.Restart, KeepState: r.KeepState}
+		Env: r.Env, Args: r.Args, CpuMillis: r.CPUMillis, MemoryBytes: r.MemoryBytes, Restart: r.Restart, KeepState: r.KeepState, Probes: probes(r.Probes)}
+}
+
+func probes(ps []api.Probe) []*edgeboxv1.Probe {
+	var out []*edgeboxv1.Probe
+	for _, p := range ps {
+		out = append(out, &edgeboxv1.Probe{Exec: p.Exec, Http: p.HTTP, Tcp: p.TCP, PeriodSeconds: p.PeriodSeconds,
+			TimeoutSeconds: p.TimeoutSeconds, FailureThreshold: p.FailureThreshold, InitialDelaySeconds: p.InitialDelay})
+	}
+	return out
 }
 
 // SyncBox writes box's Workload objects for the releases it should run

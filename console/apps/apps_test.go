@@ -12,6 +12,7 @@ import (
 	"github.com/opencontainers/go-digest"
 	bolt "go.etcd.io/bbolt"
 
+	"github.com/edgebox/edgebox/api"
 	"github.com/edgebox/edgebox/console/desired"
 	"github.com/edgebox/edgebox/console/fleet"
 	"github.com/edgebox/edgebox/console/store"
@@ -111,9 +112,13 @@ func TestReleasesResolveTagsAndAreImmutable(t *testing.T) {
 		t.Fatalf("release image %q tag %q", r.Image, r.Tag)
 	}
 	// Without the host, and by digest, it is the same image.
-	r2, err := a.CreateRelease(ctx, admin, "clock", ReleaseSpec{Version: "1.1", Runtime: "containerd", Image: "robots/clock@" + d1.String()})
+	r2, err := a.CreateRelease(ctx, admin, "clock", ReleaseSpec{Version: "1.1", Runtime: "containerd", Image: "robots/clock@" + d1.String(),
+		Probes: []api.Probe{{HTTP: "http://127.0.0.1:8080/healthz", FailureThreshold: 2}}})
 	if err != nil || r2.Image != r.Image {
 		t.Fatalf("by digest: %q %v", r2.Image, err)
+	}
+	if w := r2.Workload(); len(w.GetProbes()) != 1 || w.GetProbes()[0].GetHttp() != "http://127.0.0.1:8080/healthz" || w.GetProbes()[0].GetFailureThreshold() != 2 {
+		t.Fatalf("probes in the workload: %v", w.GetProbes())
 	}
 	for name, spec := range map[string]ReleaseSpec{
 		"same version":   {Version: "1.0", Runtime: "containerd", Image: host + "/robots/clock:2"},
@@ -124,6 +129,10 @@ func TestReleasesResolveTagsAndAreImmutable(t *testing.T) {
 		"bad version":    {Version: "../x", Runtime: "containerd", Image: host + "/robots/clock:1"},
 		"bad env":        {Version: "7", Runtime: "containerd", Image: host + "/robots/clock:1", Env: []string{"=x"}},
 		"bad restart":    {Version: "8", Runtime: "containerd", Image: host + "/robots/clock:1", Restart: "sometimes"},
+		"two checks":     {Version: "9", Runtime: "containerd", Image: host + "/robots/clock:1", Probes: []api.Probe{{HTTP: "http://x/", TCP: "x:1"}}},
+		"no check":       {Version: "10", Runtime: "containerd", Image: host + "/robots/clock:1", Probes: []api.Probe{{PeriodSeconds: 5}}},
+		"bad url":        {Version: "11", Runtime: "containerd", Image: host + "/robots/clock:1", Probes: []api.Probe{{HTTP: "ftp://x"}}},
+		"bad tcp":        {Version: "12", Runtime: "containerd", Image: host + "/robots/clock:1", Probes: []api.Probe{{TCP: "nohost"}}},
 	} {
 		if _, err := a.CreateRelease(ctx, admin, "clock", spec); err == nil {
 			t.Errorf("%s: accepted", name)

@@ -72,7 +72,8 @@ func (st *State) ReportStatus(ctx context.Context, box string, r *edgeboxv1.Sync
 	var ops []store.Op
 	keep := map[string]bool{}
 	for _, s := range r.GetObjects() {
-		if s == nil || !edgeboxv1.ValidKind(s.GetKind()) || !edgeboxv1.ValidObjectName(s.GetName()) || !validPhase(s.GetPhase()) {
+		if s == nil || !edgeboxv1.ValidKind(s.GetKind()) || !edgeboxv1.ValidObjectName(s.GetName()) || !validPhase(s.GetPhase()) ||
+			(s.GetHealth() != "" && s.GetHealth() != "healthy" && s.GetHealth() != "unhealthy") {
 			return errdefs.Invalid("status of %q/%q: bad kind, name or phase %q", clip(s.GetKind(), 64), clip(s.GetName(), 64), clip(s.GetPhase(), 16))
 		}
 		k := statusKey(box, s.GetKind(), s.GetName())
@@ -84,6 +85,7 @@ func (st *State) ReportStatus(ctx context.Context, box string, r *edgeboxv1.Sync
 		c := proto.Clone(s).(*edgeboxv1.ObjectStatus)
 		c.Message = clip(c.Message, maxMessage)
 		c.Release = clip(c.Release, 64)
+		c.Health = clip(c.Health, 16)
 		raw, err := proto.Marshal(c)
 		if err != nil {
 			return err

@@ -35,7 +35,7 @@ func appView(a apps.App) api.App {
 func releaseView(r apps.Release) api.Release {
 	return api.Release{App: r.App, ReleaseSpec: api.ReleaseSpec{Version: r.Version, Runtime: r.Runtime, Image: r.Image,
 		Env: r.Env, Args: r.Args, CPUMillis: r.CPUMillis, MemoryBytes: r.MemoryBytes, Restart: r.Restart,
-		KeepState: r.KeepState},
+		KeepState: r.KeepState, Probes: r.Probes},
 		Tag: r.Tag, CreatedAt: r.CreatedAt, CreatedBy: r.CreatedBy}
 }
 
@@ -108,7 +108,7 @@ func (s *server) createRelease(c *gin.Context) {
 	}
 	r, err := s.Apps.CreateRelease(c.Request.Context(), caller(c), c.Param("app"), apps.ReleaseSpec{
 		Version: req.Version, Runtime: req.Runtime, Image: req.Image, Env: req.Env, Args: req.Args,
-		CPUMillis: req.CPUMillis, MemoryBytes: req.MemoryBytes, Restart: req.Restart, KeepState: req.KeepState})
+		CPUMillis: req.CPUMillis, MemoryBytes: req.MemoryBytes, Restart: req.Restart, KeepState: req.KeepState, Probes: req.Probes})
 	if err != nil {
 		s.fail(c, err)
 		return
@@ -220,7 +220,7 @@ func (s *server) appStatus(c *gin.Context) {
 		}
 		for _, st := range sts {
 			if st.GetKind() == "Workload" && st.GetName() == app {
-				row.RunningRelease, row.Phase, row.Message = st.GetRelease(), st.GetPhase(), st.GetMessage()
+				row.RunningRelease, row.Phase, row.Message, row.Health = st.GetRelease(), st.GetPhase(), st.GetMessage(), st.GetHealth()
 				row.UpdatedAt = time.Unix(0, st.GetUpdatedUnixNano()).UTC()
 				found = true
 			}

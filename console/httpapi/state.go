@@ -56,7 +56,7 @@ func (s *server) boxState(c *gin.Context) {
 	}
 	for _, st := range sts {
 		out.Statuses = append(out.Statuses, api.ObjectStatus{Kind: st.Kind, Name: st.Name, ObservedRevision: st.ObservedRevision,
-			Phase: st.Phase, Message: st.Message, UpdatedAt: time.Unix(0, st.UpdatedUnixNano).UTC()})
+			Phase: st.Phase, Message: st.Message, UpdatedAt: time.Unix(0, st.UpdatedUnixNano).UTC(), Release: st.Release, Health: st.Health})
 	}
 	for _, e := range evs {
 		out.Events = append(out.Events, api.Event{Time: time.Unix(0, e.TimeUnixNano).UTC(), Kind: e.Kind, Name: e.Name,

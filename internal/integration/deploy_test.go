@@ -50,7 +50,8 @@ func TestDeployToARegion(t *testing.T) {
 	}
 	cli("app", "create", "clock", "--description", "says hello")
 	out := cli("release", "create", "--app", "clock", "--version", "1.0.0",
-		"--image", testenv.RegistryHost(h)+"/robots/clock:1.0.0", "--env", "GREETING=deployed", "--memory", "64Mi")
+		"--image", testenv.RegistryHost(h)+"/robots/clock:1.0.0", "--env", "GREETING=deployed", "--memory", "64Mi",
+		"--probe-exec", "/bin/sh -c true", "--probe-period", "1")
 	if !strings.Contains(out, "@sha256:") {
 		t.Fatalf("release not resolved to a digest: %s", out)
 	}
@@ -68,15 +69,15 @@ func TestDeployToARegion(t *testing.T) {
 			return false
 		}
 		for _, b := range s.Boxes {
-			if b.Phase != "Running" || b.RunningRelease != "1.0.0" || b.DesiredRelease != "1.0.0" {
+			if b.Phase != "Running" || b.RunningRelease != "1.0.0" || b.DesiredRelease != "1.0.0" || b.Health != "healthy" {
 				return false
 			}
 		}
 		return true
 	})
-	t.Logf("deployed to %d boxes, all running, %s after the deploy call (%s since start)", n, took, time.Since(start))
+	t.Logf("deployed to %d boxes, all running and healthy, %s after the deploy call (%s since start)", n, took, time.Since(start))
 	status := cli("status", "clock")
-	for _, want := range []string{"clock-box-a", "clock-box-c", "Running", "1.0.0"} {
+	for _, want := range []string{"clock-box-a", "clock-box-c", "Running", "1.0.0", "healthy"} {
 		if !strings.Contains(status, want) {
 			t.Errorf("edgebox status clock lacks %q:\n%s", want, status)
 		}

@@ -44,7 +44,10 @@ type Workload struct {
 	Args []string `protobuf:"bytes,9,rep,name=args,proto3" json:"args,omitempty"`
 	// keep_state, for VMs: the disk overlay survives restarts. Without it
 	// every start begins from the clean image.
-	KeepState     bool `protobuf:"varint,10,opt,name=keep_state,json=keepState,proto3" json:"keep_state,omitempty"`
+	KeepState bool `protobuf:"varint,10,opt,name=keep_state,json=keepState,proto3" json:"keep_state,omitempty"`
+	// probes say whether the workload is healthy; one that stays unhealthy
+	// is restarted under its restart policy.
+	Probes        []*Probe `protobuf:"bytes,11,rep,name=probes,proto3" json:"probes,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -149,6 +152,109 @@ func (x *Workload) GetKeepState() bool {
 	return false
 }
 
+func (x *Workload) GetProbes() []*Probe {
+	if x != nil {
+		return x.Probes
+	}
+	return nil
+}
+
+// Probe is one health check the agent runs against a workload.
+type Probe struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// exec: a command run inside the workload (containers), exit 0 is
+	// healthy. http: a URL the box reaches, 2xx or 3xx is healthy. tcp: a
+	// host:port the box reaches, a connection is healthy.
+	Exec                []string `protobuf:"bytes,1,rep,name=exec,proto3" json:"exec,omitempty"`
+	Http                string   `protobuf:"bytes,2,opt,name=http,proto3" json:"http,omitempty"`
+	Tcp                 string   `protobuf:"bytes,3,opt,name=tcp,proto3" json:"tcp,omitempty"`
+	PeriodSeconds       uint32   `protobuf:"varint,4,opt,name=period_seconds,json=periodSeconds,proto3" json:"period_seconds,omitempty"`                     // default 10
+	TimeoutSeconds      uint32   `protobuf:"varint,5,opt,name=timeout_seconds,json=timeoutSeconds,proto3" json:"timeout_seconds,omitempty"`                  // default 1
+	FailureThreshold    uint32   `protobuf:"varint,6,opt,name=failure_threshold,json=failureThreshold,proto3" json:"failure_threshold,omitempty"`            // default 3
+	InitialDelaySeconds uint32   `protobuf:"varint,7,opt,name=initial_delay_seconds,json=initialDelaySeconds,proto3" json:"initial_delay_seconds,omitempty"` // default 0
+	unknownFields       protoimpl.UnknownFields
+	sizeCache           protoimpl.SizeCache
+}
+
+func (x *Probe) Reset() {
+	*x = Probe{}
+	mi := &file_edgebox_v1_desired_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Probe) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Probe) ProtoMessage() {}
+
+func (x *Probe) ProtoReflect() protoreflect.Message {
+	mi := &file_edgebox_v1_desired_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Probe.ProtoReflect.Descriptor instead.
+func (*Probe) Descriptor() ([]byte, []int) {
+	return file_edgebox_v1_desired_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *Probe) GetExec() []string {
+	if x != nil {
+		return x.Exec
+	}
+	return nil
+}
+
+func (x *Probe) GetHttp() string {
+	if x != nil {
+		return x.Http
+	}
+	return ""
+}
+
+func (x *Probe) GetTcp() string {
+	if x != nil {
+		return x.Tcp
+	}
+	return ""
+}
+
+func (x *Probe) GetPeriodSeconds() uint32 {
+	if x != nil {
+		return x.PeriodSeconds
+	}
+	return 0
+}
+
+func (x *Probe) GetTimeoutSeconds() uint32 {
+	if x != nil {
+		return x.TimeoutSeconds
+	}
+	return 0
+}
+
+func (x *Probe) GetFailureThreshold() uint32 {
+	if x != nil {
+		return x.FailureThreshold
+	}
+	return 0
+}
+
+func (x *Probe) GetInitialDelaySeconds() uint32 {
+	if x != nil {
+		return x.InitialDelaySeconds
+	}
+	return 0
+}
+
 // UsbAssignment leases one UKEY to one workload.
 type UsbAssignment struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -162,7 +268,7 @@ type UsbAssignment struct {
 
 func (x *UsbAssignment) Reset() {
 	*x = UsbAssignment{}
-	mi := &file_edgebox_v1_desired_proto_msgTypes[1]
+	mi := &file_edgebox_v1_desired_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -174,7 +280,7 @@ func (x *UsbAssignment) String() string {
 func (*UsbAssignment) ProtoMessage() {}
 
 func (x *UsbAssignment) ProtoReflect() protoreflect.Message {
-	mi := &file_edgebox_v1_desired_proto_msgTypes[1]
+	mi := &file_edgebox_v1_desired_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -187,7 +293,7 @@ func (x *UsbAssignment) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UsbAssignment.ProtoReflect.Descriptor instead.
 func (*UsbAssignment) Descriptor() ([]byte, []int) {
-	return file_edgebox_v1_desired_proto_rawDescGZIP(), []int{1}
+	return file_edgebox_v1_desired_proto_rawDescGZIP(), []int{2}
 }
 
 func (x *UsbAssignment) GetKeyId() string {
@@ -228,7 +334,7 @@ type AgentConfig struct {
 
 func (x *AgentConfig) Reset() {
 	*x = AgentConfig{}
-	mi := &file_edgebox_v1_desired_proto_msgTypes[2]
+	mi := &file_edgebox_v1_desired_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -240,7 +346,7 @@ func (x *AgentConfig) String() string {
 func (*AgentConfig) ProtoMessage() {}
 
 func (x *AgentConfig) ProtoReflect() protoreflect.Message {
-	mi := &file_edgebox_v1_desired_proto_msgTypes[2]
+	mi := &file_edgebox_v1_desired_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -253,7 +359,7 @@ func (x *AgentConfig) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AgentConfig.ProtoReflect.Descriptor instead.
 func (*AgentConfig) Descriptor() ([]byte, []int) {
-	return file_edgebox_v1_desired_proto_rawDescGZIP(), []int{2}
+	return file_edgebox_v1_desired_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *AgentConfig) GetSettings() map[string]string {
@@ -274,7 +380,7 @@ type AgentRelease struct {
 
 func (x *AgentRelease) Reset() {
 	*x = AgentRelease{}
-	mi := &file_edgebox_v1_desired_proto_msgTypes[3]
+	mi := &file_edgebox_v1_desired_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -286,7 +392,7 @@ func (x *AgentRelease) String() string {
 func (*AgentRelease) ProtoMessage() {}
 
 func (x *AgentRelease) ProtoReflect() protoreflect.Message {
-	mi := &file_edgebox_v1_desired_proto_msgTypes[3]
+	mi := &file_edgebox_v1_desired_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -299,7 +405,7 @@ func (x *AgentRelease) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AgentRelease.ProtoReflect.Descriptor instead.
 func (*AgentRelease) Descriptor() ([]byte, []int) {
-	return file_edgebox_v1_desired_proto_rawDescGZIP(), []int{3}
+	return file_edgebox_v1_desired_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *AgentRelease) GetVersion() string {
@@ -339,7 +445,7 @@ type DesiredObject struct {
 
 func (x *DesiredObject) Reset() {
 	*x = DesiredObject{}
-	mi := &file_edgebox_v1_desired_proto_msgTypes[4]
+	mi := &file_edgebox_v1_desired_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -351,7 +457,7 @@ func (x *DesiredObject) String() string {
 func (*DesiredObject) ProtoMessage() {}
 
 func (x *DesiredObject) ProtoReflect() protoreflect.Message {
-	mi := &file_edgebox_v1_desired_proto_msgTypes[4]
+	mi := &file_edgebox_v1_desired_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -364,7 +470,7 @@ func (x *DesiredObject) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DesiredObject.ProtoReflect.Descriptor instead.
 func (*DesiredObject) Descriptor() ([]byte, []int) {
-	return file_edgebox_v1_desired_proto_rawDescGZIP(), []int{4}
+	return file_edgebox_v1_desired_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *DesiredObject) GetName() string {
@@ -480,13 +586,14 @@ type ObjectStatus struct {
 	Message         string `protobuf:"bytes,5,opt,name=message,proto3" json:"message,omitempty"` // at most 1 KiB
 	UpdatedUnixNano int64  `protobuf:"varint,6,opt,name=updated_unix_nano,json=updatedUnixNano,proto3" json:"updated_unix_nano,omitempty"`
 	Release         string `protobuf:"bytes,7,opt,name=release,proto3" json:"release,omitempty"` // of a Workload: the release running now, if any
+	Health          string `protobuf:"bytes,8,opt,name=health,proto3" json:"health,omitempty"`   // of a Workload with probes: "healthy", "unhealthy", "" not known yet
 	unknownFields   protoimpl.UnknownFields
 	sizeCache       protoimpl.SizeCache
 }
 
 func (x *ObjectStatus) Reset() {
 	*x = ObjectStatus{}
-	mi := &file_edgebox_v1_desired_proto_msgTypes[5]
+	mi := &file_edgebox_v1_desired_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -498,7 +605,7 @@ func (x *ObjectStatus) String() string {
 func (*ObjectStatus) ProtoMessage() {}
 
 func (x *ObjectStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_edgebox_v1_desired_proto_msgTypes[5]
+	mi := &file_edgebox_v1_desired_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -511,7 +618,7 @@ func (x *ObjectStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ObjectStatus.ProtoReflect.Descriptor instead.
 func (*ObjectStatus) Descriptor() ([]byte, []int) {
-	return file_edgebox_v1_desired_proto_rawDescGZIP(), []int{5}
+	return file_edgebox_v1_desired_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *ObjectStatus) GetKind() string {
@@ -563,6 +670,13 @@ func (x *ObjectStatus) GetRelease() string {
 	return ""
 }
 
+func (x *ObjectStatus) GetHealth() string {
+	if x != nil {
+		return x.Health
+	}
+	return ""
+}
+
 // Event is one thing that happened to a desired object on the box.
 type Event struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -578,7 +692,7 @@ type Event struct {
 
 func (x *Event) Reset() {
 	*x = Event{}
-	mi := &file_edgebox_v1_desired_proto_msgTypes[6]
+	mi := &file_edgebox_v1_desired_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -590,7 +704,7 @@ func (x *Event) String() string {
 func (*Event) ProtoMessage() {}
 
 func (x *Event) ProtoReflect() protoreflect.Message {
-	mi := &file_edgebox_v1_desired_proto_msgTypes[6]
+	mi := &file_edgebox_v1_desired_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -603,7 +717,7 @@ func (x *Event) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Event.ProtoReflect.Descriptor instead.
 func (*Event) Descriptor() ([]byte, []int) {
-	return file_edgebox_v1_desired_proto_rawDescGZIP(), []int{6}
+	return file_edgebox_v1_desired_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *Event) GetTimeUnixNano() int64 {
@@ -658,7 +772,7 @@ type EventRing struct {
 
 func (x *EventRing) Reset() {
 	*x = EventRing{}
-	mi := &file_edgebox_v1_desired_proto_msgTypes[7]
+	mi := &file_edgebox_v1_desired_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -670,7 +784,7 @@ func (x *EventRing) String() string {
 func (*EventRing) ProtoMessage() {}
 
 func (x *EventRing) ProtoReflect() protoreflect.Message {
-	mi := &file_edgebox_v1_desired_proto_msgTypes[7]
+	mi := &file_edgebox_v1_desired_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -683,7 +797,7 @@ func (x *EventRing) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EventRing.ProtoReflect.Descriptor instead.
 func (*EventRing) Descriptor() ([]byte, []int) {
-	return file_edgebox_v1_desired_proto_rawDescGZIP(), []int{7}
+	return file_edgebox_v1_desired_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *EventRing) GetEvents() []*Event {
@@ -698,7 +812,7 @@ var File_edgebox_v1_desired_proto protoreflect.FileDescriptor
 const file_edgebox_v1_desired_proto_rawDesc = "" +
 	"\n" +
 	"\x18edgebox/v1/desired.proto\x12\n" +
-	"edgebox.v1\"\x87\x02\n" +
+	"edgebox.v1\"\xb2\x02\n" +
 	"\bWorkload\x12\x10\n" +
 	"\x03app\x18\x01 \x01(\tR\x03app\x12\x18\n" +
 	"\arelease\x18\x02 \x01(\tR\arelease\x12\x18\n" +
@@ -712,7 +826,16 @@ const file_edgebox_v1_desired_proto_rawDesc = "" +
 	"\x04args\x18\t \x03(\tR\x04args\x12\x1d\n" +
 	"\n" +
 	"keep_state\x18\n" +
-	" \x01(\bR\tkeepState\"w\n" +
+	" \x01(\bR\tkeepState\x12)\n" +
+	"\x06probes\x18\v \x03(\v2\x11.edgebox.v1.ProbeR\x06probes\"\xf2\x01\n" +
+	"\x05Probe\x12\x12\n" +
+	"\x04exec\x18\x01 \x03(\tR\x04exec\x12\x12\n" +
+	"\x04http\x18\x02 \x01(\tR\x04http\x12\x10\n" +
+	"\x03tcp\x18\x03 \x01(\tR\x03tcp\x12%\n" +
+	"\x0eperiod_seconds\x18\x04 \x01(\rR\rperiodSeconds\x12'\n" +
+	"\x0ftimeout_seconds\x18\x05 \x01(\rR\x0etimeoutSeconds\x12+\n" +
+	"\x11failure_threshold\x18\x06 \x01(\rR\x10failureThreshold\x122\n" +
+	"\x15initial_delay_seconds\x18\a \x01(\rR\x13initialDelaySeconds\"w\n" +
 	"\rUsbAssignment\x12\x15\n" +
 	"\x06key_id\x18\x01 \x01(\tR\x05keyId\x12\x1a\n" +
 	"\bworkload\x18\x02 \x01(\tR\bworkload\x12\x1b\n" +
@@ -736,7 +859,7 @@ const file_edgebox_v1_desired_proto_rawDesc = "" +
 	"\fagent_config\x18\f \x01(\v2\x17.edgebox.v1.AgentConfigH\x00R\vagentConfig\x12?\n" +
 	"\ragent_release\x18\r \x01(\v2\x18.edgebox.v1.AgentReleaseH\x00R\fagentRelease\x12\x12\n" +
 	"\x04kind\x18\x04 \x01(\tR\x04kindB\x06\n" +
-	"\x04spec\"\xd9\x01\n" +
+	"\x04spec\"\xf1\x01\n" +
 	"\fObjectStatus\x12\x12\n" +
 	"\x04kind\x18\x01 \x01(\tR\x04kind\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12+\n" +
@@ -744,7 +867,8 @@ const file_edgebox_v1_desired_proto_rawDesc = "" +
 	"\x05phase\x18\x04 \x01(\tR\x05phase\x12\x18\n" +
 	"\amessage\x18\x05 \x01(\tR\amessage\x12*\n" +
 	"\x11updated_unix_nano\x18\x06 \x01(\x03R\x0fupdatedUnixNano\x12\x18\n" +
-	"\arelease\x18\a \x01(\tR\arelease\"\xa1\x01\n" +
+	"\arelease\x18\a \x01(\tR\arelease\x12\x16\n" +
+	"\x06health\x18\b \x01(\tR\x06health\"\xa1\x01\n" +
 	"\x05Event\x12$\n" +
 	"\x0etime_unix_nano\x18\x01 \x01(\x03R\ftimeUnixNano\x12\x12\n" +
 	"\x04kind\x18\x02 \x01(\tR\x04kind\x12\x12\n" +
@@ -767,30 +891,32 @@ func file_edgebox_v1_desired_proto_rawDescGZIP() []byte {
 	return file_edgebox_v1_desired_proto_rawDescData
 }
 
-var file_edgebox_v1_desired_proto_msgTypes = make([]protoimpl.MessageInfo, 9)
+var file_edgebox_v1_desired_proto_msgTypes = make([]protoimpl.MessageInfo, 10)
 var file_edgebox_v1_desired_proto_goTypes = []any{
 	(*Workload)(nil),      // 0: edgebox.v1.Workload
-	(*UsbAssignment)(nil), // 1: edgebox.v1.UsbAssignment
-	(*AgentConfig)(nil),   // 2: edgebox.v1.AgentConfig
-	(*AgentRelease)(nil),  // 3: edgebox.v1.AgentRelease
-	(*DesiredObject)(nil), // 4: edgebox.v1.DesiredObject
-	(*ObjectStatus)(nil),  // 5: edgebox.v1.ObjectStatus
-	(*Event)(nil),         // 6: edgebox.v1.Event
-	(*EventRing)(nil),     // 7: edgebox.v1.EventRing
-	nil,                   // 8: edgebox.v1.AgentConfig.SettingsEntry
+	(*Probe)(nil),         // 1: edgebox.v1.Probe
+	(*UsbAssignment)(nil), // 2: edgebox.v1.UsbAssignment
+	(*AgentConfig)(nil),   // 3: edgebox.v1.AgentConfig
+	(*AgentRelease)(nil),  // 4: edgebox.v1.AgentRelease
+	(*DesiredObject)(nil), // 5: edgebox.v1.DesiredObject
+	(*ObjectStatus)(nil),  // 6: edgebox.v1.ObjectStatus
+	(*Event)(nil),         // 7: edgebox.v1.Event
+	(*EventRing)(nil),     // 8: edgebox.v1.EventRing
+	nil,                   // 9: edgebox.v1.AgentConfig.SettingsEntry
 }
 var file_edgebox_v1_desired_proto_depIdxs = []int32{
-	8, // 0: edgebox.v1.AgentConfig.settings:type_name -> edgebox.v1.AgentConfig.SettingsEntry
-	0, // 1: edgebox.v1.DesiredObject.workload:type_name -> edgebox.v1.Workload
-	1, // 2: edgebox.v1.DesiredObject.usb_assignment:type_name -> edgebox.v1.UsbAssignment
-	2, // 3: edgebox.v1.DesiredObject.agent_config:type_name -> edgebox.v1.AgentConfig
-	3, // 4: edgebox.v1.DesiredObject.agent_release:type_name -> edgebox.v1.AgentRelease
-	6, // 5: edgebox.v1.EventRing.events:type_name -> edgebox.v1.Event
-	6, // [6:6] is the sub-list for method output_type
-	6, // [6:6] is the sub-list for method input_type
-	6, // [6:6] is the sub-list for extension type_name
-	6, // [6:6] is the sub-list for extension extendee
-	0, // [0:6] is the sub-list for field type_name
+	1, // 0: edgebox.v1.Workload.probes:type_name -> edgebox.v1.Probe
+	9, // 1: edgebox.v1.AgentConfig.settings:type_name -> edgebox.v1.AgentConfig.SettingsEntry
+	0, // 2: edgebox.v1.DesiredObject.workload:type_name -> edgebox.v1.Workload
+	2, // 3: edgebox.v1.DesiredObject.usb_assignment:type_name -> edgebox.v1.UsbAssignment
+	3, // 4: edgebox.v1.DesiredObject.agent_config:type_name -> edgebox.v1.AgentConfig
+	4, // 5: edgebox.v1.DesiredObject.agent_release:type_name -> edgebox.v1.AgentRelease
+	7, // 6: edgebox.v1.EventRing.events:type_name -> edgebox.v1.Event
+	7, // [7:7] is the sub-list for method output_type
+	7, // [7:7] is the sub-list for method input_type
+	7, // [7:7] is the sub-list for extension type_name
+	7, // [7:7] is the sub-list for extension extendee
+	0, // [0:7] is the sub-list for field type_name
 }
 
 func init() { file_edgebox_v1_desired_proto_init() }
@@ -798,7 +924,7 @@ func file_edgebox_v1_desired_proto_init() {
 	if File_edgebox_v1_desired_proto != nil {
 		return
 	}
-	file_edgebox_v1_desired_proto_msgTypes[4].OneofWrappers = []any{
+	file_edgebox_v1_desired_proto_msgTypes[5].OneofWrappers = []any{
 		(*DesiredObject_Workload)(nil),
 		(*DesiredObject_UsbAssignment)(nil),
 		(*DesiredObject_AgentConfig)(nil),
@@ -810,7 +936,7 @@ func file_edgebox_v1_desired_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_edgebox_v1_desired_proto_rawDesc), len(file_edgebox_v1_desired_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   9,
+			NumMessages:   10,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
