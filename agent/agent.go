@@ -168,7 +168,8 @@ func New(cfg Config, log *slog.Logger) (*Agent, error) {
 		return tc.Open(ctx, tunnel.KindRegistry, nil)
 	}, nil)
 	a.reconciler, err = reconcile.New(reconcile.Config{Source: a.local, Drivers: cfg.Drivers, Reporter: a.reports,
-		Log: a.log, Interval: cfg.Reconcile, Registry: registry})
+		Log: a.log, Interval: cfg.Reconcile, Registry: registry,
+		ImageRecord: filepath.Join(cfg.DataDir, "images.json")})
 	if err != nil {
 		a.local.Close()
 		return nil, err

@@ -26,7 +26,7 @@ type pulls struct {
 // ensureImage reports whether ref is on the box; when it is not, it starts
 // fetching it (once) and returns how far the fetch has come. A fetch that
 // failed is reported once; the next call starts a new one.
-func (r *Reconciler) ensureImage(ctx context.Context, p runtime.Puller, workload, ref string) (ready bool, msg string, err error) {
+func (r *Reconciler) ensureImage(ctx context.Context, p runtime.Puller, rt, workload, ref string) (ready bool, msg string, err error) {
 	ps := &r.pulls
 	ps.mu.Lock()
 	cur := ps.m[ref]
@@ -62,6 +62,9 @@ func (r *Reconciler) ensureImage(ctx context.Context, p runtime.Puller, workload
 		ps.mu.Unlock()
 		if err == nil {
 			r.event(workload, "Pulled", ref+": "+progressText(cur.progress), false)
+			if err := r.images.pulled(ref, rt); err != nil {
+				r.cfg.Log.Warn("image record", "err", err)
+			}
 		}
 		r.Kick()
 	}()

@@ -49,6 +49,10 @@ type Config struct {
 	// Registry is the HTTP client drivers pull images with; nil is a
 	// plain client.
 	Registry *http.Client
+	// ImageRecord is the file that remembers pulled images, so the image
+	// cache keeps each workload's current and previous release and drops
+	// the rest; empty keeps it in memory.
+	ImageRecord string
 }
 
 // Restart back-off: the first restart is at once, then 10 s, doubling up to
@@ -76,6 +80,7 @@ type Reconciler struct {
 	reported map[string]bool
 	crashes  map[string]*crashes
 	pulls    pulls
+	images   *imageCache
 	prober   *health.Prober // set by Run: probes run only while it runs
 	// running is the release each workload's instance runs, for status.
 	running map[string]string
@@ -96,7 +101,11 @@ func New(cfg Config) (*Reconciler, error) {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	r := &Reconciler{cfg: cfg, drivers: map[string]runtime.Driver{}, kick: make(chan struct{}, 1), reported: map[string]bool{},
+	images, err := openImageCache(cfg.ImageRecord)
+	if err != nil {
+		return nil, fmt.Errorf("reconcile: image record: %w", err)
+	}
+	r := &Reconciler{cfg: cfg, images: images, drivers: map[string]runtime.Driver{}, kick: make(chan struct{}, 1), reported: map[string]bool{},
 		crashes: map[string]*crashes{}, pulls: pulls{m: map[string]*pull{}},
 		running: map[string]string{}}
 	for _, d := range cfg.Drivers {
@@ -163,8 +172,10 @@ func (r *Reconciler) Once(ctx context.Context) error {
 		}
 	}
 	want := map[string]bool{}
+	images := map[string]string{}
 	for _, o := range objs {
 		want[o.GetName()] = true
+		images[o.GetName()] = o.GetWorkload().GetImage()
 		r.converge(ctx, o, have, listFailed)
 	}
 	var gone []string
@@ -198,6 +209,13 @@ func (r *Reconciler) Once(ctx context.Context) error {
 	if len(listFailed) > 0 {
 		return fmt.Errorf("listing instances: %v", listFailed)
 	}
+	removed, err := r.images.collect(ctx, images, r.drivers)
+	for _, ref := range removed {
+		r.cfg.Log.Info("image removed from the cache: no current or previous release uses it", "image", ref)
+	}
+	if err != nil {
+		return fmt.Errorf("image cache: %w", err)
+	}
 	return nil
 }
 
@@ -224,7 +242,7 @@ func (r *Reconciler) converge(ctx context.Context, o *edgeboxv1.DesiredObject, h
 	if p, ok := d.(runtime.Puller); ok && (!exists || replace) && w.GetImage() != "" {
 		// The image comes first; a running older release keeps running
 		// until it is here.
-		ready, msg, err := r.ensureImage(ctx, p, name, w.GetImage())
+		ready, msg, err := r.ensureImage(ctx, p, w.GetRuntime(), name, w.GetImage())
 		if err != nil {
 			r.fail(name, rev, "PullFailed", err)
 			return
@@ -243,6 +261,9 @@ func (r *Reconciler) converge(ctx context.Context, o *edgeboxv1.DesiredObject, h
 		exists = false
 	}
 	if !exists {
+		if err := r.images.use(name, w.GetImage()); err != nil {
+			r.cfg.Log.Warn("image record", "err", err)
+		}
 		if err := d.Create(ctx, spec); err != nil && !errors.Is(err, errdefs.ErrConflict) {
 			r.fail(name, rev, "CreateFailed", err)
 			return

@@ -91,3 +91,12 @@ type Puller interface {
 	// it stopped the next time.
 	Pull(ctx context.Context, ref string, client *http.Client, progress func(Progress)) error
 }
+
+// ImageStore is a driver whose images can be listed and removed, so the
+// agent can keep its image cache small.
+type ImageStore interface {
+	// Images lists the images the driver holds.
+	Images(ctx context.Context) ([]string, error)
+	// RemoveImage deletes an image; what instances still use stays.
+	RemoveImage(ctx context.Context, ref string) error
+}

@@ -110,3 +110,35 @@ func runtimeWait(t *testing.T, cond func() bool) {
 		time.Sleep(20 * time.Millisecond)
 	}
 }
+
+// TestImageCache: images are listed, complete, and removed.
+func TestImageCache(t *testing.T) {
+	sock := ctrdtest.Start(t)
+	d, err := New(Config{Address: sock, LogDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	ctx := context.Background()
+	if ok, err := d.HasImage(ctx, ctrdtest.Image); ok || err != nil {
+		t.Fatalf("HasImage before import: %v %v", ok, err)
+	}
+	if _, err := d.Import(ctx, bytes.NewReader(ctrdtest.BusyboxImage(t))); err != nil {
+		t.Fatal(err)
+	}
+	if ok, err := d.HasImage(ctx, ctrdtest.Image); !ok || err != nil {
+		t.Fatalf("HasImage after import: %v %v", ok, err)
+	}
+	if l, err := d.Images(ctx); err != nil || len(l) != 1 || l[0] != ctrdtest.Image {
+		t.Fatalf("Images: %v %v", l, err)
+	}
+	if err := d.RemoveImage(ctx, ctrdtest.Image); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.RemoveImage(ctx, ctrdtest.Image); err != nil {
+		t.Fatalf("removing a removed image: %v", err)
+	}
+	if l, err := d.Images(ctx); err != nil || len(l) != 0 {
+		t.Fatalf("Images after remove: %v %v", l, err)
+	}
+}

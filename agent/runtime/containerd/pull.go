@@ -109,3 +109,26 @@ func (d *Driver) Pull(ctx context.Context, ref string, hc *http.Client, progress
 }
 
 func isManifest(mt string) bool { return images.IsManifestType(mt) || images.IsIndexType(mt) }
+
+// Images lists the images in edgebox's namespace.
+func (d *Driver) Images(ctx context.Context) ([]string, error) {
+	imgs, err := d.c.ListImages(ns(ctx))
+	if err != nil {
+		return nil, translate(err, "listing images")
+	}
+	out := make([]string, 0, len(imgs))
+	for _, img := range imgs {
+		out = append(out, img.Name())
+	}
+	return out, nil
+}
+
+// RemoveImage deletes an image; containerd collects the content no other
+// image or container holds.
+func (d *Driver) RemoveImage(ctx context.Context, ref string) error {
+	err := d.c.ImageService().Delete(ns(ctx), ref, images.SynchronousDelete())
+	if cerrdefs.IsNotFound(err) {
+		return nil
+	}
+	return translate(err, "removing image %s", ref)
+}

@@ -7,6 +7,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"net/http"
 	"sort"
 	"sync"
 	"time"
@@ -26,6 +27,7 @@ type Driver struct {
 	fail      map[string]error
 	logs      map[string][]string
 	what      map[string]string // name -> "app release", for the logs
+	images    map[string]bool   // pulled; nil: every image is present
 }
 
 // New returns an empty fake driver serving runtime rt.
@@ -198,4 +200,59 @@ func (d *Driver) String() string {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	return fmt.Sprintf("fake %s: %d instances, calls %v", d.runtime, len(d.instances), d.calls)
+}
+
+// TrackImages makes the driver hold images: a workload's image must be
+// pulled before it runs, and pulled images can be listed and removed.
+// Without it every image counts as present.
+func (d *Driver) TrackImages() {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.images = map[string]bool{}
+}
+
+// HasImage says whether ref was pulled (always true without TrackImages).
+func (d *Driver) HasImage(_ context.Context, ref string) (bool, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.images == nil || d.images[ref], nil
+}
+
+// Pull takes ref as pulled.
+func (d *Driver) Pull(_ context.Context, ref string, _ *http.Client, progress func(runtime.Progress)) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if err := d.call("pull", ref); err != nil {
+		return err
+	}
+	if d.images != nil {
+		d.images[ref] = true
+	}
+	if progress != nil {
+		progress(runtime.Progress{Done: 1, Total: 1})
+	}
+	return nil
+}
+
+// Images lists the pulled images.
+func (d *Driver) Images(context.Context) ([]string, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	var out []string
+	for ref := range d.images {
+		out = append(out, ref)
+	}
+	sort.Strings(out)
+	return out, nil
+}
+
+// RemoveImage forgets a pulled image.
+func (d *Driver) RemoveImage(_ context.Context, ref string) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if err := d.call("rmi", ref); err != nil {
+		return err
+	}
+	delete(d.images, ref)
+	return nil
 }

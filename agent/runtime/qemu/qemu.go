@@ -471,3 +471,33 @@ func (d *Driver) Logs(_ context.Context, name string, tail int, w io.Writer) err
 	}
 	return runtime.TailFile(filepath.Join(d.vmDir(name), "serial.log"), tail, w)
 }
+
+// Images lists the fetched VM images, by manifest digest.
+func (d *Driver) Images(context.Context) ([]string, error) {
+	ents, err := os.ReadDir(filepath.Join(d.cfg.StateDir, "images"))
+	if err != nil {
+		return nil, err
+	}
+	var out []string
+	for _, e := range ents {
+		out = append(out, "sha256:"+e.Name())
+	}
+	return out, nil
+}
+
+// RemoveImage deletes a fetched VM image that no VM runs on.
+func (d *Driver) RemoveImage(_ context.Context, ref string) error {
+	dir, err := d.imageOf(ref)
+	if err != nil {
+		return err
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	ents, _ := os.ReadDir(filepath.Join(d.cfg.StateDir, "vms"))
+	for _, e := range ents {
+		if in, err := d.load(e.Name()); err == nil && in.Image == filepath.Base(dir) {
+			return errdefs.Conflict("VM %s runs on image %s", in.Name, ref)
+		}
+	}
+	return os.RemoveAll(dir)
+}
