@@ -77,6 +77,20 @@ func TestVMDeployedFromTheRegistry(t *testing.T) {
 		t.Fatalf("the VM does not run on an overlay of the pulled disk: %v\n%s", err, out)
 	}
 
+	// The console gone, the VM lost, the agent restarted: the VM comes
+	// back from the box's own store and image cache.
+	box.Stop(t)
+	h.StopConsole()
+	if err := d.Stop(context.Background(), "guest", time.Second); err != nil {
+		t.Fatal(err)
+	}
+	testenv.StartAgent(t, box, func(c *agent.Config) { c.Drivers = []runtime.Driver{d}; c.Reconcile = time.Second })
+	testenv.WaitFor(t, 60*time.Second, "the VM back without the console", func() bool {
+		in, err := d.Inspect(context.Background(), "guest")
+		return err == nil && in.State == runtime.StateRunning
+	})
+	h.StartConsole(t)
+
 	if _, err := admin.Undeploy(ctx(t), "guest", "box", box.ID()); err != nil {
 		t.Fatal(err)
 	}
