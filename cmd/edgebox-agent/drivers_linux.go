@@ -17,6 +17,12 @@ import (
 func drivers(dataDir string, rt runtimeFlags, log *slog.Logger) (ds []runtime.Driver, closeAll func()) {
 	containerdAddr := rt.containerd
 	closeAll = func() {}
+	// Native workloads run as users of their own and reach their homes
+	// under the data directory: they may pass it, not list it (the box's
+	// key and database stay 0600).
+	if err := os.Chmod(dataDir, 0o711); err != nil {
+		log.Warn("data directory", "err", err)
+	}
 	if p, err := process.New(process.Config{StateDir: filepath.Join(dataDir, "process")}); err == nil {
 		ds = append(ds, p)
 	} else {

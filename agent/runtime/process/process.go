@@ -2,8 +2,10 @@
 
 // Package process is the runtime.Driver for native programs on Linux: the
 // workload's image is the path of an executable on the box, started in a
-// session of its own with its output in a log file, and CPU and memory
-// limits from cgroup v1 controllers where the box has them. Instances
+// session of its own, under a user of its own (a UID no other workload
+// and no account on the box has, with a home directory of its own), with
+// its output in a log file, and CPU and memory limits from cgroup v1
+// controllers where the box has them. Instances
 // outlive the agent; their state is in files, so a restarted agent finds
 // them again.
 package process
@@ -36,7 +38,13 @@ type Config struct {
 	// CgroupRoot is the cgroup v1 mount, /sys/fs/cgroup unless set; limits
 	// are skipped for controllers it lacks.
 	CgroupRoot string
+	// FirstUID is the first of the 10,000 user IDs workloads run as;
+	// default 690000, far above the accounts of a box.
+	FirstUID int
 }
+
+// uidRange is how many user IDs the driver hands out.
+const uidRange = 10000
 
 // Driver runs native programs.
 type Driver struct {
@@ -55,8 +63,28 @@ func New(cfg Config) (*Driver, error) {
 	if cfg.CgroupRoot == "" {
 		cfg.CgroupRoot = "/sys/fs/cgroup"
 	}
-	if err := os.MkdirAll(cfg.StateDir, 0o700); err != nil {
+	if cfg.FirstUID <= 0 {
+		cfg.FirstUID = 690000
+	}
+	if err := os.MkdirAll(cfg.StateDir, 0o711); err != nil {
 		return nil, err
+	}
+	if err := os.Chmod(cfg.StateDir, 0o711); err != nil {
+		return nil, err
+	}
+	// Workloads reach their homes under StateDir as other users: every
+	// directory above must let them pass (not read).
+	for dir := cfg.StateDir; ; dir = filepath.Dir(dir) {
+		fi, err := os.Stat(dir)
+		if err != nil {
+			return nil, err
+		}
+		if fi.Mode().Perm()&0o001 == 0 {
+			return nil, fmt.Errorf("process: workloads run as users of their own and cannot pass %s (mode %v); chmod o+x it", dir, fi.Mode().Perm())
+		}
+		if dir == filepath.Dir(dir) {
+			break
+		}
 	}
 	return &Driver{cfg: cfg, reaped: map[string]chan struct{}{}}, nil
 }
@@ -72,6 +100,7 @@ type record struct {
 	Env  []string `json:"env,omitempty"`
 	CPU  int64    `json:"cpu_millis,omitempty"`
 	Mem  int64    `json:"memory_bytes,omitempty"`
+	UID  int      `json:"uid"`
 }
 
 // run is a started program: its pid and the kernel's start time of that
@@ -119,15 +148,49 @@ func (d *Driver) Create(_ context.Context, s runtime.Spec) error {
 	}
 	if fi, err := os.Stat(w.GetImage()); err != nil || fi.IsDir() || fi.Mode()&0o111 == 0 {
 		return errdefs.NotFound("process workload %s: %s is not an executable program on this box", s.Name, w.GetImage())
+	} else if fi.Mode()&0o001 == 0 {
+		return errdefs.Invalid("process workload %s: %s runs under a user of its own and must be executable by others (chmod o+rx)", s.Name, w.GetImage())
 	}
 	if _, err := os.Stat(d.dir(s.Name)); err == nil {
 		return errdefs.Conflict("instance %s exists", s.Name)
 	}
-	if err := os.MkdirAll(d.dir(s.Name), 0o700); err != nil {
+	uid, err := d.freeUID()
+	if err != nil {
+		return err
+	}
+	home := filepath.Join(d.dir(s.Name), "home")
+	if err := os.MkdirAll(home, 0o700); err != nil {
+		return err
+	}
+	// The instance's directory is the agent's; its home is the workload's.
+	if err := os.Chmod(d.dir(s.Name), 0o711); err != nil {
+		return err
+	}
+	if err := os.Chown(home, uid, uid); err != nil {
 		return err
 	}
 	return writeJSON(filepath.Join(d.dir(s.Name), "spec.json"), record{Name: s.Name, Hash: s.Hash, Path: w.GetImage(),
-		Args: w.GetArgs(), Env: w.GetEnv(), CPU: w.GetCpuMillis(), Mem: w.GetMemoryBytes()})
+		Args: w.GetArgs(), Env: w.GetEnv(), CPU: w.GetCpuMillis(), Mem: w.GetMemoryBytes(), UID: uid})
+}
+
+// freeUID returns the lowest user ID of the range no instance holds.
+func (d *Driver) freeUID() (int, error) {
+	used := map[int]bool{}
+	ents, err := os.ReadDir(d.cfg.StateDir)
+	if err != nil {
+		return 0, err
+	}
+	for _, e := range ents {
+		if r, err := d.load(e.Name()); err == nil {
+			used[r.UID] = true
+		}
+	}
+	for uid := d.cfg.FirstUID; uid < d.cfg.FirstUID+uidRange; uid++ {
+		if !used[uid] {
+			return uid, nil
+		}
+	}
+	return 0, errdefs.Unavailable("all %d workload user IDs are taken", uidRange)
 }
 
 // startTick is the kernel's start time of pid (clock ticks since boot).
@@ -184,11 +247,17 @@ func (d *Driver) Start(_ context.Context, name string) error {
 		return err
 	}
 	defer log.Close()
+	home := filepath.Join(d.dir(name), "home")
 	cmd := exec.Command(rec.Path, rec.Args...)
-	cmd.Env = append([]string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"}, rec.Env...)
-	cmd.Dir = d.dir(name)
+	cmd.Env = append([]string{"PATH=/usr/local/bin:/usr/bin:/bin", "HOME=" + home}, rec.Env...)
+	cmd.Dir = home
 	cmd.Stdout, cmd.Stderr = log, log
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true} // its own process group, apart from the agent's
+	cmd.SysProcAttr = &syscall.SysProcAttr{
+		Setsid: true, // its own process group, apart from the agent's
+	}
+	if rec.UID > 0 {
+		cmd.SysProcAttr.Credential = &syscall.Credential{Uid: uint32(rec.UID), Gid: uint32(rec.UID), NoSetGroups: true}
+	}
 	os.Remove(filepath.Join(d.dir(name), "exit"))
 	if err := cmd.Start(); err != nil {
 		return fmt.Errorf("starting %s: %w", name, err)

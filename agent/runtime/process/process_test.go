@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/edgebox/edgebox/agent/runtime"
 	"github.com/edgebox/edgebox/agent/runtime/runtimetest"
@@ -25,7 +26,7 @@ func workload(greeting string) *edgeboxv1.Workload {
 func TestConformance(t *testing.T) {
 	runtimetest.Run(t, runtimetest.Harness{
 		New: func(t *testing.T) runtime.Driver {
-			d, err := New(Config{StateDir: t.TempDir(), CgroupRoot: t.TempDir()})
+			d, err := New(Config{StateDir: stateDir(t), CgroupRoot: t.TempDir()})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -47,7 +48,7 @@ func TestLimitsAndARestartedAgent(t *testing.T) {
 	for _, ctrl := range []string{"memory", "cpu"} {
 		require.File(t, filepath.Join("/sys/fs/cgroup", ctrl, "cgroup.procs"), "the cgroup v1 "+ctrl+" controller")
 	}
-	state := t.TempDir()
+	state := stateDir(t)
 	d, _ := New(Config{StateDir: state}) // the real /sys/fs/cgroup
 	name := fmt.Sprintf("limited-%d", os.Getpid())
 	w := workload("limits")
@@ -91,5 +92,64 @@ func TestLimitsAndARestartedAgent(t *testing.T) {
 	if err := d2.Create(t.Context(), runtime.NewSpec("nothing", &edgeboxv1.Workload{Image: "/no/such/program"})); err == nil ||
 		!strings.Contains(err.Error(), "not an executable") {
 		t.Fatalf("a missing program: %v", err)
+	}
+}
+
+// stateDir is a state directory workloads' users can pass through.
+func stateDir(t *testing.T) string {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "proc")
+	if err != nil {
+		t.Fatal(err)
+	}
+	os.Chmod(dir, 0o711)
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	return dir
+}
+
+// TestRunsUnderItsOwnUser: each workload has a user ID of its own, not
+// root, a home it owns, and cannot read the agent's files.
+func TestRunsUnderItsOwnUser(t *testing.T) {
+	require.Root(t, "running programs as other users")
+	state := stateDir(t)
+	d, err := New(Config{StateDir: state, CgroupRoot: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	secret := filepath.Join(state, "agent-secret")
+	os.WriteFile(secret, []byte("key"), 0o600)
+	script := `echo "uid=$(id -u) home=$HOME"; touch "$HOME/mine" && echo wrote-home; cat ` + secret + ` || echo cannot-read; sleep 60`
+	ctx := t.Context()
+	for _, name := range []string{"one", "two"} {
+		w := &edgeboxv1.Workload{Runtime: "process", Image: "/bin/sh", Args: []string{"-c", script}}
+		if err := d.Create(ctx, runtime.NewSpec(name, w)); err != nil {
+			t.Fatal(err)
+		}
+		if err := d.Start(ctx, name); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { d.Remove(context.Background(), name) })
+	}
+	uids := map[string]bool{}
+	for _, name := range []string{"one", "two"} {
+		var out string
+		deadline := time.Now().Add(10 * time.Second)
+		for !strings.Contains(out, "cannot-read") && !strings.Contains(out, "key") {
+			if time.Now().After(deadline) {
+				t.Fatalf("%s said %q", name, out)
+			}
+			time.Sleep(20 * time.Millisecond)
+			var b strings.Builder
+			d.Logs(ctx, name, 0, &b)
+			out = b.String()
+		}
+		if !strings.Contains(out, "wrote-home") || !strings.Contains(out, "cannot-read") || strings.Contains(out, "uid=0 ") {
+			t.Fatalf("%s: %q", name, out)
+		}
+		uid := strings.Fields(strings.TrimPrefix(out[strings.Index(out, "uid="):], "uid="))[0]
+		uids[uid] = true
+	}
+	if len(uids) != 2 {
+		t.Fatalf("the two workloads share a user: %v", uids)
 	}
 }
