@@ -1,4 +1,4 @@
-//go:build !linux
+//go:build !linux && !windows
 
 package main
 
@@ -8,6 +8,5 @@ import (
 	"github.com/edgebox/edgebox/agent/runtime"
 )
 
-// drivers returns the runtimes this box has; the process and QEMU drivers
-// for Windows come with their own changes.
+// drivers: edgebox runs workloads on Linux and Windows only.
 func drivers(string, runtimeFlags, *slog.Logger) ([]runtime.Driver, func()) { return nil, func() {} }

@@ -1,13 +1,14 @@
-//go:build linux
-
-// Package process is the runtime.Driver for native programs on Linux: the
-// workload's image is the path of an executable on the box, started in a
-// session of its own, under a user of its own (a UID no other workload
-// and no account on the box has, with a home directory of its own), with
-// its output in a log file, and CPU and memory limits from cgroup v1
-// controllers where the box has them. Instances
-// outlive the agent; their state is in files, so a restarted agent finds
-// them again.
+// Package process is the runtime.Driver for native programs: the
+// workload's image is the path of an executable on the box, started apart
+// from the agent with its output in a log file. Instances outlive the
+// agent; their state is in files, so a restarted agent finds them again.
+//
+// On Linux each program runs in a session of its own, under a user ID of
+// its own (no other workload and no account of the box has it) with a home
+// of its own, and with CPU and memory limits from cgroup v1 controllers
+// where the box has them. On Windows each program runs in a job object
+// named for it that carries its CPU and memory limits and ends the whole
+// process tree at once; it runs under the agent's account.
 package process
 
 import (
@@ -20,9 +21,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
-	"strings"
 	"sync"
-	"syscall"
 	"time"
 
 	"github.com/edgebox/edgebox/agent/runtime"
@@ -66,25 +65,8 @@ func New(cfg Config) (*Driver, error) {
 	if cfg.FirstUID <= 0 {
 		cfg.FirstUID = 690000
 	}
-	if err := os.MkdirAll(cfg.StateDir, 0o711); err != nil {
+	if err := prepare(cfg.StateDir); err != nil {
 		return nil, err
-	}
-	if err := os.Chmod(cfg.StateDir, 0o711); err != nil {
-		return nil, err
-	}
-	// Workloads reach their homes under StateDir as other users: every
-	// directory above must let them pass (not read).
-	for dir := cfg.StateDir; ; dir = filepath.Dir(dir) {
-		fi, err := os.Stat(dir)
-		if err != nil {
-			return nil, err
-		}
-		if fi.Mode().Perm()&0o001 == 0 {
-			return nil, fmt.Errorf("process: workloads run as users of their own and cannot pass %s (mode %v); chmod o+x it", dir, fi.Mode().Perm())
-		}
-		if dir == filepath.Dir(dir) {
-			break
-		}
 	}
 	return &Driver{cfg: cfg, reaped: map[string]chan struct{}{}}, nil
 }
@@ -146,10 +128,10 @@ func (d *Driver) Create(_ context.Context, s runtime.Spec) error {
 	if !filepath.IsAbs(w.GetImage()) {
 		return errdefs.Invalid("process workload %s: image must be the absolute path of a program on the box, not %q", s.Name, w.GetImage())
 	}
-	if fi, err := os.Stat(w.GetImage()); err != nil || fi.IsDir() || fi.Mode()&0o111 == 0 {
+	if fi, err := os.Stat(w.GetImage()); err != nil || fi.IsDir() || !executable(fi) {
 		return errdefs.NotFound("process workload %s: %s is not an executable program on this box", s.Name, w.GetImage())
-	} else if fi.Mode()&0o001 == 0 {
-		return errdefs.Invalid("process workload %s: %s runs under a user of its own and must be executable by others (chmod o+rx)", s.Name, w.GetImage())
+	} else if err := runnableByOthers(fi); err != nil {
+		return errdefs.Invalid("process workload %s: %s %v", s.Name, w.GetImage(), err)
 	}
 	if _, err := os.Stat(d.dir(s.Name)); err == nil {
 		return errdefs.Conflict("instance %s exists", s.Name)
@@ -158,69 +140,11 @@ func (d *Driver) Create(_ context.Context, s runtime.Spec) error {
 	if err != nil {
 		return err
 	}
-	home := filepath.Join(d.dir(s.Name), "home")
-	if err := os.MkdirAll(home, 0o700); err != nil {
-		return err
-	}
-	// The instance's directory is the agent's; its home is the workload's.
-	if err := os.Chmod(d.dir(s.Name), 0o711); err != nil {
-		return err
-	}
-	if err := os.Chown(home, uid, uid); err != nil {
+	if err := makeHome(d.dir(s.Name), uid); err != nil {
 		return err
 	}
 	return writeJSON(filepath.Join(d.dir(s.Name), "spec.json"), record{Name: s.Name, Hash: s.Hash, Path: w.GetImage(),
 		Args: w.GetArgs(), Env: w.GetEnv(), CPU: w.GetCpuMillis(), Mem: w.GetMemoryBytes(), UID: uid})
-}
-
-// freeUID returns the lowest user ID of the range no instance holds.
-func (d *Driver) freeUID() (int, error) {
-	used := map[int]bool{}
-	ents, err := os.ReadDir(d.cfg.StateDir)
-	if err != nil {
-		return 0, err
-	}
-	for _, e := range ents {
-		if r, err := d.load(e.Name()); err == nil {
-			used[r.UID] = true
-		}
-	}
-	for uid := d.cfg.FirstUID; uid < d.cfg.FirstUID+uidRange; uid++ {
-		if !used[uid] {
-			return uid, nil
-		}
-	}
-	return 0, errdefs.Unavailable("all %d workload user IDs are taken", uidRange)
-}
-
-// startTick is the kernel's start time of pid (clock ticks since boot).
-func startTick(pid int) (int64, bool) {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return 0, false
-	}
-	// The command name may hold spaces and parentheses: fields count from
-	// the last ')'.
-	s := string(b)
-	i := strings.LastIndexByte(s, ')')
-	if i < 0 {
-		return 0, false
-	}
-	f := strings.Fields(s[i+1:])
-	if len(f) < 20 || f[0] == "Z" {
-		return 0, false // gone, or a zombie
-	}
-	n, err := strconv.ParseInt(f[19], 10, 64)
-	return n, err == nil
-}
-
-// alive reports whether r's program still runs.
-func alive(r run) bool {
-	if r.PID <= 0 {
-		return false
-	}
-	tick, ok := startTick(r.PID)
-	return ok && tick == r.StartTick
 }
 
 func (d *Driver) current(name string) (run, bool) {
@@ -249,21 +173,19 @@ func (d *Driver) Start(_ context.Context, name string) error {
 	defer log.Close()
 	home := filepath.Join(d.dir(name), "home")
 	cmd := exec.Command(rec.Path, rec.Args...)
-	cmd.Env = append([]string{"PATH=/usr/local/bin:/usr/bin:/bin", "HOME=" + home}, rec.Env...)
+	cmd.Env = append(baseEnv(home), rec.Env...)
 	cmd.Dir = home
 	cmd.Stdout, cmd.Stderr = log, log
-	cmd.SysProcAttr = &syscall.SysProcAttr{
-		Setsid: true, // its own process group, apart from the agent's
-	}
-	if rec.UID > 0 {
-		cmd.SysProcAttr.Credential = &syscall.Credential{Uid: uint32(rec.UID), Gid: uint32(rec.UID), NoSetGroups: true}
-	}
+	setUser(cmd, rec.UID)
 	os.Remove(filepath.Join(d.dir(name), "exit"))
 	if err := cmd.Start(); err != nil {
 		return fmt.Errorf("starting %s: %w", name, err)
 	}
 	pid := cmd.Process.Pid
-	d.limit(name, rec, pid)
+	if err := d.limit(name, rec, cmd.Process); err != nil {
+		cmd.Process.Kill()
+		return fmt.Errorf("limits of %s: %w", name, err)
+	}
 	tick, _ := startTick(pid)
 	if err := writeJSON(filepath.Join(d.dir(name), "run.json"), run{PID: pid, StartTick: tick, StartedAt: time.Now().UnixNano()}); err != nil {
 		cmd.Process.Kill()
@@ -276,44 +198,14 @@ func (d *Driver) Start(_ context.Context, name string) error {
 	go func() {
 		defer close(done)
 		cmd.Wait()
-		code := -1
-		if cmd.ProcessState != nil {
-			code = cmd.ProcessState.ExitCode()
-			if ws, ok := cmd.ProcessState.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
-				code = 128 + int(ws.Signal())
-			}
-		}
+		code := exitCode(cmd.ProcessState)
 		os.WriteFile(filepath.Join(d.dir(name), "exit"), []byte(strconv.Itoa(code)), 0o600)
 	}()
 	return nil
 }
 
-// limit puts pid in cgroups with the workload's CPU and memory limits,
-// where the controllers are mounted.
-func (d *Driver) limit(name string, rec record, pid int) {
-	put := func(ctrl string, files map[string]string) {
-		dir := filepath.Join(d.cfg.CgroupRoot, ctrl, "edgebox", name)
-		if _, err := os.Stat(filepath.Join(d.cfg.CgroupRoot, ctrl)); err != nil {
-			return
-		}
-		if os.MkdirAll(dir, 0o755) != nil {
-			return
-		}
-		for f, v := range files {
-			os.WriteFile(filepath.Join(dir, f), []byte(v), 0o644)
-		}
-		os.WriteFile(filepath.Join(dir, "cgroup.procs"), []byte(strconv.Itoa(pid)), 0o644)
-	}
-	if rec.Mem > 0 {
-		put("memory", map[string]string{"memory.limit_in_bytes": strconv.FormatInt(rec.Mem, 10)})
-	}
-	if rec.CPU > 0 {
-		put("cpu", map[string]string{"cpu.cfs_period_us": "100000", "cpu.cfs_quota_us": strconv.FormatInt(rec.CPU*100, 10)})
-	}
-}
-
-// Stop sends SIGTERM to the program's process group, and SIGKILL after
-// timeout.
+// Stop asks the program to end (Linux: SIGTERM to its process group) and
+// ends it after timeout (SIGKILL; Windows: the whole job at once).
 func (d *Driver) Stop(ctx context.Context, name string, timeout time.Duration) error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -326,11 +218,11 @@ func (d *Driver) Stop(ctx context.Context, name string, timeout time.Duration) e
 	if !ok || !alive(r) {
 		return nil
 	}
-	syscall.Kill(-r.PID, syscall.SIGTERM)
+	d.terminate(name, r)
 	deadline := time.Now().Add(timeout)
 	for alive(r) {
 		if time.Now().After(deadline) {
-			syscall.Kill(-r.PID, syscall.SIGKILL)
+			d.kill(name, r)
 			deadline = time.Now().Add(time.Hour)
 		}
 		select {
@@ -355,7 +247,7 @@ func (d *Driver) waitReaped(name string) {
 	}
 }
 
-// Remove stops the program and forgets it, its log and its cgroups.
+// Remove stops the program and forgets it, its log and its limits.
 func (d *Driver) Remove(ctx context.Context, name string) error {
 	if err := d.Stop(ctx, name, 10*time.Second); err != nil {
 		return err
@@ -363,9 +255,7 @@ func (d *Driver) Remove(ctx context.Context, name string) error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	d.waitReaped(name)
-	for _, ctrl := range []string{"memory", "cpu"} {
-		os.Remove(filepath.Join(d.cfg.CgroupRoot, ctrl, "edgebox", name))
-	}
+	d.unlimit(name)
 	return os.RemoveAll(d.dir(name))
 }
 
@@ -422,4 +312,34 @@ func (d *Driver) Logs(_ context.Context, name string, tail int, w io.Writer) err
 		return err
 	}
 	return runtime.TailFile(filepath.Join(d.dir(name), "output.log"), tail, w)
+}
+
+// freeUID returns the lowest user ID of the range no instance holds.
+func (d *Driver) freeUID() (int, error) {
+	used := map[int]bool{}
+	ents, err := os.ReadDir(d.cfg.StateDir)
+	if err != nil {
+		return 0, err
+	}
+	for _, e := range ents {
+		if r, err := d.load(e.Name()); err == nil {
+			used[r.UID] = true
+		}
+	}
+	for uid := d.cfg.FirstUID; uid < d.cfg.FirstUID+uidRange; uid++ {
+		if !used[uid] {
+			return uid, nil
+		}
+	}
+	return 0, errdefs.Unavailable("all %d workload user IDs are taken", uidRange)
+}
+
+// cpuRate is a CPU limit in thousandths of a CPU as a Windows job's CPU
+// rate: hundredths of a percent of all the box's CPUs, 1 to 10000.
+func cpuRate(millis int64, cpus int) uint32 {
+	if cpus < 1 {
+		cpus = 1
+	}
+	r := millis * 10000 / (int64(cpus) * 1000)
+	return uint32(min(max(r, 1), 10000))
 }
