@@ -1,7 +1,7 @@
-//go:build linux
+//go:build linux || windows
 
 // Package qemu is the runtime.Driver for virtual machines: QEMU with KVM
-// when the box has it and TCG otherwise. A VM image (a disk, or a kernel
+// (Linux) or WHPX (Windows) when the box has it and TCG otherwise. A VM image (a disk, or a kernel
 // and initrd) comes from the console's registry as an OCI artifact; each
 // instance runs on its own qcow2 overlay, made anew at every start unless
 // the workload keeps its state, so every robot starts from a clean image.
@@ -30,7 +30,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
 
 	"github.com/digitalocean/go-qemu/qmp"
@@ -51,8 +50,9 @@ type Config struct {
 	// Binary is qemu-system-x86_64 and Img qemu-img, found on PATH unless
 	// set.
 	Binary, Img string
-	// Accel is "kvm" or "tcg"; empty picks KVM when /dev/kvm can be
-	// opened.
+	// Accel is QEMU's accelerator list, such as "kvm" or "whpx:tcg";
+	// empty picks KVM when /dev/kvm can be opened (Linux), WHPX falling
+	// back to TCG (Windows), TCG otherwise.
 	Accel string
 	// MaxLogBytes rotates serial.log at a start past this size; default
 	// 10 MiB.
@@ -90,11 +90,7 @@ func New(cfg Config) (*Driver, error) {
 		*p = path
 	}
 	if cfg.Accel == "" {
-		cfg.Accel = "tcg"
-		if f, err := os.OpenFile("/dev/kvm", os.O_RDWR, 0); err == nil {
-			f.Close()
-			cfg.Accel = "kvm"
-		}
+		cfg.Accel = defaultAccel()
 	}
 	if cfg.MaxLogBytes <= 0 {
 		cfg.MaxLogBytes = 10 << 20
@@ -223,8 +219,7 @@ func (d *Driver) pid(name string) int {
 		return 0
 	}
 	// The pid must still be this VM's QEMU, not a number reused.
-	cmd, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
-	if err != nil || !strings.Contains(string(cmd), d.vmDir(name)) {
+	if !isQEMU(pid, d.vmDir(name)) {
 		return 0
 	}
 	return pid
@@ -269,12 +264,8 @@ func (d *Driver) Start(ctx context.Context, name string) error {
 	}
 	os.Remove(filepath.Join(dir, "qemu.pid"))
 	args := d.args(name, dir, img, overlay, hasDisk, &w, cfg)
-	out, err := exec.CommandContext(ctx, d.cfg.Binary, args...).CombinedOutput()
-	if err != nil {
-		return fmt.Errorf("starting VM %s: %v: %s", name, err, strings.TrimSpace(string(out)))
-	}
-	if d.pid(name) == 0 {
-		return fmt.Errorf("starting VM %s: QEMU exited at once: %s", name, strings.TrimSpace(string(out)))
+	if err := launch(ctx, d.cfg.Binary, args, dir, func() bool { return d.pid(name) != 0 }); err != nil {
+		return fmt.Errorf("starting VM %s: %w", name, err)
 	}
 	in.Started, in.Stopped = time.Now().UTC(), false
 	return d.save(in)
@@ -310,7 +301,7 @@ func (d *Driver) args(name, dir, img, overlay string, hasDisk bool, w *edgeboxv1
 		"-chardev", "socket,id=serial1,path=" + sock(dir, "serial") + ",server=on,wait=off",
 		"-serial", "chardev:serial1",
 		"-device", "qemu-xhci,id=xhci", // UKEYs are hot-plugged here
-		"-pidfile", filepath.Join(dir, "qemu.pid"), "-daemonize",
+		"-pidfile", filepath.Join(dir, "qemu.pid"),
 	}
 	if hasDisk {
 		a = append(a, "-drive", "file="+overlay+",if=virtio,format=qcow2")
@@ -402,7 +393,7 @@ func (d *Driver) Stop(ctx context.Context, name string, timeout time.Duration) e
 	if err := qmpRun(dir, "system_powerdown"); err != nil || !gone(timeout) {
 		qmpRun(dir, "quit")
 		if !gone(5 * time.Second) {
-			syscall.Kill(pid, syscall.SIGKILL)
+			killPID(pid)
 			if !gone(5 * time.Second) {
 				return fmt.Errorf("VM %s (pid %d) does not stop", name, pid)
 			}
