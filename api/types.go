@@ -188,6 +188,23 @@ type ReleaseSpec struct {
 	KeepState bool `json:"keep_state,omitempty"`
 	// Probes say whether the app is healthy; rollouts gate on them.
 	Probes []Probe `json:"probes,omitempty"`
+	// Ports the app serves, for remote access to it.
+	Ports []Port `json:"ports,omitempty"`
+	// Keys are the UKEYs the app needs, each by the labels a key must
+	// carry (bank=ICBC).
+	Keys []KeyNeed `json:"keys,omitempty"`
+}
+
+// Port is a port an app serves.
+type Port struct {
+	Name     string `json:"name,omitempty"`
+	Port     uint16 `json:"port"`
+	Protocol string `json:"protocol,omitempty"` // tcp (default) or udp
+}
+
+// KeyNeed is one UKEY an app needs: any key whose labels include these.
+type KeyNeed struct {
+	Labels map[string]string `json:"labels"`
 }
 
 // Probe is one health check: exactly one of Exec (a command inside the

@@ -82,6 +82,7 @@ func releaseCmd(out printer) *cobra.Command {
 	var spec api.ReleaseSpec
 	var probe api.Probe
 	var probeExec string
+	var ports, keys []string
 	create := &cobra.Command{
 		Use:   "create --app APP --version VERSION --image REF",
 		Short: "Add a release; a tag is resolved to its digest now",
@@ -108,6 +109,20 @@ For the process runtime, --image is the program's path on the box.`,
 			}
 			if len(probe.Exec) > 0 || probe.HTTP != "" || probe.TCP != "" {
 				spec.Probes = []api.Probe{probe}
+			}
+			for _, p := range ports {
+				port, err := parsePort(p)
+				if err != nil {
+					return err
+				}
+				spec.Ports = append(spec.Ports, port)
+			}
+			for _, k := range keys {
+				labels, err := parseLabels([]string{k})
+				if err != nil {
+					return fmt.Errorf("--key %q: %v", k, err)
+				}
+				spec.Keys = append(spec.Keys, api.KeyNeed{Labels: labels})
 			}
 			cl, err := client()
 			if err != nil {
@@ -136,6 +151,8 @@ For the process runtime, --image is the program's path on the box.`,
 	f.Uint32Var(&probe.PeriodSeconds, "probe-period", 0, "seconds between probes (default 10)")
 	f.Uint32Var(&probe.TimeoutSeconds, "probe-timeout", 0, "seconds a probe may take (default 1)")
 	f.Uint32Var(&probe.FailureThreshold, "probe-failures", 0, "failures in a row that make it unhealthy (default 3)")
+	f.StringArrayVar(&ports, "port", nil, "a port the app serves: 8080 or 8080/udp, repeatable")
+	f.StringArrayVar(&keys, "key", nil, "a UKEY the app needs, by labels: bank=ICBC[,company=acme], repeatable")
 	f.BoolVar(&spec.KeepState, "keep-state", false, "qemu: keep the VM's disk changes across restarts (default: every start is clean)")
 	ls := &cobra.Command{
 		Use:   "ls APP",
@@ -353,4 +370,14 @@ func parseBytes(s string) (int64, error) {
 		return 0, fmt.Errorf("memory %q: write 256Mi, 1Gi or a number of bytes", s)
 	}
 	return n * mult, nil
+}
+
+// parsePort reads 8080, 8080/tcp or 53/udp.
+func parsePort(s string) (api.Port, error) {
+	num, proto, _ := strings.Cut(s, "/")
+	n, err := strconv.ParseUint(num, 10, 16)
+	if err != nil || n == 0 {
+		return api.Port{}, fmt.Errorf("--port %q: write 8080 or 8080/udp", s)
+	}
+	return api.Port{Port: uint16(n), Protocol: proto}, nil
 }

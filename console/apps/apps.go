@@ -47,18 +47,20 @@ type App struct {
 
 // Release is one immutable version of an app: what a box runs.
 type Release struct {
-	TenantID    string      `json:"tenant_id"`
-	App         string      `json:"app"`
-	Version     string      `json:"version"`
-	Runtime     string      `json:"runtime"`
-	Image       string      `json:"image"` // by digest, for containerd and qemu
-	Env         []string    `json:"env,omitempty"`
-	Args        []string    `json:"args,omitempty"`
-	CPUMillis   int64       `json:"cpu_millis,omitempty"`
-	MemoryBytes int64       `json:"memory_bytes,omitempty"`
-	Restart     string      `json:"restart,omitempty"`
-	KeepState   bool        `json:"keep_state,omitempty"`
-	Probes      []api.Probe `json:"probes,omitempty"`
+	TenantID    string        `json:"tenant_id"`
+	App         string        `json:"app"`
+	Version     string        `json:"version"`
+	Runtime     string        `json:"runtime"`
+	Image       string        `json:"image"` // by digest, for containerd and qemu
+	Env         []string      `json:"env,omitempty"`
+	Args        []string      `json:"args,omitempty"`
+	CPUMillis   int64         `json:"cpu_millis,omitempty"`
+	MemoryBytes int64         `json:"memory_bytes,omitempty"`
+	Restart     string        `json:"restart,omitempty"`
+	KeepState   bool          `json:"keep_state,omitempty"`
+	Probes      []api.Probe   `json:"probes,omitempty"`
+	Ports       []api.Port    `json:"ports,omitempty"`
+	Keys        []api.KeyNeed `json:"keys,omitempty"`
 	// Tag is the tag Image was resolved from, for people reading.
 	Tag       string    `json:"tag,omitempty"`
 	CreatedAt time.Time `json:"created_at"`
@@ -237,6 +239,9 @@ type ReleaseSpec struct {
 	// KeepState keeps a VM's disk overlay across restarts.
 	KeepState bool        `json:"keep_state,omitempty"`
 	Probes    []api.Probe `json:"probes,omitempty"`
+	// Ports the app serves; Keys the UKEYs it needs, by label.
+	Ports []api.Port    `json:"ports,omitempty"`
+	Keys  []api.KeyNeed `json:"keys,omitempty"`
 }
 
 // CreateRelease adds an immutable release to an app. A containerd or qemu
@@ -251,7 +256,7 @@ func (a *Apps) CreateRelease(ctx context.Context, who fleet.Actor, app string, s
 		return Release{}, err
 	}
 	rel := Release{TenantID: who.TenantID, App: app, Version: spec.Version, Runtime: spec.Runtime, Image: spec.Image,
-		Env: spec.Env, Args: spec.Args, CPUMillis: spec.CPUMillis, MemoryBytes: spec.MemoryBytes, Restart: spec.Restart, KeepState: spec.KeepState, Probes: spec.Probes,
+		Env: spec.Env, Args: spec.Args, CPUMillis: spec.CPUMillis, MemoryBytes: spec.MemoryBytes, Restart: spec.Restart, KeepState: spec.KeepState, Probes: spec.Probes, Ports: spec.Ports, Keys: spec.Keys,
 		CreatedAt: a.now().UTC(), CreatedBy: who.Name}
 	if spec.Runtime != "process" {
 		image, tag, err := a.resolveImage(ctx, spec.Image)
@@ -297,6 +302,22 @@ func (s ReleaseSpec) validate() error {
 		if len(arg) > 4096 {
 			errs = append(errs, errors.New("an arg is longer than 4 KiB"))
 			break
+		}
+	}
+	if len(s.Ports) > 64 || len(s.Keys) > 16 {
+		errs = append(errs, errors.New("at most 64 ports and 16 keys"))
+	}
+	for _, p := range s.Ports {
+		if p.Port == 0 || (p.Protocol != "" && p.Protocol != "tcp" && p.Protocol != "udp") || len(p.Name) > 63 {
+			errs = append(errs, fmt.Errorf("port %d/%s: give a port from 1 to 65535, protocol tcp or udp", p.Port, clipText(p.Protocol, 10)))
+			break
+		}
+	}
+	for i, k := range s.Keys {
+		if len(k.Labels) == 0 {
+			errs = append(errs, fmt.Errorf("key %d: say which key by its labels (bank=ICBC)", i+1))
+		} else if err := fleet.ValidateLabels(k.Labels); err != nil {
+			errs = append(errs, fmt.Errorf("key %d: %v", i+1, err))
 		}
 	}
 	if len(s.Probes) > 8 {

@@ -132,6 +132,9 @@ func TestReleasesResolveTagsAndAreImmutable(t *testing.T) {
 		"two checks":     {Version: "9", Runtime: "containerd", Image: host + "/robots/clock:1", Probes: []api.Probe{{HTTP: "http://x/", TCP: "x:1"}}},
 		"no check":       {Version: "10", Runtime: "containerd", Image: host + "/robots/clock:1", Probes: []api.Probe{{PeriodSeconds: 5}}},
 		"bad url":        {Version: "11", Runtime: "containerd", Image: host + "/robots/clock:1", Probes: []api.Probe{{HTTP: "ftp://x"}}},
+		"bad port":       {Version: "13", Runtime: "containerd", Image: host + "/robots/clock:1", Ports: []api.Port{{Port: 80, Protocol: "sctp"}}},
+		"key sans label": {Version: "14", Runtime: "containerd", Image: host + "/robots/clock:1", Keys: []api.KeyNeed{{}}},
+		"bad key label":  {Version: "15", Runtime: "containerd", Image: host + "/robots/clock:1", Keys: []api.KeyNeed{{Labels: map[string]string{"Bad Label": "x"}}}},
 		"bad tcp":        {Version: "12", Runtime: "containerd", Image: host + "/robots/clock:1", Probes: []api.Probe{{TCP: "nohost"}}},
 	} {
 		if _, err := a.CreateRelease(ctx, admin, "clock", spec); err == nil {
