@@ -54,6 +54,7 @@ fuzz: ## run each fuzz target for 30 s
 	$(GO) test -run '^$$' -fuzz FuzzSyncUp -fuzztime 30s ./console/
 	$(GO) test -run '^$$' -fuzz FuzzSyncDown -fuzztime 30s ./agent/
 	$(GO) test -run '^$$' -fuzz FuzzParseTarget -fuzztime 30s ./images/registry/
+	$(GO) test -run '^$$' -fuzz FuzzFetch -fuzztime 30s ./images/vm/
 
 soak: ## 500 randomized sync histories with faults (make test runs 50), about 10 minutes
 	$(GO) test -race -count=1 -timeout 60m -run TestSyncHistory ./internal/integration/ -history-runs=500

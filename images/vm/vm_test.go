@@ -3,6 +3,8 @@ package vm_test
 import (
 	"context"
 	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
 	"io"
 	"log/slog"
 	"net/http"
@@ -139,4 +141,46 @@ func TestParseRef(t *testing.T) {
 			t.Errorf("ParseRef(%q) accepted", bad)
 		}
 	}
+}
+
+// FuzzFetch: whatever manifest and blobs a registry answers with, Fetch
+// returns an error or a complete image; it never panics, and never keeps a
+// file whose digest is wrong.
+func FuzzFetch(f *testing.F) {
+	f.Add([]byte(`{"schemaVersion":2,"artifactType":"application/vnd.edgebox.vm.v1","config":{"mediaType":"application/vnd.edgebox.vm.config.v1+json","digest":"sha256:44136fa355b3678a1146ad16f7e8649e94fb4fc21fe77e8310c060f61caaff8a","size":2},"layers":[{"mediaType":"application/vnd.edgebox.vm.disk.qcow2","digest":"sha256:2cf24dba5fb0a30e26e83b2ac5b9e29e1b161e5c1fa7425e73043362938b9824","size":5}]}`), []byte("{}"), []byte("hello"))
+	f.Add([]byte(`{"layers":[{"mediaType":"application/vnd.edgebox.vm.kernel","digest":"sha256:x","size":-1}]}`), []byte(""), []byte(""))
+	f.Fuzz(func(t *testing.T, manifest, config, blob []byte) {
+		md := sha256Hex(manifest)
+		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			switch {
+			case strings.Contains(r.URL.Path, "/manifests/"):
+				w.Write(manifest)
+			case strings.HasSuffix(r.URL.Path, sha256Hex(config)):
+				w.Write(config)
+			case strings.Contains(r.URL.Path, "/blobs/"):
+				w.Write(blob)
+			}
+		}))
+		defer srv.Close()
+		dir := t.TempDir()
+		err := vm.Fetch(context.Background(), srv.Client(), vm.Ref{Base: srv.URL, Repo: "r", Digest: md}, dir, nil)
+		if err != nil {
+			return
+		}
+		ents, _ := os.ReadDir(dir)
+		for _, e := range ents {
+			if e.Name() == vm.ConfigFile {
+				continue
+			}
+			raw, _ := os.ReadFile(filepath.Join(dir, e.Name()))
+			if !strings.Contains(string(manifest), sha256Hex(raw)) {
+				t.Fatalf("kept %s whose digest the manifest does not name", e.Name())
+			}
+		}
+	})
+}
+
+func sha256Hex(b []byte) string {
+	sum := sha256.Sum256(b)
+	return "sha256:" + hex.EncodeToString(sum[:])
 }
