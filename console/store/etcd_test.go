@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"net"
 	"net/url"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -14,18 +16,47 @@ import (
 	"github.com/edgebox/edgebox/console/store/storetest"
 )
 
+// handedOut holds the ports freePort gave, so that parallel tests never
+// get the same one (the kernel may offer a just-closed port again).
+var handedOut = struct {
+	sync.Mutex
+	m map[string]bool
+}{m: map[string]bool{}}
+
 func freePort(t *testing.T) string {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
+	handedOut.Lock()
+	defer handedOut.Unlock()
+	for {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		addr := l.Addr().String()
+		l.Close()
+		if !handedOut.m[addr] {
+			handedOut.m[addr] = true
+			return addr
+		}
 	}
-	defer l.Close()
-	return l.Addr().String()
 }
 
 // newEtcd starts an embedded etcd server of its own and returns a store on
 // it, so that revisions in a test are that test's alone.
 func newEtcd(t *testing.T) store.Store {
+	// Another process may take a port between its choice and etcd's
+	// listen: try again with others.
+	for attempt := 1; ; attempt++ {
+		s, err := startEtcd(t)
+		if err == nil {
+			return s
+		}
+		if attempt == 3 || !strings.Contains(err.Error(), "address already in use") {
+			t.Fatalf("embedded etcd: %v", err)
+		}
+	}
+}
+
+func startEtcd(t *testing.T) (store.Store, error) {
 	cfg := embed.NewConfig()
 	cfg.Dir = t.TempDir()
 	cfg.LogLevel = "error"
@@ -37,7 +68,7 @@ func newEtcd(t *testing.T) store.Store {
 	cfg.InitialCluster = fmt.Sprintf("%s=http://%s", cfg.Name, peer)
 	e, err := embed.StartEtcd(cfg)
 	if err != nil {
-		t.Fatalf("embedded etcd: %v", err)
+		return nil, err
 	}
 	select {
 	case <-e.Server.ReadyNotify():
@@ -56,7 +87,7 @@ func newEtcd(t *testing.T) store.Store {
 		cli.Close()
 		e.Close()
 	})
-	return s
+	return s, nil
 }
 
 func TestEtcd(t *testing.T) { storetest.Suite(t, newEtcd) }

@@ -56,7 +56,10 @@ exec >/dev/ttyS0 2>&1 </dev/ttyS0
 insmod /qemu_fw_cfg.ko
 insmod /button.ko
 insmod /evdev.ko
-# The ACPI power button (the only input device) powers the guest off.
+# The ACPI power button (the only input device) powers the guest off;
+# its device node appears shortly after the module loads.
+i=0
+while [ ! -e /dev/input/event0 ] && [ $i -lt 100 ]; do sleep 0.1; i=$((i+1)); done
 for e in /dev/input/event*; do
 	(head -c 1 $e >/dev/null && echo "powering off" && poweroff -f) &
 done

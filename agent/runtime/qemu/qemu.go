@@ -390,7 +390,7 @@ func (d *Driver) Stop(ctx context.Context, name string, timeout time.Duration) e
 			time.Sleep(50 * time.Millisecond)
 		}
 	}
-	if err := qmpRun(dir, "system_powerdown"); err != nil || !gone(timeout) {
+	if !powerdown(dir, timeout, gone) {
 		qmpRun(dir, "quit")
 		if !gone(5 * time.Second) {
 			killPID(pid)
@@ -401,6 +401,28 @@ func (d *Driver) Stop(ctx context.Context, name string, timeout time.Duration) e
 	}
 	in.Stopped = true
 	return d.save(in)
+}
+
+// repress is how often Stop presses the power button again: a guest still
+// booting (Windows, for one) ignores a press.
+const repress = 5 * time.Second
+
+// powerdown presses the VM's ACPI power button, again every repress,
+// until it is gone or timeout passed.
+func powerdown(dir string, timeout time.Duration, gone func(time.Duration) bool) bool {
+	deadline := time.Now().Add(timeout)
+	for {
+		if err := qmpRun(dir, "system_powerdown"); err != nil {
+			return false
+		}
+		left := time.Until(deadline)
+		if left <= 0 {
+			return false
+		}
+		if gone(min(left, repress)) {
+			return true
+		}
+	}
 }
 
 // Remove stops the VM and deletes it with its overlay and logs.
