@@ -32,6 +32,7 @@ import (
 	"github.com/edgebox/edgebox/images/pull"
 	edgeboxv1 "github.com/edgebox/edgebox/proto/edgebox/v1"
 	"github.com/edgebox/edgebox/tunnel"
+	"github.com/edgebox/edgebox/usbhub"
 )
 
 // CapabilityVersion grows by one whenever the agent learns something the
@@ -63,6 +64,10 @@ type Config struct {
 	Drivers []runtime.Driver
 	// Reconcile is the time between reconcile passes when nothing changes.
 	Reconcile time.Duration
+	// USB is the box's USB inventory (sysfs, or a simulated hub); nil
+	// means the box reports no keys. USBPoll is how often it is read.
+	USB     usbhub.Hub
+	USBPoll time.Duration
 	// Hooks are for fault-injection tests; production leaves them nil.
 	Hooks Hooks
 }
@@ -246,6 +251,13 @@ func (a *Agent) Run(ctx context.Context) error {
 	// Workloads come back from the local store first, whether or not the
 	// console can be reached.
 	run(func() { a.reconciler.Run(ctx) })
+	if a.cfg.USB != nil {
+		poll := a.cfg.USBPoll
+		if poll <= 0 {
+			poll = 500 * time.Millisecond
+		}
+		run(func() { a.watchUSB(ctx, a.cfg.USB, poll) })
+	}
 	run(func() { a.tc.Run(ctx) })
 	run(func() { rpc.Serve(a.tc.Listen(tunnel.KindRPC)) })
 	run(func() { a.helloLoop(ctx, client) })

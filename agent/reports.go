@@ -24,6 +24,11 @@ type reports struct {
 	dirty  map[string]bool
 	events []*edgeboxv1.Event
 	wake   chan struct{}
+	// usb is the box's USB inventory when it has one; usbDirty says it
+	// changed since it was last sent.
+	usb      []*edgeboxv1.UsbDevice
+	hasUSB   bool
+	usbDirty bool
 }
 
 func newReports() *reports {
@@ -56,6 +61,14 @@ func (r *reports) Report(s *edgeboxv1.ObjectStatus) {
 		r.latest[k] = s
 	}
 	r.dirty[k] = true
+	r.signal()
+}
+
+// USB records the box's whole USB inventory.
+func (r *reports) USB(devs []*edgeboxv1.UsbDevice) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.usb, r.hasUSB, r.usbDirty = devs, true, true
 	r.signal()
 }
 
@@ -98,7 +111,9 @@ func (r *reports) take(full bool) []*edgeboxv1.SyncStatus {
 	}
 	evs := r.events
 	r.events, r.dirty = nil, map[string]bool{}
-	if !full && len(objs) == 0 && len(evs) == 0 {
+	sendUSB := r.hasUSB && (full || r.usbDirty)
+	r.usbDirty = false
+	if !full && len(objs) == 0 && len(evs) == 0 && !sendUSB {
 		return nil
 	}
 	var out []*edgeboxv1.SyncStatus
@@ -108,6 +123,9 @@ func (r *reports) take(full bool) []*edgeboxv1.SyncStatus {
 		m.Objects, objs = objs[:n], objs[n:]
 		n = min(len(evs), maxReportEvents)
 		m.Events, evs = evs[:n], evs[n:]
+		if first && sendUSB {
+			m.UsbReport, m.Usb = true, r.usb
+		}
 		out = append(out, m)
 	}
 	return out

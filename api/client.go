@@ -263,3 +263,47 @@ func appPath(app string) string { return "/api/v1/apps/" + url.PathEscape(app) }
 func pinPath(app, scope, target string) string {
 	return appPath(app) + "/pins/" + url.PathEscape(scope) + "/" + url.PathEscape(target)
 }
+
+// Keys lists keys, of one box and with the given labels when set.
+func (c *Client) Keys(ctx context.Context, box string, labels map[string]string) ([]Key, error) {
+	q := url.Values{}
+	if box != "" {
+		q.Set("box", box)
+	}
+	for k, v := range labels {
+		q.Add("label", k+"="+v)
+	}
+	var l KeyList
+	err := c.do(ctx, http.MethodGet, "/api/v1/keys?"+q.Encode(), nil, &l)
+	return l.Keys, err
+}
+
+// LabelKey sets labels of a key; an empty value removes a label.
+func (c *Client) LabelKey(ctx context.Context, id string, labels map[string]string) (Key, error) {
+	var k Key
+	err := c.do(ctx, http.MethodPost, keyPath(id)+"/labels", LabelRequest{Labels: labels}, &k)
+	return k, err
+}
+
+// Lease leases a key to a workload on its box.
+func (c *Client) Lease(ctx context.Context, id, workload string) (Key, error) {
+	var k Key
+	err := c.do(ctx, http.MethodPost, keyPath(id)+"/lease", LeaseRequest{Workload: workload}, &k)
+	return k, err
+}
+
+// Release ends a key's lease.
+func (c *Client) Release(ctx context.Context, id string) (Key, error) {
+	var k Key
+	err := c.do(ctx, http.MethodPost, keyPath(id)+"/release", nil, &k)
+	return k, err
+}
+
+// KeyHistory returns a key's history, oldest first.
+func (c *Client) KeyHistory(ctx context.Context, id string) (KeyHistory, error) {
+	var h KeyHistory
+	err := c.do(ctx, http.MethodGet, keyPath(id)+"/history", nil, &h)
+	return h, err
+}
+
+func keyPath(id string) string { return "/api/v1/keys/" + url.PathEscape(id) }

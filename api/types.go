@@ -284,3 +284,48 @@ type Logs struct {
 	Text      string `json:"text"`
 	Truncated bool   `json:"truncated,omitempty"`
 }
+
+// Key is one UKEY on one box.
+type Key struct {
+	ID           string            `json:"id"`
+	BoxID        string            `json:"box_id"`
+	Port         string            `json:"port"`
+	VendorID     string            `json:"vendor_id"`
+	ProductID    string            `json:"product_id"`
+	Serial       string            `json:"serial,omitempty"`
+	Manufacturer string            `json:"manufacturer,omitempty"`
+	Product      string            `json:"product,omitempty"`
+	Class        string            `json:"class"`
+	Switchable   bool              `json:"switchable"`
+	State        string            `json:"state"` // present, absent, stuck
+	Labels       map[string]string `json:"labels,omitempty"`
+	Holder       string            `json:"holder,omitempty"`
+	LeasedAt     time.Time         `json:"leased_at,omitzero"`
+	LeasedBy     string            `json:"leased_by,omitempty"`
+	LastChange   time.Time         `json:"last_change"`
+}
+
+// KeyList is the answer to GET /api/v1/keys.
+type KeyList struct {
+	Keys []Key `json:"keys"`
+}
+
+// LeaseRequest leases a key to a workload on its box.
+type LeaseRequest struct {
+	Workload string `json:"workload"`
+}
+
+// KeyEvent is one line of a key's history.
+type KeyEvent struct {
+	Time     time.Time `json:"time"`
+	Event    string    `json:"event"`
+	Workload string    `json:"workload,omitempty"`
+	Actor    string    `json:"actor,omitempty"`
+	Detail   string    `json:"detail,omitempty"`
+}
+
+// KeyHistory is the answer to GET /api/v1/keys/:key/history.
+type KeyHistory struct {
+	Key    string     `json:"key"`
+	Events []KeyEvent `json:"events"`
+}

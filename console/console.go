@@ -28,6 +28,7 @@ import (
 	"github.com/edgebox/edgebox/console/dist"
 	"github.com/edgebox/edgebox/console/fleet"
 	"github.com/edgebox/edgebox/console/httpapi"
+	"github.com/edgebox/edgebox/console/keys"
 	"github.com/edgebox/edgebox/console/pki"
 	"github.com/edgebox/edgebox/console/store"
 	"github.com/edgebox/edgebox/enroll"
@@ -264,7 +265,14 @@ func (c *Console) Run(ctx context.Context) error {
 
 	edgeboxv1.RegisterConsoleServiceServer(rpc, &consoleService{fleet: fl, pki: authority, ttl: c.cfg.BoxCertTTL,
 		log: c.log, presence: c.presence, apps: catalogue})
-	syncs := newSyncServer(changes, c.desired, fl.IsApproved, c.log)
+	keyRegistry := keys.New(st, c.desired)
+	syncs := newSyncServer(changes, c.desired, fl.IsApproved, func(ctx context.Context, box string, devs []*edgeboxv1.UsbDevice) error {
+		b, err := fl.BoxByID(box)
+		if err != nil {
+			return err
+		}
+		return keyRegistry.Report(ctx, b, devs)
+	}, c.log)
 
 	distDir := c.cfg.DistDir
 	if distDir == "" {
@@ -280,7 +288,7 @@ func (c *Console) Run(ctx context.Context) error {
 
 	handler := httpapi.New(httpapi.Deps{
 		Fleet: fl, Audit: auditLog, Tokens: auth.New(bdb), PKI: authority, Sessions: c.presence, Desired: c.desired, Downloads: downloads,
-		Registry: reg, RegistryHosts: registryHosts, Apps: catalogue, Agents: agents{c},
+		Registry: reg, RegistryHosts: registryHosts, Apps: catalogue, Agents: agents{c}, Keys: keyRegistry,
 		ConsoleURL: public, BoxCertTTL: c.cfg.BoxCertTTL, Log: c.log,
 		Metrics: promhttp.HandlerFor(c.reg, promhttp.HandlerOpts{}),
 	})

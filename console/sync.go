@@ -37,6 +37,7 @@ type syncServer struct {
 	hub      *hub
 	desired  *desired.State
 	approved func(box string) (bool, error)
+	usb      usbReporter // nil: USB inventories are ignored
 	log      *slog.Logger
 
 	mu     sync.Mutex // guards queue and closed
@@ -45,11 +46,14 @@ type syncServer struct {
 	closed bool
 }
 
-func newSyncServer(h *hub, d *desired.State, approved func(string) (bool, error), log *slog.Logger) *syncServer {
-	s := &syncServer{hub: h, desired: d, approved: approved, log: log}
+func newSyncServer(h *hub, d *desired.State, approved func(string) (bool, error), usb usbReporter, log *slog.Logger) *syncServer {
+	s := &syncServer{hub: h, desired: d, approved: approved, usb: usb, log: log}
 	s.cond = sync.NewCond(&s.mu)
 	return s
 }
+
+// usbReporter takes a box's whole USB inventory.
+type usbReporter func(ctx context.Context, box string, devs []*edgeboxv1.UsbDevice) error
 
 // syncConn is one box's Sync stream.
 type syncConn struct {
@@ -334,6 +338,11 @@ func (s *syncServer) handleUp(ctx context.Context, box string, m *edgeboxv1.Sync
 		_, err := s.desired.PurgeTombstones(ctx, box)
 		return err
 	case *edgeboxv1.SyncUp_Status:
+		if msg.Status.GetUsbReport() && s.usb != nil {
+			if err := s.usb(ctx, box, msg.Status.GetUsb()); err != nil {
+				return err
+			}
+		}
 		return s.desired.ReportStatus(ctx, box, msg.Status)
 	}
 	return errdefs.Invalid("after the hello, a box sends only acks and status")

@@ -30,7 +30,7 @@ func newSyncer(t testing.TB) (*syncServer, store.Store) {
 	}
 	t.Cleanup(func() { st.Close(); db.Close() })
 	approved := func(string) (bool, error) { return true, nil }
-	return newSyncServer(newHub(), desired.New(st), approved, slog.New(slog.NewTextHandler(io.Discard, nil))), st
+	return newSyncServer(newHub(), desired.New(st), approved, nil, slog.New(slog.NewTextHandler(io.Discard, nil))), st
 }
 
 func workloadObj(name string) *edgeboxv1.DesiredObject {

@@ -74,6 +74,7 @@ back. The token pins the console's CA: nothing else is trusted.`,
 	enrollCmd.Flags().StringVar(&name, "name", "", "box name (default: the host name)")
 
 	var rt runtimeFlags
+	var usbSim string
 	runCmd := &cobra.Command{
 		Use:   "run",
 		Short: "Run the agent in the foreground until interrupted",
@@ -92,6 +93,11 @@ back. The token pins the console's CA: nothing else is trusted.`,
 			if settings.Proxy != "" {
 				cfg.Proxy = tunnel.ProxyFunc(settings.ProxyFunc())
 			}
+			hub, err := usbInventory(usbSim)
+			if err != nil {
+				return err
+			}
+			cfg.USB = hub
 			ds, closeDrivers := drivers(dataDir, rt, log)
 			defer closeDrivers()
 			cfg.Drivers = ds
@@ -106,6 +112,7 @@ back. The token pins the console's CA: nothing else is trusted.`,
 	}
 
 	runCmd.Flags().StringVar(&rt.containerd, "containerd", "/run/containerd/containerd.sock", "containerd's socket, for container workloads (Linux)")
+	runCmd.Flags().StringVar(&usbSim, "usb-sim", "", "simulate the box's USB keys from this JSON file (hubs and keys), for demos and tests")
 	runCmd.Flags().StringVar(&rt.runcRoot, "runc-root", "", "runc's state directory, when another containerd on this host uses the namespace \"edgebox\" too")
 
 	var asJSON bool

@@ -48,7 +48,7 @@ directory). EDGEBOX_TOKEN overrides the stored token.`,
 		}
 	}
 	root.AddCommand(loginCmd(), tokenCmd(out), boxesCmd(out), auditCmd(out),
-		appCmd(out), releaseCmd(out), deployCmd(out), undeployCmd(out), statusCmd(out), logsCmd(), imageCmd())
+		appCmd(out), releaseCmd(out), deployCmd(out), undeployCmd(out), statusCmd(out), logsCmd(), imageCmd(), keysCmd(out))
 	return root
 }
 

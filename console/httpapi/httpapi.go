@@ -22,6 +22,7 @@ import (
 	"github.com/edgebox/edgebox/console/desired"
 	"github.com/edgebox/edgebox/console/dist"
 	"github.com/edgebox/edgebox/console/fleet"
+	"github.com/edgebox/edgebox/console/keys"
 	"github.com/edgebox/edgebox/console/pki"
 	"github.com/edgebox/edgebox/enroll"
 	"github.com/edgebox/edgebox/errdefs"
@@ -59,6 +60,7 @@ type Deps struct {
 	RegistryHosts []string
 	Apps          *apps.Apps
 	Agents        Agents
+	Keys          *keys.Registry
 	ConsoleURL    string
 	BoxCertTTL    time.Duration
 	Metrics       http.Handler
@@ -117,6 +119,12 @@ func New(d Deps) http.Handler {
 	v1.PUT("/apps/:app/pins/:scope/:target", s.deploy)
 	v1.DELETE("/apps/:app/pins/:scope/:target", s.undeploy)
 	v1.GET("/apps/:app/status", s.appStatus)
+	v1.GET("/keys", s.listKeys)
+	v1.GET("/keys/:key", s.getKey)
+	v1.POST("/keys/:key/labels", s.labelKey)
+	v1.POST("/keys/:key/lease", s.leaseKey)
+	v1.POST("/keys/:key/release", s.releaseKey)
+	v1.GET("/keys/:key/history", s.keyHistory)
 	v1.GET("/tokens", s.listTokens)
 	v1.POST("/tokens", s.createToken)
 	v1.DELETE("/tokens/:id", s.revokeToken)

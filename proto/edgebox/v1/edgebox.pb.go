@@ -652,9 +652,13 @@ type SyncStatus struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// full: objects is every status the box holds; the console drops any
 	// other it kept for the box. Sent first on every stream.
-	Full          bool            `protobuf:"varint,1,opt,name=full,proto3" json:"full,omitempty"`
-	Objects       []*ObjectStatus `protobuf:"bytes,2,rep,name=objects,proto3" json:"objects,omitempty"` // at most 256
-	Events        []*Event        `protobuf:"bytes,3,rep,name=events,proto3" json:"events,omitempty"`   // at most 64, oldest first
+	Full    bool            `protobuf:"varint,1,opt,name=full,proto3" json:"full,omitempty"`
+	Objects []*ObjectStatus `protobuf:"bytes,2,rep,name=objects,proto3" json:"objects,omitempty"` // at most 256
+	Events  []*Event        `protobuf:"bytes,3,rep,name=events,proto3" json:"events,omitempty"`   // at most 64, oldest first
+	// usb_report: usb is the box's whole USB inventory now (empty: nothing
+	// plugged in). Sent on every new stream and whenever it changes.
+	UsbReport     bool         `protobuf:"varint,4,opt,name=usb_report,json=usbReport,proto3" json:"usb_report,omitempty"`
+	Usb           []*UsbDevice `protobuf:"bytes,5,rep,name=usb,proto3" json:"usb,omitempty"` // at most 64
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -710,6 +714,146 @@ func (x *SyncStatus) GetEvents() []*Event {
 	return nil
 }
 
+func (x *SyncStatus) GetUsbReport() bool {
+	if x != nil {
+		return x.UsbReport
+	}
+	return false
+}
+
+func (x *SyncStatus) GetUsb() []*UsbDevice {
+	if x != nil {
+		return x.Usb
+	}
+	return nil
+}
+
+// UsbDevice is one device plugged into a box, as its inventory sees it
+// without opening it.
+type UsbDevice struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Port          string                 `protobuf:"bytes,1,opt,name=port,proto3" json:"port,omitempty"` // hub port path, "1-2.3"
+	Bus           uint32                 `protobuf:"varint,2,opt,name=bus,proto3" json:"bus,omitempty"`
+	Dev           uint32                 `protobuf:"varint,3,opt,name=dev,proto3" json:"dev,omitempty"`
+	VendorId      string                 `protobuf:"bytes,4,opt,name=vendor_id,json=vendorId,proto3" json:"vendor_id,omitempty"` // 4 hex digits
+	ProductId     string                 `protobuf:"bytes,5,opt,name=product_id,json=productId,proto3" json:"product_id,omitempty"`
+	Serial        string                 `protobuf:"bytes,6,opt,name=serial,proto3" json:"serial,omitempty"`
+	Manufacturer  string                 `protobuf:"bytes,7,opt,name=manufacturer,proto3" json:"manufacturer,omitempty"`
+	Product       string                 `protobuf:"bytes,8,opt,name=product,proto3" json:"product,omitempty"`
+	Class         string                 `protobuf:"bytes,9,opt,name=class,proto3" json:"class,omitempty"`             // "smartcard", "hid", "hub", "storage", "other"
+	Switchable    bool                   `protobuf:"varint,10,opt,name=switchable,proto3" json:"switchable,omitempty"` // its port can be power-cycled
+	Stuck         bool                   `protobuf:"varint,11,opt,name=stuck,proto3" json:"stuck,omitempty"`           // it stopped answering
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *UsbDevice) Reset() {
+	*x = UsbDevice{}
+	mi := &file_edgebox_v1_edgebox_proto_msgTypes[11]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *UsbDevice) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*UsbDevice) ProtoMessage() {}
+
+func (x *UsbDevice) ProtoReflect() protoreflect.Message {
+	mi := &file_edgebox_v1_edgebox_proto_msgTypes[11]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use UsbDevice.ProtoReflect.Descriptor instead.
+func (*UsbDevice) Descriptor() ([]byte, []int) {
+	return file_edgebox_v1_edgebox_proto_rawDescGZIP(), []int{11}
+}
+
+func (x *UsbDevice) GetPort() string {
+	if x != nil {
+		return x.Port
+	}
+	return ""
+}
+
+func (x *UsbDevice) GetBus() uint32 {
+	if x != nil {
+		return x.Bus
+	}
+	return 0
+}
+
+func (x *UsbDevice) GetDev() uint32 {
+	if x != nil {
+		return x.Dev
+	}
+	return 0
+}
+
+func (x *UsbDevice) GetVendorId() string {
+	if x != nil {
+		return x.VendorId
+	}
+	return ""
+}
+
+func (x *UsbDevice) GetProductId() string {
+	if x != nil {
+		return x.ProductId
+	}
+	return ""
+}
+
+func (x *UsbDevice) GetSerial() string {
+	if x != nil {
+		return x.Serial
+	}
+	return ""
+}
+
+func (x *UsbDevice) GetManufacturer() string {
+	if x != nil {
+		return x.Manufacturer
+	}
+	return ""
+}
+
+func (x *UsbDevice) GetProduct() string {
+	if x != nil {
+		return x.Product
+	}
+	return ""
+}
+
+func (x *UsbDevice) GetClass() string {
+	if x != nil {
+		return x.Class
+	}
+	return ""
+}
+
+func (x *UsbDevice) GetSwitchable() bool {
+	if x != nil {
+		return x.Switchable
+	}
+	return false
+}
+
+func (x *UsbDevice) GetStuck() bool {
+	if x != nil {
+		return x.Stuck
+	}
+	return false
+}
+
 type SyncDown struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// objects changed after the box's revision, oldest change first; only the
@@ -731,7 +875,7 @@ type SyncDown struct {
 
 func (x *SyncDown) Reset() {
 	*x = SyncDown{}
-	mi := &file_edgebox_v1_edgebox_proto_msgTypes[11]
+	mi := &file_edgebox_v1_edgebox_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -743,7 +887,7 @@ func (x *SyncDown) String() string {
 func (*SyncDown) ProtoMessage() {}
 
 func (x *SyncDown) ProtoReflect() protoreflect.Message {
-	mi := &file_edgebox_v1_edgebox_proto_msgTypes[11]
+	mi := &file_edgebox_v1_edgebox_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -756,7 +900,7 @@ func (x *SyncDown) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SyncDown.ProtoReflect.Descriptor instead.
 func (*SyncDown) Descriptor() ([]byte, []int) {
-	return file_edgebox_v1_edgebox_proto_rawDescGZIP(), []int{11}
+	return file_edgebox_v1_edgebox_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *SyncDown) GetObjects() []*DesiredObject {
@@ -802,7 +946,7 @@ type InfoRequest struct {
 
 func (x *InfoRequest) Reset() {
 	*x = InfoRequest{}
-	mi := &file_edgebox_v1_edgebox_proto_msgTypes[12]
+	mi := &file_edgebox_v1_edgebox_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -814,7 +958,7 @@ func (x *InfoRequest) String() string {
 func (*InfoRequest) ProtoMessage() {}
 
 func (x *InfoRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_edgebox_v1_edgebox_proto_msgTypes[12]
+	mi := &file_edgebox_v1_edgebox_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -827,7 +971,7 @@ func (x *InfoRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InfoRequest.ProtoReflect.Descriptor instead.
 func (*InfoRequest) Descriptor() ([]byte, []int) {
-	return file_edgebox_v1_edgebox_proto_rawDescGZIP(), []int{12}
+	return file_edgebox_v1_edgebox_proto_rawDescGZIP(), []int{13}
 }
 
 type LogsRequest struct {
@@ -840,7 +984,7 @@ type LogsRequest struct {
 
 func (x *LogsRequest) Reset() {
 	*x = LogsRequest{}
-	mi := &file_edgebox_v1_edgebox_proto_msgTypes[13]
+	mi := &file_edgebox_v1_edgebox_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -852,7 +996,7 @@ func (x *LogsRequest) String() string {
 func (*LogsRequest) ProtoMessage() {}
 
 func (x *LogsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_edgebox_v1_edgebox_proto_msgTypes[13]
+	mi := &file_edgebox_v1_edgebox_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -865,7 +1009,7 @@ func (x *LogsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LogsRequest.ProtoReflect.Descriptor instead.
 func (*LogsRequest) Descriptor() ([]byte, []int) {
-	return file_edgebox_v1_edgebox_proto_rawDescGZIP(), []int{13}
+	return file_edgebox_v1_edgebox_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *LogsRequest) GetWorkload() string {
@@ -892,7 +1036,7 @@ type LogsResponse struct {
 
 func (x *LogsResponse) Reset() {
 	*x = LogsResponse{}
-	mi := &file_edgebox_v1_edgebox_proto_msgTypes[14]
+	mi := &file_edgebox_v1_edgebox_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -904,7 +1048,7 @@ func (x *LogsResponse) String() string {
 func (*LogsResponse) ProtoMessage() {}
 
 func (x *LogsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_edgebox_v1_edgebox_proto_msgTypes[14]
+	mi := &file_edgebox_v1_edgebox_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -917,7 +1061,7 @@ func (x *LogsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LogsResponse.ProtoReflect.Descriptor instead.
 func (*LogsResponse) Descriptor() ([]byte, []int) {
-	return file_edgebox_v1_edgebox_proto_rawDescGZIP(), []int{14}
+	return file_edgebox_v1_edgebox_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *LogsResponse) GetText() []byte {
@@ -978,12 +1122,31 @@ const file_edgebox_v1_edgebox_proto_rawDesc = "" +
 	"\x0fstored_revision\x18\x01 \x01(\x04R\x0estoredRevision\x12-\n" +
 	"\x12capability_version\x18\x02 \x01(\rR\x11capabilityVersion\"%\n" +
 	"\aSyncAck\x12\x1a\n" +
-	"\brevision\x18\x01 \x01(\x04R\brevision\"\x7f\n" +
+	"\brevision\x18\x01 \x01(\x04R\brevision\"\xc7\x01\n" +
 	"\n" +
 	"SyncStatus\x12\x12\n" +
 	"\x04full\x18\x01 \x01(\bR\x04full\x122\n" +
 	"\aobjects\x18\x02 \x03(\v2\x18.edgebox.v1.ObjectStatusR\aobjects\x12)\n" +
-	"\x06events\x18\x03 \x03(\v2\x11.edgebox.v1.EventR\x06events\"\xb9\x01\n" +
+	"\x06events\x18\x03 \x03(\v2\x11.edgebox.v1.EventR\x06events\x12\x1d\n" +
+	"\n" +
+	"usb_report\x18\x04 \x01(\bR\tusbReport\x12'\n" +
+	"\x03usb\x18\x05 \x03(\v2\x15.edgebox.v1.UsbDeviceR\x03usb\"\xa1\x02\n" +
+	"\tUsbDevice\x12\x12\n" +
+	"\x04port\x18\x01 \x01(\tR\x04port\x12\x10\n" +
+	"\x03bus\x18\x02 \x01(\rR\x03bus\x12\x10\n" +
+	"\x03dev\x18\x03 \x01(\rR\x03dev\x12\x1b\n" +
+	"\tvendor_id\x18\x04 \x01(\tR\bvendorId\x12\x1d\n" +
+	"\n" +
+	"product_id\x18\x05 \x01(\tR\tproductId\x12\x16\n" +
+	"\x06serial\x18\x06 \x01(\tR\x06serial\x12\"\n" +
+	"\fmanufacturer\x18\a \x01(\tR\fmanufacturer\x12\x18\n" +
+	"\aproduct\x18\b \x01(\tR\aproduct\x12\x14\n" +
+	"\x05class\x18\t \x01(\tR\x05class\x12\x1e\n" +
+	"\n" +
+	"switchable\x18\n" +
+	" \x01(\bR\n" +
+	"switchable\x12\x14\n" +
+	"\x05stuck\x18\v \x01(\bR\x05stuck\"\xb9\x01\n" +
 	"\bSyncDown\x123\n" +
 	"\aobjects\x18\x01 \x03(\v2\x19.edgebox.v1.DesiredObjectR\aobjects\x12\x1a\n" +
 	"\brevision\x18\x02 \x01(\x04R\brevision\x12\x14\n" +
@@ -1017,7 +1180,7 @@ func file_edgebox_v1_edgebox_proto_rawDescGZIP() []byte {
 	return file_edgebox_v1_edgebox_proto_rawDescData
 }
 
-var file_edgebox_v1_edgebox_proto_msgTypes = make([]protoimpl.MessageInfo, 15)
+var file_edgebox_v1_edgebox_proto_msgTypes = make([]protoimpl.MessageInfo, 16)
 var file_edgebox_v1_edgebox_proto_goTypes = []any{
 	(*BoxInfo)(nil),       // 0: edgebox.v1.BoxInfo
 	(*HelloRequest)(nil),  // 1: edgebox.v1.HelloRequest
@@ -1030,37 +1193,39 @@ var file_edgebox_v1_edgebox_proto_goTypes = []any{
 	(*SyncHello)(nil),     // 8: edgebox.v1.SyncHello
 	(*SyncAck)(nil),       // 9: edgebox.v1.SyncAck
 	(*SyncStatus)(nil),    // 10: edgebox.v1.SyncStatus
-	(*SyncDown)(nil),      // 11: edgebox.v1.SyncDown
-	(*InfoRequest)(nil),   // 12: edgebox.v1.InfoRequest
-	(*LogsRequest)(nil),   // 13: edgebox.v1.LogsRequest
-	(*LogsResponse)(nil),  // 14: edgebox.v1.LogsResponse
-	(*ObjectStatus)(nil),  // 15: edgebox.v1.ObjectStatus
-	(*Event)(nil),         // 16: edgebox.v1.Event
-	(*DesiredObject)(nil), // 17: edgebox.v1.DesiredObject
+	(*UsbDevice)(nil),     // 11: edgebox.v1.UsbDevice
+	(*SyncDown)(nil),      // 12: edgebox.v1.SyncDown
+	(*InfoRequest)(nil),   // 13: edgebox.v1.InfoRequest
+	(*LogsRequest)(nil),   // 14: edgebox.v1.LogsRequest
+	(*LogsResponse)(nil),  // 15: edgebox.v1.LogsResponse
+	(*ObjectStatus)(nil),  // 16: edgebox.v1.ObjectStatus
+	(*Event)(nil),         // 17: edgebox.v1.Event
+	(*DesiredObject)(nil), // 18: edgebox.v1.DesiredObject
 }
 var file_edgebox_v1_edgebox_proto_depIdxs = []int32{
 	0,  // 0: edgebox.v1.HelloRequest.info:type_name -> edgebox.v1.BoxInfo
 	8,  // 1: edgebox.v1.SyncUp.hello:type_name -> edgebox.v1.SyncHello
 	9,  // 2: edgebox.v1.SyncUp.ack:type_name -> edgebox.v1.SyncAck
 	10, // 3: edgebox.v1.SyncUp.status:type_name -> edgebox.v1.SyncStatus
-	15, // 4: edgebox.v1.SyncStatus.objects:type_name -> edgebox.v1.ObjectStatus
-	16, // 5: edgebox.v1.SyncStatus.events:type_name -> edgebox.v1.Event
-	17, // 6: edgebox.v1.SyncDown.objects:type_name -> edgebox.v1.DesiredObject
-	1,  // 7: edgebox.v1.ConsoleService.Hello:input_type -> edgebox.v1.HelloRequest
-	3,  // 8: edgebox.v1.ConsoleService.Renew:input_type -> edgebox.v1.RenewRequest
-	5,  // 9: edgebox.v1.AgentService.Ping:input_type -> edgebox.v1.PingRequest
-	12, // 10: edgebox.v1.AgentService.Info:input_type -> edgebox.v1.InfoRequest
-	13, // 11: edgebox.v1.AgentService.Logs:input_type -> edgebox.v1.LogsRequest
-	2,  // 12: edgebox.v1.ConsoleService.Hello:output_type -> edgebox.v1.HelloResponse
-	4,  // 13: edgebox.v1.ConsoleService.Renew:output_type -> edgebox.v1.RenewResponse
-	6,  // 14: edgebox.v1.AgentService.Ping:output_type -> edgebox.v1.PingResponse
-	0,  // 15: edgebox.v1.AgentService.Info:output_type -> edgebox.v1.BoxInfo
-	14, // 16: edgebox.v1.AgentService.Logs:output_type -> edgebox.v1.LogsResponse
-	12, // [12:17] is the sub-list for method output_type
-	7,  // [7:12] is the sub-list for method input_type
-	7,  // [7:7] is the sub-list for extension type_name
-	7,  // [7:7] is the sub-list for extension extendee
-	0,  // [0:7] is the sub-list for field type_name
+	16, // 4: edgebox.v1.SyncStatus.objects:type_name -> edgebox.v1.ObjectStatus
+	17, // 5: edgebox.v1.SyncStatus.events:type_name -> edgebox.v1.Event
+	11, // 6: edgebox.v1.SyncStatus.usb:type_name -> edgebox.v1.UsbDevice
+	18, // 7: edgebox.v1.SyncDown.objects:type_name -> edgebox.v1.DesiredObject
+	1,  // 8: edgebox.v1.ConsoleService.Hello:input_type -> edgebox.v1.HelloRequest
+	3,  // 9: edgebox.v1.ConsoleService.Renew:input_type -> edgebox.v1.RenewRequest
+	5,  // 10: edgebox.v1.AgentService.Ping:input_type -> edgebox.v1.PingRequest
+	13, // 11: edgebox.v1.AgentService.Info:input_type -> edgebox.v1.InfoRequest
+	14, // 12: edgebox.v1.AgentService.Logs:input_type -> edgebox.v1.LogsRequest
+	2,  // 13: edgebox.v1.ConsoleService.Hello:output_type -> edgebox.v1.HelloResponse
+	4,  // 14: edgebox.v1.ConsoleService.Renew:output_type -> edgebox.v1.RenewResponse
+	6,  // 15: edgebox.v1.AgentService.Ping:output_type -> edgebox.v1.PingResponse
+	0,  // 16: edgebox.v1.AgentService.Info:output_type -> edgebox.v1.BoxInfo
+	15, // 17: edgebox.v1.AgentService.Logs:output_type -> edgebox.v1.LogsResponse
+	13, // [13:18] is the sub-list for method output_type
+	8,  // [8:13] is the sub-list for method input_type
+	8,  // [8:8] is the sub-list for extension type_name
+	8,  // [8:8] is the sub-list for extension extendee
+	0,  // [0:8] is the sub-list for field type_name
 }
 
 func init() { file_edgebox_v1_edgebox_proto_init() }
@@ -1080,7 +1245,7 @@ func file_edgebox_v1_edgebox_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_edgebox_v1_edgebox_proto_rawDesc), len(file_edgebox_v1_edgebox_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   15,
+			NumMessages:   16,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

@@ -1,0 +1,432 @@
+// Package keys is the console's registry of UKEYs: every USB key on every
+// box, as the boxes report their inventories, with its labels, whether it
+// is present, and which workload holds its lease. A lease is exclusive and
+// becomes a UsbAssignment object in the box's desired state, so it
+// survives restarts and offline periods. Every change of a key goes into
+// its history: the answer to "which robot used this company's ICBC key,
+// when".
+//
+// Keys in the store, per tenant:
+//
+//	keys/<tenant>/<key id>                -> Key (JSON)
+//	keyhist/<tenant>/<key id>/<20 digits> -> Entry (JSON), the last MaxHistory
+package keys
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"regexp"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/edgebox/edgebox/console/desired"
+	"github.com/edgebox/edgebox/console/fleet"
+	"github.com/edgebox/edgebox/console/store"
+	"github.com/edgebox/edgebox/errdefs"
+	edgeboxv1 "github.com/edgebox/edgebox/proto/edgebox/v1"
+)
+
+// States of a key.
+const (
+	Present = "present"
+	Absent  = "absent"
+	Stuck   = "stuck"
+)
+
+// Key is one UKEY on one box.
+type Key struct {
+	ID           string            `json:"id"`
+	TenantID     string            `json:"tenant_id"`
+	BoxID        string            `json:"box_id"`
+	Port         string            `json:"port"`
+	VendorID     string            `json:"vendor_id"`
+	ProductID    string            `json:"product_id"`
+	Serial       string            `json:"serial,omitempty"`
+	Manufacturer string            `json:"manufacturer,omitempty"`
+	Product      string            `json:"product,omitempty"`
+	Class        string            `json:"class"`
+	Switchable   bool              `json:"switchable"`
+	State        string            `json:"state"`
+	Labels       map[string]string `json:"labels,omitempty"`
+	Holder       string            `json:"holder,omitempty"` // the workload with the lease
+	LeasedAt     time.Time         `json:"leased_at,omitzero"`
+	LeasedBy     string            `json:"leased_by,omitempty"`
+	FirstSeen    time.Time         `json:"first_seen"`
+	LastChange   time.Time         `json:"last_change"`
+}
+
+// Entry is one line of a key's history.
+type Entry struct {
+	Time     time.Time `json:"time"`
+	Event    string    `json:"event"` // plugged, unplugged, stuck, lease, release, …
+	Workload string    `json:"workload,omitempty"`
+	Actor    string    `json:"actor,omitempty"` // operator, or "box"
+	Detail   string    `json:"detail,omitempty"`
+}
+
+// MaxHistory is how many entries a key keeps.
+const MaxHistory = 1000
+
+// Bounds on what a box reports.
+const (
+	MaxDevices = 64
+	maxString  = 128
+)
+
+// Registry is the console's key registry.
+type Registry struct {
+	s       store.Store
+	desired *desired.State
+	now     func() time.Time
+}
+
+// New returns the registry kept in s; leases go into d.
+func New(s store.Store, d *desired.State) *Registry {
+	return &Registry{s: s, desired: d, now: time.Now}
+}
+
+func keyKey(tenant, id string) string     { return "keys/" + tenant + "/" + id }
+func histPrefix(tenant, id string) string { return "keyhist/" + tenant + "/" + id + "/" }
+
+// ID names a key: its box, its vendor and product, and its serial, or
+// its port when it has none (identical keys without serials are told
+// apart by where they sit).
+func ID(box string, d *edgeboxv1.UsbDevice) string {
+	where := "serial:" + d.GetSerial()
+	if d.GetSerial() == "" {
+		where = "port:" + d.GetPort()
+	}
+	sum := sha256.Sum256([]byte(box + "|" + d.GetVendorId() + ":" + d.GetProductId() + "|" + where))
+	return "k-" + hex.EncodeToString(sum[:6])
+}
+
+var (
+	portRE = regexp.MustCompile(`^[0-9]{1,3}-[0-9]{1,3}(\.[0-9]{1,3}){0,6}$`)
+	hexRE  = regexp.MustCompile(`^[0-9a-f]{4}$`)
+)
+
+// clean bounds a descriptor string from a box: printable, at most
+// maxString bytes.
+func clean(s string) string {
+	s = strings.Map(func(r rune) rune {
+		if r < 0x20 || r == 0x7f {
+			return -1
+		}
+		return r
+	}, strings.ToValidUTF8(s, ""))
+	if len(s) > maxString {
+		s = strings.ToValidUTF8(s[:maxString], "")
+	}
+	return s
+}
+
+// validate checks one reported device.
+func validate(d *edgeboxv1.UsbDevice) error {
+	if !portRE.MatchString(d.GetPort()) {
+		return errdefs.Invalid("USB port %q is not a hub port path", clean(d.GetPort()))
+	}
+	if !hexRE.MatchString(d.GetVendorId()) || !hexRE.MatchString(d.GetProductId()) {
+		return errdefs.Invalid("USB device at %s: vendor and product must be 4 lower-case hex digits", d.GetPort())
+	}
+	return nil
+}
+
+// Report takes a box's whole USB inventory: new keys are added, keys back
+// are present again (found by serial, or by port), keys missing are
+// absent, and each change goes into the key's history. Hubs are no keys.
+func (r *Registry) Report(ctx context.Context, b fleet.Box, devs []*edgeboxv1.UsbDevice) error {
+	if len(devs) > MaxDevices {
+		return errdefs.Invalid("a USB report holds at most %d devices", MaxDevices)
+	}
+	now := r.now().UTC()
+	seen := map[string]*edgeboxv1.UsbDevice{}
+	for _, d := range devs {
+		if err := validate(d); err != nil {
+			return err
+		}
+		if d.GetClass() == "hub" {
+			continue
+		}
+		seen[ID(b.ID, d)] = d
+	}
+	have, err := r.boxKeys(ctx, b.TenantID, b.ID)
+	if err != nil {
+		return err
+	}
+	var errs []error
+	for id, d := range seen {
+		k, known := have[id]
+		state := Present
+		if d.GetStuck() {
+			state = Stuck
+		}
+		var events []Entry
+		switch {
+		case !known:
+			k = Key{ID: id, TenantID: b.TenantID, BoxID: b.ID, FirstSeen: now}
+			events = append(events, Entry{Event: "plugged", Actor: "box", Detail: "new key at " + d.GetPort()})
+		case k.State == Absent:
+			events = append(events, Entry{Event: "plugged", Actor: "box", Detail: "back at " + d.GetPort(), Workload: k.Holder})
+		case k.Port != d.GetPort():
+			events = append(events, Entry{Event: "moved", Actor: "box", Detail: k.Port + " to " + d.GetPort(), Workload: k.Holder})
+		}
+		if known && k.State != Stuck && state == Stuck {
+			events = append(events, Entry{Event: "stuck", Actor: "box", Detail: "stopped answering", Workload: k.Holder})
+		} else if known && k.State == Stuck && state == Present {
+			events = append(events, Entry{Event: "recovered", Actor: "box", Workload: k.Holder})
+		}
+		next := k
+		next.Port, next.VendorID, next.ProductID = d.GetPort(), d.GetVendorId(), d.GetProductId()
+		next.Serial, next.Manufacturer, next.Product = clean(d.GetSerial()), clean(d.GetManufacturer()), clean(d.GetProduct())
+		next.Class, next.Switchable, next.State = clean(d.GetClass()), d.GetSwitchable(), state
+		if len(events) == 0 && sameKey(k, next) {
+			continue
+		}
+		next.LastChange = now
+		if err := r.write(ctx, next, events, now); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	for id, k := range have {
+		if _, ok := seen[id]; ok || k.State == Absent {
+			continue
+		}
+		k.State, k.LastChange = Absent, now
+		if err := r.write(ctx, k, []Entry{{Event: "unplugged", Actor: "box", Detail: "gone from " + k.Port, Workload: k.Holder}}, now); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func sameKey(a, b Key) bool {
+	return a.Port == b.Port && a.Serial == b.Serial && a.Manufacturer == b.Manufacturer && a.Product == b.Product &&
+		a.Class == b.Class && a.Switchable == b.Switchable && a.State == b.State
+}
+
+// write stores k and appends events to its history, in one transaction.
+func (r *Registry) write(ctx context.Context, k Key, events []Entry, now time.Time) error {
+	raw, err := json.Marshal(k)
+	if err != nil {
+		return err
+	}
+	ops := []store.Op{{Key: keyKey(k.TenantID, k.ID), Value: raw}}
+	for i, e := range events {
+		e.Time = now
+		v, _ := json.Marshal(e)
+		// Nanoseconds and position order entries within a key.
+		ops = append(ops, store.Op{Key: fmt.Sprintf("%s%020d", histPrefix(k.TenantID, k.ID), now.UnixNano()+int64(i)), Value: v})
+	}
+	if _, err := r.s.Txn(ctx, store.Txn{Then: ops}); err != nil {
+		return err
+	}
+	if len(events) > 0 {
+		return r.trim(ctx, k.TenantID, k.ID)
+	}
+	return nil
+}
+
+// trim keeps the last MaxHistory entries of a key.
+func (r *Registry) trim(ctx context.Context, tenant, id string) error {
+	kvs, _, err := r.s.Range(ctx, histPrefix(tenant, id), 0)
+	if err != nil || len(kvs) <= MaxHistory {
+		return err
+	}
+	var ops []store.Op
+	for _, kv := range kvs[:len(kvs)-MaxHistory] {
+		ops = append(ops, store.Op{Key: kv.Key, Delete: true})
+	}
+	_, err = r.s.Txn(ctx, store.Txn{Then: ops})
+	return err
+}
+
+// boxKeys returns the keys of one box, by ID.
+func (r *Registry) boxKeys(ctx context.Context, tenant, box string) (map[string]Key, error) {
+	all, err := r.List(ctx, tenant, Filter{Box: box})
+	if err != nil {
+		return nil, err
+	}
+	out := make(map[string]Key, len(all))
+	for _, k := range all {
+		out[k.ID] = k
+	}
+	return out, nil
+}
+
+// Filter selects keys.
+type Filter struct {
+	Box    string
+	Labels map[string]string // every one must match
+}
+
+// List returns the tenant's keys that f selects, by box and port.
+func (r *Registry) List(ctx context.Context, tenant string, f Filter) ([]Key, error) {
+	kvs, _, err := r.s.Range(ctx, "keys/"+tenant+"/", 0)
+	if err != nil {
+		return nil, err
+	}
+	var out []Key
+	for _, kv := range kvs {
+		var k Key
+		if err := json.Unmarshal(kv.Value, &k); err != nil {
+			return nil, fmt.Errorf("keys: %s: %w", kv.Key, err)
+		}
+		if f.Box != "" && k.BoxID != f.Box {
+			continue
+		}
+		match := true
+		for lk, lv := range f.Labels {
+			if k.Labels[lk] != lv {
+				match = false
+			}
+		}
+		if match {
+			out = append(out, k)
+		}
+	}
+	sort.Slice(out, func(i, j int) bool {
+		if out[i].BoxID != out[j].BoxID {
+			return out[i].BoxID < out[j].BoxID
+		}
+		return out[i].Port < out[j].Port
+	})
+	return out, nil
+}
+
+// Get returns one key.
+func (r *Registry) Get(ctx context.Context, tenant, id string) (Key, store.KV, error) {
+	var k Key
+	kv, err := r.s.Get(ctx, keyKey(tenant, id))
+	if errors.Is(err, store.ErrNotFound) {
+		return k, kv, errdefs.NotFound("no key %q; 'edgebox keys ls' lists them", id)
+	} else if err != nil {
+		return k, kv, err
+	}
+	return k, kv, json.Unmarshal(kv.Value, &k)
+}
+
+// update changes a key if nobody changed it meanwhile.
+func (r *Registry) update(ctx context.Context, tenant, id string, change func(*Key) (Entry, error)) (Key, error) {
+	for range 20 {
+		k, kv, err := r.Get(ctx, tenant, id)
+		if err != nil {
+			return k, err
+		}
+		e, err := change(&k)
+		if err != nil {
+			return k, err
+		}
+		now := r.now().UTC()
+		k.LastChange = now
+		e.Time = now
+		raw, _ := json.Marshal(k)
+		ev, _ := json.Marshal(e)
+		res, err := r.s.Txn(ctx, store.Txn{
+			If: []store.Cmp{{Key: kv.Key, ModRevision: kv.ModRevision}},
+			Then: []store.Op{{Key: kv.Key, Value: raw},
+				{Key: fmt.Sprintf("%s%020d", histPrefix(tenant, id), now.UnixNano()), Value: ev}},
+		})
+		if err != nil {
+			return k, err
+		}
+		if res.Succeeded {
+			return k, r.trim(ctx, tenant, id)
+		}
+	}
+	return Key{}, errdefs.Unavailable("key %s is changing too often; try again", id)
+}
+
+// Label sets (value "") or removes labels of a key.
+func (r *Registry) Label(ctx context.Context, who fleet.Actor, id string, set map[string]string) (Key, error) {
+	if err := fleet.ValidateLabels(set); err != nil {
+		return Key{}, err
+	}
+	return r.update(ctx, who.TenantID, id, func(k *Key) (Entry, error) {
+		if k.Labels == nil {
+			k.Labels = map[string]string{}
+		}
+		var parts []string
+		for lk, lv := range set {
+			if lv == "" {
+				delete(k.Labels, lk)
+				parts = append(parts, lk+"-")
+			} else {
+				k.Labels[lk] = lv
+				parts = append(parts, lk+"="+lv)
+			}
+		}
+		sort.Strings(parts)
+		return Entry{Event: "label", Actor: who.Name, Detail: strings.Join(parts, ",")}, nil
+	})
+}
+
+func assignmentName(id string) string { return "ukey-" + strings.TrimPrefix(id, "k-") }
+
+// Lease gives a key to one workload on the key's box: exclusively, or
+// not at all. The box gets a UsbAssignment object.
+func (r *Registry) Lease(ctx context.Context, who fleet.Actor, id, workload string) (Key, error) {
+	if !edgeboxv1.ValidObjectName(workload) {
+		return Key{}, errdefs.Invalid("workload %q is not a valid name", workload)
+	}
+	k, err := r.update(ctx, who.TenantID, id, func(k *Key) (Entry, error) {
+		switch {
+		case k.Holder == workload:
+			return Entry{}, errdefs.Conflict("key %s is leased to %s already", id, workload)
+		case k.Holder != "":
+			return Entry{}, errdefs.Conflict("key %s is leased to workload %s (since %s, by %s); release it first",
+				id, k.Holder, k.LeasedAt.Format(time.RFC3339), k.LeasedBy)
+		}
+		k.Holder, k.LeasedAt, k.LeasedBy = workload, r.now().UTC(), who.Name
+		return Entry{Event: "lease", Workload: workload, Actor: who.Name}, nil
+	})
+	if err != nil {
+		return k, err
+	}
+	_, err = r.desired.Put(ctx, k.BoxID, &edgeboxv1.DesiredObject{Name: assignmentName(k.ID),
+		Spec: &edgeboxv1.DesiredObject_UsbAssignment{UsbAssignment: &edgeboxv1.UsbAssignment{
+			KeyId: k.ID, Workload: workload, PortPath: k.Port, Serial: k.Serial}}})
+	return k, err
+}
+
+// Release ends a key's lease; the box drops the assignment.
+func (r *Registry) Release(ctx context.Context, who fleet.Actor, id string) (Key, error) {
+	var was string
+	k, err := r.update(ctx, who.TenantID, id, func(k *Key) (Entry, error) {
+		if k.Holder == "" {
+			return Entry{}, errdefs.Conflict("key %s is not leased", id)
+		}
+		was = k.Holder
+		k.Holder, k.LeasedAt, k.LeasedBy = "", time.Time{}, ""
+		return Entry{Event: "release", Workload: was, Actor: who.Name}, nil
+	})
+	if err != nil {
+		return k, err
+	}
+	_, err = r.desired.Delete(ctx, k.BoxID, "UsbAssignment", assignmentName(k.ID))
+	return k, err
+}
+
+// History returns a key's history, oldest first.
+func (r *Registry) History(ctx context.Context, tenant, id string) ([]Entry, error) {
+	if _, _, err := r.Get(ctx, tenant, id); err != nil {
+		return nil, err
+	}
+	kvs, _, err := r.s.Range(ctx, histPrefix(tenant, id), 0)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]Entry, 0, len(kvs))
+	for _, kv := range kvs {
+		var e Entry
+		if err := json.Unmarshal(kv.Value, &e); err != nil {
+			return nil, err
+		}
+		out = append(out, e)
+	}
+	return out, nil
+}

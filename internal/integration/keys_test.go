@@ -1,0 +1,126 @@
+package integration
+
+import (
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/edgebox/edgebox/agent"
+	"github.com/edgebox/edgebox/api"
+	"github.com/edgebox/edgebox/internal/testenv"
+	"github.com/edgebox/edgebox/usbhub"
+)
+
+// TestKeyRegistryFollowsTheBoxes: two boxes with simulated hubs report
+// their keys; the console's registry follows plug, unplug, re-plug and a
+// stuck key within 2 s; identical keys are told apart; leases are
+// exclusive and reach the box's desired state; the history says who held
+// which key, when.
+func TestKeyRegistryFollowsTheBoxes(t *testing.T) {
+	t.Parallel()
+	h := testenv.NewInProcess(t, testenv.Options{})
+	icbc := usbhub.Device{VendorID: "096e", ProductID: "0702", Serial: "IC0001", Manufacturer: "Feitian", Product: "ICBC U-Key", Class: usbhub.ClassSmartCard}
+	twin := icbc
+	twin.Serial = "IC0002"
+	simA, err := usbhub.NewSim(usbhub.SimConfig{Hubs: []usbhub.SimHub{{Port: "1-1", Switchable: true}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	simB, _ := usbhub.NewSim(usbhub.SimConfig{})
+	a, b := enrollOne(t, h, "keys-a"), enrollOne(t, h, "keys-b")
+	testenv.StartAgent(t, a, func(c *agent.Config) { c.USB = simA; c.USBPoll = 100 * time.Millisecond })
+	testenv.StartAgent(t, b, func(c *agent.Config) { c.USB = simB; c.USBPoll = 100 * time.Millisecond })
+	admin := h.Admin()
+
+	keysOf := func(box string) map[string]api.Key {
+		ks, err := admin.Keys(ctx(t), box, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out := map[string]api.Key{}
+		for _, k := range ks {
+			out[k.Port] = k
+		}
+		return out
+	}
+	within2s := func(what string, cond func() bool) {
+		t.Helper()
+		if took := testenv.WaitFor(t, 10*time.Second, what, cond); took > 2*time.Second {
+			t.Errorf("%s took %s (goal 2 s)", what, took)
+		}
+	}
+	// Let the boxes connect before timing the registry.
+	testenv.WaitFor(t, 20*time.Second, "boxes online", func() bool {
+		return testenv.BoxState(t, h, a.ID()).Online && testenv.BoxState(t, h, b.ID()).Online
+	})
+
+	icbc.Port, twin.Port = "1-1.1", "1-1.2"
+	simA.Plug(icbc)
+	simA.Plug(twin)
+	within2s("two identical keys listed", func() bool { k := keysOf(a.ID()); return len(k) == 2 && k["1-1.1"].State == "present" })
+	ks := keysOf(a.ID())
+	key, other := ks["1-1.1"], ks["1-1.2"]
+	if key.ID == other.ID || key.Serial != "IC0001" || other.Serial != "IC0002" {
+		t.Fatalf("identical keys not told apart: %+v %+v", key, other)
+	}
+	if len(keysOf(b.ID())) != 0 {
+		t.Fatal("box b has keys it never reported")
+	}
+	if _, err := admin.LabelKey(ctx(t), key.ID, map[string]string{"bank": "icbc", "company": "acme"}); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := admin.Keys(ctx(t), "", map[string]string{"bank": "icbc"}); len(got) != 1 || got[0].ID != key.ID {
+		t.Fatalf("keys with bank=icbc: %+v", got)
+	}
+
+	// Exclusive leases.
+	if _, err := admin.Lease(ctx(t), key.ID, "robot-1"); err != nil {
+		t.Fatal(err)
+	}
+	_, err = admin.Lease(ctx(t), key.ID, "robot-2")
+	var se *api.StatusError
+	if !errors.As(err, &se) || se.Status != 409 || !strings.Contains(se.Message, "robot-1") {
+		t.Fatalf("a second lease: %v", err)
+	}
+	st, _ := admin.BoxState(ctx(t), a.ID())
+	found := false
+	for _, o := range st.Objects {
+		found = found || (o.Kind == "UsbAssignment" && strings.Contains(string(o.Spec), "robot-1") && strings.Contains(string(o.Spec), key.ID))
+	}
+	if !found {
+		t.Fatalf("the lease is not in the box's desired state: %+v", st.Objects)
+	}
+
+	// Unplug, re-plug elsewhere, get stuck: the registry follows, the
+	// lease stays with the key.
+	simA.Unplug("1-1.1")
+	within2s("unplugged", func() bool { return keysOf(a.ID())["1-1.1"].State == "absent" })
+	icbc.Port = "1-1.3"
+	simA.Plug(icbc)
+	within2s("back at another port", func() bool { k := keysOf(a.ID())["1-1.3"]; return k.ID == key.ID && k.State == "present" })
+	simA.SetStuck("1-1.3", true)
+	within2s("stuck", func() bool { return keysOf(a.ID())["1-1.3"].State == "stuck" })
+	if k := keysOf(a.ID())["1-1.3"]; k.Holder != "robot-1" {
+		t.Fatalf("the lease did not follow the key: %+v", k)
+	}
+
+	if _, err := admin.Release(ctx(t), key.ID); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := admin.Lease(ctx(t), key.ID, "robot-2"); err != nil {
+		t.Fatalf("lease after release: %v", err)
+	}
+	hist, err := admin.KeyHistory(ctx(t), key.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var events []string
+	for _, e := range hist.Events {
+		events = append(events, e.Event+":"+e.Workload)
+	}
+	want := "plugged:,label:,lease:robot-1,unplugged:robot-1,plugged:robot-1,stuck:robot-1,release:robot-1,lease:robot-2"
+	if got := strings.Join(events, ","); got != want {
+		t.Fatalf("history:\n got %s\nwant %s", got, want)
+	}
+}
