@@ -45,8 +45,14 @@ CAHASH=$(awk '/CA sha256:/ {print $3}' "$DEMO/console.out")
 bin/edgebox login "$URL" --token "$TOKEN" --ca-sha256 "$CAHASH"
 ENROLL=$(bin/edgebox token create --region demo --site local -o json | sed -n 's/.*"token": "\(ebx1[^"]*\)".*/\1/p')
 bin/edgebox-agent enroll --data "$DEMO/agent" --name demo-box "$ENROLL"
-echo "demo: starting the agent (log in .demo/agent.log)"
-bin/edgebox-agent run --data "$DEMO/agent" 2>"$DEMO/agent.log" &
+# Two simulated bank keys on a hub that can switch its ports' power.
+cat >"$DEMO/usb-sim.json" <<'SIM'
+{"hubs": [{"port": "1-1", "switchable": true}],
+ "keys": [{"port": "1-1.1", "vendor_id": "096e", "product_id": "0702", "serial": "ICBC0001", "manufacturer": "Feitian", "product": "ICBC U-Key", "class": "smartcard"},
+          {"port": "1-1.2", "vendor_id": "096e", "product_id": "0702", "serial": "ICBC0002", "manufacturer": "Feitian", "product": "ICBC U-Key", "class": "smartcard"}]}
+SIM
+echo "demo: starting the agent with two simulated USB keys (log in .demo/agent.log)"
+bin/edgebox-agent run --data "$DEMO/agent" --usb-sim "$DEMO/usb-sim.json" 2>"$DEMO/agent.log" &
 pids="$pids $!"
 i=0
 until bin/edgebox boxes ls 2>/dev/null | grep -q ' yes'; do
@@ -66,6 +72,10 @@ The console and one box are up. In another shell, try:
   bin/edgebox-agent status --data $DEMO/agent
   bin/edgebox boxes desired put demo-box Workload/clock --spec '{"app":"clock","runtime":"process","image":"/bin/sh","args":["-c","while :; do date; sleep 5; done"]}'
   bin/edgebox boxes state demo-box          # desired objects, what the box stored, its status
+  bin/edgebox logs demo-box clock           # its output, fetched from the box through the tunnel
+  bin/edgebox keys ls                       # the two simulated ICBC keys
+  bin/edgebox keys label KEY bank=icbc && bin/edgebox keys lease KEY --workload clock
+  bin/edgebox keys history KEY              # who held the key, when
   bin/edgebox audit ls
 
 Admin token: $TOKEN   (also in $DEMO/console.out)
