@@ -257,6 +257,9 @@ type DeployRequest struct {
 type DeployResult struct {
 	Pin     *Pin     `json:"pin,omitempty"`
 	Changed []string `json:"changed_boxes"`
+	// Problems say what could not be done now, box by box, such as no
+	// free key for a release that needs one.
+	Problems []string `json:"problems,omitempty"`
 }
 
 // AppBoxStatus is one box's side of an app.

@@ -266,6 +266,7 @@ func (c *Console) Run(ctx context.Context) error {
 	edgeboxv1.RegisterConsoleServiceServer(rpc, &consoleService{fleet: fl, pki: authority, ttl: c.cfg.BoxCertTTL,
 		log: c.log, presence: c.presence, apps: catalogue})
 	keyRegistry := keys.New(st, c.desired)
+	catalogue.LeaseKeysWith(keyRegistry)
 	syncs := newSyncServer(changes, c.desired, fl.IsApproved, func(ctx context.Context, box string, devs []*edgeboxv1.UsbDevice) error {
 		b, err := fl.BoxByID(box)
 		if err != nil {

@@ -238,6 +238,7 @@ with 'edgebox status APP'.`,
 			}
 			return out(cmd, r, func(w io.Writer) {
 				fmt.Fprintf(w, "%s@%s pinned on %s %s; %d boxes get new desired state\n", app, version, r.Pin.Scope, r.Pin.Target, len(r.Changed))
+				problems(w, r.Problems)
 			})
 		},
 	}
@@ -267,6 +268,7 @@ func undeployCmd(out printer) *cobra.Command {
 			}
 			return out(cmd, r, func(w io.Writer) {
 				fmt.Fprintf(w, "%s unpinned from %s %s; %d boxes get new desired state\n", args[0], scope, target, len(r.Changed))
+				problems(w, r.Problems)
 			})
 		},
 	}
@@ -325,6 +327,17 @@ func logsCmd() *cobra.Command {
 	}
 	c.Flags().IntVar(&tail, "tail", 200, "lines to show, at most 10000")
 	return c
+}
+
+// problems prints what a deploy could not do yet.
+func problems(w io.Writer, ps []string) {
+	if len(ps) == 0 {
+		return
+	}
+	fmt.Fprintln(w, "not done yet (the console tries again every minute):")
+	for _, p := range ps {
+		fmt.Fprintln(w, "  "+p)
+	}
 }
 
 func dash(s string) string {

@@ -108,7 +108,19 @@ type Apps struct {
 	hosts []string
 	log   *slog.Logger
 	now   func() time.Time
+	keys  Leaser // nil: releases' key needs are not leased
 }
+
+// Leaser gives workloads the UKEYs they need.
+type Leaser interface {
+	// EnsureLeases leases one key per need to workload on box (and
+	// releases what it holds beyond), saying which needs no free key
+	// meets.
+	EnsureLeases(ctx context.Context, who fleet.Actor, box, workload string, needs []map[string]string) error
+}
+
+// LeaseKeysWith makes deploys lease the keys releases need.
+func (a *Apps) LeaseKeysWith(l Leaser) { a.keys = l }
 
 // New returns the catalogue kept in s.
 func New(s store.Store, d *desired.State, boxes Boxes, images Images, registryHosts []string, log *slog.Logger) *Apps {
@@ -453,53 +465,78 @@ func validScope(scope, target string) error {
 	return nil
 }
 
+// Outcome is what a deploy or undeploy did to the boxes it covers.
+type Outcome struct {
+	// Changed are the boxes whose desired state changed.
+	Changed []string
+	// Problems say what could not be done now, box by box (no free key
+	// for a release that needs one, a store error); the periodic sync
+	// tries again.
+	Problems []string
+}
+
 // Deploy pins app to version on scope/target and brings every box it
-// covers to its effective release. It returns the boxes whose desired
-// state changed; the error is about the pin only.
-func (a *Apps) Deploy(ctx context.Context, who fleet.Actor, app, version, scope, target string) (Pin, []string, error) {
+// covers to its effective release. The error is about the pin only.
+func (a *Apps) Deploy(ctx context.Context, who fleet.Actor, app, version, scope, target string) (Pin, Outcome, error) {
 	if err := validScope(scope, target); err != nil {
-		return Pin{}, nil, err
+		return Pin{}, Outcome{}, err
 	}
 	if _, err := a.Release(ctx, who.TenantID, app, version); err != nil {
-		return Pin{}, nil, err
+		return Pin{}, Outcome{}, err
 	}
 	if scope == ScopeBox {
 		if _, err := a.boxes.Box(who.TenantID, target); err != nil {
-			return Pin{}, nil, err
+			return Pin{}, Outcome{}, err
 		}
 	}
 	pin := Pin{TenantID: who.TenantID, App: app, Scope: scope, Target: target, Version: version, At: a.now().UTC(), By: who.Name}
 	raw, _ := json.Marshal(pin)
 	if _, err := store.Put(ctx, a.s, pinKey(who.TenantID, app, scope, target), raw); err != nil {
-		return Pin{}, nil, err
+		return Pin{}, Outcome{}, err
 	}
 	return pin, a.syncPinned(ctx, who.TenantID, scope, target), nil
 }
 
-// syncPinned brings the boxes of a scope whose pin changed along. A box
-// that cannot be written now is logged; the periodic sync retries it.
-func (a *Apps) syncPinned(ctx context.Context, tenant, scope, target string) []string {
+// syncPinned brings the boxes of a scope whose pin changed along.
+func (a *Apps) syncPinned(ctx context.Context, tenant, scope, target string) Outcome {
 	changed, err := a.SyncScope(ctx, tenant, scope, target)
+	out := Outcome{Changed: changed}
 	if err != nil {
-		a.log.Warn("some boxes keep their old releases until the next sync", "scope", scope, "target", target, "err", err)
+		a.log.Warn("some boxes are not yet as their pins say; the periodic sync tries again", "scope", scope, "target", target, "err", err)
+		for _, e := range unjoin(err) {
+			out.Problems = append(out.Problems, e.Error())
+		}
 	}
-	return changed
+	return out
+}
+
+// unjoin lists the errors errors.Join put together, recursively.
+func unjoin(err error) []error {
+	j, ok := err.(interface{ Unwrap() []error })
+	if !ok {
+		return []error{err}
+	}
+	var out []error
+	for _, e := range j.Unwrap() {
+		out = append(out, unjoin(e)...)
+	}
+	return out
 }
 
 // Undeploy removes app's pin on scope/target; the boxes it covered fall
 // back to a wider pin, or stop running the app.
-func (a *Apps) Undeploy(ctx context.Context, who fleet.Actor, app, scope, target string) ([]string, error) {
+func (a *Apps) Undeploy(ctx context.Context, who fleet.Actor, app, scope, target string) (Outcome, error) {
 	if err := validScope(scope, target); err != nil {
-		return nil, err
+		return Outcome{}, err
 	}
 	key := pinKey(who.TenantID, app, scope, target)
 	if _, err := a.s.Get(ctx, key); errors.Is(err, store.ErrNotFound) {
-		return nil, errdefs.NotFound("app %s is not pinned on %s %s", app, scope, target)
+		return Outcome{}, errdefs.NotFound("app %s is not pinned on %s %s", app, scope, target)
 	} else if err != nil {
-		return nil, err
+		return Outcome{}, err
 	}
 	if _, err := a.s.Txn(ctx, store.Txn{Then: []store.Op{{Key: key, Delete: true}}}); err != nil {
-		return nil, err
+		return Outcome{}, err
 	}
 	return a.syncPinned(ctx, who.TenantID, scope, target), nil
 }
@@ -611,7 +648,17 @@ func (a *Apps) SyncBox(ctx context.Context, b fleet.Box) (int, error) {
 	}
 	n := 0
 	var errs []error
+	deployer := fleet.Actor{TenantID: b.TenantID, Name: "deploy"}
 	for app, rel := range eff {
+		if a.keys != nil && len(rel.Keys) > 0 {
+			needs := make([]map[string]string, 0, len(rel.Keys))
+			for _, k := range rel.Keys {
+				needs = append(needs, k.Labels)
+			}
+			if err := a.keys.EnsureLeases(ctx, deployer, b.ID, app, needs); err != nil {
+				errs = append(errs, err)
+			}
+		}
 		w := rel.Workload()
 		if proto.Equal(have[app], w) {
 			continue
@@ -635,6 +682,12 @@ func (a *Apps) SyncBox(ctx context.Context, b fleet.Box) (int, error) {
 		if _, err := a.desired.Delete(ctx, b.ID, "Workload", name); err != nil {
 			errs = append(errs, err)
 			continue
+		}
+		if a.keys != nil {
+			// The keys it held go back to the pool.
+			if err := a.keys.EnsureLeases(ctx, deployer, b.ID, name, nil); err != nil {
+				errs = append(errs, err)
+			}
 		}
 		n++
 	}

@@ -181,8 +181,8 @@ func TestPinsBoxOverSiteOverRegion(t *testing.T) {
 			}
 		}
 	}
-	if _, changed, err := a.Deploy(ctx, admin, "clock", "1", ScopeRegion, "east"); err != nil || len(changed) != 2 {
-		t.Fatalf("deploy to east: %v %v", changed, err)
+	if _, out, err := a.Deploy(ctx, admin, "clock", "1", ScopeRegion, "east"); err != nil || len(out.Changed) != 2 {
+		t.Fatalf("deploy to east: %v %v", out, err)
 	}
 	check("region", map[string]string{"bx-a": "1", "bx-b": "1", "bx-c": "-"})
 	a.Deploy(ctx, admin, "clock", "2", ScopeSite, "s2")

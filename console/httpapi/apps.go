@@ -155,13 +155,13 @@ func (s *server) deploy(c *gin.Context) {
 		return
 	}
 	app := c.Param("app")
-	p, changed, err := s.Apps.Deploy(c.Request.Context(), caller(c), app, req.Version, scope, target)
+	p, out, err := s.Apps.Deploy(c.Request.Context(), caller(c), app, req.Version, scope, target)
 	if err != nil {
 		s.fail(c, err)
 		return
 	}
-	s.audit(c, "app.deploy", app+"@"+req.Version, scope+" "+target+"; boxes changed: "+strconv.Itoa(len(changed)))
-	c.JSON(http.StatusOK, api.DeployResult{Pin: pinView(p), Changed: nonNil(changed)})
+	s.audit(c, "app.deploy", app+"@"+req.Version, scope+" "+target+"; boxes changed: "+strconv.Itoa(len(out.Changed)))
+	c.JSON(http.StatusOK, api.DeployResult{Pin: pinView(p), Changed: nonNil(out.Changed), Problems: out.Problems})
 }
 
 func (s *server) undeploy(c *gin.Context) {
@@ -170,13 +170,13 @@ func (s *server) undeploy(c *gin.Context) {
 		return
 	}
 	app := c.Param("app")
-	changed, err := s.Apps.Undeploy(c.Request.Context(), caller(c), app, scope, target)
+	out, err := s.Apps.Undeploy(c.Request.Context(), caller(c), app, scope, target)
 	if err != nil {
 		s.fail(c, err)
 		return
 	}
-	s.audit(c, "app.undeploy", app, scope+" "+target+"; boxes changed: "+strconv.Itoa(len(changed)))
-	c.JSON(http.StatusOK, api.DeployResult{Changed: nonNil(changed)})
+	s.audit(c, "app.undeploy", app, scope+" "+target+"; boxes changed: "+strconv.Itoa(len(out.Changed)))
+	c.JSON(http.StatusOK, api.DeployResult{Changed: nonNil(out.Changed), Problems: out.Problems})
 }
 
 func nonNil(s []string) []string {

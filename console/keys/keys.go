@@ -430,3 +430,71 @@ func (r *Registry) History(ctx context.Context, tenant, id string) ([]Entry, err
 	}
 	return out, nil
 }
+
+// matches says whether a key carries every label of need.
+func matches(k Key, need map[string]string) bool {
+	for lk, lv := range need {
+		if k.Labels[lk] != lv {
+			return false
+		}
+	}
+	return true
+}
+
+func needText(need map[string]string) string {
+	parts := make([]string, 0, len(need))
+	for k, v := range need {
+		parts = append(parts, k+"="+v)
+	}
+	sort.Strings(parts)
+	return strings.Join(parts, ",")
+}
+
+// EnsureLeases gives workload on box one key for each need (keys it holds
+// already count first), and releases keys it holds beyond its needs. It
+// says which needs no free key on the box meets.
+func (r *Registry) EnsureLeases(ctx context.Context, who fleet.Actor, box, workload string, needs []map[string]string) error {
+	ks, err := r.List(ctx, who.TenantID, Filter{Box: box})
+	if err != nil {
+		return err
+	}
+	used := map[string]bool{}
+	var missing []string
+	var errs []error
+	for _, need := range needs {
+		found := ""
+		for _, k := range ks {
+			if k.Holder == workload && !used[k.ID] && matches(k, need) {
+				found = k.ID
+				break
+			}
+		}
+		if found == "" {
+			for _, k := range ks {
+				if k.Holder == "" && k.State != Absent && !used[k.ID] && matches(k, need) {
+					if _, err := r.Lease(ctx, who, k.ID, workload); err != nil {
+						continue // taken meanwhile: try the next
+					}
+					found = k.ID
+					break
+				}
+			}
+		}
+		if found == "" {
+			missing = append(missing, needText(need))
+			continue
+		}
+		used[found] = true
+	}
+	for _, k := range ks {
+		if k.Holder == workload && !used[k.ID] {
+			if _, err := r.Release(ctx, who, k.ID); err != nil {
+				errs = append(errs, err)
+			}
+		}
+	}
+	if len(missing) > 0 {
+		errs = append(errs, errdefs.Conflict("box %s has no free key with %s for %s", box, strings.Join(missing, "; "), workload))
+	}
+	return errors.Join(errs...)
+}

@@ -124,3 +124,53 @@ func TestKeyRegistryFollowsTheBoxes(t *testing.T) {
 		t.Fatalf("history:\n got %s\nwant %s", got, want)
 	}
 }
+
+// TestDeployLeasesTheKeysAReleaseNeeds: a release that needs a bank=icbc
+// key gets one of the box's free ones on deploy; a second app needing one
+// more is told there is none; undeploying the first hands its key back.
+func TestDeployLeasesTheKeysAReleaseNeeds(t *testing.T) {
+	t.Parallel()
+	h := testenv.NewInProcess(t, testenv.Options{})
+	sim, _ := usbhub.NewSim(usbhub.SimConfig{Keys: []usbhub.Device{{Port: "1-1", VendorID: "096e", ProductID: "0702", Serial: "IC1", Class: usbhub.ClassSmartCard}}})
+	box := enrollOne(t, h, "bank-box")
+	testenv.StartAgent(t, box, func(c *agent.Config) { c.USB = sim; c.USBPoll = 100 * time.Millisecond })
+	admin := h.Admin()
+	var key api.Key
+	testenv.WaitFor(t, 20*time.Second, "the key reported", func() bool {
+		ks, err := admin.Keys(ctx(t), box.ID(), nil)
+		if err != nil || len(ks) != 1 {
+			return false
+		}
+		key = ks[0]
+		return true
+	})
+	if _, err := admin.LabelKey(ctx(t), key.ID, map[string]string{"bank": "icbc"}); err != nil {
+		t.Fatal(err)
+	}
+	for _, app := range []string{"statements", "payroll"} {
+		if _, err := admin.CreateApp(ctx(t), app, ""); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := admin.CreateRelease(ctx(t), app, api.ReleaseSpec{Version: "1", Runtime: "process", Image: "/bin/sh",
+			Keys: []api.KeyNeed{{Labels: map[string]string{"bank": "icbc"}}}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	r, err := admin.Deploy(ctx(t), "statements", "1", "box", box.ID())
+	if err != nil || len(r.Problems) != 0 {
+		t.Fatalf("deploy: %+v %v", r, err)
+	}
+	if ks, _ := admin.Keys(ctx(t), box.ID(), nil); ks[0].Holder != "statements" {
+		t.Fatalf("the key is not leased to statements: %+v", ks[0])
+	}
+	r, err = admin.Deploy(ctx(t), "payroll", "1", "box", box.ID())
+	if err != nil || len(r.Problems) != 1 || !strings.Contains(r.Problems[0], "no free key with bank=icbc for payroll") {
+		t.Fatalf("deploy of a second app needing the key: %+v %v", r, err)
+	}
+	if _, err := admin.Undeploy(ctx(t), "statements", "box", box.ID()); err != nil {
+		t.Fatal(err)
+	}
+	if ks, _ := admin.Keys(ctx(t), box.ID(), nil); ks[0].Holder != "" {
+		t.Fatalf("the key stayed leased after undeploy: %+v", ks[0])
+	}
+}
