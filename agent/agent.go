@@ -68,6 +68,9 @@ type Config struct {
 	// means the box reports no keys. USBPoll is how often it is read.
 	USB     usbhub.Hub
 	USBPoll time.Duration
+	// USBDevRoot is where the box's USB device nodes are,
+	// /dev/bus/usb unless set.
+	USBDevRoot string
 	// Hooks are for fault-injection tests; production leaves them nil.
 	Hooks Hooks
 }
@@ -174,7 +177,7 @@ func New(cfg Config, log *slog.Logger) (*Agent, error) {
 	}, nil)
 	a.reconciler, err = reconcile.New(reconcile.Config{Source: a.local, Drivers: cfg.Drivers, Reporter: a.reports,
 		Log: a.log, Interval: cfg.Reconcile, Registry: registry,
-		ImageRecord: filepath.Join(cfg.DataDir, "images.json")})
+		ImageRecord: filepath.Join(cfg.DataDir, "images.json"), Devices: a.devicesFor})
 	if err != nil {
 		a.local.Close()
 		return nil, err

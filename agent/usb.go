@@ -2,8 +2,12 @@ package agent
 
 import (
 	"context"
+	"fmt"
+	"path/filepath"
+	"sort"
 	"time"
 
+	"github.com/edgebox/edgebox/agent/runtime"
 	edgeboxv1 "github.com/edgebox/edgebox/proto/edgebox/v1"
 	"github.com/edgebox/edgebox/usbhub"
 )
@@ -29,6 +33,7 @@ func (a *Agent) watchUSB(ctx context.Context, hub usbhub.Hub, poll time.Duration
 		} else if first || len(usbhub.Diff(last, now)) > 0 {
 			first, last = false, now
 			a.reports.USB(usbReport(now))
+			a.reconciler.Kick() // leased keys may have moved
 		}
 		select {
 		case <-ctx.Done():
@@ -46,4 +51,53 @@ func usbReport(devs []usbhub.Device) []*edgeboxv1.UsbDevice {
 			Switchable: d.Switchable, Stuck: d.Stuck})
 	}
 	return out
+}
+
+// devicesFor returns the keys leased to workload (its UsbAssignment
+// objects) where the inventory finds them now: by serial, or by port for
+// keys without one. A leased key that is not plugged in is left out until
+// it is back.
+func (a *Agent) devicesFor(workload string) []runtime.Device {
+	if a.cfg.USB == nil {
+		return nil
+	}
+	objs, err := a.local.Objects("UsbAssignment")
+	if err != nil {
+		return nil
+	}
+	var mine []*edgeboxv1.UsbAssignment
+	for _, o := range objs {
+		if u := o.GetUsbAssignment(); u != nil && u.GetWorkload() == workload {
+			mine = append(mine, u)
+		}
+	}
+	if len(mine) == 0 {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	devs, err := a.cfg.USB.Devices(ctx)
+	if err != nil {
+		return nil
+	}
+	var out []runtime.Device
+	for _, u := range mine {
+		for _, d := range devs {
+			if (u.GetSerial() != "" && d.Serial == u.GetSerial()) || (u.GetSerial() == "" && d.Port == u.GetPortPath()) {
+				node := fmt.Sprintf("%03d/%03d", d.Bus, d.Dev)
+				out = append(out, runtime.Device{KeyID: u.GetKeyId(), HostPath: filepath.Join(a.usbDevRoot(), node),
+					Path: "/dev/bus/usb/" + node, Bus: d.Bus, Port: d.Port})
+				break
+			}
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].KeyID < out[j].KeyID })
+	return out
+}
+
+func (a *Agent) usbDevRoot() string {
+	if a.cfg.USBDevRoot != "" {
+		return a.cfg.USBDevRoot
+	}
+	return "/dev/bus/usb"
 }

@@ -49,6 +49,9 @@ type Config struct {
 	// Registry is the HTTP client drivers pull images with; nil is a
 	// plain client.
 	Registry *http.Client
+	// Devices returns the USB keys leased to a workload, where they are
+	// now; nil: none.
+	Devices func(workload string) []runtime.Device
 	// ImageRecord is the file that remembers pulled images, so the image
 	// cache keeps each workload's current and previous release and drops
 	// the rest; empty keeps it in memory.
@@ -236,7 +239,11 @@ func (r *Reconciler) converge(ctx context.Context, o *edgeboxv1.DesiredObject, h
 		r.status(name, rev, "Failed", fmt.Sprintf("runtime %q: %v", w.GetRuntime(), err))
 		return
 	}
-	spec := runtime.NewSpec(name, w)
+	var devs []runtime.Device
+	if r.cfg.Devices != nil {
+		devs = r.cfg.Devices(name)
+	}
+	spec := runtime.NewSpecWith(name, w, devs)
 	h, exists := have[name]
 	replace := exists && (h.drv != d || h.inst.Hash != spec.Hash)
 	if p, ok := d.(runtime.Puller); ok && (!exists || replace) && w.GetImage() != "" {

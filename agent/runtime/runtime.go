@@ -23,13 +23,35 @@ type Spec struct {
 	// Hash identifies the workload's spec: a different hash means the
 	// instance must be replaced.
 	Hash string
+	// Devices are the USB keys leased to the workload.
+	Devices []Device
 }
 
 // NewSpec returns the Spec of workload name.
-func NewSpec(name string, w *edgeboxv1.Workload) Spec {
+func NewSpec(name string, w *edgeboxv1.Workload) Spec { return NewSpecWith(name, w, nil) }
+
+// NewSpecWith returns the Spec of workload name with the USB keys leased
+// to it; a key that moves (a new device number) changes the hash, and the
+// instance is made again with the key where it now is.
+func NewSpecWith(name string, w *edgeboxv1.Workload, devs []Device) Spec {
 	raw, _ := proto.MarshalOptions{Deterministic: true}.Marshal(w)
-	sum := sha256.Sum256(raw)
-	return Spec{Name: name, Workload: w, Hash: hex.EncodeToString(sum[:8])}
+	h := sha256.New()
+	h.Write(raw)
+	for _, d := range devs {
+		h.Write([]byte("\x00" + d.KeyID + "\x00" + d.HostPath + "\x00" + d.Port))
+	}
+	return Spec{Name: name, Workload: w, Hash: hex.EncodeToString(h.Sum(nil)[:8]), Devices: devs}
+}
+
+// Device is a USB key leased to a workload, where it is on the box now.
+type Device struct {
+	KeyID string
+	// HostPath is its device node on the box (/dev/bus/usb/001/005);
+	// Path is where a container sees it.
+	HostPath, Path string
+	// Bus and Port find it for a VM (QEMU's usb-host hostbus/hostport).
+	Bus  int
+	Port string
 }
 
 // State is where an instance is in its life.

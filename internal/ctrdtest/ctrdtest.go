@@ -109,7 +109,7 @@ func BusyboxImg(t testing.TB) v1.Image {
 	tw.WriteHeader(&tar.Header{Name: "bin/", Typeflag: tar.TypeDir, Mode: 0o755})
 	tw.WriteHeader(&tar.Header{Name: "bin/busybox", Typeflag: tar.TypeReg, Mode: 0o755, Size: int64(len(bb))})
 	tw.Write(bb)
-	for _, l := range []string{"sh", "sleep", "echo", "cat"} {
+	for _, l := range []string{"sh", "sleep", "echo", "cat", "ls"} {
 		tw.WriteHeader(&tar.Header{Name: "bin/" + l, Typeflag: tar.TypeSymlink, Linkname: "busybox"})
 	}
 	tw.Close()

@@ -160,6 +160,9 @@ func (d *Driver) Create(ctx context.Context, s runtime.Spec) error {
 	if b := w.GetMemoryBytes(); b > 0 {
 		specOpts = append(specOpts, oci.WithMemoryLimit(uint64(b)))
 	}
+	if len(s.Devices) > 0 {
+		specOpts = append(specOpts, withKeys(s.Devices))
+	}
 	opts := []client.NewContainerOpts{client.WithImage(img)}
 	if d.cfg.RuncRoot != "" {
 		opts = append(opts, client.WithRuntime("io.containerd.runc.v2", &runcoptions.Options{Root: d.cfg.RuncRoot}))

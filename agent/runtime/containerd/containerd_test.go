@@ -7,8 +7,11 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/edgebox/edgebox/agent/runtime"
 	"github.com/edgebox/edgebox/agent/runtime/runtimetest"
@@ -140,5 +143,73 @@ func TestImageCache(t *testing.T) {
 	}
 	if l, err := d.Images(ctx); err != nil || len(l) != 0 {
 		t.Fatalf("Images after remove: %v %v", l, err)
+	}
+}
+
+// TestKeyDeviceInContainer: a container gets the device node of the key
+// leased to it, at /dev/bus/usb/BBB/DDD, with a cgroup rule for it alone;
+// the box's other USB devices are not there.
+func TestKeyDeviceInContainer(t *testing.T) {
+	sock := ctrdtest.Start(t)
+	d, err := New(Config{Address: sock, LogDir: t.TempDir(), RuncRoot: ctrdtest.RuncRoot(sock)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	ctx := context.Background()
+	if _, err := d.Import(ctx, bytes.NewReader(ctrdtest.BusyboxImage(t))); err != nil {
+		t.Fatal(err)
+	}
+	devRoot := t.TempDir()
+	os.MkdirAll(filepath.Join(devRoot, "001"), 0o755)
+	for i, n := range []string{"005", "006"} {
+		// 189 is the USB device major.
+		if err := unix.Mknod(filepath.Join(devRoot, "001", n), unix.S_IFCHR|0o660, int(unix.Mkdev(189, uint32(4+i)))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	w := &edgeboxv1.Workload{App: "robot", Runtime: "containerd", Image: ctrdtest.Image,
+		Args: []string{"/bin/sh", "-c", "echo keys: $(ls /dev/bus/usb/001); sleep 60"}}
+	key := runtime.Device{KeyID: "k-1", HostPath: filepath.Join(devRoot, "001", "005"), Path: "/dev/bus/usb/001/005"}
+	spec := runtime.NewSpecWith("robot", w, []runtime.Device{key})
+	if spec.Hash == runtime.NewSpec("robot", w).Hash {
+		t.Fatal("a leased key does not change the spec's hash")
+	}
+	if err := d.Create(ctx, spec); err != nil {
+		t.Fatal(err)
+	}
+	defer d.Remove(ctx, "robot")
+	if err := d.Start(ctx, "robot"); err != nil {
+		t.Fatal(err)
+	}
+	var out bytes.Buffer
+	deadline := time.Now().Add(20 * time.Second)
+	for !strings.Contains(out.String(), "keys:") {
+		if time.Now().After(deadline) {
+			t.Fatalf("no output: %q", out.String())
+		}
+		time.Sleep(50 * time.Millisecond)
+		out.Reset()
+		d.Logs(ctx, "robot", 0, &out)
+	}
+	if got := strings.TrimSpace(out.String()); got != "keys: 005" {
+		t.Fatalf("the container sees %q, want only its key 005", got)
+	}
+	c, _ := d.Client().LoadContainer(ns(ctx), "robot")
+	s, err := c.Spec(ns(ctx))
+	if err != nil {
+		t.Fatal(err)
+	}
+	allowed := 0
+	for _, r := range s.Linux.Resources.Devices {
+		if r.Allow && r.Major != nil && *r.Major == 189 {
+			allowed++
+			if *r.Minor != 4 {
+				t.Errorf("cgroup rule for 189:%d", *r.Minor)
+			}
+		}
+	}
+	if allowed != 1 {
+		t.Errorf("%d cgroup rules for USB devices, want 1", allowed)
 	}
 }

@@ -83,6 +83,8 @@ type record struct {
 	CPU  int64    `json:"cpu_millis,omitempty"`
 	Mem  int64    `json:"memory_bytes,omitempty"`
 	UID  int      `json:"uid"`
+	// Devices are the host device nodes of its leased USB keys.
+	Devices []string `json:"devices,omitempty"`
 }
 
 // run is a started program: its pid and the kernel's start time of that
@@ -144,7 +146,15 @@ func (d *Driver) Create(_ context.Context, s runtime.Spec) error {
 		return err
 	}
 	return writeJSON(filepath.Join(d.dir(s.Name), "spec.json"), record{Name: s.Name, Hash: s.Hash, Path: w.GetImage(),
-		Args: w.GetArgs(), Env: w.GetEnv(), CPU: w.GetCpuMillis(), Mem: w.GetMemoryBytes(), UID: uid})
+		Args: w.GetArgs(), Env: w.GetEnv(), CPU: w.GetCpuMillis(), Mem: w.GetMemoryBytes(), UID: uid, Devices: hostPaths(s.Devices)})
+}
+
+func hostPaths(devs []runtime.Device) []string {
+	var out []string
+	for _, d := range devs {
+		out = append(out, d.HostPath)
+	}
+	return out
 }
 
 func (d *Driver) current(name string) (run, bool) {
@@ -178,6 +188,9 @@ func (d *Driver) Start(_ context.Context, name string) error {
 	cmd.Stdout, cmd.Stderr = log, log
 	setUser(cmd, rec.UID)
 	os.Remove(filepath.Join(d.dir(name), "exit"))
+	if err := grantDevices(rec); err != nil {
+		return fmt.Errorf("keys of %s: %w", name, err)
+	}
 	if err := cmd.Start(); err != nil {
 		return fmt.Errorf("starting %s: %w", name, err)
 	}
@@ -256,6 +269,9 @@ func (d *Driver) Remove(ctx context.Context, name string) error {
 	defer d.mu.Unlock()
 	d.waitReaped(name)
 	d.unlimit(name)
+	if rec, err := d.load(name); err == nil {
+		revokeDevices(rec)
+	}
 	return os.RemoveAll(d.dir(name))
 }
 

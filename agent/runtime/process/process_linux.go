@@ -146,3 +146,20 @@ func (d *Driver) unlimit(name string) {
 		os.Remove(filepath.Join(d.cfg.CgroupRoot, ctrl, "edgebox", name))
 	}
 }
+
+// grantDevices gives the workload's user its leased keys' device nodes.
+func grantDevices(rec record) error {
+	for _, p := range rec.Devices {
+		if err := os.Chown(p, rec.UID, -1); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// revokeDevices gives the device nodes back to root.
+func revokeDevices(rec record) {
+	for _, p := range rec.Devices {
+		os.Chown(p, 0, -1)
+	}
+}

@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/edgebox/edgebox/agent/runtime"
 	"github.com/edgebox/edgebox/agent/runtime/runtimetest"
 	"github.com/edgebox/edgebox/internal/require"
@@ -151,5 +153,41 @@ func TestRunsUnderItsOwnUser(t *testing.T) {
 	}
 	if len(uids) != 2 {
 		t.Fatalf("the two workloads share a user: %v", uids)
+	}
+}
+
+// TestKeyDeviceForItsUser: the device node of a key leased to a native
+// workload belongs to the workload's user while it runs, and to root
+// again once it is removed.
+func TestKeyDeviceForItsUser(t *testing.T) {
+	require.Root(t, "device nodes and other users")
+	d, err := New(Config{StateDir: stateDir(t), CgroupRoot: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	node := filepath.Join(t.TempDir(), "005")
+	if err := unix.Mknod(node, unix.S_IFCHR|0o600, int(unix.Mkdev(189, 4))); err != nil {
+		t.Fatal(err)
+	}
+	ctx := t.Context()
+	w := &edgeboxv1.Workload{Runtime: "process", Image: "/bin/sh", Args: []string{"-c", "sleep 60"}}
+	spec := runtime.NewSpecWith("keyed", w, []runtime.Device{{KeyID: "k-1", HostPath: node}})
+	if err := d.Create(ctx, spec); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Start(ctx, "keyed"); err != nil {
+		t.Fatal(err)
+	}
+	var st unix.Stat_t
+	unix.Stat(node, &st)
+	if st.Uid < 690000 {
+		t.Fatalf("the key's node belongs to uid %d, not the workload's user", st.Uid)
+	}
+	if err := d.Remove(ctx, "keyed"); err != nil {
+		t.Fatal(err)
+	}
+	unix.Stat(node, &st)
+	if st.Uid != 0 {
+		t.Fatalf("after removal the node still belongs to uid %d", st.Uid)
 	}
 }

@@ -110,12 +110,13 @@ func (d *Driver) Accel() string { return d.cfg.Accel }
 
 // instance is what the driver keeps of one VM, in instance.json.
 type instance struct {
-	Name     string          `json:"name"`
-	Hash     string          `json:"hash"`
-	Workload json.RawMessage `json:"workload"` // protobuf JSON
-	Image    string          `json:"image"`    // directory under images/
-	Started  time.Time       `json:"started,omitzero"`
-	Stopped  bool            `json:"stopped,omitempty"` // by the driver, so it exited cleanly
+	Name     string           `json:"name"`
+	Hash     string           `json:"hash"`
+	Workload json.RawMessage  `json:"workload"`          // protobuf JSON
+	Image    string           `json:"image"`             // directory under images/
+	Devices  []runtime.Device `json:"devices,omitempty"` // leased USB keys
+	Started  time.Time        `json:"started,omitzero"`
+	Stopped  bool             `json:"stopped,omitempty"` // by the driver, so it exited cleanly
 }
 
 func (d *Driver) vmDir(name string) string   { return filepath.Join(d.cfg.StateDir, "vms", name) }
@@ -200,7 +201,7 @@ func (d *Driver) Create(ctx context.Context, s runtime.Spec) error {
 	if err := os.MkdirAll(d.vmDir(s.Name), 0o700); err != nil {
 		return err
 	}
-	return d.save(instance{Name: s.Name, Hash: s.Hash, Workload: raw, Image: filepath.Base(img)})
+	return d.save(instance{Name: s.Name, Hash: s.Hash, Workload: raw, Image: filepath.Base(img), Devices: s.Devices})
 }
 
 // OverlayPath is the disk overlay of VM name.
@@ -264,6 +265,11 @@ func (d *Driver) Start(ctx context.Context, name string) error {
 	}
 	os.Remove(filepath.Join(dir, "qemu.pid"))
 	args := d.args(name, dir, img, overlay, hasDisk, &w, cfg)
+	for _, dev := range in.Devices {
+		// Matched by where it is plugged: QEMU takes the key again when it
+		// re-appears at the same port.
+		args = append(args, "-device", usbHostOpts(dev))
+	}
 	if err := launch(ctx, d.cfg.Binary, args, dir, func() bool { return d.pid(name) != 0 }); err != nil {
 		return fmt.Errorf("starting VM %s: %w", name, err)
 	}
@@ -360,6 +366,35 @@ func (d *Driver) QMP(name string, command []byte) ([]byte, error) {
 	}
 	defer mon.Disconnect()
 	return mon.Run(command)
+}
+
+// usbHostOpts is QEMU's usb-host device for a key, on the VM's xHCI
+// controller, matched on host bus and port.
+func usbHostOpts(dev runtime.Device) string {
+	return fmt.Sprintf("usb-host,id=%s,bus=xhci.0,hostbus=%d,hostport=%s", usbID(dev), dev.Bus, hostPort(dev.Port))
+}
+
+func usbID(dev runtime.Device) string { return "ukey-" + strings.TrimPrefix(dev.KeyID, "k-") }
+
+// hostPort is QEMU's hostport of a sysfs port path: "1-1.3" is "1.3".
+func hostPort(port string) string {
+	_, p, _ := strings.Cut(port, "-")
+	return p
+}
+
+// AttachUSB hot-plugs a key into a running VM.
+func (d *Driver) AttachUSB(name string, dev runtime.Device) error {
+	cmd, _ := json.Marshal(map[string]any{"execute": "device_add", "arguments": map[string]any{
+		"driver": "usb-host", "id": usbID(dev), "bus": "xhci.0", "hostbus": dev.Bus, "hostport": hostPort(dev.Port)}})
+	_, err := d.QMP(name, cmd)
+	return err
+}
+
+// DetachUSB unplugs a key from a running VM.
+func (d *Driver) DetachUSB(name string, dev runtime.Device) error {
+	cmd, _ := json.Marshal(map[string]any{"execute": "device_del", "arguments": map[string]any{"id": usbID(dev)}})
+	_, err := d.QMP(name, cmd)
+	return err
 }
 
 // Stop asks the guest to power off (ACPI), and after timeout quits QEMU,

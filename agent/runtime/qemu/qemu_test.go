@@ -184,3 +184,44 @@ func TestGracefulStop(t *testing.T) {
 		t.Fatalf("stop took %s; the guest did not power itself off:\n%s", took, logs())
 	}
 }
+
+// TestUSBHotplug: QEMU takes a key on its command line and by QMP
+// hot-plug, matched on host bus and port, and lets it go again.
+func TestUSBHotplug(t *testing.T) {
+	vmtest.Require(t)
+	ref, fetch := guestRegistry(t)
+	d := newDriver(t)
+	fetch(d)
+	ctx := context.Background()
+	first := runtime.Device{KeyID: "k-aa", Bus: 1, Port: "1-1.3"}
+	w := &edgeboxv1.Workload{Runtime: "qemu", Image: ref}
+	if err := d.Create(ctx, runtime.NewSpecWith("keyed", w, []runtime.Device{first})); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Start(ctx, "keyed"); err != nil {
+		t.Fatal(err)
+	}
+	list := func() string {
+		out, err := d.QMP("keyed", []byte(`{"execute":"qom-list","arguments":{"path":"/machine/peripheral"}}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return string(out)
+	}
+	if !strings.Contains(list(), "ukey-aa") {
+		t.Fatalf("the key from the command line is not in the VM: %s", list())
+	}
+	second := runtime.Device{KeyID: "k-bb", Bus: 2, Port: "2-4"}
+	if err := d.AttachUSB("keyed", second); err != nil {
+		t.Fatalf("device_add: %v", err)
+	}
+	if !strings.Contains(list(), "ukey-bb") {
+		t.Fatalf("the hot-plugged key is not in the VM: %s", list())
+	}
+	if err := d.DetachUSB("keyed", second); err != nil {
+		t.Fatalf("device_del: %v", err)
+	}
+	if err := d.AttachUSB("keyed", first); err == nil {
+		t.Error("the same key attached twice")
+	}
+}
