@@ -22,6 +22,7 @@ const maxUSBReport = 64
 func (a *Agent) watchUSB(ctx context.Context, hub usbhub.Hub, poll time.Duration) {
 	var last []usbhub.Device
 	first := true
+	healing := map[string]*healing{}
 	t := time.NewTicker(poll)
 	defer t.Stop()
 	for {
@@ -30,10 +31,13 @@ func (a *Agent) watchUSB(ctx context.Context, hub usbhub.Hub, poll time.Duration
 			if ctx.Err() == nil {
 				a.log.Warn("reading the USB inventory", "err", err)
 			}
-		} else if first || len(usbhub.Diff(last, now)) > 0 {
-			first, last = false, now
-			a.reports.USB(usbReport(now))
-			a.reconciler.Kick() // leased keys may have moved
+		} else {
+			if first || len(usbhub.Diff(last, now)) > 0 {
+				first, last = false, now
+				a.reports.USB(usbReport(now))
+				a.reconciler.Kick() // leased keys may have moved
+			}
+			a.heal(ctx, hub, now, healing)
 		}
 		select {
 		case <-ctx.Done():
@@ -100,4 +104,86 @@ func (a *Agent) usbDevRoot() string {
 		return a.cfg.USBDevRoot
 	}
 	return "/dev/bus/usb"
+}
+
+// Self-healing of stuck keys: a leased key that stops answering is
+// power-cycled through its hub port, at most maxCycles times, healCooldown
+// apart; then it is reported broken and left alone until it answers again.
+const (
+	maxCycles    = 3
+	healCooldown = 3 * time.Second
+)
+
+type healing struct {
+	cycles int
+	last   time.Time
+	broken bool
+}
+
+// heal power-cycles the stuck leased keys among devs and reports what it
+// did as events of the key.
+func (a *Agent) heal(ctx context.Context, hub usbhub.Hub, devs []usbhub.Device, state map[string]*healing) {
+	leased := a.leasedKeys()
+	for _, d := range devs {
+		keyID := leased[d.Serial]
+		if d.Serial == "" {
+			keyID = leased["port:"+d.Port]
+		}
+		if !d.Stuck || keyID == "" {
+			delete(state, d.Port)
+			continue
+		}
+		h := state[d.Port]
+		if h == nil {
+			h = &healing{}
+			state[d.Port] = h
+		}
+		if h.broken || time.Since(h.last) < healCooldown {
+			continue
+		}
+		if !d.Switchable {
+			h.broken = true
+			a.keyEvent(keyID, "Broken", "stuck at "+d.Port+", whose hub cannot switch its power: it needs a visit", true)
+			continue
+		}
+		h.cycles++
+		h.last = time.Now()
+		if err := hub.PowerCycle(ctx, d.Port); err != nil {
+			a.keyEvent(keyID, "PowerCycleFailed", err.Error(), true)
+		} else {
+			a.keyEvent(keyID, "PowerCycled", fmt.Sprintf("stuck at %s; power cycle %d of %d", d.Port, h.cycles, maxCycles), true)
+		}
+		if h.cycles >= maxCycles {
+			h.broken = true
+			a.keyEvent(keyID, "Broken", fmt.Sprintf("still stuck after %d power cycles: it needs a visit", maxCycles), true)
+		}
+	}
+}
+
+// leasedKeys maps the serial (or "port:"+port) of every leased key to its
+// key ID.
+func (a *Agent) leasedKeys() map[string]string {
+	out := map[string]string{}
+	objs, err := a.local.Objects("UsbAssignment")
+	if err != nil {
+		return out
+	}
+	for _, o := range objs {
+		u := o.GetUsbAssignment()
+		if u == nil {
+			continue
+		}
+		if u.GetSerial() != "" {
+			out[u.GetSerial()] = u.GetKeyId()
+		} else {
+			out["port:"+u.GetPortPath()] = u.GetKeyId()
+		}
+	}
+	return out
+}
+
+func (a *Agent) keyEvent(keyID, reason, msg string, warning bool) {
+	a.log.Info("USB key", "key", keyID, "reason", reason, "msg", msg)
+	a.reports.Event(&edgeboxv1.Event{TimeUnixNano: time.Now().UnixNano(), Kind: "Key", Name: keyID, Reason: reason,
+		Message: msg, Warning: warning})
 }

@@ -301,6 +301,7 @@ type Key struct {
 	Class        string            `json:"class"`
 	Switchable   bool              `json:"switchable"`
 	State        string            `json:"state"` // present, absent, stuck
+	Broken       bool              `json:"broken,omitempty"`
 	Labels       map[string]string `json:"labels,omitempty"`
 	Holder       string            `json:"holder,omitempty"`
 	LeasedAt     time.Time         `json:"leased_at,omitzero"`

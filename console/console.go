@@ -267,12 +267,8 @@ func (c *Console) Run(ctx context.Context) error {
 		log: c.log, presence: c.presence, apps: catalogue})
 	keyRegistry := keys.New(st, c.desired)
 	catalogue.LeaseKeysWith(keyRegistry)
-	syncs := newSyncServer(changes, c.desired, fl.IsApproved, func(ctx context.Context, box string, devs []*edgeboxv1.UsbDevice) error {
-		b, err := fl.BoxByID(box)
-		if err != nil {
-			return err
-		}
-		return keyRegistry.Report(ctx, b, devs)
+	syncs := newSyncServer(changes, c.desired, fl.IsApproved, func(ctx context.Context, box string, st *edgeboxv1.SyncStatus) error {
+		return keyReports(ctx, fl, keyRegistry, box, st)
 	}, c.log)
 
 	distDir := c.cfg.DistDir

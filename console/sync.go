@@ -52,8 +52,9 @@ func newSyncServer(h *hub, d *desired.State, approved func(string) (bool, error)
 	return s
 }
 
-// usbReporter takes a box's whole USB inventory.
-type usbReporter func(ctx context.Context, box string, devs []*edgeboxv1.UsbDevice) error
+// usbReporter takes what a status report says of the box's USB keys: its
+// whole inventory, and what it did to keys.
+type usbReporter func(ctx context.Context, box string, st *edgeboxv1.SyncStatus) error
 
 // syncConn is one box's Sync stream.
 type syncConn struct {
@@ -338,8 +339,8 @@ func (s *syncServer) handleUp(ctx context.Context, box string, m *edgeboxv1.Sync
 		_, err := s.desired.PurgeTombstones(ctx, box)
 		return err
 	case *edgeboxv1.SyncUp_Status:
-		if msg.Status.GetUsbReport() && s.usb != nil {
-			if err := s.usb(ctx, box, msg.Status.GetUsb()); err != nil {
+		if s.usb != nil {
+			if err := s.usb(ctx, box, msg.Status); err != nil {
 				return err
 			}
 		}

@@ -33,11 +33,12 @@ type Sim struct {
 	hubs    map[string]bool
 	devs    map[string]Device
 	nextDev int
+	dead    map[string]bool // ports whose key a power cycle does not cure
 }
 
 // NewSim builds a simulation from cfg.
 func NewSim(cfg SimConfig) (*Sim, error) {
-	s := &Sim{hubs: map[string]bool{}, devs: map[string]Device{}, nextDev: 2}
+	s := &Sim{hubs: map[string]bool{}, devs: map[string]Device{}, nextDev: 2, dead: map[string]bool{}}
 	for _, h := range cfg.Hubs {
 		if !devName.MatchString(h.Port) {
 			return nil, fmt.Errorf("usbhub: simulated hub port %q: use a path like 1-2", h.Port)
@@ -120,6 +121,21 @@ func (s *Sim) SetStuck(port string, stuck bool) error {
 	return nil
 }
 
+// SetDead makes the key at port stuck for good: power cycles re-enumerate
+// it, and it still does not answer.
+func (s *Sim) SetDead(port string, dead bool) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	d, ok := s.devs[port]
+	if !ok {
+		return ErrNoDevice
+	}
+	s.dead[port] = dead
+	d.Stuck = dead || d.Stuck
+	s.devs[port] = d
+	return nil
+}
+
 // Devices lists the simulated devices by port.
 func (s *Sim) Devices(context.Context) ([]Device, error) {
 	s.mu.Lock()
@@ -145,7 +161,7 @@ func (s *Sim) PowerCycle(_ context.Context, port string) error {
 	if !s.hubs[parentOf(port)] {
 		return ErrNotSwitchable
 	}
-	d.Stuck = false
+	d.Stuck = s.dead[port]
 	d.Dev = s.nextDev
 	s.nextDev++
 	s.devs[port] = d

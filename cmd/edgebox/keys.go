@@ -33,6 +33,9 @@ func keysCmd(out printer) *cobra.Command {
 			return out(cmd, all, func(w io.Writer) {
 				fmt.Fprintln(w, "KEY\tBOX\tPORT\tVID:PID\tSERIAL\tPRODUCT\tSTATE\tHOLDER\tLABELS")
 				for _, k := range all {
+					if k.Broken {
+						k.State += ", broken"
+					}
 					fmt.Fprintf(w, "%s\t%s\t%s\t%s:%s\t%s\t%s\t%s\t%s\t%s\n", k.ID, k.BoxID, k.Port, k.VendorID, k.ProductID,
 						dash(k.Serial), dash(k.Product), k.State, dash(k.Holder), labelText(k.Labels))
 				}

@@ -13,7 +13,7 @@ import (
 
 func keyView(k keys.Key) api.Key {
 	return api.Key{ID: k.ID, BoxID: k.BoxID, Port: k.Port, VendorID: k.VendorID, ProductID: k.ProductID, Serial: k.Serial,
-		Manufacturer: k.Manufacturer, Product: k.Product, Class: k.Class, Switchable: k.Switchable, State: k.State,
+		Manufacturer: k.Manufacturer, Product: k.Product, Class: k.Class, Switchable: k.Switchable, State: k.State, Broken: k.Broken,
 		Labels: k.Labels, Holder: k.Holder, LeasedAt: k.LeasedAt, LeasedBy: k.LeasedBy, LastChange: k.LastChange}
 }
 

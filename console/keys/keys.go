@@ -40,24 +40,26 @@ const (
 
 // Key is one UKEY on one box.
 type Key struct {
-	ID           string            `json:"id"`
-	TenantID     string            `json:"tenant_id"`
-	BoxID        string            `json:"box_id"`
-	Port         string            `json:"port"`
-	VendorID     string            `json:"vendor_id"`
-	ProductID    string            `json:"product_id"`
-	Serial       string            `json:"serial,omitempty"`
-	Manufacturer string            `json:"manufacturer,omitempty"`
-	Product      string            `json:"product,omitempty"`
-	Class        string            `json:"class"`
-	Switchable   bool              `json:"switchable"`
-	State        string            `json:"state"`
-	Labels       map[string]string `json:"labels,omitempty"`
-	Holder       string            `json:"holder,omitempty"` // the workload with the lease
-	LeasedAt     time.Time         `json:"leased_at,omitzero"`
-	LeasedBy     string            `json:"leased_by,omitempty"`
-	FirstSeen    time.Time         `json:"first_seen"`
-	LastChange   time.Time         `json:"last_change"`
+	ID           string `json:"id"`
+	TenantID     string `json:"tenant_id"`
+	BoxID        string `json:"box_id"`
+	Port         string `json:"port"`
+	VendorID     string `json:"vendor_id"`
+	ProductID    string `json:"product_id"`
+	Serial       string `json:"serial,omitempty"`
+	Manufacturer string `json:"manufacturer,omitempty"`
+	Product      string `json:"product,omitempty"`
+	Class        string `json:"class"`
+	Switchable   bool   `json:"switchable"`
+	State        string `json:"state"`
+	// Broken: the box gave up power-cycling it; it needs a visit.
+	Broken     bool              `json:"broken,omitempty"`
+	Labels     map[string]string `json:"labels,omitempty"`
+	Holder     string            `json:"holder,omitempty"` // the workload with the lease
+	LeasedAt   time.Time         `json:"leased_at,omitzero"`
+	LeasedBy   string            `json:"leased_by,omitempty"`
+	FirstSeen  time.Time         `json:"first_seen"`
+	LastChange time.Time         `json:"last_change"`
 }
 
 // Entry is one line of a key's history.
@@ -179,6 +181,9 @@ func (r *Registry) Report(ctx context.Context, b fleet.Box, devs []*edgeboxv1.Us
 			events = append(events, Entry{Event: "stuck", Actor: "box", Detail: "stopped answering", Workload: k.Holder})
 		} else if known && k.State == Stuck && state == Present {
 			events = append(events, Entry{Event: "recovered", Actor: "box", Workload: k.Holder})
+		}
+		if state == Present {
+			k.Broken = false
 		}
 		next := k
 		next.Port, next.VendorID, next.ProductID = d.GetPort(), d.GetVendorId(), d.GetProductId()
@@ -497,4 +502,27 @@ func (r *Registry) EnsureLeases(ctx context.Context, who fleet.Actor, box, workl
 		errs = append(errs, errdefs.Conflict("box %s has no free key with %s for %s", box, strings.Join(missing, "; "), workload))
 	}
 	return errors.Join(errs...)
+}
+
+// box events of keys, as the agent names them.
+var keyEvents = map[string]string{"PowerCycled": "power-cycle", "PowerCycleFailed": "power-cycle-failed", "Broken": "broken"}
+
+// BoxEvent records what a box did to one of its own keys (power cycles,
+// giving up); events about keys of other boxes are ignored.
+func (r *Registry) BoxEvent(ctx context.Context, b fleet.Box, e *edgeboxv1.Event) error {
+	event, ok := keyEvents[e.GetReason()]
+	if !ok {
+		return nil
+	}
+	k, _, err := r.Get(ctx, b.TenantID, e.GetName())
+	if err != nil || k.BoxID != b.ID {
+		return nil
+	}
+	_, err = r.update(ctx, b.TenantID, k.ID, func(k *Key) (Entry, error) {
+		if event == "broken" {
+			k.Broken = true
+		}
+		return Entry{Event: event, Actor: "box", Workload: k.Holder, Detail: clean(e.GetMessage())}, nil
+	})
+	return err
 }

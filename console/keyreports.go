@@ -1,0 +1,36 @@
+package console
+
+import (
+	"context"
+	"errors"
+
+	"github.com/edgebox/edgebox/console/fleet"
+	"github.com/edgebox/edgebox/console/keys"
+	edgeboxv1 "github.com/edgebox/edgebox/proto/edgebox/v1"
+)
+
+// keyReports passes what a box's status says of its USB keys to the key
+// registry: its inventory, and the events of its keys.
+func keyReports(ctx context.Context, fl *fleet.Fleet, reg *keys.Registry, box string, st *edgeboxv1.SyncStatus) error {
+	hasKeyEvents := false
+	for _, e := range st.GetEvents() {
+		hasKeyEvents = hasKeyEvents || e.GetKind() == "Key"
+	}
+	if !st.GetUsbReport() && !hasKeyEvents {
+		return nil
+	}
+	b, err := fl.BoxByID(box)
+	if err != nil {
+		return err
+	}
+	var errs []error
+	if st.GetUsbReport() {
+		errs = append(errs, reg.Report(ctx, b, st.GetUsb()))
+	}
+	for _, e := range st.GetEvents() {
+		if e.GetKind() == "Key" {
+			errs = append(errs, reg.BoxEvent(ctx, b, e))
+		}
+	}
+	return errors.Join(errs...)
+}
