@@ -87,7 +87,9 @@ type Reconciler struct {
 	prober   *health.Prober // set by Run: probes run only while it runs
 	// running is the release each workload's instance runs, for status.
 	running map[string]string
-	runCtx  context.Context // set by Run, for pulls that outlive a pass
+	// attached are the USB keys each workload's instance was given.
+	attached map[string][]runtime.Device
+	runCtx   context.Context // set by Run, for pulls that outlive a pass
 }
 
 // New returns a reconciler; Run starts it.
@@ -110,7 +112,7 @@ func New(cfg Config) (*Reconciler, error) {
 	}
 	r := &Reconciler{cfg: cfg, images: images, drivers: map[string]runtime.Driver{}, kick: make(chan struct{}, 1), reported: map[string]bool{},
 		crashes: map[string]*crashes{}, pulls: pulls{m: map[string]*pull{}},
-		running: map[string]string{}}
+		running: map[string]string{}, attached: map[string][]runtime.Device{}}
 	for _, d := range cfg.Drivers {
 		if _, dup := r.drivers[d.Runtime()]; dup {
 			return nil, fmt.Errorf("reconcile: two drivers for runtime %q", d.Runtime())
@@ -319,7 +321,38 @@ func (r *Reconciler) converge(ctx context.Context, o *edgeboxv1.DesiredObject, h
 	if in, err := d.Inspect(ctx, name); err == nil {
 		r.probe(name, spec, in, d) // from now, not from the next pass
 	}
+	r.attach(name, spec.Devices)
 	r.status(name, rev, "Running", "")
+}
+
+// attach records the keys a started instance was given, telling the
+// console of each one new to it (and of those it no longer has).
+func (r *Reconciler) attach(name string, devs []runtime.Device) {
+	had := map[string]bool{}
+	for _, d := range r.attached[name] {
+		had[d.KeyID+"@"+d.HostPath] = true
+	}
+	now := map[string]bool{}
+	for _, d := range devs {
+		now[d.KeyID+"@"+d.HostPath] = true
+		if !had[d.KeyID+"@"+d.HostPath] {
+			r.keyEvent(d.KeyID, "Attached", fmt.Sprintf("to %s at %s (%s)", name, d.Port, d.Path))
+		}
+	}
+	for _, d := range r.attached[name] {
+		if !now[d.KeyID+"@"+d.HostPath] {
+			r.keyEvent(d.KeyID, "Detached", "from "+name)
+		}
+	}
+	if len(devs) == 0 {
+		delete(r.attached, name)
+	} else {
+		r.attached[name] = devs
+	}
+}
+
+func (r *Reconciler) keyEvent(keyID, reason, msg string) {
+	r.cfg.Reporter.Event(&edgeboxv1.Event{TimeUnixNano: time.Now().UnixNano(), Kind: "Key", Name: keyID, Reason: reason, Message: msg})
 }
 
 // mayRestart applies the restart policy and the back-off to a workload
@@ -362,6 +395,7 @@ func (r *Reconciler) remove(ctx context.Context, d runtime.Driver, name string) 
 		return fmt.Errorf("removing: %w", err)
 	}
 	delete(r.running, name)
+	r.attach(name, nil)
 	if r.prober != nil {
 		r.prober.Forget(name)
 	}

@@ -505,10 +505,12 @@ func (r *Registry) EnsureLeases(ctx context.Context, who fleet.Actor, box, workl
 }
 
 // box events of keys, as the agent names them.
-var keyEvents = map[string]string{"PowerCycled": "power-cycle", "PowerCycleFailed": "power-cycle-failed", "Broken": "broken"}
+var keyEvents = map[string]string{"PowerCycled": "power-cycle", "PowerCycleFailed": "power-cycle-failed", "Broken": "broken",
+	"Attached": "attach", "Detached": "detach"}
 
-// BoxEvent records what a box did to one of its own keys (power cycles,
-// giving up); events about keys of other boxes are ignored.
+// BoxEvent records what a box did with one of its own keys (attached to
+// or detached from a workload, power-cycled, given up on); events about
+// keys of other boxes are ignored.
 func (r *Registry) BoxEvent(ctx context.Context, b fleet.Box, e *edgeboxv1.Event) error {
 	event, ok := keyEvents[e.GetReason()]
 	if !ok {

@@ -100,4 +100,18 @@ func TestLeasedKeyReachesTheContainer(t *testing.T) {
 		t.Fatal(err)
 	}
 	sees("")
+	// The key's history tells when the robot had it, from the box.
+	testenv.WaitFor(t, 10*time.Second, "attach and detach in the key's history", func() bool {
+		hist, err := admin.KeyHistory(ctx(t), key.ID)
+		if err != nil {
+			return false
+		}
+		var ev []string
+		for _, e := range hist.Events {
+			if e.Event == "attach" || e.Event == "detach" {
+				ev = append(ev, e.Event)
+			}
+		}
+		return strings.Join(ev, ",") == "attach,detach,attach,detach"
+	})
 }
