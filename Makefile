@@ -55,6 +55,7 @@ fuzz: ## run each fuzz target for 30 s
 	$(GO) test -run '^$$' -fuzz FuzzSyncDown -fuzztime 30s ./agent/
 	$(GO) test -run '^$$' -fuzz FuzzParseTarget -fuzztime 30s ./images/registry/
 	$(GO) test -run '^$$' -fuzz FuzzFetch -fuzztime 30s ./images/vm/
+	$(GO) test -run '^$$' -fuzz FuzzParseUevent -fuzztime 30s ./usbhub/
 
 soak: ## 500 randomized sync histories with faults (make test runs 50), about 10 minutes
 	$(GO) test -race -count=1 -timeout 60m -run TestSyncHistory ./internal/integration/ -history-runs=500

@@ -16,15 +16,25 @@ import (
 // accepts them.
 const maxUSBReport = 64
 
-// watchUSB reads the box's USB inventory every poll and reports it whole
-// whenever something was plugged, unplugged or changed, and once at
-// start. Reading never opens a device.
+// watchUSB reads the box's USB inventory every poll, and at once when the
+// kernel announces a USB device, and reports it whole whenever something
+// was plugged, unplugged or changed, and once at start. Reading never
+// opens a device.
 func (a *Agent) watchUSB(ctx context.Context, hub usbhub.Hub, poll time.Duration) {
 	var last []usbhub.Device
 	first := true
 	healing := map[string]*healing{}
 	t := time.NewTicker(poll)
 	defer t.Stop()
+	// The kernel announces plugs at once; polling stays as the net.
+	var uevents <-chan usbhub.Uevent
+	if _, ok := hub.(usbhub.Sysfs); ok {
+		if ch, err := usbhub.ListenUevents(ctx, usbhub.Uevent.IsUSBDevice); err == nil {
+			uevents = ch
+		} else {
+			a.log.Info("no kernel uevents; USB changes are found by polling", "err", err)
+		}
+	}
 	for {
 		now, err := hub.Devices(ctx)
 		if err != nil {
@@ -43,6 +53,10 @@ func (a *Agent) watchUSB(ctx context.Context, hub usbhub.Hub, poll time.Duration
 		case <-ctx.Done():
 			return
 		case <-t.C:
+		case _, ok := <-uevents:
+			if !ok {
+				uevents = nil
+			}
 		}
 	}
 }
