@@ -193,6 +193,15 @@ type ReleaseSpec struct {
 	// Keys are the UKEYs the app needs, each by the labels a key must
 	// carry (bank=ICBC).
 	Keys []KeyNeed `json:"keys,omitempty"`
+	// Volumes are box-local directories the app keeps across releases.
+	Volumes []Volume `json:"volumes,omitempty"`
+}
+
+// Volume is a box-local directory a container sees at Path.
+type Volume struct {
+	Name     string `json:"name"`
+	Path     string `json:"path"`
+	ReadOnly bool   `json:"read_only,omitempty"`
 }
 
 // Port is a port an app serves.

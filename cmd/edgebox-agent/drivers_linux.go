@@ -38,7 +38,8 @@ func drivers(dataDir string, rt runtimeFlags, log *slog.Logger) (ds []runtime.Dr
 		log.Info("no containerd on this box; container workloads cannot run", "socket", containerdAddr)
 		return ds, closeAll
 	}
-	d, err := containerd.New(containerd.Config{Address: containerdAddr, LogDir: filepath.Join(dataDir, "logs"), RuncRoot: rt.runcRoot})
+	d, err := containerd.New(containerd.Config{Address: containerdAddr, LogDir: filepath.Join(dataDir, "logs"),
+		VolumeDir: filepath.Join(dataDir, "volumes"), RuncRoot: rt.runcRoot})
 	if err != nil {
 		log.Warn("containerd is not usable; container workloads cannot run", "err", err)
 		return ds, closeAll

@@ -82,7 +82,7 @@ func releaseCmd(out printer) *cobra.Command {
 	var spec api.ReleaseSpec
 	var probe api.Probe
 	var probeExec string
-	var ports, keys []string
+	var ports, keys, vols []string
 	create := &cobra.Command{
 		Use:   "create --app APP --version VERSION --image REF",
 		Short: "Add a release; a tag is resolved to its digest now",
@@ -109,6 +109,13 @@ For the process runtime, --image is the program's path on the box.`,
 			}
 			if len(probe.Exec) > 0 || probe.HTTP != "" || probe.TCP != "" {
 				spec.Probes = []api.Probe{probe}
+			}
+			for _, v := range vols {
+				vol, err := parseVolume(v)
+				if err != nil {
+					return err
+				}
+				spec.Volumes = append(spec.Volumes, vol)
 			}
 			for _, p := range ports {
 				port, err := parsePort(p)
@@ -152,6 +159,7 @@ For the process runtime, --image is the program's path on the box.`,
 	f.Uint32Var(&probe.TimeoutSeconds, "probe-timeout", 0, "seconds a probe may take (default 1)")
 	f.Uint32Var(&probe.FailureThreshold, "probe-failures", 0, "failures in a row that make it unhealthy (default 3)")
 	f.StringArrayVar(&ports, "port", nil, "a port the app serves: 8080 or 8080/udp, repeatable")
+	f.StringArrayVar(&vols, "volume", nil, "a box-local volume kept across releases: name:/path[:ro], repeatable")
 	f.StringArrayVar(&keys, "key", nil, "a UKEY the app needs, by labels: bank=ICBC[,company=acme], repeatable")
 	f.BoolVar(&spec.KeepState, "keep-state", false, "qemu: keep the VM's disk changes across restarts (default: every start is clean)")
 	ls := &cobra.Command{
@@ -383,6 +391,19 @@ func parseBytes(s string) (int64, error) {
 		return 0, fmt.Errorf("memory %q: write 256Mi, 1Gi or a number of bytes", s)
 	}
 	return n * mult, nil
+}
+
+// parseVolume reads name:/path or name:/path:ro.
+func parseVolume(s string) (api.Volume, error) {
+	name, rest, ok := strings.Cut(s, ":")
+	if !ok || name == "" || !strings.HasPrefix(rest, "/") {
+		return api.Volume{}, fmt.Errorf("--volume %q: write name:/path or name:/path:ro", s)
+	}
+	v := api.Volume{Name: name, Path: rest}
+	if p, ok := strings.CutSuffix(rest, ":ro"); ok {
+		v.Path, v.ReadOnly = p, true
+	}
+	return v, nil
 }
 
 // parsePort reads 8080, 8080/tcp or 53/udp.

@@ -19,6 +19,7 @@ import (
 	"log/slog"
 	"net"
 	"net/url"
+	"path"
 	"regexp"
 	"sort"
 	"strings"
@@ -61,6 +62,7 @@ type Release struct {
 	Probes      []api.Probe   `json:"probes,omitempty"`
 	Ports       []api.Port    `json:"ports,omitempty"`
 	Keys        []api.KeyNeed `json:"keys,omitempty"`
+	Volumes     []api.Volume  `json:"volumes,omitempty"`
 	// Tag is the tag Image was resolved from, for people reading.
 	Tag       string    `json:"tag,omitempty"`
 	CreatedAt time.Time `json:"created_at"`
@@ -254,6 +256,8 @@ type ReleaseSpec struct {
 	// Ports the app serves; Keys the UKEYs it needs, by label.
 	Ports []api.Port    `json:"ports,omitempty"`
 	Keys  []api.KeyNeed `json:"keys,omitempty"`
+	// Volumes are box-local directories kept across releases.
+	Volumes []api.Volume `json:"volumes,omitempty"`
 }
 
 // CreateRelease adds an immutable release to an app. A containerd or qemu
@@ -268,7 +272,7 @@ func (a *Apps) CreateRelease(ctx context.Context, who fleet.Actor, app string, s
 		return Release{}, err
 	}
 	rel := Release{TenantID: who.TenantID, App: app, Version: spec.Version, Runtime: spec.Runtime, Image: spec.Image,
-		Env: spec.Env, Args: spec.Args, CPUMillis: spec.CPUMillis, MemoryBytes: spec.MemoryBytes, Restart: spec.Restart, KeepState: spec.KeepState, Probes: spec.Probes, Ports: spec.Ports, Keys: spec.Keys,
+		Env: spec.Env, Args: spec.Args, CPUMillis: spec.CPUMillis, MemoryBytes: spec.MemoryBytes, Restart: spec.Restart, KeepState: spec.KeepState, Probes: spec.Probes, Ports: spec.Ports, Keys: spec.Keys, Volumes: spec.Volumes,
 		CreatedAt: a.now().UTC(), CreatedBy: who.Name}
 	if spec.Runtime != "process" {
 		image, tag, err := a.resolveImage(ctx, spec.Image)
@@ -330,6 +334,13 @@ func (s ReleaseSpec) validate() error {
 			errs = append(errs, fmt.Errorf("key %d: say which key by its labels (bank=ICBC)", i+1))
 		} else if err := fleet.ValidateLabels(k.Labels); err != nil {
 			errs = append(errs, fmt.Errorf("key %d: %v", i+1, err))
+		}
+	}
+	for _, v := range s.Volumes {
+		if !edgeboxv1.ValidObjectName(v.Name) || !path.IsAbs(v.Path) || path.Clean(v.Path) == "/" || len(v.Path) > 1024 {
+			errs = append(errs, fmt.Errorf("volume %q at %q: give a name (lower-case letters, digits, '-') and an absolute path other than /",
+				clipText(v.Name, 40), clipText(v.Path, 60)))
+			break
 		}
 	}
 	if len(s.Probes) > 8 {
@@ -612,7 +623,15 @@ func (a *Apps) Effective(ctx context.Context, b fleet.Box) (map[string]Release, 
 // Workload is the desired object a release becomes on a box.
 func (r Release) Workload() *edgeboxv1.Workload {
 	return &edgeboxv1.Workload{App: r.App, Release: r.Version, Runtime: r.Runtime, Image: r.Image,
-		Env: r.Env, Args: r.Args, CpuMillis: r.CPUMillis, MemoryBytes: r.MemoryBytes, Restart: r.Restart, KeepState: r.KeepState, Probes: probes(r.Probes)}
+		Env: r.Env, Args: r.Args, CpuMillis: r.CPUMillis, MemoryBytes: r.MemoryBytes, Restart: r.Restart, KeepState: r.KeepState, Probes: probes(r.Probes), Volumes: volumes(r.Volumes)}
+}
+
+func volumes(vs []api.Volume) []*edgeboxv1.Volume {
+	var out []*edgeboxv1.Volume
+	for _, v := range vs {
+		out = append(out, &edgeboxv1.Volume{Name: v.Name, Path: v.Path, ReadOnly: v.ReadOnly})
+	}
+	return out
 }
 
 func probes(ps []api.Probe) []*edgeboxv1.Probe {

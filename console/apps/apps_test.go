@@ -135,6 +135,8 @@ func TestReleasesResolveTagsAndAreImmutable(t *testing.T) {
 		"bad port":       {Version: "13", Runtime: "containerd", Image: host + "/robots/clock:1", Ports: []api.Port{{Port: 80, Protocol: "sctp"}}},
 		"key sans label": {Version: "14", Runtime: "containerd", Image: host + "/robots/clock:1", Keys: []api.KeyNeed{{}}},
 		"bad key label":  {Version: "15", Runtime: "containerd", Image: host + "/robots/clock:1", Keys: []api.KeyNeed{{Labels: map[string]string{"Bad Label": "x"}}}},
+		"volume at /":    {Version: "16", Runtime: "containerd", Image: host + "/robots/clock:1", Volumes: []api.Volume{{Name: "data", Path: "/"}}},
+		"volume name":    {Version: "17", Runtime: "containerd", Image: host + "/robots/clock:1", Volumes: []api.Volume{{Name: "../x", Path: "/data"}}},
 		"bad tcp":        {Version: "12", Runtime: "containerd", Image: host + "/robots/clock:1", Probes: []api.Probe{{TCP: "nohost"}}},
 	} {
 		if _, err := a.CreateRelease(ctx, admin, "clock", spec); err == nil {

@@ -51,7 +51,7 @@ func TestDeployToARegion(t *testing.T) {
 	cli("app", "create", "clock", "--description", "says hello")
 	out := cli("release", "create", "--app", "clock", "--version", "1.0.0",
 		"--image", testenv.RegistryHost(h)+"/robots/clock:1.0.0", "--env", "GREETING=deployed", "--memory", "64Mi",
-		"--probe-exec", "/bin/sh -c true", "--probe-period", "1")
+		"--probe-exec", "/bin/sh -c true", "--probe-period", "1", "--volume", "state:/var/lib/clock")
 	if !strings.Contains(out, "@sha256:") {
 		t.Fatalf("release not resolved to a digest: %s", out)
 	}

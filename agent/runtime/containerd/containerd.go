@@ -54,6 +54,9 @@ type Config struct {
 	// MaxLogBytes rotates a log (to <workload>.log.1) when it passed this
 	// size at a start; default 10 MiB.
 	MaxLogBytes int64
+	// VolumeDir holds the box-local volumes, one directory per app and
+	// volume name, kept across releases; empty disables volumes.
+	VolumeDir string
 	// RuncRoot is runc's state directory; empty is runc's default. Set it
 	// when another containerd on the same host may use the namespace
 	// "edgebox" too, or their containers' states collide.
@@ -162,6 +165,13 @@ func (d *Driver) Create(ctx context.Context, s runtime.Spec) error {
 	}
 	if len(s.Devices) > 0 {
 		specOpts = append(specOpts, withKeys(s.Devices))
+	}
+	if vols := w.GetVolumes(); len(vols) > 0 {
+		mounts, err := d.volumes(w.GetApp(), s.Name, vols)
+		if err != nil {
+			return err
+		}
+		specOpts = append(specOpts, oci.WithMounts(mounts))
 	}
 	opts := []client.NewContainerOpts{client.WithImage(img)}
 	if d.cfg.RuncRoot != "" {

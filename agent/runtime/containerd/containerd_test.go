@@ -213,3 +213,56 @@ func TestKeyDeviceInContainer(t *testing.T) {
 		t.Errorf("%d cgroup rules for USB devices, want 1", allowed)
 	}
 }
+
+// TestVolumesSurviveReleases: what a release writes to its volume, the
+// next release of the app finds.
+func TestVolumesSurviveReleases(t *testing.T) {
+	sock := ctrdtest.Start(t)
+	vols := t.TempDir()
+	d, err := New(Config{Address: sock, LogDir: t.TempDir(), VolumeDir: vols, RuncRoot: ctrdtest.RuncRoot(sock)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	ctx := context.Background()
+	if _, err := d.Import(ctx, bytes.NewReader(ctrdtest.BusyboxImage(t))); err != nil {
+		t.Fatal(err)
+	}
+	run := func(release, script string) string {
+		t.Helper()
+		w := &edgeboxv1.Workload{App: "bank", Release: release, Runtime: "containerd", Image: ctrdtest.Image,
+			Args:    []string{"/bin/sh", "-c", script + "; echo done"},
+			Volumes: []*edgeboxv1.Volume{{Name: "statements", Path: "/data"}}}
+		if err := d.Create(ctx, runtime.NewSpec("bank", w)); err != nil {
+			t.Fatal(err)
+		}
+		defer d.Remove(ctx, "bank")
+		if err := d.Start(ctx, "bank"); err != nil {
+			t.Fatal(err)
+		}
+		var out bytes.Buffer
+		deadline := time.Now().Add(20 * time.Second)
+		for !strings.Contains(out.String(), "done") {
+			if time.Now().After(deadline) {
+				t.Fatalf("release %s: %q", release, out.String())
+			}
+			time.Sleep(50 * time.Millisecond)
+			out.Reset()
+			d.Logs(ctx, "bank", 0, &out)
+		}
+		return out.String()
+	}
+	run("1", "echo statement-2026-11 > /data/latest")
+	if out := run("2", "cat /data/latest"); !strings.Contains(out, "statement-2026-11") {
+		t.Fatalf("release 2 does not find release 1's data: %q", out)
+	}
+	if _, err := os.Stat(filepath.Join(vols, "bank", "statements", "latest")); err != nil {
+		t.Fatalf("the volume is not on the box: %v", err)
+	}
+	bad := &edgeboxv1.Workload{App: "bank", Runtime: "containerd", Image: ctrdtest.Image,
+		Volumes: []*edgeboxv1.Volume{{Name: "../etc", Path: "/data"}}}
+	if err := d.Create(ctx, runtime.NewSpec("bad", bad)); err == nil {
+		d.Remove(ctx, "bad")
+		t.Fatal("a volume named ../etc was accepted")
+	}
+}

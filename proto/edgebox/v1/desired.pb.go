@@ -47,7 +47,10 @@ type Workload struct {
 	KeepState bool `protobuf:"varint,10,opt,name=keep_state,json=keepState,proto3" json:"keep_state,omitempty"`
 	// probes say whether the workload is healthy; one that stays unhealthy
 	// is restarted under its restart policy.
-	Probes        []*Probe `protobuf:"bytes,11,rep,name=probes,proto3" json:"probes,omitempty"`
+	Probes []*Probe `protobuf:"bytes,11,rep,name=probes,proto3" json:"probes,omitempty"`
+	// volumes are box-local directories mounted into a container; they
+	// belong to the app and survive new releases.
+	Volumes       []*Volume `protobuf:"bytes,12,rep,name=volumes,proto3" json:"volumes,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -159,6 +162,74 @@ func (x *Workload) GetProbes() []*Probe {
 	return nil
 }
 
+func (x *Workload) GetVolumes() []*Volume {
+	if x != nil {
+		return x.Volumes
+	}
+	return nil
+}
+
+// Volume is a box-local directory a container sees at path.
+type Volume struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"` // an object name: lower-case letters, digits, '.', '_', '-'
+	Path          string                 `protobuf:"bytes,2,opt,name=path,proto3" json:"path,omitempty"` // absolute, inside the container
+	ReadOnly      bool                   `protobuf:"varint,3,opt,name=read_only,json=readOnly,proto3" json:"read_only,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Volume) Reset() {
+	*x = Volume{}
+	mi := &file_edgebox_v1_desired_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Volume) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Volume) ProtoMessage() {}
+
+func (x *Volume) ProtoReflect() protoreflect.Message {
+	mi := &file_edgebox_v1_desired_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Volume.ProtoReflect.Descriptor instead.
+func (*Volume) Descriptor() ([]byte, []int) {
+	return file_edgebox_v1_desired_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *Volume) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *Volume) GetPath() string {
+	if x != nil {
+		return x.Path
+	}
+	return ""
+}
+
+func (x *Volume) GetReadOnly() bool {
+	if x != nil {
+		return x.ReadOnly
+	}
+	return false
+}
+
 // Probe is one health check the agent runs against a workload.
 type Probe struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -178,7 +249,7 @@ type Probe struct {
 
 func (x *Probe) Reset() {
 	*x = Probe{}
-	mi := &file_edgebox_v1_desired_proto_msgTypes[1]
+	mi := &file_edgebox_v1_desired_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -190,7 +261,7 @@ func (x *Probe) String() string {
 func (*Probe) ProtoMessage() {}
 
 func (x *Probe) ProtoReflect() protoreflect.Message {
-	mi := &file_edgebox_v1_desired_proto_msgTypes[1]
+	mi := &file_edgebox_v1_desired_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -203,7 +274,7 @@ func (x *Probe) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Probe.ProtoReflect.Descriptor instead.
 func (*Probe) Descriptor() ([]byte, []int) {
-	return file_edgebox_v1_desired_proto_rawDescGZIP(), []int{1}
+	return file_edgebox_v1_desired_proto_rawDescGZIP(), []int{2}
 }
 
 func (x *Probe) GetExec() []string {
@@ -268,7 +339,7 @@ type UsbAssignment struct {
 
 func (x *UsbAssignment) Reset() {
 	*x = UsbAssignment{}
-	mi := &file_edgebox_v1_desired_proto_msgTypes[2]
+	mi := &file_edgebox_v1_desired_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -280,7 +351,7 @@ func (x *UsbAssignment) String() string {
 func (*UsbAssignment) ProtoMessage() {}
 
 func (x *UsbAssignment) ProtoReflect() protoreflect.Message {
-	mi := &file_edgebox_v1_desired_proto_msgTypes[2]
+	mi := &file_edgebox_v1_desired_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -293,7 +364,7 @@ func (x *UsbAssignment) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UsbAssignment.ProtoReflect.Descriptor instead.
 func (*UsbAssignment) Descriptor() ([]byte, []int) {
-	return file_edgebox_v1_desired_proto_rawDescGZIP(), []int{2}
+	return file_edgebox_v1_desired_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *UsbAssignment) GetKeyId() string {
@@ -334,7 +405,7 @@ type AgentConfig struct {
 
 func (x *AgentConfig) Reset() {
 	*x = AgentConfig{}
-	mi := &file_edgebox_v1_desired_proto_msgTypes[3]
+	mi := &file_edgebox_v1_desired_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -346,7 +417,7 @@ func (x *AgentConfig) String() string {
 func (*AgentConfig) ProtoMessage() {}
 
 func (x *AgentConfig) ProtoReflect() protoreflect.Message {
-	mi := &file_edgebox_v1_desired_proto_msgTypes[3]
+	mi := &file_edgebox_v1_desired_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -359,7 +430,7 @@ func (x *AgentConfig) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AgentConfig.ProtoReflect.Descriptor instead.
 func (*AgentConfig) Descriptor() ([]byte, []int) {
-	return file_edgebox_v1_desired_proto_rawDescGZIP(), []int{3}
+	return file_edgebox_v1_desired_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *AgentConfig) GetSettings() map[string]string {
@@ -380,7 +451,7 @@ type AgentRelease struct {
 
 func (x *AgentRelease) Reset() {
 	*x = AgentRelease{}
-	mi := &file_edgebox_v1_desired_proto_msgTypes[4]
+	mi := &file_edgebox_v1_desired_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -392,7 +463,7 @@ func (x *AgentRelease) String() string {
 func (*AgentRelease) ProtoMessage() {}
 
 func (x *AgentRelease) ProtoReflect() protoreflect.Message {
-	mi := &file_edgebox_v1_desired_proto_msgTypes[4]
+	mi := &file_edgebox_v1_desired_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -405,7 +476,7 @@ func (x *AgentRelease) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AgentRelease.ProtoReflect.Descriptor instead.
 func (*AgentRelease) Descriptor() ([]byte, []int) {
-	return file_edgebox_v1_desired_proto_rawDescGZIP(), []int{4}
+	return file_edgebox_v1_desired_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *AgentRelease) GetVersion() string {
@@ -445,7 +516,7 @@ type DesiredObject struct {
 
 func (x *DesiredObject) Reset() {
 	*x = DesiredObject{}
-	mi := &file_edgebox_v1_desired_proto_msgTypes[5]
+	mi := &file_edgebox_v1_desired_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -457,7 +528,7 @@ func (x *DesiredObject) String() string {
 func (*DesiredObject) ProtoMessage() {}
 
 func (x *DesiredObject) ProtoReflect() protoreflect.Message {
-	mi := &file_edgebox_v1_desired_proto_msgTypes[5]
+	mi := &file_edgebox_v1_desired_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -470,7 +541,7 @@ func (x *DesiredObject) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DesiredObject.ProtoReflect.Descriptor instead.
 func (*DesiredObject) Descriptor() ([]byte, []int) {
-	return file_edgebox_v1_desired_proto_rawDescGZIP(), []int{5}
+	return file_edgebox_v1_desired_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *DesiredObject) GetName() string {
@@ -593,7 +664,7 @@ type ObjectStatus struct {
 
 func (x *ObjectStatus) Reset() {
 	*x = ObjectStatus{}
-	mi := &file_edgebox_v1_desired_proto_msgTypes[6]
+	mi := &file_edgebox_v1_desired_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -605,7 +676,7 @@ func (x *ObjectStatus) String() string {
 func (*ObjectStatus) ProtoMessage() {}
 
 func (x *ObjectStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_edgebox_v1_desired_proto_msgTypes[6]
+	mi := &file_edgebox_v1_desired_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -618,7 +689,7 @@ func (x *ObjectStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ObjectStatus.ProtoReflect.Descriptor instead.
 func (*ObjectStatus) Descriptor() ([]byte, []int) {
-	return file_edgebox_v1_desired_proto_rawDescGZIP(), []int{6}
+	return file_edgebox_v1_desired_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *ObjectStatus) GetKind() string {
@@ -692,7 +763,7 @@ type Event struct {
 
 func (x *Event) Reset() {
 	*x = Event{}
-	mi := &file_edgebox_v1_desired_proto_msgTypes[7]
+	mi := &file_edgebox_v1_desired_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -704,7 +775,7 @@ func (x *Event) String() string {
 func (*Event) ProtoMessage() {}
 
 func (x *Event) ProtoReflect() protoreflect.Message {
-	mi := &file_edgebox_v1_desired_proto_msgTypes[7]
+	mi := &file_edgebox_v1_desired_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -717,7 +788,7 @@ func (x *Event) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Event.ProtoReflect.Descriptor instead.
 func (*Event) Descriptor() ([]byte, []int) {
-	return file_edgebox_v1_desired_proto_rawDescGZIP(), []int{7}
+	return file_edgebox_v1_desired_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *Event) GetTimeUnixNano() int64 {
@@ -772,7 +843,7 @@ type EventRing struct {
 
 func (x *EventRing) Reset() {
 	*x = EventRing{}
-	mi := &file_edgebox_v1_desired_proto_msgTypes[8]
+	mi := &file_edgebox_v1_desired_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -784,7 +855,7 @@ func (x *EventRing) String() string {
 func (*EventRing) ProtoMessage() {}
 
 func (x *EventRing) ProtoReflect() protoreflect.Message {
-	mi := &file_edgebox_v1_desired_proto_msgTypes[8]
+	mi := &file_edgebox_v1_desired_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -797,7 +868,7 @@ func (x *EventRing) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EventRing.ProtoReflect.Descriptor instead.
 func (*EventRing) Descriptor() ([]byte, []int) {
-	return file_edgebox_v1_desired_proto_rawDescGZIP(), []int{8}
+	return file_edgebox_v1_desired_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *EventRing) GetEvents() []*Event {
@@ -812,7 +883,7 @@ var File_edgebox_v1_desired_proto protoreflect.FileDescriptor
 const file_edgebox_v1_desired_proto_rawDesc = "" +
 	"\n" +
 	"\x18edgebox/v1/desired.proto\x12\n" +
-	"edgebox.v1\"\xb2\x02\n" +
+	"edgebox.v1\"\xe0\x02\n" +
 	"\bWorkload\x12\x10\n" +
 	"\x03app\x18\x01 \x01(\tR\x03app\x12\x18\n" +
 	"\arelease\x18\x02 \x01(\tR\arelease\x12\x18\n" +
@@ -827,7 +898,12 @@ const file_edgebox_v1_desired_proto_rawDesc = "" +
 	"\n" +
 	"keep_state\x18\n" +
 	" \x01(\bR\tkeepState\x12)\n" +
-	"\x06probes\x18\v \x03(\v2\x11.edgebox.v1.ProbeR\x06probes\"\xf2\x01\n" +
+	"\x06probes\x18\v \x03(\v2\x11.edgebox.v1.ProbeR\x06probes\x12,\n" +
+	"\avolumes\x18\f \x03(\v2\x12.edgebox.v1.VolumeR\avolumes\"M\n" +
+	"\x06Volume\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x12\n" +
+	"\x04path\x18\x02 \x01(\tR\x04path\x12\x1b\n" +
+	"\tread_only\x18\x03 \x01(\bR\breadOnly\"\xf2\x01\n" +
 	"\x05Probe\x12\x12\n" +
 	"\x04exec\x18\x01 \x03(\tR\x04exec\x12\x12\n" +
 	"\x04http\x18\x02 \x01(\tR\x04http\x12\x10\n" +
@@ -891,32 +967,34 @@ func file_edgebox_v1_desired_proto_rawDescGZIP() []byte {
 	return file_edgebox_v1_desired_proto_rawDescData
 }
 
-var file_edgebox_v1_desired_proto_msgTypes = make([]protoimpl.MessageInfo, 10)
+var file_edgebox_v1_desired_proto_msgTypes = make([]protoimpl.MessageInfo, 11)
 var file_edgebox_v1_desired_proto_goTypes = []any{
 	(*Workload)(nil),      // 0: edgebox.v1.Workload
-	(*Probe)(nil),         // 1: edgebox.v1.Probe
-	(*UsbAssignment)(nil), // 2: edgebox.v1.UsbAssignment
-	(*AgentConfig)(nil),   // 3: edgebox.v1.AgentConfig
-	(*AgentRelease)(nil),  // 4: edgebox.v1.AgentRelease
-	(*DesiredObject)(nil), // 5: edgebox.v1.DesiredObject
-	(*ObjectStatus)(nil),  // 6: edgebox.v1.ObjectStatus
-	(*Event)(nil),         // 7: edgebox.v1.Event
-	(*EventRing)(nil),     // 8: edgebox.v1.EventRing
-	nil,                   // 9: edgebox.v1.AgentConfig.SettingsEntry
+	(*Volume)(nil),        // 1: edgebox.v1.Volume
+	(*Probe)(nil),         // 2: edgebox.v1.Probe
+	(*UsbAssignment)(nil), // 3: edgebox.v1.UsbAssignment
+	(*AgentConfig)(nil),   // 4: edgebox.v1.AgentConfig
+	(*AgentRelease)(nil),  // 5: edgebox.v1.AgentRelease
+	(*DesiredObject)(nil), // 6: edgebox.v1.DesiredObject
+	(*ObjectStatus)(nil),  // 7: edgebox.v1.ObjectStatus
+	(*Event)(nil),         // 8: edgebox.v1.Event
+	(*EventRing)(nil),     // 9: edgebox.v1.EventRing
+	nil,                   // 10: edgebox.v1.AgentConfig.SettingsEntry
 }
 var file_edgebox_v1_desired_proto_depIdxs = []int32{
-	1, // 0: edgebox.v1.Workload.probes:type_name -> edgebox.v1.Probe
-	9, // 1: edgebox.v1.AgentConfig.settings:type_name -> edgebox.v1.AgentConfig.SettingsEntry
-	0, // 2: edgebox.v1.DesiredObject.workload:type_name -> edgebox.v1.Workload
-	2, // 3: edgebox.v1.DesiredObject.usb_assignment:type_name -> edgebox.v1.UsbAssignment
-	3, // 4: edgebox.v1.DesiredObject.agent_config:type_name -> edgebox.v1.AgentConfig
-	4, // 5: edgebox.v1.DesiredObject.agent_release:type_name -> edgebox.v1.AgentRelease
-	7, // 6: edgebox.v1.EventRing.events:type_name -> edgebox.v1.Event
-	7, // [7:7] is the sub-list for method output_type
-	7, // [7:7] is the sub-list for method input_type
-	7, // [7:7] is the sub-list for extension type_name
-	7, // [7:7] is the sub-list for extension extendee
-	0, // [0:7] is the sub-list for field type_name
+	2,  // 0: edgebox.v1.Workload.probes:type_name -> edgebox.v1.Probe
+	1,  // 1: edgebox.v1.Workload.volumes:type_name -> edgebox.v1.Volume
+	10, // 2: edgebox.v1.AgentConfig.settings:type_name -> edgebox.v1.AgentConfig.SettingsEntry
+	0,  // 3: edgebox.v1.DesiredObject.workload:type_name -> edgebox.v1.Workload
+	3,  // 4: edgebox.v1.DesiredObject.usb_assignment:type_name -> edgebox.v1.UsbAssignment
+	4,  // 5: edgebox.v1.DesiredObject.agent_config:type_name -> edgebox.v1.AgentConfig
+	5,  // 6: edgebox.v1.DesiredObject.agent_release:type_name -> edgebox.v1.AgentRelease
+	8,  // 7: edgebox.v1.EventRing.events:type_name -> edgebox.v1.Event
+	8,  // [8:8] is the sub-list for method output_type
+	8,  // [8:8] is the sub-list for method input_type
+	8,  // [8:8] is the sub-list for extension type_name
+	8,  // [8:8] is the sub-list for extension extendee
+	0,  // [0:8] is the sub-list for field type_name
 }
 
 func init() { file_edgebox_v1_desired_proto_init() }
@@ -924,7 +1002,7 @@ func file_edgebox_v1_desired_proto_init() {
 	if File_edgebox_v1_desired_proto != nil {
 		return
 	}
-	file_edgebox_v1_desired_proto_msgTypes[5].OneofWrappers = []any{
+	file_edgebox_v1_desired_proto_msgTypes[6].OneofWrappers = []any{
 		(*DesiredObject_Workload)(nil),
 		(*DesiredObject_UsbAssignment)(nil),
 		(*DesiredObject_AgentConfig)(nil),
@@ -936,7 +1014,7 @@ func file_edgebox_v1_desired_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_edgebox_v1_desired_proto_rawDesc), len(file_edgebox_v1_desired_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   10,
+			NumMessages:   11,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

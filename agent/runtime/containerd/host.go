@@ -6,6 +6,8 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"path"
+	"path/filepath"
 
 	"github.com/containerd/containerd/v2/core/containers"
 	"github.com/containerd/containerd/v2/pkg/oci"
@@ -13,7 +15,11 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/edgebox/edgebox/agent/runtime"
+	"github.com/edgebox/edgebox/errdefs"
+	edgeboxv1 "github.com/edgebox/edgebox/proto/edgebox/v1"
 )
+
+// Devices and volumes: what a container gets of the box.
 
 // withKeys gives the container the device nodes of its leased USB keys
 // and a device cgroup rule for exactly each of them; every other device
@@ -44,4 +50,36 @@ func withKeys(devs []runtime.Device) oci.SpecOpts {
 		}
 		return nil
 	}
+}
+
+// volumes makes (if needed) the box-local directories of a workload's
+// volumes and returns their bind mounts. A volume belongs to the app (to
+// the workload when it has no app), so a new release finds its data.
+func (d *Driver) volumes(app, name string, vols []*edgeboxv1.Volume) ([]specs.Mount, error) {
+	if d.cfg.VolumeDir == "" {
+		return nil, errdefs.Invalid("workload %s has volumes, but this box keeps none", name)
+	}
+	owner := app
+	if owner == "" {
+		owner = name
+	}
+	if !edgeboxv1.ValidObjectName(owner) {
+		return nil, errdefs.Invalid("workload %s: app %q cannot name a volume directory", name, owner)
+	}
+	var out []specs.Mount
+	for _, v := range vols {
+		if !edgeboxv1.ValidObjectName(v.GetName()) || !path.IsAbs(v.GetPath()) || path.Clean(v.GetPath()) == "/" {
+			return nil, errdefs.Invalid("workload %s: volume %q at %q: give a name and an absolute path other than /", name, v.GetName(), v.GetPath())
+		}
+		dir := filepath.Join(d.cfg.VolumeDir, owner, v.GetName())
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			return nil, err
+		}
+		opts := []string{"rbind", "rw"}
+		if v.GetReadOnly() {
+			opts = []string{"rbind", "ro"}
+		}
+		out = append(out, specs.Mount{Type: "bind", Source: dir, Destination: path.Clean(v.GetPath()), Options: opts})
+	}
+	return out, nil
 }
