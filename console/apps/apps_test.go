@@ -5,17 +5,15 @@ import (
 	"errors"
 	"io"
 	"log/slog"
-	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/opencontainers/go-digest"
-	bolt "go.etcd.io/bbolt"
 
 	"github.com/edgebox/edgebox/api"
 	"github.com/edgebox/edgebox/console/desired"
 	"github.com/edgebox/edgebox/console/fleet"
-	"github.com/edgebox/edgebox/console/store"
+	"github.com/edgebox/edgebox/console/store/storetest"
 	"github.com/edgebox/edgebox/errdefs"
 	edgeboxv1 "github.com/edgebox/edgebox/proto/edgebox/v1"
 )
@@ -63,15 +61,7 @@ var (
 
 func newApps(t *testing.T, bs boxes) (*Apps, *desired.State) {
 	t.Helper()
-	db, err := bolt.Open(filepath.Join(t.TempDir(), "s.db"), 0o600, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	s, err := store.OpenBolt(db)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { s.Close(); db.Close() })
+	s := storetest.Bolt(t)
 	d := desired.New(s)
 	im := images{"robots/clock:1": d1, "robots/clock:2": d2}
 	return New(s, d, bs, im, []string{host, "console.example"}, slog.New(slog.NewTextHandler(io.Discard, nil))), d

@@ -4,30 +4,15 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"path/filepath"
 	"sync"
 	"testing"
 
-	bolt "go.etcd.io/bbolt"
-
-	"github.com/edgebox/edgebox/console/store"
+	"github.com/edgebox/edgebox/console/store/storetest"
 	"github.com/edgebox/edgebox/errdefs"
 	edgeboxv1 "github.com/edgebox/edgebox/proto/edgebox/v1"
 )
 
-func newState(t *testing.T) *State {
-	t.Helper()
-	db, err := bolt.Open(filepath.Join(t.TempDir(), "s.db"), 0o600, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	s, err := store.OpenBolt(db)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { s.Close(); db.Close() })
-	return New(s)
-}
+func newState(t *testing.T) *State { return New(storetest.Bolt(t)) }
 
 func workload(name, release string) *edgeboxv1.DesiredObject {
 	return &edgeboxv1.DesiredObject{Name: name, Spec: &edgeboxv1.DesiredObject_Workload{

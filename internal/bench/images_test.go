@@ -29,7 +29,6 @@ import (
 
 	"github.com/edgebox/edgebox/agent"
 	"github.com/edgebox/edgebox/agent/runtime"
-	"github.com/edgebox/edgebox/agent/runtime/containerd"
 	"github.com/edgebox/edgebox/api"
 	"github.com/edgebox/edgebox/images/pull"
 	"github.com/edgebox/edgebox/internal/ctrdtest"
@@ -166,19 +165,7 @@ func round(xs []float64) []string {
 // Running in the console's status, over 20 deploys of new releases.
 func BenchmarkDeploy(b *testing.B) {
 	h := testenv.NewInProcess(b, testenv.Options{})
-	sock := ctrdtest.Start(b)
-	d, err := containerd.New(containerd.Config{Address: sock, LogDir: b.TempDir(), RuncRoot: ctrdtest.RuncRoot(sock)})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer func() {
-		list, _ := d.List(context.Background())
-		for _, in := range list {
-			d.Stop(context.Background(), in.Name, time.Second)
-			d.Remove(context.Background(), in.Name)
-		}
-		d.Close()
-	}()
+	d := testenv.Containerd(b, false)
 	box, err := h.Enroll(b, h.Token(b, api.TokenRequest{Region: "bench", Site: "deploy"}), "deployer")
 	if err != nil {
 		b.Fatal(err)

@@ -17,7 +17,6 @@ import (
 
 	"github.com/edgebox/edgebox/agent"
 	"github.com/edgebox/edgebox/agent/runtime"
-	"github.com/edgebox/edgebox/agent/runtime/containerd"
 	"github.com/edgebox/edgebox/api"
 	"github.com/edgebox/edgebox/internal/ctrdtest"
 	"github.com/edgebox/edgebox/internal/testenv"
@@ -29,21 +28,7 @@ import (
 // and no other; unplugged and plugged back (a new device number), the
 // container follows the key.
 func TestLeasedKeyReachesTheContainer(t *testing.T) {
-	sock := ctrdtest.Start(t)
-	d, err := containerd.New(containerd.Config{Address: sock, LogDir: t.TempDir(), RuncRoot: ctrdtest.RuncRoot(sock)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		list, _ := d.List(context.Background())
-		for _, in := range list {
-			d.Remove(context.Background(), in.Name)
-		}
-		d.Close()
-	})
-	if _, err := d.Import(context.Background(), bytes.NewReader(ctrdtest.BusyboxImage(t))); err != nil {
-		t.Fatal(err)
-	}
+	d := testenv.Containerd(t, true)
 	// The box's /dev/bus/usb: a node for every device number the
 	// simulated hub will give.
 	devRoot := t.TempDir()

@@ -12,7 +12,6 @@ import (
 
 	"github.com/edgebox/edgebox/agent"
 	"github.com/edgebox/edgebox/agent/runtime"
-	"github.com/edgebox/edgebox/agent/runtime/containerd"
 	"github.com/edgebox/edgebox/internal/ctrdtest"
 	"github.com/edgebox/edgebox/internal/testenv"
 )
@@ -22,21 +21,7 @@ import (
 // reports it running, replaces it when its spec changes and removes it
 // when it is deleted.
 func TestDesiredWorkloadRunsInContainerd(t *testing.T) {
-	sock := ctrdtest.Start(t)
-	d, err := containerd.New(containerd.Config{Address: sock, LogDir: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		list, _ := d.List(context.Background())
-		for _, in := range list {
-			d.Remove(context.Background(), in.Name)
-		}
-		d.Close()
-	})
-	if _, err := d.Import(context.Background(), bytes.NewReader(ctrdtest.BusyboxImage(t))); err != nil {
-		t.Fatal(err)
-	}
+	d := testenv.Containerd(t, true)
 	h := testenv.NewInProcess(t, testenv.Options{})
 	box := enrollOne(t, h, "container-box")
 	testenv.StartAgent(t, box, func(c *agent.Config) { c.Drivers = []runtime.Driver{d}; c.Reconcile = time.Second })

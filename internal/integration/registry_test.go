@@ -27,7 +27,6 @@ import (
 
 	"github.com/edgebox/edgebox/agent"
 	"github.com/edgebox/edgebox/agent/runtime"
-	"github.com/edgebox/edgebox/agent/runtime/containerd"
 	"github.com/edgebox/edgebox/images/pull"
 	"github.com/edgebox/edgebox/internal/ctrdtest"
 	"github.com/edgebox/edgebox/internal/testenv"
@@ -40,18 +39,7 @@ import (
 // makes the box pull it through its tunnel into a real containerd and run
 // it. The box may pull nothing else, and nobody pushes without a token.
 func TestImagePulledThroughTheTunnel(t *testing.T) {
-	sock := ctrdtest.Start(t)
-	d, err := containerd.New(containerd.Config{Address: sock, LogDir: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		list, _ := d.List(context.Background())
-		for _, in := range list {
-			d.Remove(context.Background(), in.Name)
-		}
-		d.Close()
-	})
+	d := testenv.Containerd(t, false)
 	h := testenv.NewInProcess(t, testenv.Options{})
 	box := enrollOne(t, h, "puller")
 	testenv.StartAgent(t, box, func(c *agent.Config) { c.Drivers = []runtime.Driver{d}; c.Reconcile = time.Second })
@@ -171,12 +159,7 @@ func randomImage(t *testing.T, n, size int) v1.Image {
 // only for what is missing; a blob corrupted in the console's storage is
 // refused with an error that says so.
 func TestPullResumesAndVerifies(t *testing.T) {
-	sock := ctrdtest.Start(t)
-	d, err := containerd.New(containerd.Config{Address: sock, LogDir: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { d.Close() })
+	d := testenv.Containerd(t, false)
 	h := testenv.NewInProcess(t, testenv.Options{})
 	box := enrollOne(t, h, "flaky")
 	u, _ := url.Parse(h.URL())

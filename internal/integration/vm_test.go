@@ -4,7 +4,6 @@ package integration
 
 import (
 	"context"
-	"os"
 	"os/exec"
 	"strings"
 	"testing"
@@ -16,7 +15,6 @@ import (
 
 	"github.com/edgebox/edgebox/agent"
 	"github.com/edgebox/edgebox/agent/runtime"
-	"github.com/edgebox/edgebox/agent/runtime/qemu"
 	"github.com/edgebox/edgebox/api"
 	"github.com/edgebox/edgebox/images/vm"
 	"github.com/edgebox/edgebox/internal/testenv"
@@ -30,21 +28,7 @@ import (
 func TestVMDeployedFromTheRegistry(t *testing.T) {
 	vmtest.Require(t)
 	h := testenv.NewInProcess(t, testenv.Options{})
-	stateDir, err := os.MkdirTemp("", "q")
-	if err != nil {
-		t.Fatal(err)
-	}
-	d, err := qemu.New(qemu.Config{StateDir: stateDir})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		list, _ := d.List(context.Background())
-		for _, in := range list {
-			d.Remove(context.Background(), in.Name)
-		}
-		os.RemoveAll(stateDir)
-	})
+	d := vmtest.Driver(t)
 	box := enrollOne(t, h, "vm-host")
 	testenv.StartAgent(t, box, func(c *agent.Config) { c.Drivers = []runtime.Driver{d}; c.Reconcile = time.Second })
 

@@ -8,6 +8,7 @@ package vmtest
 
 import (
 	"bytes"
+	"context"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -16,6 +17,7 @@ import (
 
 	"github.com/cavaliergopher/cpio"
 
+	"github.com/edgebox/edgebox/agent/runtime/qemu"
 	"github.com/edgebox/edgebox/images/vm"
 	"github.com/edgebox/edgebox/internal/require"
 )
@@ -117,4 +119,27 @@ func Files(t testing.TB, dir string, diskMB int) vm.Files {
 		}
 	}
 	return files
+}
+
+// Driver returns a qemu driver with its state in a short temporary
+// directory (unix socket paths must fit 108 bytes); at the end of the
+// test its VMs are removed.
+func Driver(t testing.TB) *qemu.Driver {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "q")
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := qemu.New(qemu.Config{StateDir: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		list, _ := d.List(context.Background())
+		for _, in := range list {
+			d.Remove(context.Background(), in.Name)
+		}
+		os.RemoveAll(dir)
+	})
+	return d
 }

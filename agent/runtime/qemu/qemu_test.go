@@ -8,7 +8,6 @@ import (
 	"log/slog"
 	"net"
 	"net/http/httptest"
-	"os"
 	"os/exec"
 	"strings"
 	"testing"
@@ -58,25 +57,7 @@ func guestRegistry(t *testing.T) (ref string, fetch func(d *qemu.Driver)) {
 	}
 }
 
-func newDriver(t *testing.T) *qemu.Driver {
-	t.Helper()
-	dir, err := os.MkdirTemp("", "q") // short: unix socket paths
-	if err != nil {
-		t.Fatal(err)
-	}
-	d, err := qemu.New(qemu.Config{StateDir: dir})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		list, _ := d.List(context.Background())
-		for _, in := range list {
-			d.Remove(context.Background(), in.Name)
-		}
-		os.RemoveAll(dir)
-	})
-	return d
-}
+func newDriver(t *testing.T) *qemu.Driver { return vmtest.Driver(t) }
 
 // TestConformance: the driver passes the suite every driver passes, with
 // a real Linux guest booting under QEMU (TCG here).
