@@ -668,28 +668,9 @@ func (a *Apps) SyncBox(ctx context.Context, b fleet.Box) (int, error) {
 	n := 0
 	var errs []error
 	deployer := fleet.Actor{TenantID: b.TenantID, Name: "deploy"}
-	for app, rel := range eff {
-		if a.keys != nil && len(rel.Keys) > 0 {
-			needs := make([]map[string]string, 0, len(rel.Keys))
-			for _, k := range rel.Keys {
-				needs = append(needs, k.Labels)
-			}
-			if err := a.keys.EnsureLeases(ctx, deployer, b.ID, app, needs); err != nil {
-				errs = append(errs, err)
-			}
-		}
-		w := rel.Workload()
-		if proto.Equal(have[app], w) {
-			continue
-		}
-		if _, err := a.desired.Put(ctx, b.ID, &edgeboxv1.DesiredObject{Name: app, Spec: &edgeboxv1.DesiredObject_Workload{Workload: w}}); err != nil {
-			errs = append(errs, err)
-			continue
-		}
-		n++
-	}
-	// An app's workload is named for the app; one whose app is no longer
-	// pinned here goes. Workloads put by hand (another name, or no app of
+	// Removals first, so the keys they free can go to the apps that need
+	// them. An app's workload is named for the app; one whose app is no
+	// longer pinned here goes. Workloads put by hand (another name, or no app of
 	// that name) stay.
 	for name, w := range have {
 		if _, keep := eff[name]; keep || w.GetApp() != name {
@@ -707,6 +688,26 @@ func (a *Apps) SyncBox(ctx context.Context, b fleet.Box) (int, error) {
 			if err := a.keys.EnsureLeases(ctx, deployer, b.ID, name, nil); err != nil {
 				errs = append(errs, err)
 			}
+		}
+		n++
+	}
+	for app, rel := range eff {
+		if a.keys != nil && len(rel.Keys) > 0 {
+			needs := make([]map[string]string, 0, len(rel.Keys))
+			for _, k := range rel.Keys {
+				needs = append(needs, k.Labels)
+			}
+			if err := a.keys.EnsureLeases(ctx, deployer, b.ID, app, needs); err != nil {
+				errs = append(errs, err)
+			}
+		}
+		w := rel.Workload()
+		if proto.Equal(have[app], w) {
+			continue
+		}
+		if _, err := a.desired.Put(ctx, b.ID, &edgeboxv1.DesiredObject{Name: app, Spec: &edgeboxv1.DesiredObject_Workload{Workload: w}}); err != nil {
+			errs = append(errs, err)
+			continue
 		}
 		n++
 	}

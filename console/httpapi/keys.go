@@ -90,6 +90,10 @@ func (s *server) releaseKey(c *gin.Context) {
 		return
 	}
 	s.audit(c, "key.release", k.ID, "on box "+k.BoxID)
+	if b, err := s.Fleet.Box(caller(c).TenantID, k.BoxID); err == nil && s.Apps != nil {
+		// An app on the box waiting for such a key gets it now.
+		s.Apps.SyncBox(c.Request.Context(), b)
+	}
 	c.JSON(http.StatusOK, keyView(k))
 }
 

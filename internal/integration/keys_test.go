@@ -174,8 +174,16 @@ func TestDeployLeasesTheKeysAReleaseNeeds(t *testing.T) {
 	if _, err := admin.Undeploy(ctx(t), "statements", "box", box.ID()); err != nil {
 		t.Fatal(err)
 	}
-	if ks, _ := admin.Keys(ctx(t), box.ID(), nil); ks[0].Holder != "" {
-		t.Fatalf("the key stayed leased after undeploy: %+v", ks[0])
+	// The key goes back, and on to the app that was waiting for it.
+	if ks, _ := admin.Keys(ctx(t), box.ID(), nil); ks[0].Holder != "payroll" {
+		t.Fatalf("after undeploying statements the key is held by %q, want payroll", ks[0].Holder)
+	}
+	if _, err := admin.Release(ctx(t), key.ID); err != nil {
+		t.Fatal(err)
+	}
+	// Released by hand while payroll still needs it: payroll takes it again.
+	if ks, _ := admin.Keys(ctx(t), box.ID(), nil); ks[0].Holder != "payroll" {
+		t.Fatalf("after a release the key is held by %q, want payroll again", ks[0].Holder)
 	}
 }
 
