@@ -122,3 +122,18 @@ type ImageStore interface {
 	// RemoveImage deletes an image; what instances still use stays.
 	RemoveImage(ctx context.Context, ref string) error
 }
+
+// USBAttacher is a driver that plugs keys into a running instance and out
+// again (VMs); others get their keys when the instance is made.
+type USBAttacher interface {
+	AttachUSB(name string, dev Device) error
+	DetachUSB(name string, dev Device) error
+}
+
+// Consoler is a driver whose instances have a screen and a serial console
+// on unix sockets, for remote sessions.
+type Consoler interface {
+	// Consoles returns the sockets of a running instance; "" where it has
+	// none.
+	Consoles(name string) (vnc, serial string, err error)
+}

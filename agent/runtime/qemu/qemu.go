@@ -382,6 +382,22 @@ func hostPort(port string) string {
 	return p
 }
 
+// Consoles returns the VNC and serial sockets of a running VM.
+func (d *Driver) Consoles(name string) (vnc, serial string, err error) {
+	if !edgeboxv1.ValidObjectName(name) || d.pid(name) == 0 {
+		return "", "", errdefs.Conflict("VM %q is not running", name)
+	}
+	dir := d.vmDir(name)
+	return sock(dir, "vnc"), sock(dir, "serial"), nil
+}
+
+var (
+	_ runtime.USBAttacher = (*Driver)(nil)
+	_ runtime.Consoler    = (*Driver)(nil)
+	_ runtime.Puller      = (*Driver)(nil)
+	_ runtime.ImageStore  = (*Driver)(nil)
+)
+
 // AttachUSB hot-plugs a key into a running VM.
 func (d *Driver) AttachUSB(name string, dev runtime.Device) error {
 	cmd, _ := json.Marshal(map[string]any{"execute": "device_add", "arguments": map[string]any{

@@ -4,6 +4,7 @@ package qemu_test
 
 import (
 	"context"
+	"os"
 	"io"
 	"log/slog"
 	"net"
@@ -204,5 +205,54 @@ func TestUSBHotplug(t *testing.T) {
 	}
 	if err := d.AttachUSB("keyed", first); err == nil {
 		t.Error("the same key attached twice")
+	}
+}
+
+// TestPausedVM: a VM someone paused (QMP stop) still counts as running,
+// ignores the power button, and is stopped by quitting QEMU after the
+// timeout; its screen and serial sockets are there while it runs.
+func TestPausedVM(t *testing.T) {
+	vmtest.Require(t)
+	ref, fetch := guestRegistry(t)
+	d := newDriver(t)
+	fetch(d)
+	ctx := context.Background()
+	if err := d.Create(ctx, runtime.NewSpec("paused", &edgeboxv1.Workload{Runtime: "qemu", Image: ref})); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Start(ctx, "paused"); err != nil {
+		t.Fatal(err)
+	}
+	vnc, serial, err := d.Consoles("paused")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range []string{vnc, serial} {
+		if fi, err := os.Stat(s); err != nil || fi.Mode()&os.ModeSocket == 0 {
+			t.Fatalf("%s is no socket: %v", s, err)
+		}
+	}
+	if _, err := d.QMP("paused", []byte(`{"execute":"stop"}`)); err != nil {
+		t.Fatal(err)
+	}
+	out, _ := d.QMP("paused", []byte(`{"execute":"query-status"}`))
+	if !strings.Contains(string(out), `"paused"`) {
+		t.Fatalf("query-status: %s", out)
+	}
+	if in, _ := d.Inspect(ctx, "paused"); in.State != runtime.StateRunning {
+		t.Fatalf("a paused VM is %s", in.State)
+	}
+	t0 := time.Now()
+	if err := d.Stop(ctx, "paused", time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if in, _ := d.Inspect(ctx, "paused"); in.State != runtime.StateExited || time.Since(t0) > 15*time.Second {
+		t.Fatalf("after stop: %s, took %s", in.State, time.Since(t0))
+	}
+	if _, _, err := d.Consoles("paused"); err == nil {
+		t.Error("consoles of a stopped VM")
+	}
+	if err := d.Start(ctx, "paused"); err != nil {
+		t.Fatalf("start again: %v", err)
 	}
 }
