@@ -4,11 +4,11 @@ package qemu_test
 
 import (
 	"context"
-	"os"
 	"io"
 	"log/slog"
 	"net"
 	"net/http/httptest"
+	"os"
 	"os/exec"
 	"strings"
 	"testing"
