@@ -55,7 +55,8 @@ func (s Sysfs) Devices(context.Context) ([]Device, error) {
 			continue
 		}
 		d := Device{Port: name, VendorID: s.attr(name, "idVendor"), ProductID: s.attr(name, "idProduct"),
-			Serial: s.attr(name, "serial"), Manufacturer: s.attr(name, "manufacturer"), Product: s.attr(name, "product")}
+			Serial: cleanDescriptor(s.attr(name, "serial")), Manufacturer: cleanDescriptor(s.attr(name, "manufacturer")),
+			Product: cleanDescriptor(s.attr(name, "product"))}
 		if d.VendorID == "" {
 			continue // gone while we read it
 		}

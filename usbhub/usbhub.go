@@ -9,6 +9,7 @@ import (
 	"context"
 	"errors"
 	"sort"
+	"strings"
 )
 
 // Class is what a device presents itself as.
@@ -104,4 +105,22 @@ func Diff(before, after []Device) []Event {
 		evs = append(evs, Event{Unplugged, d})
 	}
 	return evs
+}
+
+// maxDescriptor bounds a descriptor string the inventory keeps.
+const maxDescriptor = 128
+
+// cleanDescriptor keeps a device's self-description printable and short:
+// a key may say anything about itself.
+func cleanDescriptor(s string) string {
+	s = strings.Map(func(r rune) rune {
+		if r < 0x20 || r == 0x7f {
+			return -1
+		}
+		return r
+	}, strings.ToValidUTF8(strings.TrimSpace(s), ""))
+	if len(s) > maxDescriptor {
+		s = strings.ToValidUTF8(s[:maxDescriptor], "")
+	}
+	return s
 }

@@ -2,14 +2,12 @@ package main
 
 import (
 	"fmt"
-	"os"
-	"runtime"
 
 	"github.com/edgebox/edgebox/usbhub"
 )
 
 // usbInventory is the box's USB inventory: a simulated hub from simFile,
-// else sysfs on Linux, else none.
+// else sysfs on Linux, SetupAPI on Windows.
 func usbInventory(simFile string) (usbhub.Hub, error) {
 	if simFile != "" {
 		sim, err := usbhub.LoadSim(simFile)
@@ -18,10 +16,5 @@ func usbInventory(simFile string) (usbhub.Hub, error) {
 		}
 		return sim, nil
 	}
-	if runtime.GOOS == "linux" {
-		if _, err := os.Stat("/sys/bus/usb/devices"); err == nil {
-			return usbhub.Sysfs{}, nil
-		}
-	}
-	return nil, nil
+	return platformHub(), nil
 }
