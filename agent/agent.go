@@ -133,6 +133,9 @@ type Agent struct {
 	local      *localstore.Store
 	reports    *reports
 	reconciler *reconcile.Reconciler
+	// suspect are keys whose holder became unhealthy, to power-cycle.
+	suspectMu sync.Mutex
+	suspect   map[string]bool
 	// received counts desired objects taken from the console, for tests
 	// and status.
 	received atomic.Int64
@@ -177,7 +180,7 @@ func New(cfg Config, log *slog.Logger) (*Agent, error) {
 	}, nil)
 	a.reconciler, err = reconcile.New(reconcile.Config{Source: a.local, Drivers: cfg.Drivers, Reporter: a.reports,
 		Log: a.log, Interval: cfg.Reconcile, Registry: registry,
-		ImageRecord: filepath.Join(cfg.DataDir, "images.json"), Devices: a.devicesFor})
+		ImageRecord: filepath.Join(cfg.DataDir, "images.json"), Devices: a.devicesFor, SuspectKeys: a.suspectKeys})
 	if err != nil {
 		a.local.Close()
 		return nil, err

@@ -143,8 +143,11 @@ func (a *Agent) heal(ctx context.Context, hub usbhub.Hub, devs []usbhub.Device, 
 		if d.Serial == "" {
 			keyID = leased["port:"+d.Port]
 		}
-		if !d.Stuck || keyID == "" {
-			delete(state, d.Port)
+		suspect := a.takeSuspect(keyID)
+		if (!d.Stuck && !suspect) || keyID == "" {
+			if !d.Stuck {
+				delete(state, d.Port)
+			}
 			continue
 		}
 		h := state[d.Port]
@@ -165,7 +168,11 @@ func (a *Agent) heal(ctx context.Context, hub usbhub.Hub, devs []usbhub.Device, 
 		if err := hub.PowerCycle(ctx, d.Port); err != nil {
 			a.keyEvent(keyID, "PowerCycleFailed", err.Error(), true)
 		} else {
-			a.keyEvent(keyID, "PowerCycled", fmt.Sprintf("stuck at %s; power cycle %d of %d", d.Port, h.cycles, maxCycles), true)
+			why := "stuck"
+			if !d.Stuck {
+				why = "its workload became unhealthy"
+			}
+			a.keyEvent(keyID, "PowerCycled", fmt.Sprintf("%s at %s; power cycle %d of %d", why, d.Port, h.cycles, maxCycles), true)
 		}
 		if h.cycles >= maxCycles {
 			h.broken = true
@@ -200,4 +207,25 @@ func (a *Agent) keyEvent(keyID, reason, msg string, warning bool) {
 	a.log.Info("USB key", "key", keyID, "reason", reason, "msg", msg)
 	a.reports.Event(&edgeboxv1.Event{TimeUnixNano: time.Now().UnixNano(), Kind: "Key", Name: keyID, Reason: reason,
 		Message: msg, Warning: warning})
+}
+
+// suspectKeys marks keys whose holder became unhealthy: the next healing
+// round power-cycles them as if they were stuck.
+func (a *Agent) suspectKeys(devs []runtime.Device) {
+	a.suspectMu.Lock()
+	defer a.suspectMu.Unlock()
+	if a.suspect == nil {
+		a.suspect = map[string]bool{}
+	}
+	for _, d := range devs {
+		a.suspect[d.KeyID] = true
+	}
+}
+
+func (a *Agent) takeSuspect(keyID string) bool {
+	a.suspectMu.Lock()
+	defer a.suspectMu.Unlock()
+	s := a.suspect[keyID]
+	delete(a.suspect, keyID)
+	return s
 }

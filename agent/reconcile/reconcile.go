@@ -52,6 +52,9 @@ type Config struct {
 	// Devices returns the USB keys leased to a workload, where they are
 	// now; nil: none.
 	Devices func(workload string) []runtime.Device
+	// SuspectKeys is told the keys of a workload that became unhealthy:
+	// a stuck key is a common cause, and a power cycle may cure it.
+	SuspectKeys func(keys []runtime.Device)
 	// ImageRecord is the file that remembers pulled images, so the image
 	// cache keeps each workload's current and previous release and drops
 	// the rest; empty keeps it in memory.
@@ -296,6 +299,9 @@ func (r *Reconciler) converge(ctx context.Context, o *edgeboxv1.DesiredObject, h
 		}
 		// Unhealthy: restarted like a workload that failed.
 		r.event(name, "Unhealthy", v.Reason, true)
+		if len(spec.Devices) > 0 && r.cfg.SuspectKeys != nil {
+			r.cfg.SuspectKeys(spec.Devices)
+		}
 		if err := d.Stop(ctx, name, r.cfg.StopTimeout); err != nil {
 			r.fail(name, rev, "StopFailed", err)
 			return

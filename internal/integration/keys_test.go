@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/edgebox/edgebox/agent"
+	"github.com/edgebox/edgebox/agent/runtime"
+	"github.com/edgebox/edgebox/agent/runtime/fake"
 	"github.com/edgebox/edgebox/api"
 	"github.com/edgebox/edgebox/internal/testenv"
 	"github.com/edgebox/edgebox/usbhub"
@@ -237,4 +239,46 @@ func TestStuckKeysHealThemselves(t *testing.T) {
 	if got := strings.Count(events(ks["DEAD1"].ID), "power-cycle"); got != 3 {
 		t.Fatalf("the dead key was power-cycled %d times, want 3: %s", got, events(ks["DEAD1"].ID))
 	}
+}
+
+// TestUnhealthyHolderPowerCyclesItsKey: when the workload holding a key
+// fails its probe, its box power-cycles the key too, a common cure for a
+// key that hangs without saying so.
+func TestUnhealthyHolderPowerCyclesItsKey(t *testing.T) {
+	t.Parallel()
+	h := testenv.NewInProcess(t, testenv.Options{})
+	sim, _ := usbhub.NewSim(usbhub.SimConfig{Hubs: []usbhub.SimHub{{Port: "1-1", Switchable: true}},
+		Keys: []usbhub.Device{{Port: "1-1.1", VendorID: "096e", ProductID: "0702", Serial: "HANG1"}}})
+	box := enrollOne(t, h, "probe-box")
+	testenv.StartAgent(t, box, func(c *agent.Config) {
+		c.USB, c.USBPoll = sim, 100*time.Millisecond
+		c.Drivers = []runtime.Driver{fake.New("containerd")}
+		c.Reconcile = 200 * time.Millisecond
+	})
+	admin := h.Admin()
+	var key api.Key
+	testenv.WaitFor(t, 20*time.Second, "the key reported", func() bool {
+		ks, _ := admin.Keys(ctx(t), box.ID(), nil)
+		if len(ks) == 1 {
+			key = ks[0]
+		}
+		return key.ID != ""
+	})
+	// A probe that always fails: nothing listens on port 1.
+	spec := []byte(`{"app":"robot","runtime":"containerd","image":"x","probes":[{"tcp":"127.0.0.1:1","period_seconds":1,"failure_threshold":1}]}`)
+	if _, err := admin.PutDesired(ctx(t), box.ID(), "Workload", "robot", spec); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := admin.Lease(ctx(t), key.ID, "robot"); err != nil {
+		t.Fatal(err)
+	}
+	testenv.WaitFor(t, 30*time.Second, "the key power-cycled for its unhealthy holder", func() bool {
+		hist, _ := admin.KeyHistory(ctx(t), key.ID)
+		for _, e := range hist.Events {
+			if e.Event == "power-cycle" && strings.Contains(e.Detail, "unhealthy") {
+				return true
+			}
+		}
+		return false
+	})
 }
