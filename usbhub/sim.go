@@ -90,6 +90,7 @@ func (s *Sim) Plug(d Device) error {
 	if d.Class == "" {
 		d.Class = ClassSmartCard
 	}
+	d.Serial, d.Manufacturer, d.Product = cleanDescriptor(d.Serial), cleanDescriptor(d.Manufacturer), cleanDescriptor(d.Product)
 	fmt.Sscanf(d.Port, "%d-", &d.Bus)
 	d.Dev = s.nextDev
 	s.nextDev++

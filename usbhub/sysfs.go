@@ -27,6 +27,9 @@ func (s Sysfs) root() string {
 	return s.Root
 }
 
+// hexID is a vendor or product ID as sysfs writes it.
+var hexID = regexp.MustCompile(`^[0-9a-fA-F]{4}$`)
+
 // devName matches a device (not an interface, not a root hub): "1-2",
 // "1-2.3.1".
 var devName = regexp.MustCompile(`^[0-9]+-[0-9]+(\.[0-9]+)*$`)
@@ -57,9 +60,10 @@ func (s Sysfs) Devices(context.Context) ([]Device, error) {
 		d := Device{Port: name, VendorID: s.attr(name, "idVendor"), ProductID: s.attr(name, "idProduct"),
 			Serial: cleanDescriptor(s.attr(name, "serial")), Manufacturer: cleanDescriptor(s.attr(name, "manufacturer")),
 			Product: cleanDescriptor(s.attr(name, "product"))}
-		if d.VendorID == "" {
-			continue // gone while we read it
+		if !hexID.MatchString(d.VendorID) || !hexID.MatchString(d.ProductID) {
+			continue // gone while we read it, or not a device we can name
 		}
+		d.VendorID, d.ProductID = strings.ToLower(d.VendorID), strings.ToLower(d.ProductID)
 		d.Bus, _ = strconv.Atoi(s.attr(name, "busnum"))
 		d.Dev, _ = strconv.Atoi(s.attr(name, "devnum"))
 		d.Class = s.class(name)
