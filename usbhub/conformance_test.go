@@ -14,9 +14,9 @@ import (
 // the hub, and ways to plug and unplug keys. Ports under switchable can be
 // power-cycled; ports under fixed cannot.
 type harness struct {
-	hub                Hub
-	plug               func(t *testing.T, d Device)
-	unplug             func(t *testing.T, port string)
+	hub               Hub
+	plug              func(t *testing.T, d Device)
+	unplug            func(t *testing.T, port string)
 	switchable, fixed string
 }
 
