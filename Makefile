@@ -20,10 +20,11 @@ dist: ## agents and consoles for linux/amd64, linux/arm64 (and the Windows agent
 test: ## install test dependencies, then run every test with -race
 	sh scripts/test-deps.sh
 	EDGEBOX_TEST_STRICT=1 $(GO) test -race -count=1 -timeout 20m ./...
+	EDGEBOX_TEST_STRICT=1 $(GO) test -race -count=1 -tags gousb ./usbhub/
 
 check: ## gofmt, vet, generated code in sync, go mod tidy, dependency rules, cross-builds
 	@echo "check: gofmt"; test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); exit 1; }
-	@echo "check: vet"; $(GO) vet ./...
+	@echo "check: vet"; $(GO) vet ./... && $(GO) vet -tags gousb ./usbhub/ ./cmd/edgebox-agent/
 	@echo "check: generated code"; $(MAKE) -s proto && git diff --exit-code -- proto/
 	@echo "check: go mod tidy"; $(GO) mod tidy && git diff --exit-code -- go.mod go.sum
 	@echo "check: dependency rules"; $(GO) test -count=1 -run TestDependencyRules .

@@ -14,6 +14,7 @@ require (
 	github.com/distribution/reference v0.6.0
 	github.com/gin-gonic/gin v1.12.0
 	github.com/google/go-containerregistry v0.20.1
+	github.com/google/gousb v1.1.3
 	github.com/goreleaser/nfpm/v2 v2.45.2
 	github.com/hashicorp/yamux v0.1.2
 	github.com/kardianos/service v1.3.0

@@ -8,8 +8,9 @@ GO_PROTOC_GEN_GO_GRPC=google.golang.org/grpc/cmd/protoc-gen-go-grpc@v1.6.2
 # systemd for systemd-analyze (no daemon starts), lintian and rpm to check
 # the packages, curl and util-linux (unshare) for the install script test.
 # containerd, runc and busybox-static for the containerd driver's tests
-# (they start their own daemon); QEMU for the qemu driver's.
-APT_PACKAGES="protobuf-compiler libprotobuf-dev systemd lintian rpm curl util-linux ca-certificates containerd runc busybox-static qemu-system-x86 qemu-utils"
+# (they start their own daemon); QEMU for the qemu driver's; libusb for
+# the hub power switching built with -tags gousb.
+APT_PACKAGES="protobuf-compiler libprotobuf-dev systemd lintian rpm curl util-linux ca-certificates containerd runc busybox-static qemu-system-x86 qemu-utils libusb-1.0-0-dev pkg-config"
 
 missing=""
 for p in $APT_PACKAGES; do

@@ -18,6 +18,11 @@ import (
 type Sysfs struct {
 	// Root is /sys/bus/usb/devices unless set.
 	Root string
+	// Power, when set, switches ports with hub class requests and says
+	// which hubs switch each port on its own; without it the kernel's
+	// per-port disable attribute does (the kernel sends the same
+	// PORT_POWER requests, but cannot say whether a hub gangs its ports).
+	Power PortPower
 }
 
 func (s Sysfs) root() string {
@@ -67,8 +72,12 @@ func (s Sysfs) Devices(context.Context) ([]Device, error) {
 		d.Bus, _ = strconv.Atoi(s.attr(name, "busnum"))
 		d.Dev, _ = strconv.Atoi(s.attr(name, "devnum"))
 		d.Class = s.class(name)
-		_, err := os.Stat(s.portDisable(name))
-		d.Switchable = err == nil
+		if s.Power != nil {
+			d.Switchable = s.Power.Switchable(name)
+		} else {
+			_, err := os.Stat(s.portDisable(name))
+			d.Switchable = err == nil
+		}
 		out = append(out, d)
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Port < out[j].Port })
@@ -111,6 +120,9 @@ func (s Sysfs) portDisable(dev string) string {
 func (s Sysfs) PowerCycle(ctx context.Context, port string) error {
 	if !devName.MatchString(port) {
 		return fmt.Errorf("usbhub: %q is not a port path like 1-2.3", port)
+	}
+	if s.Power != nil {
+		return s.Power.PowerCycle(ctx, port)
 	}
 	p := s.portDisable(port)
 	if _, err := os.Stat(p); err != nil {
