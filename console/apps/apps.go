@@ -571,13 +571,17 @@ func (a *Apps) SyncScope(ctx context.Context, tenant, scope, target string) ([]s
 	if err != nil {
 		return nil, err
 	}
+	c, err := a.catalogue(ctx, tenant)
+	if err != nil {
+		return nil, err
+	}
 	var changed []string
 	var errs []error
 	for _, b := range boxes {
 		if !covers(scope, target, b) {
 			continue
 		}
-		n, err := a.SyncBox(ctx, b)
+		n, err := a.syncBox(ctx, b, c)
 		if err != nil {
 			errs = append(errs, fmt.Errorf("box %s: %w", b.ID, err))
 		}
@@ -588,36 +592,73 @@ func (a *Apps) SyncScope(ctx context.Context, tenant, scope, target string) ([]s
 	return changed, errors.Join(errs...)
 }
 
-// Effective returns, per app, the release box should run: its box pin,
-// else its site's, else its region's.
-func (a *Apps) Effective(ctx context.Context, b fleet.Box) (map[string]Release, error) {
-	kvs, _, err := a.s.Range(ctx, "apps/"+b.TenantID+"/", 0)
+// catalogue is one read of a tenant's apps, releases and pins: a sync of
+// many boxes reads the store once, not once a box.
+type catalogue struct {
+	apps     map[string]bool
+	releases map[string]Release // "app@version"
+	pins     []Pin
+}
+
+func (a *Apps) catalogue(ctx context.Context, tenant string) (catalogue, error) {
+	c := catalogue{apps: map[string]bool{}, releases: map[string]Release{}}
+	kvs, _, err := a.s.Range(ctx, "apps/"+tenant+"/", 0)
 	if err != nil {
-		return nil, err
+		return c, err
 	}
+	for _, kv := range kvs {
+		switch {
+		case strings.HasSuffix(kv.Key, "/app"):
+			var app App
+			if err := json.Unmarshal(kv.Value, &app); err != nil {
+				return c, fmt.Errorf("apps: %s: %w", kv.Key, err)
+			}
+			c.apps[app.Name] = true
+		case strings.Contains(kv.Key, "/rel/"):
+			var r Release
+			if err := json.Unmarshal(kv.Value, &r); err != nil {
+				return c, fmt.Errorf("apps: %s: %w", kv.Key, err)
+			}
+			c.releases[r.App+"@"+r.Version] = r
+		case strings.Contains(kv.Key, "/pin/"):
+			var p Pin
+			if err := json.Unmarshal(kv.Value, &p); err != nil {
+				return c, fmt.Errorf("apps: %s: %w", kv.Key, err)
+			}
+			c.pins = append(c.pins, p)
+		}
+	}
+	return c, nil
+}
+
+// effective returns, per app, the release box should run: its box pin,
+// else its site's, else its region's.
+func (c catalogue) effective(b fleet.Box) (map[string]Release, error) {
 	rank := map[string]int{ScopeRegion: 1, ScopeSite: 2, ScopeBox: 3}
 	best := map[string]Pin{}
-	for _, kv := range kvs {
-		if !strings.Contains(kv.Key, "/pin/") {
-			continue
-		}
-		var p Pin
-		if err := json.Unmarshal(kv.Value, &p); err != nil {
-			return nil, fmt.Errorf("apps: %s: %w", kv.Key, err)
-		}
+	for _, p := range c.pins {
 		if covers(p.Scope, p.Target, b) && rank[p.Scope] > rank[best[p.App].Scope] {
 			best[p.App] = p
 		}
 	}
 	out := map[string]Release{}
 	for app, p := range best {
-		rel, err := a.Release(ctx, b.TenantID, app, p.Version)
-		if err != nil {
-			return nil, err
+		rel, ok := c.releases[app+"@"+p.Version]
+		if !ok {
+			return nil, errdefs.NotFound("app %s is pinned to release %s, which is gone", app, p.Version)
 		}
 		out[app] = rel
 	}
 	return out, nil
+}
+
+// Effective returns, per app, the release box should run.
+func (a *Apps) Effective(ctx context.Context, b fleet.Box) (map[string]Release, error) {
+	c, err := a.catalogue(ctx, b.TenantID)
+	if err != nil {
+		return nil, err
+	}
+	return c.effective(b)
 }
 
 // Workload is the desired object a release becomes on a box.
@@ -648,10 +689,18 @@ func probes(ps []api.Probe) []*edgeboxv1.Probe {
 // right are left alone, so a sync changes revisions only when something
 // changed. It returns the number of objects written or removed.
 func (a *Apps) SyncBox(ctx context.Context, b fleet.Box) (int, error) {
+	c, err := a.catalogue(ctx, b.TenantID)
+	if err != nil {
+		return 0, err
+	}
+	return a.syncBox(ctx, b, c)
+}
+
+func (a *Apps) syncBox(ctx context.Context, b fleet.Box, c catalogue) (int, error) {
 	if b.State != fleet.StateApproved {
 		return 0, nil
 	}
-	eff, err := a.Effective(ctx, b)
+	eff, err := c.effective(b)
 	if err != nil {
 		return 0, err
 	}
@@ -673,10 +722,7 @@ func (a *Apps) SyncBox(ctx context.Context, b fleet.Box) (int, error) {
 	// longer pinned here goes. Workloads put by hand (another name, or no app of
 	// that name) stay.
 	for name, w := range have {
-		if _, keep := eff[name]; keep || w.GetApp() != name {
-			continue
-		}
-		if _, err := a.App(ctx, b.TenantID, name); err != nil {
+		if _, keep := eff[name]; keep || w.GetApp() != name || !c.apps[name] {
 			continue
 		}
 		if _, err := a.desired.Delete(ctx, b.ID, "Workload", name); err != nil {
@@ -724,8 +770,13 @@ func (a *Apps) SyncAll(ctx context.Context, tenants []string) error {
 			errs = append(errs, err)
 			continue
 		}
+		c, err := a.catalogue(ctx, t)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
 		for _, b := range boxes {
-			if _, err := a.SyncBox(ctx, b); err != nil {
+			if _, err := a.syncBox(ctx, b, c); err != nil {
 				errs = append(errs, fmt.Errorf("box %s: %w", b.ID, err))
 			}
 		}
