@@ -46,23 +46,13 @@ type App struct {
 	CreatedBy   string    `json:"created_by"`
 }
 
-// Release is one immutable version of an app: what a box runs.
+// Release is one immutable version of an app: what a box runs. Its spec
+// is what the operator gave, with Image resolved to a digest for
+// containerd and qemu.
 type Release struct {
-	TenantID    string        `json:"tenant_id"`
-	App         string        `json:"app"`
-	Version     string        `json:"version"`
-	Runtime     string        `json:"runtime"`
-	Image       string        `json:"image"` // by digest, for containerd and qemu
-	Env         []string      `json:"env,omitempty"`
-	Args        []string      `json:"args,omitempty"`
-	CPUMillis   int64         `json:"cpu_millis,omitempty"`
-	MemoryBytes int64         `json:"memory_bytes,omitempty"`
-	Restart     string        `json:"restart,omitempty"`
-	KeepState   bool          `json:"keep_state,omitempty"`
-	Probes      []api.Probe   `json:"probes,omitempty"`
-	Ports       []api.Port    `json:"ports,omitempty"`
-	Keys        []api.KeyNeed `json:"keys,omitempty"`
-	Volumes     []api.Volume  `json:"volumes,omitempty"`
+	TenantID string `json:"tenant_id"`
+	App      string `json:"app"`
+	api.ReleaseSpec
 	// Tag is the tag Image was resolved from, for people reading.
 	Tag       string    `json:"tag,omitempty"`
 	CreatedAt time.Time `json:"created_at"`
@@ -240,40 +230,18 @@ func (a *Apps) DeleteApp(ctx context.Context, tenant, name string) error {
 	return err
 }
 
-// ReleaseSpec is what an operator gives to create a release.
-type ReleaseSpec struct {
-	Version     string   `json:"version"`
-	Runtime     string   `json:"runtime"`
-	Image       string   `json:"image"`
-	Env         []string `json:"env,omitempty"`
-	Args        []string `json:"args,omitempty"`
-	CPUMillis   int64    `json:"cpu_millis,omitempty"`
-	MemoryBytes int64    `json:"memory_bytes,omitempty"`
-	Restart     string   `json:"restart,omitempty"`
-	// KeepState keeps a VM's disk overlay across restarts.
-	KeepState bool        `json:"keep_state,omitempty"`
-	Probes    []api.Probe `json:"probes,omitempty"`
-	// Ports the app serves; Keys the UKEYs it needs, by label.
-	Ports []api.Port    `json:"ports,omitempty"`
-	Keys  []api.KeyNeed `json:"keys,omitempty"`
-	// Volumes are box-local directories kept across releases.
-	Volumes []api.Volume `json:"volumes,omitempty"`
-}
-
 // CreateRelease adds an immutable release to an app. A containerd or qemu
 // image must be in the console's registry; a tag is resolved to its digest
 // now, so the release runs the same bytes wherever and whenever it is
 // deployed.
-func (a *Apps) CreateRelease(ctx context.Context, who fleet.Actor, app string, spec ReleaseSpec) (Release, error) {
+func (a *Apps) CreateRelease(ctx context.Context, who fleet.Actor, app string, spec api.ReleaseSpec) (Release, error) {
 	if _, err := a.App(ctx, who.TenantID, app); err != nil {
 		return Release{}, err
 	}
-	if err := spec.validate(); err != nil {
+	if err := validateSpec(spec); err != nil {
 		return Release{}, err
 	}
-	rel := Release{TenantID: who.TenantID, App: app, Version: spec.Version, Runtime: spec.Runtime, Image: spec.Image,
-		Env: spec.Env, Args: spec.Args, CPUMillis: spec.CPUMillis, MemoryBytes: spec.MemoryBytes, Restart: spec.Restart, KeepState: spec.KeepState, Probes: spec.Probes, Ports: spec.Ports, Keys: spec.Keys, Volumes: spec.Volumes,
-		CreatedAt: a.now().UTC(), CreatedBy: who.Name}
+	rel := Release{TenantID: who.TenantID, App: app, ReleaseSpec: spec, CreatedAt: a.now().UTC(), CreatedBy: who.Name}
 	if spec.Runtime != "process" {
 		image, tag, err := a.resolveImage(ctx, spec.Image)
 		if err != nil {
@@ -284,7 +252,7 @@ func (a *Apps) CreateRelease(ctx context.Context, who fleet.Actor, app string, s
 	return rel, a.create(ctx, relKey(who.TenantID, app, spec.Version), rel, "release "+app+"@"+spec.Version)
 }
 
-func (s ReleaseSpec) validate() error {
+func validateSpec(s api.ReleaseSpec) error {
 	var errs []error
 	if !versionRE.MatchString(s.Version) {
 		errs = append(errs, fmt.Errorf("version %q: use 1-64 letters, digits, '.', '+', '_' or '-'", s.Version))

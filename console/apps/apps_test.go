@@ -94,7 +94,7 @@ func TestReleasesResolveTagsAndAreImmutable(t *testing.T) {
 	if _, err := a.CreateApp(ctx, admin, "clock", ""); err != nil {
 		t.Fatal(err)
 	}
-	r, err := a.CreateRelease(ctx, admin, "clock", ReleaseSpec{Version: "1.0", Runtime: "containerd", Image: host + "/robots/clock:1"})
+	r, err := a.CreateRelease(ctx, admin, "clock", api.ReleaseSpec{Version: "1.0", Runtime: "containerd", Image: host + "/robots/clock:1"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -102,7 +102,7 @@ func TestReleasesResolveTagsAndAreImmutable(t *testing.T) {
 		t.Fatalf("release image %q tag %q", r.Image, r.Tag)
 	}
 	// Without the host, and by digest, it is the same image.
-	r2, err := a.CreateRelease(ctx, admin, "clock", ReleaseSpec{Version: "1.1", Runtime: "containerd", Image: "robots/clock@" + d1.String(),
+	r2, err := a.CreateRelease(ctx, admin, "clock", api.ReleaseSpec{Version: "1.1", Runtime: "containerd", Image: "robots/clock@" + d1.String(),
 		Probes: []api.Probe{{HTTP: "http://127.0.0.1:8080/healthz", FailureThreshold: 2}}})
 	if err != nil || r2.Image != r.Image {
 		t.Fatalf("by digest: %q %v", r2.Image, err)
@@ -110,7 +110,7 @@ func TestReleasesResolveTagsAndAreImmutable(t *testing.T) {
 	if w := r2.Workload(); len(w.GetProbes()) != 1 || w.GetProbes()[0].GetHttp() != "http://127.0.0.1:8080/healthz" || w.GetProbes()[0].GetFailureThreshold() != 2 {
 		t.Fatalf("probes in the workload: %v", w.GetProbes())
 	}
-	for name, spec := range map[string]ReleaseSpec{
+	for name, spec := range map[string]api.ReleaseSpec{
 		"same version":   {Version: "1.0", Runtime: "containerd", Image: host + "/robots/clock:2"},
 		"missing tag":    {Version: "3", Runtime: "containerd", Image: host + "/robots/clock:3"},
 		"other registry": {Version: "4", Runtime: "containerd", Image: "docker.io/library/busybox:1"},
@@ -133,7 +133,7 @@ func TestReleasesResolveTagsAndAreImmutable(t *testing.T) {
 			t.Errorf("%s: accepted", name)
 		}
 	}
-	if _, err := a.CreateRelease(ctx, admin, "nope", ReleaseSpec{Version: "1", Runtime: "process", Image: "/bin/true"}); !errors.Is(err, errdefs.ErrNotFound) {
+	if _, err := a.CreateRelease(ctx, admin, "nope", api.ReleaseSpec{Version: "1", Runtime: "process", Image: "/bin/true"}); !errors.Is(err, errdefs.ErrNotFound) {
 		t.Errorf("release of a missing app: %v", err)
 	}
 	rels, err := a.Releases(ctx, fleet.DefaultTenant, "clock")
@@ -151,7 +151,7 @@ func TestPinsBoxOverSiteOverRegion(t *testing.T) {
 	a, d := newApps(t, fl)
 	a.CreateApp(ctx, admin, "clock", "")
 	for _, v := range []string{"1", "2"} {
-		if _, err := a.CreateRelease(ctx, admin, "clock", ReleaseSpec{Version: v, Runtime: "containerd", Image: "robots/clock:" + v}); err != nil {
+		if _, err := a.CreateRelease(ctx, admin, "clock", api.ReleaseSpec{Version: v, Runtime: "containerd", Image: "robots/clock:" + v}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -222,7 +222,7 @@ func TestNewBoxGetsPinnedApps(t *testing.T) {
 	fl := boxes{box("bx-a", "east", "s1")}
 	a, d := newApps(t, fl)
 	a.CreateApp(ctx, admin, "clock", "")
-	a.CreateRelease(ctx, admin, "clock", ReleaseSpec{Version: "1", Runtime: "containerd", Image: "robots/clock:1"})
+	a.CreateRelease(ctx, admin, "clock", api.ReleaseSpec{Version: "1", Runtime: "containerd", Image: "robots/clock:1"})
 	if _, _, err := a.Deploy(ctx, admin, "clock", "1", ScopeRegion, "east"); err != nil {
 		t.Fatal(err)
 	}

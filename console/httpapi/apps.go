@@ -33,10 +33,7 @@ func appView(a apps.App) api.App {
 }
 
 func releaseView(r apps.Release) api.Release {
-	return api.Release{App: r.App, ReleaseSpec: api.ReleaseSpec{Version: r.Version, Runtime: r.Runtime, Image: r.Image,
-		Env: r.Env, Args: r.Args, CPUMillis: r.CPUMillis, MemoryBytes: r.MemoryBytes, Restart: r.Restart,
-		KeepState: r.KeepState, Probes: r.Probes, Ports: r.Ports, Keys: r.Keys, Volumes: r.Volumes},
-		Tag: r.Tag, CreatedAt: r.CreatedAt, CreatedBy: r.CreatedBy}
+	return api.Release{App: r.App, ReleaseSpec: r.ReleaseSpec, Tag: r.Tag, CreatedAt: r.CreatedAt, CreatedBy: r.CreatedBy}
 }
 
 func pinView(p apps.Pin) *api.Pin {
@@ -106,9 +103,7 @@ func (s *server) createRelease(c *gin.Context) {
 	if !bindJSON(c, &req) {
 		return
 	}
-	r, err := s.Apps.CreateRelease(c.Request.Context(), caller(c), c.Param("app"), apps.ReleaseSpec{
-		Version: req.Version, Runtime: req.Runtime, Image: req.Image, Env: req.Env, Args: req.Args,
-		CPUMillis: req.CPUMillis, MemoryBytes: req.MemoryBytes, Restart: req.Restart, KeepState: req.KeepState, Probes: req.Probes, Ports: req.Ports, Keys: req.Keys, Volumes: req.Volumes})
+	r, err := s.Apps.CreateRelease(c.Request.Context(), caller(c), c.Param("app"), req)
 	if err != nil {
 		s.fail(c, err)
 		return
