@@ -6,29 +6,20 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"path/filepath"
 	"strings"
 	"testing"
 
-	bolt "go.etcd.io/bbolt"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/edgebox/edgebox/console/desired"
 	"github.com/edgebox/edgebox/console/store"
+	"github.com/edgebox/edgebox/console/store/storetest"
 	edgeboxv1 "github.com/edgebox/edgebox/proto/edgebox/v1"
 )
 
 func newSyncer(t testing.TB) (*syncServer, store.Store) {
 	t.Helper()
-	db, err := bolt.Open(filepath.Join(t.TempDir(), "s.db"), 0o600, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	st, err := store.OpenBolt(db)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { st.Close(); db.Close() })
+	st := storetest.Bolt(t)
 	approved := func(string) (bool, error) { return true, nil }
 	return newSyncServer(newHub(), desired.New(st), approved, nil, slog.New(slog.NewTextHandler(io.Discard, nil))), st
 }

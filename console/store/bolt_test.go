@@ -10,29 +10,11 @@ import (
 
 	"github.com/edgebox/edgebox/console/store"
 	"github.com/edgebox/edgebox/console/store/storetest"
-	"github.com/edgebox/edgebox/internal/boltdb"
 )
 
-func newBolt(t *testing.T) store.Store {
-	db, err := bolt.Open(filepath.Join(t.TempDir(), "store.db"), 0o600, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	s, err := store.OpenBolt(db)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		s.Close()
-		if err := boltdb.Check(db); err != nil {
-			t.Errorf("bbolt check: %v", err)
-		}
-		db.Close()
-	})
-	return s
+func TestBolt(t *testing.T) {
+	storetest.Suite(t, func(t *testing.T) store.Store { return storetest.Bolt(t) })
 }
-
-func TestBolt(t *testing.T) { storetest.Suite(t, newBolt) }
 
 func TestBoltSurvivesReopen(t *testing.T) {
 	t.Parallel()

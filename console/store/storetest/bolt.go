@@ -7,10 +7,11 @@ import (
 	bolt "go.etcd.io/bbolt"
 
 	"github.com/edgebox/edgebox/console/store"
+	"github.com/edgebox/edgebox/internal/boltdb"
 )
 
-// Bolt returns a bbolt store in a file of the test's own, closed at the
-// end of the test.
+// Bolt returns a bbolt store in a file of the test's own; at the end of
+// the test it is closed and the file's consistency checked.
 func Bolt(t testing.TB) store.Store {
 	t.Helper()
 	db, err := bolt.Open(filepath.Join(t.TempDir(), "s.db"), 0o600, nil)
@@ -21,6 +22,12 @@ func Bolt(t testing.TB) store.Store {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { s.Close(); db.Close() })
+	t.Cleanup(func() {
+		s.Close()
+		if err := boltdb.Check(db); err != nil {
+			t.Errorf("bbolt check: %v", err)
+		}
+		db.Close()
+	})
 	return s
 }
