@@ -11,18 +11,11 @@ import (
 
 // appsLoop checks every box against the app pins now and then, so a box
 // whose sync failed when its pin changed still gets its releases.
-func appsLoop(ctx context.Context, a *apps.Apps, every time.Duration, log *slog.Logger) {
-	t := time.NewTicker(every)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
+func appsLoop(ctx context.Context, a *apps.Apps, interval time.Duration, log *slog.Logger) {
+	every(ctx, interval, func() {
 		// One tenant until tenants are managed.
 		if err := a.SyncAll(ctx, []string{fleet.DefaultTenant}); err != nil && ctx.Err() == nil {
 			log.Warn("periodic app sync", "err", err)
 		}
-	}
+	})
 }

@@ -12,21 +12,14 @@ import (
 // compactLoop keeps the store's history to about the last keep revisions,
 // checking every interval, until ctx ends. Watches that fall further
 // behind start again (the Sync hub re-reads every box).
-func compactLoop(ctx context.Context, st store.Store, every time.Duration, keep int64, log *slog.Logger) {
-	t := time.NewTicker(every)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
+func compactLoop(ctx context.Context, st store.Store, interval time.Duration, keep int64, log *slog.Logger) {
+	every(ctx, interval, func() {
 		if rev, err := compactOnce(ctx, st, keep); err != nil && ctx.Err() == nil {
 			log.Warn("store compaction failed", "err", err)
 		} else if rev > 0 {
 			log.Debug("store compacted", "before", rev)
 		}
-	}
+	})
 }
 
 // compactOnce forgets history older than keep revisions back and returns

@@ -77,18 +77,7 @@ func (p *presence) Presence(id string) httpapi.Presence {
 func (p *presence) Drop(id string) bool { return p.srv.Drop(id) }
 
 // run writes last-seen times to the database once a minute.
-func (p *presence) run(ctx context.Context) {
-	t := time.NewTicker(time.Minute)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-			p.flush()
-		}
-	}
-}
+func (p *presence) run(ctx context.Context) { every(ctx, time.Minute, p.flush) }
 
 // flush writes the last-seen times of every box seen since the last flush.
 func (p *presence) flush() {
