@@ -7,13 +7,12 @@ import (
 
 	"github.com/edgebox/edgebox/agent/runtime"
 	"github.com/edgebox/edgebox/agent/runtime/containerd"
-	"github.com/edgebox/edgebox/agent/runtime/process"
-	"github.com/edgebox/edgebox/agent/runtime/qemu"
 )
 
 // drivers returns the runtimes this box has: native processes always, VMs
-// when QEMU is installed, containerd when its socket is there. A box without containerd runs no
-// containers and says so in each container workload's status.
+// when QEMU is installed, containerd when its socket is there. A box
+// without containerd runs no containers and says so in each container
+// workload's status.
 func drivers(dataDir string, rt runtimeFlags, log *slog.Logger) (ds []runtime.Driver, closeAll func()) {
 	containerdAddr := rt.containerd
 	closeAll = func() {}
@@ -23,17 +22,7 @@ func drivers(dataDir string, rt runtimeFlags, log *slog.Logger) (ds []runtime.Dr
 	if err := os.Chmod(dataDir, 0o711); err != nil {
 		log.Warn("data directory", "err", err)
 	}
-	if p, err := process.New(process.Config{StateDir: filepath.Join(dataDir, "process")}); err == nil {
-		ds = append(ds, p)
-	} else {
-		log.Warn("native process workloads cannot run", "err", err)
-	}
-	if q, err := qemu.New(qemu.Config{StateDir: filepath.Join(dataDir, "qemu")}); err == nil {
-		log.Info("VMs run with QEMU", "accel", q.Accel())
-		ds = append(ds, q)
-	} else {
-		log.Info("VM workloads cannot run", "err", err)
-	}
+	ds = hostDrivers(dataDir, log)
 	if _, err := os.Stat(containerdAddr); err != nil {
 		log.Info("no containerd on this box; container workloads cannot run", "socket", containerdAddr)
 		return ds, closeAll
