@@ -60,6 +60,27 @@ func guestRegistry(t *testing.T) (ref string, fetch func(d *qemu.Driver)) {
 
 func newDriver(t *testing.T) *qemu.Driver { return vmtest.Driver(t) }
 
+// guest returns a driver holding the test guest's image, and its
+// reference.
+func guest(t *testing.T) (*qemu.Driver, string) {
+	t.Helper()
+	ref, fetch := guestRegistry(t)
+	d := newDriver(t)
+	fetch(d)
+	return d, ref
+}
+
+// boot creates and starts VM name from s.
+func boot(t *testing.T, d *qemu.Driver, s runtime.Spec) {
+	t.Helper()
+	if err := d.Create(context.Background(), s); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Start(context.Background(), s.Name); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // TestConformance: the driver passes the suite every driver passes, with
 // a real Linux guest booting under QEMU (TCG here).
 func TestConformance(t *testing.T) {
@@ -96,9 +117,7 @@ func marker(t *testing.T, path string, write bool) bool {
 // start, unless it keeps its state.
 func TestEveryStartIsClean(t *testing.T) {
 	vmtest.Require(t)
-	ref, fetch := guestRegistry(t)
-	d := newDriver(t)
-	fetch(d)
+	d, ref := guest(t)
 	ctx := context.Background()
 	for _, keep := range []bool{false, true} {
 		name := "clean"
@@ -106,12 +125,7 @@ func TestEveryStartIsClean(t *testing.T) {
 			name = "kept"
 		}
 		w := &edgeboxv1.Workload{Runtime: "qemu", Image: ref, KeepState: keep}
-		if err := d.Create(ctx, runtime.NewSpec(name, w)); err != nil {
-			t.Fatal(err)
-		}
-		if err := d.Start(ctx, name); err != nil {
-			t.Fatal(err)
-		}
+		boot(t, d, runtime.NewSpec(name, w))
 		if err := d.Stop(ctx, name, time.Second); err != nil {
 			t.Fatal(err)
 		}
@@ -136,16 +150,9 @@ func TestEveryStartIsClean(t *testing.T) {
 // powers itself off, well before the timeout.
 func TestGracefulStop(t *testing.T) {
 	vmtest.Require(t)
-	ref, fetch := guestRegistry(t)
-	d := newDriver(t)
-	fetch(d)
+	d, ref := guest(t)
 	ctx := context.Background()
-	if err := d.Create(ctx, runtime.NewSpec("polite", &edgeboxv1.Workload{Runtime: "qemu", Image: ref})); err != nil {
-		t.Fatal(err)
-	}
-	if err := d.Start(ctx, "polite"); err != nil {
-		t.Fatal(err)
-	}
+	boot(t, d, runtime.NewSpec("polite", &edgeboxv1.Workload{Runtime: "qemu", Image: ref}))
 	logs := func() string {
 		var b strings.Builder
 		d.Logs(ctx, "polite", 0, &b)
@@ -171,18 +178,10 @@ func TestGracefulStop(t *testing.T) {
 // hot-plug, matched on host bus and port, and lets it go again.
 func TestUSBHotplug(t *testing.T) {
 	vmtest.Require(t)
-	ref, fetch := guestRegistry(t)
-	d := newDriver(t)
-	fetch(d)
-	ctx := context.Background()
+	d, ref := guest(t)
 	first := runtime.Device{KeyID: "k-aa", Bus: 1, Port: "1-1.3"}
 	w := &edgeboxv1.Workload{Runtime: "qemu", Image: ref}
-	if err := d.Create(ctx, runtime.NewSpecWith("keyed", w, []runtime.Device{first})); err != nil {
-		t.Fatal(err)
-	}
-	if err := d.Start(ctx, "keyed"); err != nil {
-		t.Fatal(err)
-	}
+	boot(t, d, runtime.NewSpecWith("keyed", w, []runtime.Device{first}))
 	list := func() string {
 		out, err := d.QMP("keyed", []byte(`{"execute":"qom-list","arguments":{"path":"/machine/peripheral"}}`))
 		if err != nil {
@@ -213,16 +212,9 @@ func TestUSBHotplug(t *testing.T) {
 // timeout; its screen and serial sockets are there while it runs.
 func TestPausedVM(t *testing.T) {
 	vmtest.Require(t)
-	ref, fetch := guestRegistry(t)
-	d := newDriver(t)
-	fetch(d)
+	d, ref := guest(t)
 	ctx := context.Background()
-	if err := d.Create(ctx, runtime.NewSpec("paused", &edgeboxv1.Workload{Runtime: "qemu", Image: ref})); err != nil {
-		t.Fatal(err)
-	}
-	if err := d.Start(ctx, "paused"); err != nil {
-		t.Fatal(err)
-	}
+	boot(t, d, runtime.NewSpec("paused", &edgeboxv1.Workload{Runtime: "qemu", Image: ref}))
 	vnc, serial, err := d.Consoles("paused")
 	if err != nil {
 		t.Fatal(err)
