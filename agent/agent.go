@@ -49,6 +49,9 @@ type Config struct {
 	Proxy   tunnel.ProxyFunc
 	Dial    func(ctx context.Context, network, addr string) (net.Conn, error)
 	Backoff tunnel.Backoff
+	// Renew says when the tunnel session is replaced by a fresh one after
+	// it carried bulk data (tunnel.Renewal).
+	Renew tunnel.Renewal
 	// PendingRecheck is how often a box in the waiting room asks again
 	// whether it was approved.
 	PendingRecheck time.Duration
@@ -87,7 +90,7 @@ type Hooks struct {
 
 // DefaultConfig returns the defaults for dir.
 func DefaultConfig(dir string) Config {
-	return Config{DataDir: dir, Version: "dev", Tunnel: tunnel.DefaultConfig(),
+	return Config{DataDir: dir, Version: "dev", Tunnel: tunnel.DefaultConfig(), Renew: tunnel.DefaultRenewal(),
 		PendingRecheck: 15 * time.Second, RenewRetry: time.Minute, RPCIdle: 30 * time.Second,
 		SyncRetry: time.Second, Reconcile: 10 * time.Second}
 }
@@ -129,6 +132,7 @@ type Agent struct {
 	status   Status
 
 	connected chan struct{} // one signal per session that came up
+	resync    chan struct{} // the same, for the Sync stream
 
 	local      *localstore.Store
 	reports    *reports
@@ -155,11 +159,11 @@ func New(cfg Config, log *slog.Logger) (*Agent, error) {
 		return nil, fmt.Errorf("agent: %s: %w", identityFile, err)
 	}
 	a := &Agent{cfg: cfg, log: log.With("component", "agent", "box_id", creds.BoxID), creds: creds,
-		connected: make(chan struct{}, 1)}
+		connected: make(chan struct{}, 1), resync: make(chan struct{}, 1)}
 	a.cert.Store(&creds.cert)
 	tc, err := tunnel.NewClient(tunnel.ClientConfig{
 		Config: cfg.Tunnel, Addr: enroll.HostPort(u), Proxy: cfg.Proxy, Dial: cfg.Dial, Backoff: cfg.Backoff,
-		Name: creds.BoxID,
+		Name: creds.BoxID, Renew: cfg.Renew,
 		TLS: &tls.Config{
 			RootCAs: creds.ca, ServerName: u.Hostname(),
 			GetClientCertificate: func(*tls.CertificateRequestInfo) (*tls.Certificate, error) { return a.cert.Load(), nil },
@@ -216,9 +220,11 @@ func (a *Agent) setStatus(f func(*Status)) {
 
 func (a *Agent) onSession(_ *tunnel.Session, up bool) {
 	if up {
-		select {
-		case a.connected <- struct{}{}:
-		default:
+		for _, ch := range []chan struct{}{a.connected, a.resync} {
+			select {
+			case ch <- struct{}{}:
+			default:
+			}
 		}
 	}
 	a.setStatus(func(s *Status) {

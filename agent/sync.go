@@ -24,11 +24,16 @@ var errHook = errors.New("stopped by a test hook")
 // syncLoop keeps a Sync stream to the console open: it says what the box
 // stored, stores each batch and its revision in one transaction, then
 // acknowledges it. A batch that was stored but not acknowledged (a crash in
-// between) comes again and is recognised by its revision. The same stream
-// carries the reconciler's status up.
+// between) comes again and is recognised by its revision. Acks and the
+// reconciler's status go up on short streams of their own, so the console
+// reads nothing from an idle box.
 func (a *Agent) syncLoop(ctx context.Context) {
 	for ctx.Err() == nil {
 		wait := a.cfg.SyncRetry
+		select {
+		case <-a.resync: // the session this stream opens on is new anyway
+		default:
+		}
 		err := a.syncOnce(ctx)
 		if ctx.Err() != nil {
 			return
@@ -38,10 +43,13 @@ func (a *Agent) syncLoop(ctx context.Context) {
 		} else {
 			a.log.Info("sync stream ended; reopening", "err", err, "in", wait)
 		}
+		// A new session (a renewal replaced the one the stream was on)
+		// opens the stream again at once.
 		select {
 		case <-ctx.Done():
 			return
 		case <-time.After(wait):
+		case <-a.resync:
 		}
 	}
 }
@@ -64,30 +72,27 @@ func (a *Agent) syncOnce(ctx context.Context) error {
 	stop := context.AfterFunc(ctx, func() { conn.Close() })
 	defer stop()
 
-	var sendMu sync.Mutex // one writer at a time
-	send := func(m *edgeboxv1.SyncUp) error {
-		sendMu.Lock()
-		defer sendMu.Unlock()
-		return edgeboxv1.WriteFrame(conn, m)
-	}
 	capv := uint32(CapabilityVersion)
 	if v := a.cfg.Hooks.CapabilityVersion; v != nil {
 		capv = *v
 	}
-	err = send(&edgeboxv1.SyncUp{Msg: &edgeboxv1.SyncUp_Hello{Hello: &edgeboxv1.SyncHello{
+	err = edgeboxv1.WriteFrame(conn, &edgeboxv1.SyncUp{Msg: &edgeboxv1.SyncUp_Hello{Hello: &edgeboxv1.SyncHello{
 		StoredRevision: rev, CapabilityVersion: capv}}})
 	if err != nil {
 		return err
 	}
 
-	// Status goes up from its own goroutine, the whole of it first.
+	// Acks and status go up from their own goroutine, the whole status
+	// first.
+	up := uploader{a: a, wake: make(chan struct{}, 1)}
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	defer cancel()
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		if err := a.sendStatus(ctx, send); err != nil && ctx.Err() == nil {
+		if err := up.run(ctx); err != nil && ctx.Err() == nil {
+			a.log.Info("sending acks and status failed", "err", err)
 			conn.Close() // the reader below sees the stream end
 		}
 	}()
@@ -112,9 +117,7 @@ func (a *Agent) syncOnce(ctx context.Context) error {
 				return fmt.Errorf("%w: %v", errHook, err)
 			}
 		}
-		if err := send(&edgeboxv1.SyncUp{Msg: &edgeboxv1.SyncUp_Ack{Ack: &edgeboxv1.SyncAck{Revision: ack}}}); err != nil {
-			return err
-		}
+		up.ack(ack)
 		a.reconciler.Kick()
 	}
 }
@@ -136,13 +139,50 @@ func (a *Agent) storeDown(down *edgeboxv1.SyncDown) (uint64, error) {
 	return down.GetRevision(), nil
 }
 
-// sendStatus sends every status, then each change, until ctx ends.
-func (a *Agent) sendStatus(ctx context.Context, send func(*edgeboxv1.SyncUp) error) error {
+// uploader sends a Sync stream's acks and status, each time as many as
+// wait, on one short stream that the console answers once it handled them.
+// Only the latest ack goes: it acknowledges every revision before it.
+type uploader struct {
+	a    *Agent
+	wake chan struct{}
+
+	mu      sync.Mutex // guards pending
+	pending uint64     // revision to acknowledge; 0 when sent
+}
+
+// ack has rev acknowledged.
+func (u *uploader) ack(rev uint64) {
+	u.mu.Lock()
+	u.pending = rev
+	u.mu.Unlock()
+	select {
+	case u.wake <- struct{}{}:
+	default:
+	}
+}
+
+// upAnswerTimeout bounds the wait for the console's answer to acks and
+// status.
+const upAnswerTimeout = 30 * time.Second
+
+// run sends every status, then acks and each change, until ctx ends.
+func (u *uploader) run(ctx context.Context) error {
+	a := u.a
 	for full := true; ; full = false {
-		ms := a.reports.take(full)
-		for i, m := range ms {
-			if err := send(&edgeboxv1.SyncUp{Msg: &edgeboxv1.SyncUp_Status{Status: m}}); err != nil {
-				a.reports.putBack(ms[i:])
+		var msgs []*edgeboxv1.SyncUp
+		u.mu.Lock()
+		if u.pending != 0 {
+			msgs = append(msgs, &edgeboxv1.SyncUp{Msg: &edgeboxv1.SyncUp_Ack{Ack: &edgeboxv1.SyncAck{Revision: u.pending}}})
+			u.pending = 0
+		}
+		u.mu.Unlock()
+		statuses := a.reports.take(full)
+		for _, m := range statuses {
+			msgs = append(msgs, &edgeboxv1.SyncUp{Msg: &edgeboxv1.SyncUp_Status{Status: m}})
+		}
+		if len(msgs) > 0 {
+			if err := a.sendUp(ctx, msgs); err != nil {
+				a.reports.putBack(statuses)
 				return err
 			}
 		}
@@ -150,8 +190,39 @@ func (a *Agent) sendStatus(ctx context.Context, send func(*edgeboxv1.SyncUp) err
 		case <-ctx.Done():
 			return nil
 		case <-a.reports.wake:
+		case <-u.wake:
 		}
 	}
+}
+
+// sendUp sends msgs on a stream of their own and waits for the console to
+// say it handled them.
+func (a *Agent) sendUp(ctx context.Context, msgs []*edgeboxv1.SyncUp) error {
+	conn, err := a.tc.Open(ctx, tunnel.KindSync, nil)
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	stop := context.AfterFunc(ctx, func() { conn.Close() })
+	defer stop()
+	for _, m := range msgs {
+		if err := edgeboxv1.WriteFrame(conn, m); err != nil {
+			return err
+		}
+	}
+	// The console answers once the box's side is closed.
+	if err := conn.(*tunnel.Conn).CloseWrite(); err != nil {
+		return err
+	}
+	conn.SetReadDeadline(time.Now().Add(upAnswerTimeout))
+	var answer edgeboxv1.SyncDown
+	if err := edgeboxv1.ReadFrame(conn, &answer, maxDownBytes); err != nil {
+		return fmt.Errorf("waiting for the console to take acks and status: %w", err)
+	}
+	if msg := answer.GetError(); msg != "" {
+		return fmt.Errorf("the console refused acks or status: %s", msg)
+	}
+	return nil
 }
 
 // SyncedRevision is the box revision of the desired state on disk.

@@ -240,7 +240,6 @@ func (c *Console) Run(ctx context.Context) error {
 	}
 	defer st.Close()
 	c.desired = desired.New(st)
-	changes := newHub()
 
 	srv, err := tunnel.NewServer(tunnel.ServerConfig{Config: c.cfg.Tunnel, Identify: c.identify}, c.log, c.metrics)
 	if err != nil {
@@ -248,7 +247,6 @@ func (c *Console) Run(ctx context.Context) error {
 	}
 	c.tunnel = srv
 	c.presence = newPresence(srv, fl, c.cfg.Tunnel, c.log)
-	srv.OnSession = c.presence.onSession
 
 	// gRPC's 32 KiB read buffer per connection would be most of an idle
 	// box's cost; tunnel streams are buffered already. The write buffer is
@@ -267,9 +265,15 @@ func (c *Console) Run(ctx context.Context) error {
 		log: c.log, presence: c.presence, apps: catalogue})
 	keyRegistry := keys.New(st, c.desired)
 	catalogue.LeaseKeysWith(keyRegistry)
-	syncs := newSyncServer(changes, c.desired, fl.IsApproved, func(ctx context.Context, box string, st *edgeboxv1.SyncStatus) error {
+	syncs := newSyncServer(c.desired, fl.IsApproved, func(ctx context.Context, box string, st *edgeboxv1.SyncStatus) error {
 		return keyReports(ctx, fl, keyRegistry, box, st)
 	}, c.log)
+	srv.OnSession = func(ev tunnel.SessionEvent) {
+		c.presence.onSession(ev)
+		if !ev.Up {
+			syncs.sessionEnded(ev.BoxID, ev.Session)
+		}
+	}
 
 	distDir := c.cfg.DistDir
 	if distDir == "" {
@@ -306,8 +310,8 @@ func (c *Console) Run(ctx context.Context) error {
 	defer cancel()
 	var wg sync.WaitGroup
 	run := func(f func()) { wg.Add(1); go func() { defer wg.Done(); f() }() }
-	desiredChanges := changes.watch(ctx, st) // before any Sync stream can start
-	run(func() { changes.run(ctx, st, desiredChanges, c.log) })
+	desiredChanges := syncs.hub.watch(ctx, st) // before any Sync stream can start
+	run(func() { syncs.hub.run(ctx, st, desiredChanges, c.log) })
 	run(func() { p.serve(ctx) })
 	run(func() { hs.Serve(p.http) })
 	run(func() { rpc.Serve(srv.Listen(tunnel.KindRPC)) })

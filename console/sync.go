@@ -28,40 +28,73 @@ const (
 	syncWorkers = 32
 )
 
-// syncServer serves the tunnel's "sync" streams: catch-up from the box's
-// stored revision, then every change as the store commits it, pushed by a
-// small pool of workers the hub wakes. A connected idle box costs one
-// goroutine, the one reading its acks and status. The box is the one of
-// the tunnel certificate; nothing in the messages can name another.
+// syncServer serves the tunnel's "sync" streams. A box keeps one open,
+// begun with its hello: the catch-up from its stored revision goes down it,
+// then every change as the store commits it, pushed by a small pool of
+// workers the hub wakes. Nothing reads that stream after the hello, so a
+// connected idle box costs no goroutine here: acks and status come up on
+// short streams of their own, each answered when handled. The box is the
+// one of the tunnel certificate; nothing in the messages can name another.
 type syncServer struct {
-	hub      *hub
+	hub      *hub // wakes the boxes whose state changed
 	desired  *desired.State
 	approved func(box string) (bool, error)
 	usb      usbReporter // nil: USB inventories are ignored
 	log      *slog.Logger
 
-	mu     sync.Mutex // guards queue and closed
+	mu     sync.Mutex // guards queue, boxes and closed
 	cond   *sync.Cond
 	queue  []*syncConn
+	boxes  map[string]*syncConn // each box's open stream
 	closed bool
 }
 
-func newSyncServer(h *hub, d *desired.State, approved func(string) (bool, error), usb usbReporter, log *slog.Logger) *syncServer {
-	s := &syncServer{hub: h, desired: d, approved: approved, usb: usb, log: log}
+func newSyncServer(d *desired.State, approved func(string) (bool, error), usb usbReporter, log *slog.Logger) *syncServer {
+	s := &syncServer{desired: d, approved: approved, usb: usb, log: log, boxes: make(map[string]*syncConn)}
 	s.cond = sync.NewCond(&s.mu)
+	s.hub = newHub(s.wake, s.wakeAll)
 	return s
+}
+
+// wake queues box's stream for a push, if it has one open.
+func (s *syncServer) wake(box string) {
+	s.mu.Lock()
+	sc := s.boxes[box]
+	s.mu.Unlock()
+	if sc != nil {
+		s.enqueue(sc)
+	}
+}
+
+// wakeAll queues every open stream.
+func (s *syncServer) wakeAll() {
+	for _, sc := range s.open() {
+		s.enqueue(sc)
+	}
+}
+
+// open returns the open streams.
+func (s *syncServer) open() []*syncConn {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	open := make([]*syncConn, 0, len(s.boxes))
+	for _, sc := range s.boxes {
+		open = append(open, sc)
+	}
+	return open
 }
 
 // usbReporter takes what a status report says of the box's USB keys: its
 // whole inventory, and what it did to keys.
 type usbReporter func(ctx context.Context, box string, st *edgeboxv1.SyncStatus) error
 
-// syncConn is one box's Sync stream.
+// syncConn is one box's open Sync stream.
 type syncConn struct {
-	box    string
-	conn   net.Conn
-	capv   uint32
-	queued atomic.Bool
+	box     string
+	conn    *tunnel.Conn
+	capv    uint32
+	queued  atomic.Bool
+	stopped atomic.Bool
 
 	mu    sync.Mutex // one writer at a time; guards last and begun
 	last  uint64     // the revision sent last
@@ -72,13 +105,6 @@ type syncConn struct {
 func (c *syncConn) write(m *edgeboxv1.SyncDown) error {
 	c.conn.SetWriteDeadline(time.Now().Add(syncWriteTimeout))
 	return edgeboxv1.WriteFrame(c.conn, m)
-}
-
-// refuse tells the box why its stream ends.
-func (c *syncConn) refuse(msg string) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.write(&edgeboxv1.SyncDown{Error: msg})
 }
 
 // serve accepts Sync streams from l until ctx ends, and runs the workers;
@@ -94,6 +120,9 @@ func (s *syncServer) serve(ctx context.Context, l net.Listener) {
 		s.closed = true
 		s.cond.Broadcast()
 		s.mu.Unlock()
+		for _, sc := range s.open() {
+			s.stop(sc)
+		}
 		l.Close()
 	})
 	defer stop()
@@ -108,57 +137,119 @@ func (s *syncServer) serve(ctx context.Context, l net.Listener) {
 	wg.Wait()
 }
 
-// handle runs one box's stream: the hello and catch-up, then its acks and
-// status until the stream ends.
+// handle reads a stream's first message. A hello opens the box's stream
+// (replacing any it had) and leaves it to the workers; acks and status are
+// handled until the box closes its side, and answered.
 func (s *syncServer) handle(ctx context.Context, c net.Conn) {
-	defer c.Close()
-	stop := context.AfterFunc(ctx, func() { c.Close() })
-	defer stop()
 	tc, ok := c.(*tunnel.Conn)
 	if !ok || tc.Peer() == "" {
+		c.Close()
 		return
 	}
-	sc := &syncConn{box: tc.Peer(), conn: c}
-	log := s.log.With("box_id", sc.box)
-
+	box := tc.Peer()
 	c.SetReadDeadline(time.Now().Add(syncHelloTimeout))
 	var first edgeboxv1.SyncUp
 	if err := edgeboxv1.ReadFrame(c, &first, maxSyncUp); err != nil {
-		log.Debug("sync stream ended before its hello", "err", err)
+		s.log.Debug("sync stream ended before its first message", "box_id", box, "err", err)
 		if !errors.Is(err, io.EOF) && !errors.Is(err, net.ErrClosed) && ctx.Err() == nil {
-			sc.refuse(publicError(err))
+			refuse(c, publicError(err))
 		}
+		c.Close()
 		return
 	}
 	c.SetReadDeadline(time.Time{})
-	hello := first.GetHello()
-	if hello == nil {
-		sc.refuse("Sync must start with a hello")
+	switch first.GetMsg().(type) {
+	case *edgeboxv1.SyncUp_Hello:
+		s.attach(tc, first.GetHello())
+	case *edgeboxv1.SyncUp_Ack, *edgeboxv1.SyncUp_Status:
+		s.receive(ctx, tc, &first)
+	default:
+		refuse(c, "a Sync stream starts with a hello, or carries acks and status")
+		c.Close()
+	}
+}
+
+// attach makes c the box's stream and has a worker catch it up. The stream
+// stays open with no goroutine of its own until a push to it fails, the
+// box says hello on another, its session ends or the server closes.
+func (s *syncServer) attach(c *tunnel.Conn, hello *edgeboxv1.SyncHello) {
+	sc := &syncConn{box: c.Peer(), conn: c, capv: hello.GetCapabilityVersion(), last: hello.GetStoredRevision()}
+	c.Shrink() // the hello was its only read: free yamux's receive buffer
+	// Known to wake before the first read, so no change falls between them.
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		s.stop(sc)
 		return
 	}
-	sc.capv = hello.GetCapabilityVersion()
-	sc.last = hello.GetStoredRevision()
-	// Subscribe before the first read, so no change falls between them.
-	// A worker does the catch-up: the work of a burst of reconnecting
-	// boxes is spread over the pool, and this goroutine, which stays for
-	// the life of the stream, keeps a small stack.
-	unsubscribe := s.hub.subscribe(sc.box, func() { s.enqueue(sc) })
-	defer unsubscribe()
+	old := s.boxes[sc.box]
+	s.boxes[sc.box] = sc
+	s.mu.Unlock()
+	if old != nil {
+		s.stop(old)
+	}
 	s.enqueue(sc)
+}
+
+// stop closes sc's stream and forgets it. It is idempotent.
+func (s *syncServer) stop(sc *syncConn) {
+	if sc.stopped.Swap(true) {
+		return
+	}
+	sc.conn.Close()
+	s.mu.Lock()
+	if s.boxes[sc.box] == sc {
+		delete(s.boxes, sc.box)
+	}
+	s.mu.Unlock()
+}
+
+// sessionEnded closes the Sync stream that sess carried, if any.
+func (s *syncServer) sessionEnded(box string, sess *tunnel.Session) {
+	s.mu.Lock()
+	sc := s.boxes[box]
+	s.mu.Unlock()
+	if sc != nil && sc.conn.Session() == sess {
+		s.stop(sc)
+	}
+}
+
+// receive handles the acks and status of one stream, first and then what
+// follows until the box closes its side, and answers with an empty message
+// or the reason it stopped.
+func (s *syncServer) receive(ctx context.Context, c *tunnel.Conn, first *edgeboxv1.SyncUp) {
+	defer c.Close()
+	box := c.Peer()
+	m := first
 	for {
-		var m edgeboxv1.SyncUp
-		err := edgeboxv1.ReadFrame(c, &m, maxSyncUp)
-		if err == nil {
-			err = s.handleUp(ctx, sc.box, &m)
+		if err := s.handleUp(ctx, box, m); err != nil {
+			if ctx.Err() == nil {
+				s.log.Info("refused a box's sync message", "box_id", box, "err", err)
+				refuse(c, publicError(err))
+			}
+			return
+		}
+		m = &edgeboxv1.SyncUp{}
+		c.SetReadDeadline(time.Now().Add(syncHelloTimeout))
+		err := edgeboxv1.ReadFrame(c, m, maxSyncUp)
+		if errors.Is(err, io.EOF) {
+			break
 		}
 		if err != nil {
-			if !errors.Is(err, io.EOF) && !errors.Is(err, net.ErrClosed) && ctx.Err() == nil {
-				log.Info("sync stream ended", "err", err)
-				sc.refuse(publicError(err))
+			if !errors.Is(err, net.ErrClosed) && ctx.Err() == nil {
+				refuse(c, publicError(err))
 			}
 			return
 		}
 	}
+	c.SetWriteDeadline(time.Now().Add(syncWriteTimeout))
+	edgeboxv1.WriteFrame(c, &edgeboxv1.SyncDown{})
+}
+
+// refuse tells the box why its stream ends.
+func refuse(c net.Conn, msg string) {
+	c.SetWriteDeadline(time.Now().Add(syncWriteTimeout))
+	edgeboxv1.WriteFrame(c, &edgeboxv1.SyncDown{Error: msg})
 }
 
 // publicError is what a box is told when its stream ends on err.
@@ -287,6 +378,9 @@ func (s *syncServer) work(ctx context.Context) {
 
 		// Cleared before reading, so a change from now on queues it again.
 		sc.queued.Store(false)
+		if sc.stopped.Load() {
+			continue
+		}
 		sc.mu.Lock()
 		err := s.push(ctx, sc)
 		if err != nil && !errors.Is(err, errWaitingRoom) {
@@ -295,9 +389,9 @@ func (s *syncServer) work(ctx context.Context) {
 		}
 		sc.mu.Unlock()
 		if err != nil {
-			// The box's reader sees the stream end and cleans up; the box
-			// reconnects and catches up from what it stored.
-			sc.conn.Close()
+			// The box sees its stream end, opens another and catches up
+			// from what it stored.
+			s.stop(sc)
 		}
 	}
 }
@@ -328,8 +422,7 @@ func understood(objs []*edgeboxv1.DesiredObject, capv uint32) []*edgeboxv1.Desir
 	return out
 }
 
-// handleUp applies one message of box after its hello: an ack or a status
-// report. box comes from the certificate, never from the message.
+// handleUp applies one message of box: an ack or a status report. box comes from the certificate, never from the message.
 func (s *syncServer) handleUp(ctx context.Context, box string, m *edgeboxv1.SyncUp) error {
 	switch msg := m.GetMsg().(type) {
 	case *edgeboxv1.SyncUp_Ack:
@@ -346,5 +439,5 @@ func (s *syncServer) handleUp(ctx context.Context, box string, m *edgeboxv1.Sync
 		}
 		return s.desired.ReportStatus(ctx, box, msg.Status)
 	}
-	return errdefs.Invalid("after the hello, a box sends only acks and status")
+	return errdefs.Invalid("a Sync stream of acks and status carries nothing else")
 }

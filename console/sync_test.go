@@ -21,7 +21,7 @@ func newSyncer(t testing.TB) (*syncServer, store.Store) {
 	t.Helper()
 	st := storetest.Bolt(t)
 	approved := func(string) (bool, error) { return true, nil }
-	return newSyncServer(newHub(), desired.New(st), approved, nil, slog.New(slog.NewTextHandler(io.Discard, nil))), st
+	return newSyncServer(desired.New(st), approved, nil, slog.New(slog.NewTextHandler(io.Discard, nil))), st
 }
 
 func workloadObj(name string) *edgeboxv1.DesiredObject {
@@ -122,21 +122,19 @@ func TestHubWatchesAgainAfterItsWatchFails(t *testing.T) {
 	failed := make(chan store.WatchResponse, 1)
 	failed <- store.WatchResponse{Err: store.ErrCompacted}
 	close(failed)
-	changes := make(chan struct{}, 1)
-	unsubscribe := s.hub.subscribe("b1", func() {
-		select {
-		case changes <- struct{}{}:
-		default:
-		}
-	})
-	defer unsubscribe()
+	woken := make(chan string, 4)
+	h := newHub(func(box string) { woken <- box }, func() { woken <- "*" })
 	done := make(chan struct{})
-	go func() { defer close(done); s.hub.run(ctx, st, failed, s.log) }()
-	<-changes // everyone re-reads after the watch failed
+	go func() { defer close(done); h.run(ctx, st, failed, s.log) }()
+	if got := <-woken; got != "*" { // everyone re-reads after the watch failed
+		t.Fatalf("after the watch failed, woke %q, want every box", got)
+	}
 	if _, err := s.desired.Put(ctx, "b1", workloadObj("w1")); err != nil {
 		t.Fatal(err)
 	}
-	<-changes // and the new watch follows changes
+	if got := <-woken; got != "b1" { // and the new watch follows changes
+		t.Fatalf("after a change to b1, woke %q", got)
+	}
 	cancel()
 	<-done
 }

@@ -35,6 +35,9 @@ type ClientConfig struct {
 	Backoff Backoff
 	// Name is this side's identity in stream addresses; "box" if empty.
 	Name string
+	// Renew says when a session that carried bulk data is replaced; the
+	// zero value never renews.
+	Renew Renewal
 }
 
 // Validate reports the first setting that cannot work.
@@ -50,6 +53,9 @@ func (c ClientConfig) Validate() error {
 	}
 	if c.Backoff.Min < 0 || c.Backoff.Max < c.Backoff.Min {
 		return errors.New("tunnel: Backoff.Max must be at least Backoff.Min")
+	}
+	if c.Renew.After < 0 || (c.Renew.After > 0 && c.Renew.Idle <= 0) {
+		return errors.New("tunnel: Renew.After must not be negative, and Renew.Idle must be positive when it is set")
 	}
 	return c.Config.Validate()
 }
@@ -173,20 +179,13 @@ func (c *Client) Run(ctx context.Context) error {
 	}
 }
 
-// runOnce dials and serves one session until it ends.
+// runOnce dials and serves one session until it ends; a renewal replaces
+// it with a new one on the way.
 func (c *Client) runOnce(ctx context.Context) error {
-	conn, err := c.dial(ctx)
+	sess, err := c.connect(ctx)
 	if err != nil {
 		return err
 	}
-	ys, err := yamux.Client(yamuxConn(conn), c.cfg.yamux())
-	if err != nil {
-		conn.Close()
-		return err
-	}
-	sess := newSession(ys, c.cfg.Name, "console", c.cfg.Config, &c.routes, c.log, nil)
-	sess.start()
-	c.log.Info("tunnel up", "addr", c.cfg.Addr, "resumed", conn.ConnectionState().DidResume)
 	c.mu.Lock()
 	c.current = sess
 	close(c.ready)
@@ -195,12 +194,19 @@ func (c *Client) runOnce(ctx context.Context) error {
 		c.OnSession(sess, true)
 	}
 
-	select {
-	case <-sess.Done():
-	case <-ctx.Done():
+	for ended := false; !ended; {
+		select {
+		case <-sess.Done():
+			ended = true
+		case <-ctx.Done():
+			ended = true
+		case <-sess.renewDue:
+			if next := c.renew(ctx, sess); next != nil {
+				sess = next
+			}
+		}
 	}
 	sess.Close()
-	conn.Close()
 
 	c.mu.Lock()
 	c.current = nil
@@ -210,6 +216,48 @@ func (c *Client) runOnce(ctx context.Context) error {
 		c.OnSession(sess, false)
 	}
 	return errors.New("session ended")
+}
+
+// renew dials a session to take old's place and returns it, or nil when
+// old stays (the dial failed, or old ended meanwhile). The console drops
+// old when the new session arrives; streams on old that a renewal may
+// cut end with it.
+func (c *Client) renew(ctx context.Context, old *Session) *Session {
+	next, err := c.connect(ctx)
+	if err != nil {
+		c.log.Info("renewing the tunnel session failed; keeping the old one", "err", err)
+		return nil
+	}
+	c.mu.Lock()
+	c.current = next
+	c.mu.Unlock()
+	old.Close()
+	if c.OnSession != nil {
+		c.OnSession(old, false)
+		c.OnSession(next, true)
+	}
+	c.log.Info("tunnel session renewed", "carried_bytes", old.moved.Load())
+	return next
+}
+
+// connect dials the console and starts a session.
+func (c *Client) connect(ctx context.Context) (*Session, error) {
+	conn, err := c.dial(ctx)
+	if err != nil {
+		return nil, err
+	}
+	ys, err := yamux.Client(yamuxConn(conn), c.cfg.yamux())
+	if err != nil {
+		conn.Close()
+		return nil, err
+	}
+	sess := newSession(ys, c.cfg.Name, "console", c.cfg.Config, &c.routes, c.log, nil)
+	sess.renewal = c.cfg.Renew
+	sess.renewDue = make(chan struct{}, 1)
+	sess.onEnd = func() { conn.Close() }
+	sess.start()
+	c.log.Info("tunnel up", "addr", c.cfg.Addr, "resumed", conn.ConnectionState().DidResume)
+	return sess, nil
 }
 
 // dial opens the TLS connection, through a proxy when one applies.

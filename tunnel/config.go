@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"time"
 
 	"github.com/hashicorp/yamux"
@@ -76,6 +77,37 @@ func (c Config) Validate() error {
 	}
 	return errors.Join(errs...)
 }
+
+// Renewal says when a box replaces its session with a fresh one. A session
+// that carried bulk data keeps buffers sized for it on both sides for as
+// long as it lives: crypto/tls's input buffer grows to the largest burst
+// read, yamux's send buffer to the largest frame written, and the session's
+// goroutines keep the stacks they grew. An idle box that once pulled an
+// image cost the console three times what a fresh one does
+// (docs/benchmarks.md, BenchmarkSessionCost). Once such a session has been
+// quiet for Idle, the box dials a new one (resuming TLS) and the console
+// replaces the old one with it, as it does for any reconnect.
+type Renewal struct {
+	// After is how many bytes a session's streams must have carried for it
+	// to be renewed; 0 never renews.
+	After int64
+	// Idle is how long no stream may have carried anything; it is also
+	// the least time between two attempts.
+	Idle time.Duration
+	// Cuts are the kinds whose open streams a renewal may end, because
+	// their users open them again on the new session. An open stream of
+	// any other kind (a shell, a screen, a USB key) holds the session.
+	Cuts []Kind
+}
+
+// DefaultRenewal is what boxes run with: sessions that moved 1 MiB are
+// renewed after two quiet minutes; the Sync stream, gRPC and registry
+// connections are opened again by their users.
+func DefaultRenewal() Renewal {
+	return Renewal{After: 1 << 20, Idle: 2 * time.Minute, Cuts: []Kind{KindSync, KindRPC, KindRegistry}}
+}
+
+func (r Renewal) cuts(k Kind) bool { return slices.Contains(r.Cuts, k) }
 
 func (c Config) yamux() *yamux.Config {
 	return &yamux.Config{

@@ -48,6 +48,14 @@ func newTestPKI(t testing.TB) *testPKI {
 
 func (p *testPKI) leaf(t testing.TB, cn string, usage x509.ExtKeyUsage) tls.Certificate {
 	t.Helper()
+	c, err := p.makeLeaf(cn, usage)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+func (p *testPKI) makeLeaf(cn string, usage x509.ExtKeyUsage) (tls.Certificate, error) {
 	key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	serial, _ := rand.Int(rand.Reader, big.NewInt(1<<62))
 	tmpl := &x509.Certificate{
@@ -58,9 +66,9 @@ func (p *testPKI) leaf(t testing.TB, cn string, usage x509.ExtKeyUsage) tls.Cert
 	}
 	der, err := x509.CreateCertificate(rand.Reader, tmpl, p.ca, &key.PublicKey, p.caKey)
 	if err != nil {
-		t.Fatal(err)
+		return tls.Certificate{}, err
 	}
-	return tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key}
+	return tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key}, nil
 }
 
 // testServer is a tunnel Server behind a real TLS listener on loopback.

@@ -78,12 +78,16 @@ func NewServer(cfg ServerConfig, log *slog.Logger, m *Metrics) (*Server, error) 
 func (s *Server) Listen(kind Kind) *Listener { return s.routes.listen(kind) }
 
 // ServeConn starts a session on conn, whose TLS handshake must be
-// complete, and returns once it is up (or refused). The session then runs
-// on its own until it ends, the box is dropped or replaced, ctx is done or
-// the server closes; conn is closed with it. No goroutine waits on it:
-// an idle box costs the console yamux's two goroutines and one that
-// accepts streams.
+// complete, and returns once it is up (or refused; it is refused when ctx
+// is done). The session then runs on its own until it ends, the box is
+// dropped or replaced, or the server closes; conn is closed with it. No
+// goroutine waits on it: an idle box costs the console yamux's two
+// goroutines and one that accepts streams.
 func (s *Server) ServeConn(ctx context.Context, conn *tls.Conn) error {
+	if err := ctx.Err(); err != nil {
+		conn.Close()
+		return err
+	}
 	conn.SetWriteDeadline(time.Now().Add(s.cfg.OpenTimeout))
 	boxID, err := s.cfg.Identify(conn.ConnectionState())
 	if err != nil {
@@ -122,9 +126,7 @@ func (s *Server) ServeConn(ctx context.Context, conn *tls.Conn) error {
 	}
 	s.metrics.handshake("ok")
 	s.metrics.sessionUp(1)
-	stop := context.AfterFunc(ctx, func() { sess.Close() })
 	sess.onEnd = func() {
-		stop()
 		conn.Close()
 		s.metrics.sessionUp(-1)
 		s.mu.Lock()

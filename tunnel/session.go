@@ -31,10 +31,12 @@ func (a Addr) String() string  { return a.Peer + "/" + string(a.Kind) }
 // an Addr; Header says what the opener asked for.
 type Conn struct {
 	*yamux.Stream
-	header Header
-	local  Addr
-	remote Addr
-	count  func(read, written int)
+	session  *Session
+	header   Header
+	local    Addr
+	remote   Addr
+	pins     bool        // counted in session.pinned while open
+	released atomic.Bool // the pin was given back
 
 	// Read side; one reader at a time, as for any net.Conn.
 	bulk    bool    // a full read of bulkRead or more was seen
@@ -48,10 +50,21 @@ func (c *Conn) Header() Header { return c.header }
 // Peer returns the identity of the far side, as verified by TLS.
 func (c *Conn) Peer() string { return c.remote.Peer }
 
+// Session returns the session the stream belongs to.
+func (c *Conn) Session() *Session { return c.session }
+
 // CloseWrite ends our direction of the stream (the far side reads EOF)
 // while reads go on. yamux's Close is the same half-close: a stream is freed
 // once both sides closed it, or after a timeout.
 func (c *Conn) CloseWrite() error { return c.Stream.Close() }
+
+// Close ends our direction of the stream and gives it up: we read no more.
+func (c *Conn) Close() error {
+	if c.pins && !c.released.Swap(true) {
+		c.session.pinned.Add(-1)
+	}
+	return c.Stream.Close()
+}
 
 func (c *Conn) LocalAddr() net.Addr  { return c.local }
 func (c *Conn) RemoteAddr() net.Addr { return c.remote }
@@ -73,7 +86,7 @@ func (c *Conn) Read(b []byte) (int, error) {
 			return 0, err
 		}
 		c.gulp, c.pending = buf, (*buf)[:n]
-		c.count(n, 0)
+		c.session.count(n, 0)
 	}
 	if len(c.pending) > 0 {
 		n := copy(b, c.pending)
@@ -85,7 +98,7 @@ func (c *Conn) Read(b []byte) (int, error) {
 		return n, nil
 	}
 	n, err := c.Stream.Read(b)
-	c.count(n, 0)
+	c.session.count(n, 0)
 	if n >= bulkRead && n == len(b) {
 		c.bulk = true
 	}
@@ -101,7 +114,7 @@ var gulpPool = sync.Pool{New: func() any { b := make([]byte, readGulp); return &
 
 func (c *Conn) Write(b []byte) (int, error) {
 	n, err := c.Stream.Write(b)
-	c.count(0, n)
+	c.session.count(0, n)
 	return n, err
 }
 
@@ -127,6 +140,14 @@ type Session struct {
 	rtt      atomic.Int64 // last ping round trip in ns
 	lastTrip atomic.Int64 // unix ns of the last successful round trip
 
+	// What renewal goes by (client side; see Renewal).
+	renewal  Renewal
+	renewDue chan struct{} // signalled when the session should be renewed
+	moved    atomic.Int64  // bytes read and written on streams
+	lastIO   atomic.Int64  // unix ns of the last stream read or write
+	pinned   atomic.Int32  // open streams a renewal must not cut
+	triedAt  atomic.Int64  // unix ns of the last renewal asked for
+
 	closeOnce sync.Once
 	done      chan struct{} // closed when the session is closed
 	// wg counts the accept loop, stream header readers and the armed ping
@@ -141,11 +162,34 @@ type Session struct {
 func newSession(ys *yamux.Session, self, peer string, cfg Config, routes router, log *slog.Logger, m *Metrics) *Session {
 	s := &Session{
 		peer: peer, self: self, ys: ys, cfg: cfg, routes: routes,
-		log: log.With("peer", peer), metrics: m, started: time.Now(),
+		log: log, metrics: m, started: time.Now(),
 		done: make(chan struct{}),
 	}
 	s.lastTrip.Store(s.started.UnixNano()) // the handshake was a round trip
+	s.lastIO.Store(s.started.UnixNano())
 	return s
+}
+
+// count records bytes moved on one of the session's streams.
+func (s *Session) count(read, written int) {
+	if n := read + written; n > 0 {
+		s.moved.Add(int64(n))
+		s.lastIO.Store(time.Now().UnixNano())
+		s.metrics.countBytes(read, written)
+	}
+}
+
+// renewable reports whether the session carried enough to be worth
+// replacing, has been quiet for long enough, holds no stream a renewal
+// would cut, and was not asked to renew within the last quiet period.
+func (s *Session) renewable(now time.Time) bool {
+	r := s.renewal
+	if r.After <= 0 || s.moved.Load() < r.After || s.pinned.Load() > 0 {
+		return false
+	}
+	quiet := now.Sub(time.Unix(0, s.lastIO.Load()))
+	tried := now.Sub(time.Unix(0, s.triedAt.Load()))
+	return quiet >= r.Idle && tried >= r.Idle
 }
 
 // start runs the session: one goroutine accepts streams; pings run from a
@@ -223,10 +267,17 @@ func (s *Session) pingTick() {
 		select {
 		case <-s.done:
 		default:
-			s.log.Warn("link dead, closing session", "err", err)
+			s.log.Warn("link dead, closing session", "peer", s.peer, "err", err)
 			go s.Close() // Close waits for this tick
 		}
 		return
+	}
+	if s.renewDue != nil && s.renewable(time.Now()) {
+		s.triedAt.Store(time.Now().UnixNano())
+		select {
+		case s.renewDue <- struct{}{}:
+		default:
+		}
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -265,7 +316,7 @@ func (s *Session) handleStream(st *yamux.Stream) {
 	st.SetReadDeadline(time.Now().Add(s.cfg.OpenTimeout))
 	h, err := ReadHeader(st)
 	if err != nil {
-		s.log.Debug("dropping stream with bad header", "err", err)
+		s.log.Debug("dropping stream with bad header", "peer", s.peer, "err", err)
 		st.Close()
 		return
 	}
@@ -299,12 +350,16 @@ func (s *Session) refuse(c *Conn, why string) {
 }
 
 func (s *Session) newConn(st *yamux.Stream, h Header) *Conn {
-	return &Conn{
-		Stream: st, header: h,
+	c := &Conn{
+		Stream: st, session: s, header: h,
 		local:  Addr{Peer: s.self, Kind: h.Kind},
 		remote: Addr{Peer: s.peer, Kind: h.Kind},
-		count:  s.metrics.countBytes,
+		pins:   s.renewDue != nil && !s.renewal.cuts(h.Kind),
 	}
+	if c.pins {
+		s.pinned.Add(1)
+	}
+	return c
 }
 
 // Open opens a stream of the given kind to the far side and waits for its

@@ -9,6 +9,7 @@ import (
 	"io"
 	"net"
 	"net/url"
+	"os"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -439,4 +440,89 @@ func TestGarbageAndSlowStreamsDoNotHurtOthers(t *testing.T) {
 			t.Fatalf("bad stream not closed by the console: %v", err)
 		}
 	}
+}
+
+func TestBusySessionIsRenewedOnceQuiet(t *testing.T) {
+	t.Parallel()
+	p := newTestPKI(t)
+	cfg := DefaultConfig()
+	cfg.PingInterval = 50 * time.Millisecond // renewal is checked at each ping
+	srv := startTestServer(t, p, cfg, "")
+	echo(t, srv.Listen(KindForward))
+	syncs := srv.Listen(KindSync)
+	cli := startTestClient(t, p, "box-1", srv.addr, func(c *ClientConfig) {
+		c.Config = cfg
+		c.Renew = Renewal{After: 256 << 10, Idle: 300 * time.Millisecond, Cuts: []Kind{KindSync}}
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	waitFor(t, 5*time.Second, "session", func() bool { _, ok := srv.Session("box-1"); return ok })
+	first := cli.Session()
+
+	// move sends n bytes through an echo stream and reads them back; with
+	// keep, the stream stays open.
+	move := func(n int, keep bool) net.Conn {
+		t.Helper()
+		c, err := cli.Open(ctx, KindForward, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		go c.Write(bytes.Repeat([]byte{'x'}, n))
+		if _, err := io.ReadFull(c, make([]byte, len("box-1:")+n)); err != nil {
+			t.Fatal(err)
+		}
+		if !keep {
+			c.Close()
+		}
+		return c
+	}
+	stays := func(what string, s *Session) {
+		t.Helper()
+		time.Sleep(time.Second)
+		if cli.Session() != s {
+			t.Fatalf("%s: the session was renewed", what)
+		}
+	}
+
+	// A session that carried little stays, whatever its streams.
+	move(64<<10, false)
+	stays("after 64 KiB", first)
+
+	// A stream that renewal must not cut holds the session, however much
+	// it carried.
+	held := move(512<<10, true)
+	stays("with a forward stream open", first)
+
+	// Closed, and with only a Sync stream left, the quiet session is
+	// replaced: the console drops the old one and its Sync stream.
+	up, err := cli.Open(ctx, KindSync, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	down, err := syncs.Accept()
+	if err != nil {
+		t.Fatal(err)
+	}
+	held.Close()
+	waitFor(t, 5*time.Second, "renewal", func() bool { return cli.Session() != first && cli.Session() != nil })
+	select {
+	case <-first.Done():
+	case <-time.After(2 * time.Second):
+		t.Fatal("the old session is still up on the box")
+	}
+	waitFor(t, 5*time.Second, "the console on the new session", func() bool {
+		s, ok := srv.Session("box-1")
+		return ok && s.Started().After(first.Started())
+	})
+	for _, c := range []net.Conn{up, down} {
+		c.SetReadDeadline(time.Now().Add(2 * time.Second))
+		if _, err := c.Read(make([]byte, 1)); err == nil || errors.Is(err, os.ErrDeadlineExceeded) {
+			t.Fatalf("the Sync stream of the old session is still open: %v", err)
+		}
+	}
+
+	// The new session works, and is not renewed again without cause.
+	second := cli.Session()
+	move(1024, false)
+	stays("a fresh session", second)
 }

@@ -431,9 +431,10 @@ func TestBadSyncStreamsAreRefusedClearly(t *testing.T) {
 		want string
 	}{
 		{"oversized frame", []byte{0x80, 0x80, 0x80, 0x01}, "too large"},
-		{"ack before hello", frame(t, &edgeboxv1.SyncUp{Msg: &edgeboxv1.SyncUp_Ack{Ack: &edgeboxv1.SyncAck{Revision: 1}}}), "must start with a hello"},
-		{"ack past the box's revision", append(frame(t, &edgeboxv1.SyncUp{Msg: &edgeboxv1.SyncUp_Hello{Hello: &edgeboxv1.SyncHello{CapabilityVersion: 1}}}),
-			frame(t, &edgeboxv1.SyncUp{Msg: &edgeboxv1.SyncUp_Ack{Ack: &edgeboxv1.SyncAck{Revision: 1 << 40}}})...), "acknowledged revision"},
+		{"empty message", frame(t, &edgeboxv1.SyncUp{}), "starts with a hello, or carries acks and status"},
+		{"ack past the box's revision", frame(t, &edgeboxv1.SyncUp{Msg: &edgeboxv1.SyncUp_Ack{Ack: &edgeboxv1.SyncAck{Revision: 1 << 40}}}), "acknowledged revision"},
+		{"hello among acks", append(frame(t, &edgeboxv1.SyncUp{Msg: &edgeboxv1.SyncUp_Ack{Ack: &edgeboxv1.SyncAck{Revision: 0}}}),
+			frame(t, &edgeboxv1.SyncUp{Msg: &edgeboxv1.SyncUp_Hello{Hello: &edgeboxv1.SyncHello{CapabilityVersion: 1}}})...), "carries nothing else"},
 	} {
 		conn, err := a.Tunnel().Open(ctx(t), tunnel.KindSync, nil)
 		if err != nil {
@@ -469,4 +470,49 @@ func frame(t *testing.T, m *edgeboxv1.SyncUp) []byte {
 		t.Fatal(err)
 	}
 	return b.Bytes()
+}
+
+func TestRenewedSessionKeepsTheBoxInSync(t *testing.T) {
+	t.Parallel()
+	h := testenv.NewInProcess(t, testenv.Options{})
+	box := enrollOne(t, h, "busy")
+	testenv.StartAgent(t, box, func(c *agent.Config) {
+		withDriver(fake.New("containerd"))(c)
+		c.Tunnel.PingInterval = 100 * time.Millisecond // renewal is checked at each ping
+		c.Renew = tunnel.Renewal{After: 64 << 10, Idle: 500 * time.Millisecond, Cuts: tunnel.DefaultRenewal().Cuts}
+	})
+	a := testenv.AgentOf(box)
+	testenv.WaitFor(t, 10*time.Second, "session", func() bool { return a.Tunnel().Session() != nil })
+	first := a.Tunnel().Session()
+
+	// 150 KiB of desired state goes down the Sync stream.
+	var env []string
+	for i := range 150 {
+		env = append(env, fmt.Sprintf("V%d=%s", i, strings.Repeat("x", 1<<10)))
+	}
+	big, err := json.Marshal(map[string]any{"app": "big", "release": "1", "runtime": "containerd", "env": env})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rev, err := h.Admin().PutDesired(ctx(t), box.ID(), "Workload", "big", big)
+	if err != nil {
+		t.Fatal(err)
+	}
+	testenv.WaitFor(t, 10*time.Second, "ack of the big object", func() bool { return acked(t, h, box) == rev })
+
+	// Quiet again, the session is renewed, and the box follows changes on
+	// the new one at once.
+	testenv.WaitFor(t, 10*time.Second, "renewal", func() bool {
+		s := a.Tunnel().Session()
+		return s != nil && s != first
+	})
+	rev, err = h.Admin().PutDesired(ctx(t), box.ID(), "Workload", "small", spec("small", "1", "containerd"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	testenv.WaitFor(t, 3*time.Second, "ack on the new session", func() bool { return acked(t, h, box) == rev })
+	b, err := h.Admin().Box(ctx(t), box.ID())
+	if err != nil || !b.Online {
+		t.Fatalf("box after renewal: %+v, %v", b, err)
+	}
 }
