@@ -63,10 +63,11 @@ func (c ClientConfig) Validate() error {
 // Client is the box side: Run keeps one session to the console up for as
 // long as its context lives. Listen and Open work across reconnects.
 type Client struct {
-	cfg    ClientConfig
-	tls    *tls.Config
-	log    *slog.Logger
-	routes listeners
+	cfg     ClientConfig
+	tls     *tls.Config
+	fullTLS *tls.Config // tls without resumption
+	log     *slog.Logger
+	routes  listeners
 
 	// OnSession, when set before Run, is called synchronously each time a
 	// session comes up and when it ends; it must not block.
@@ -106,8 +107,10 @@ func NewClient(cfg ClientConfig, log *slog.Logger) (*Client, error) {
 	if t.ClientSessionCache == nil {
 		t.ClientSessionCache = tls.NewLRUClientSessionCache(4)
 	}
+	full := t.Clone()
+	full.ClientSessionCache = nil
 	return &Client{
-		cfg: cfg, tls: t, log: log.With("component", "tunnel"),
+		cfg: cfg, tls: t, fullTLS: full, log: log.With("component", "tunnel"),
 		routes: listeners{self: cfg.Name, backlog: cfg.ListenBacklog},
 		ready:  make(chan struct{}),
 	}, nil
@@ -182,7 +185,7 @@ func (c *Client) Run(ctx context.Context) error {
 // runOnce dials and serves one session until it ends; a renewal replaces
 // it with a new one on the way.
 func (c *Client) runOnce(ctx context.Context) error {
-	sess, err := c.connect(ctx)
+	sess, err := c.connect(ctx, false)
 	if err != nil {
 		return err
 	}
@@ -219,11 +222,13 @@ func (c *Client) runOnce(ctx context.Context) error {
 }
 
 // renew dials a session to take old's place and returns it, or nil when
-// old stays (the dial failed, or old ended meanwhile). The console drops
-// old when the new session arrives; streams on old that a renewal may
-// cut end with it.
+// old stays (the dial failed). The console drops old when the new session
+// arrives; streams on old that a renewal may cut end with it. The
+// handshake is a full one: a resumed session costs the console more for
+// its life (the ticket, and a ClientHello that grew its buffers), and
+// renewals are rare and spread out.
 func (c *Client) renew(ctx context.Context, old *Session) *Session {
-	next, err := c.connect(ctx)
+	next, err := c.connect(ctx, true)
 	if err != nil {
 		c.log.Info("renewing the tunnel session failed; keeping the old one", "err", err)
 		return nil
@@ -240,9 +245,9 @@ func (c *Client) renew(ctx context.Context, old *Session) *Session {
 	return next
 }
 
-// connect dials the console and starts a session.
-func (c *Client) connect(ctx context.Context) (*Session, error) {
-	conn, err := c.dial(ctx)
+// connect dials the console and starts a session; see dial for fresh.
+func (c *Client) connect(ctx context.Context, fresh bool) (*Session, error) {
+	conn, err := c.dial(ctx, fresh)
 	if err != nil {
 		return nil, err
 	}
@@ -260,8 +265,9 @@ func (c *Client) connect(ctx context.Context) (*Session, error) {
 	return sess, nil
 }
 
-// dial opens the TLS connection, through a proxy when one applies.
-func (c *Client) dial(ctx context.Context) (*tls.Conn, error) {
+// dial opens the TLS connection, through a proxy when one applies. With
+// fresh, the handshake is a full one.
+func (c *Client) dial(ctx context.Context, fresh bool) (*tls.Conn, error) {
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	proxy, err := c.cfg.Proxy(&url.URL{Scheme: "https", Host: c.cfg.Addr})
@@ -277,7 +283,11 @@ func (c *Client) dial(ctx context.Context) (*tls.Conn, error) {
 	if err != nil {
 		return nil, fmt.Errorf("tunnel: dial %s: %w", c.cfg.Addr, err)
 	}
-	tc := tls.Client(CorkConn(raw), c.tls)
+	cfg := c.tls
+	if fresh {
+		cfg = c.fullTLS
+	}
+	tc := tls.Client(CorkConn(raw), cfg)
 	if err := tc.HandshakeContext(ctx); err != nil {
 		raw.Close()
 		return nil, fmt.Errorf("tunnel: TLS handshake with %s: %w", c.cfg.Addr, err)

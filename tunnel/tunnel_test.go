@@ -342,7 +342,7 @@ func TestRevokedBoxIsToldAndDroppedAtOnce(t *testing.T) {
 	waitFor(t, time.Second, "box to see its session end", func() bool { return cli.Session() == nil })
 	t.Logf("dropped in %v", time.Since(start))
 	// It redials and is refused with a reason.
-	_, err := cli.dial(context.Background())
+	_, err := cli.dial(context.Background(), false)
 	if err == nil || !strings.Contains(err.Error(), "box box-9 is revoked") {
 		t.Fatalf("redial: got %v, want the console's refusal", err)
 	}
@@ -361,7 +361,7 @@ func TestOtherCARefused(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := c.dial(context.Background()); err == nil || !strings.Contains(err.Error(), "certificate") {
+	if _, err := c.dial(context.Background(), false); err == nil || !strings.Contains(err.Error(), "certificate") {
 		t.Fatalf("got %v, want a certificate error", err)
 	}
 	if len(srv.Sessions()) != 0 {
@@ -456,7 +456,7 @@ func TestBusySessionIsRenewedOnceQuiet(t *testing.T) {
 	})
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	waitFor(t, 5*time.Second, "session", func() bool { _, ok := srv.Session("box-1"); return ok })
+	waitFor(t, 5*time.Second, "session", func() bool { _, ok := srv.Session("box-1"); return ok && cli.Session() != nil })
 	first := cli.Session()
 
 	// move sends n bytes through an echo stream and reads them back; with
