@@ -43,6 +43,7 @@ bench: ## run the benchmarks, a few minutes (figures go in docs/benchmarks.md)
 	$(GO) test -run '^$$' -bench Throughput -benchtime 4x -count 3 ./tunnel/
 	$(GO) test -run '^$$' -bench Link -benchtime 2x -timeout 20m ./tunnel/
 	$(GO) test -run '^$$' -bench Fleet -benchtime 1x -timeout 20m ./internal/bench/
+	$(GO) test -run '^$$' -bench SessionCost -benchtime 1x -timeout 20m ./tunnel/
 	$(GO) test -run '^$$' -bench Sync -benchtime 1x -timeout 20m ./internal/bench/
 	$(GO) test -run '^$$' -bench BoltCommit -benchtime 1x -count 3 ./console/store/
 	$(GO) test -run '^$$' -bench 'Pull|Deploy' -benchtime 1x -timeout 20m ./internal/bench/
