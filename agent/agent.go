@@ -86,6 +86,9 @@ type Hooks struct {
 	// CapabilityVersion, when set, is the capability version the agent
 	// claims in Sync, to act as an older agent.
 	CapabilityVersion *uint32
+	// BeforeSendUp sees each batch of acks and status before it goes up,
+	// and may change it.
+	BeforeSendUp func(msgs []*edgeboxv1.SyncUp)
 }
 
 // DefaultConfig returns the defaults for dir.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"sync"
 	"time"
 
@@ -69,7 +70,7 @@ func (a *Agent) syncOnce(ctx context.Context) error {
 		return err
 	}
 	defer conn.Close()
-	stop := context.AfterFunc(ctx, func() { conn.Close() })
+	stop := context.AfterFunc(ctx, func() { abort(conn) })
 	defer stop()
 
 	capv := uint32(CapabilityVersion)
@@ -79,6 +80,10 @@ func (a *Agent) syncOnce(ctx context.Context) error {
 	err = edgeboxv1.WriteFrame(conn, &edgeboxv1.SyncUp{Msg: &edgeboxv1.SyncUp_Hello{Hello: &edgeboxv1.SyncHello{
 		StoredRevision: rev, CapabilityVersion: capv}}})
 	if err != nil {
+		return err
+	}
+	// Nothing more goes up this stream; the console does not read it.
+	if err := conn.(*tunnel.Conn).CloseWrite(); err != nil {
 		return err
 	}
 
@@ -93,7 +98,7 @@ func (a *Agent) syncOnce(ctx context.Context) error {
 		defer wg.Done()
 		if err := up.run(ctx); err != nil && ctx.Err() == nil {
 			a.log.Info("sending acks and status failed", "err", err)
-			conn.Close() // the reader below sees the stream end
+			abort(conn) // the reader below sees the stream end
 		}
 	}()
 
@@ -120,6 +125,14 @@ func (a *Agent) syncOnce(ctx context.Context) error {
 		up.ack(ack)
 		a.reconciler.Kick()
 	}
+}
+
+// abort ends a stream here at once: a tunnel stream's Close ends only our
+// direction, and a blocked read waits for the console's, which may never
+// come (it reads nothing from the box's open Sync stream).
+func abort(c net.Conn) {
+	c.SetDeadline(time.Unix(1, 0))
+	c.Close()
 }
 
 // storeDown validates and stores one message from the console, and
@@ -198,12 +211,15 @@ func (u *uploader) run(ctx context.Context) error {
 // sendUp sends msgs on a stream of their own and waits for the console to
 // say it handled them.
 func (a *Agent) sendUp(ctx context.Context, msgs []*edgeboxv1.SyncUp) error {
+	if a.cfg.Hooks.BeforeSendUp != nil {
+		a.cfg.Hooks.BeforeSendUp(msgs)
+	}
 	conn, err := a.tc.Open(ctx, tunnel.KindSync, nil)
 	if err != nil {
 		return err
 	}
 	defer conn.Close()
-	stop := context.AfterFunc(ctx, func() { conn.Close() })
+	stop := context.AfterFunc(ctx, func() { abort(conn) })
 	defer stop()
 	for _, m := range msgs {
 		if err := edgeboxv1.WriteFrame(conn, m); err != nil {

@@ -422,7 +422,8 @@ func understood(objs []*edgeboxv1.DesiredObject, capv uint32) []*edgeboxv1.Desir
 	return out
 }
 
-// handleUp applies one message of box: an ack or a status report. box comes from the certificate, never from the message.
+// handleUp applies one message of box: an ack or a status report. box
+// comes from the certificate, never from the message.
 func (s *syncServer) handleUp(ctx context.Context, box string, m *edgeboxv1.SyncUp) error {
 	switch msg := m.GetMsg().(type) {
 	case *edgeboxv1.SyncUp_Ack:

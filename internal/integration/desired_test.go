@@ -516,3 +516,40 @@ func TestRenewedSessionKeepsTheBoxInSync(t *testing.T) {
 		t.Fatalf("box after renewal: %+v, %v", b, err)
 	}
 }
+
+func TestRefusedStatusReopensTheSyncStream(t *testing.T) {
+	t.Parallel()
+	h := testenv.NewInProcess(t, testenv.Options{})
+	box := enrollOne(t, h, "garbled")
+	var garbled atomic.Bool
+	testenv.StartAgent(t, box, func(c *agent.Config) {
+		withDriver(fake.New("containerd"))(c)
+		c.SyncRetry = 100 * time.Millisecond
+		// The first status that carries an object goes up garbled.
+		c.Hooks.BeforeSendUp = func(msgs []*edgeboxv1.SyncUp) {
+			for _, m := range msgs {
+				if st := m.GetStatus(); st != nil && len(st.GetObjects()) > 0 && garbled.CompareAndSwap(false, true) {
+					o := st.Objects[0]
+					st.Objects[0] = &edgeboxv1.ObjectStatus{Kind: o.GetKind(), Name: o.GetName(), Phase: "No Such Phase"}
+				}
+			}
+		}
+	})
+	rev, err := h.Admin().PutDesired(ctx(t), box.ID(), "Workload", "robot", spec("robot", "1", "containerd"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	testenv.WaitFor(t, 10*time.Second, "a garbled status", garbled.Load)
+	// The console refused it; the box opens its Sync stream again, so its
+	// acks and status go on.
+	testenv.WaitFor(t, 10*time.Second, "ack after the refusal", func() bool { return acked(t, h, box) == rev })
+	rev, err = h.Admin().PutDesired(ctx(t), box.ID(), "Workload", "second", spec("second", "1", "containerd"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	testenv.WaitFor(t, 10*time.Second, "ack of the next change", func() bool { return acked(t, h, box) == rev })
+	testenv.WaitFor(t, 10*time.Second, "status of both", func() bool {
+		s, err := h.Admin().BoxState(ctx(t), box.ID())
+		return err == nil && len(s.Statuses) == 2
+	})
+}
