@@ -174,9 +174,12 @@ func (u *uploader) ack(rev uint64) {
 	}
 }
 
-// upAnswerTimeout bounds the wait for the console's answer to acks and
-// status.
-const upAnswerTimeout = 30 * time.Second
+// The console's answer to acks and status: how long the box waits for it,
+// and how large it may be (an empty message, or why they were refused).
+const (
+	upAnswerTimeout = 30 * time.Second
+	maxAnswerBytes  = 64 << 10
+)
 
 // run sends every status, then acks and each change, until ctx ends.
 func (u *uploader) run(ctx context.Context) error {
@@ -232,7 +235,7 @@ func (a *Agent) sendUp(ctx context.Context, msgs []*edgeboxv1.SyncUp) error {
 	}
 	conn.SetReadDeadline(time.Now().Add(upAnswerTimeout))
 	var answer edgeboxv1.SyncDown
-	if err := edgeboxv1.ReadFrame(conn, &answer, maxDownBytes); err != nil {
+	if err := edgeboxv1.ReadFrame(conn, &answer, maxAnswerBytes); err != nil {
 		return fmt.Errorf("waiting for the console to take acks and status: %w", err)
 	}
 	if msg := answer.GetError(); msg != "" {
