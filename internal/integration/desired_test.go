@@ -510,7 +510,7 @@ func TestRenewedSessionKeepsTheBoxInSync(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	testenv.WaitFor(t, 3*time.Second, "ack on the new session", func() bool { return acked(t, h, box) == rev })
+	testenv.WaitFor(t, 5*time.Second, "ack on the new session", func() bool { return acked(t, h, box) == rev })
 	b, err := h.Admin().Box(ctx(t), box.ID())
 	if err != nil || !b.Online {
 		t.Fatalf("box after renewal: %+v, %v", b, err)
