@@ -111,12 +111,16 @@ func (c Config) Validate() error {
 
 // Status is what a running agent reports in status.json.
 type Status struct {
-	BoxID        string    `json:"box_id"`
-	Name         string    `json:"name"`
-	ConsoleURL   string    `json:"console_url"`
-	Connected    bool      `json:"connected"`
-	Approved     bool      `json:"approved"`
-	Since        time.Time `json:"since"` // of the current connected state
+	BoxID      string    `json:"box_id"`
+	Name       string    `json:"name"`
+	ConsoleURL string    `json:"console_url"`
+	Connected  bool      `json:"connected"`
+	Approved   bool      `json:"approved"`
+	Since      time.Time `json:"since"` // of the current connected state
+	// HelloAt is when the console last answered the box's hello; before
+	// Since, it has not answered on this connection yet, and Approved is
+	// what it said before.
+	HelloAt      time.Time `json:"hello_at"`
 	LastError    string    `json:"last_error,omitempty"`
 	CertNotAfter time.Time `json:"cert_not_after"`
 	PID          int       `json:"pid"`
@@ -327,7 +331,9 @@ func (a *Agent) hello(ctx context.Context, c edgeboxv1.ConsoleServiceClient) (bo
 		a.setStatus(func(s *Status) { s.LastError = err.Error() })
 		return false, err
 	}
-	a.setStatus(func(s *Status) { s.Approved = resp.Approved; s.Name = resp.Name; s.LastError = "" })
+	a.setStatus(func(s *Status) {
+		s.Approved, s.Name, s.LastError, s.HelloAt = resp.Approved, resp.Name, "", time.Now().UTC()
+	})
 	return resp.Approved, nil
 }
 

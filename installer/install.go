@@ -138,15 +138,16 @@ func Install(ctx context.Context, o Options) error {
 	return waitOnline(ctx, l.DataDir, started, o.Wait, o.Out)
 }
 
-// waitOnline polls the agent's status until it reports a live tunnel.
-// Only a status written after since counts: an older one may be from
-// the agent that ran before.
+// waitOnline polls the agent's status until it reports a live tunnel on
+// which the console answered the box's hello (whether it is approved is
+// known only then). Only a status written after since counts: an older one
+// may be from the agent that ran before.
 func waitOnline(ctx context.Context, dir string, since time.Time, wait time.Duration, out io.Writer) error {
 	deadline := time.Now().Add(wait)
 	var last agent.Status
 	for {
 		s, err := agent.ReadStatus(dir)
-		if err == nil && s.Connected && !s.UpdatedAt.Before(since.Add(-time.Second)) && s.PID != os.Getpid() {
+		if err == nil && s.Connected && !s.HelloAt.Before(s.Since) && !s.UpdatedAt.Before(since.Add(-time.Second)) && s.PID != os.Getpid() {
 			if s.Approved {
 				fmt.Fprintf(out, "      online: %s (box %s) is connected to %s\n", s.Name, s.BoxID, s.ConsoleURL)
 			} else {

@@ -1,12 +1,17 @@
 package installer
 
 import (
+	"bytes"
+	"context"
+	"encoding/json"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/edgebox/edgebox/agent"
 	"github.com/edgebox/edgebox/internal/require"
 )
 
@@ -62,6 +67,44 @@ func TestRedact(t *testing.T) {
 	} {
 		if got := redact(in); got != want {
 			t.Errorf("redact(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
+
+func TestWaitOnlineWaitsForTheHello(t *testing.T) {
+	t.Parallel()
+	start := time.Now()
+	for _, c := range []struct {
+		approved bool
+		want     string
+	}{
+		{true, "online: till (box bx-1)"},
+		{false, "online, waiting for an operator: edgebox boxes approve bx-1"},
+	} {
+		dir := t.TempDir()
+		write := func(s agent.Status) {
+			t.Helper()
+			s.BoxID, s.Name, s.PID, s.UpdatedAt = "bx-1", "till", 1, time.Now()
+			raw, _ := json.Marshal(s)
+			if err := os.WriteFile(filepath.Join(dir, "status.json"), raw, 0o600); err != nil {
+				t.Fatal(err)
+			}
+		}
+		// Connected, the console not yet heard from on this connection;
+		// what Approved says is from before.
+		since := time.Now()
+		write(agent.Status{Connected: true, Since: since, HelloAt: since.Add(-time.Hour)})
+		var out bytes.Buffer
+		done := make(chan error, 1)
+		go func() { done <- waitOnline(context.Background(), dir, start, 10*time.Second, &out) }()
+		select {
+		case err := <-done:
+			t.Fatalf("returned before the hello: %v, %q", err, out.String())
+		case <-time.After(700 * time.Millisecond):
+		}
+		write(agent.Status{Connected: true, Since: since, HelloAt: time.Now(), Approved: c.approved})
+		if err := <-done; err != nil || !strings.Contains(out.String(), c.want) {
+			t.Fatalf("approved %v: %v, %q; want %q", c.approved, err, out.String(), c.want)
 		}
 	}
 }

@@ -135,7 +135,10 @@ back. The token pins the console's CA: nothing else is trusted.`,
 			if s.Connected {
 				state = "connected"
 			}
-			if s.Connected && !s.Approved {
+			switch {
+			case s.Connected && s.HelloAt.Before(s.Since):
+				state += ", saying hello"
+			case s.Connected && !s.Approved:
 				state += ", waiting for approval"
 			}
 			if !processAlive(s.PID) {
