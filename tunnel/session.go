@@ -170,13 +170,18 @@ func newSession(ys *yamux.Session, self, peer string, cfg Config, routes router,
 	return s
 }
 
-// count records bytes moved on one of the session's streams.
+// count records bytes moved on one of the session's streams; what
+// renewal goes by only on sessions that renew.
 func (s *Session) count(read, written int) {
-	if n := read + written; n > 0 {
+	n := read + written
+	if n == 0 {
+		return
+	}
+	if s.renewDue != nil {
 		s.moved.Add(int64(n))
 		s.lastIO.Store(time.Now().UnixNano())
-		s.metrics.countBytes(read, written)
 	}
+	s.metrics.countBytes(read, written)
 }
 
 // renewable reports whether the session carried enough to be worth
