@@ -127,6 +127,10 @@ type Status struct {
 	UpdatedAt    time.Time `json:"updated_at"`
 }
 
+// Greeted reports whether the box is connected and the console answered
+// its hello on this connection, so Approved is current.
+func (s Status) Greeted() bool { return s.Connected && !s.HelloAt.Before(s.Since) }
+
 // Agent runs one box.
 type Agent struct {
 	cfg   Config

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"sync"
 	"time"
 
@@ -65,12 +64,12 @@ func (a *Agent) syncOnce(ctx context.Context) error {
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	conn, err := a.tc.Open(ctx, tunnel.KindSync, nil)
+	conn, err := a.openSync(ctx)
 	if err != nil {
 		return err
 	}
 	defer conn.Close()
-	stop := context.AfterFunc(ctx, func() { abort(conn) })
+	stop := context.AfterFunc(ctx, func() { conn.Abort() })
 	defer stop()
 
 	capv := uint32(CapabilityVersion)
@@ -83,7 +82,7 @@ func (a *Agent) syncOnce(ctx context.Context) error {
 		return err
 	}
 	// Nothing more goes up this stream; the console does not read it.
-	if err := conn.(*tunnel.Conn).CloseWrite(); err != nil {
+	if err := conn.CloseWrite(); err != nil {
 		return err
 	}
 
@@ -98,7 +97,9 @@ func (a *Agent) syncOnce(ctx context.Context) error {
 		defer wg.Done()
 		if err := up.run(ctx); err != nil && ctx.Err() == nil {
 			a.log.Info("sending acks and status failed", "err", err)
-			abort(conn) // the reader below sees the stream end
+			// Close alone would not wake the reader below: the console
+			// never closes its side of this stream.
+			conn.Abort()
 		}
 	}()
 
@@ -125,14 +126,6 @@ func (a *Agent) syncOnce(ctx context.Context) error {
 		up.ack(ack)
 		a.reconciler.Kick()
 	}
-}
-
-// abort ends a stream here at once: a tunnel stream's Close ends only our
-// direction, and a blocked read waits for the console's, which may never
-// come (it reads nothing from the box's open Sync stream).
-func abort(c net.Conn) {
-	c.SetDeadline(time.Unix(1, 0))
-	c.Close()
 }
 
 // storeDown validates and stores one message from the console, and
@@ -217,12 +210,12 @@ func (a *Agent) sendUp(ctx context.Context, msgs []*edgeboxv1.SyncUp) error {
 	if a.cfg.Hooks.BeforeSendUp != nil {
 		a.cfg.Hooks.BeforeSendUp(msgs)
 	}
-	conn, err := a.tc.Open(ctx, tunnel.KindSync, nil)
+	conn, err := a.openSync(ctx)
 	if err != nil {
 		return err
 	}
 	defer conn.Close()
-	stop := context.AfterFunc(ctx, func() { abort(conn) })
+	stop := context.AfterFunc(ctx, func() { conn.Abort() })
 	defer stop()
 	for _, m := range msgs {
 		if err := edgeboxv1.WriteFrame(conn, m); err != nil {
@@ -230,7 +223,7 @@ func (a *Agent) sendUp(ctx context.Context, msgs []*edgeboxv1.SyncUp) error {
 		}
 	}
 	// The console answers once the box's side is closed.
-	if err := conn.(*tunnel.Conn).CloseWrite(); err != nil {
+	if err := conn.CloseWrite(); err != nil {
 		return err
 	}
 	conn.SetReadDeadline(time.Now().Add(upAnswerTimeout))
@@ -242,6 +235,15 @@ func (a *Agent) sendUp(ctx context.Context, msgs []*edgeboxv1.SyncUp) error {
 		return fmt.Errorf("the console refused acks or status: %s", msg)
 	}
 	return nil
+}
+
+// openSync opens a Sync stream to the console.
+func (a *Agent) openSync(ctx context.Context) (*tunnel.Conn, error) {
+	c, err := a.tc.Open(ctx, tunnel.KindSync, nil)
+	if err != nil {
+		return nil, err
+	}
+	return c.(*tunnel.Conn), nil // every tunnel stream is one
 }
 
 // SyncedRevision is the box revision of the desired state on disk.

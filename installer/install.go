@@ -147,7 +147,7 @@ func waitOnline(ctx context.Context, dir string, since time.Time, wait time.Dura
 	var last agent.Status
 	for {
 		s, err := agent.ReadStatus(dir)
-		if err == nil && s.Connected && !s.HelloAt.Before(s.Since) && !s.UpdatedAt.Before(since.Add(-time.Second)) && s.PID != os.Getpid() {
+		if err == nil && s.Greeted() && !s.UpdatedAt.Before(since.Add(-time.Second)) && s.PID != os.Getpid() {
 			if s.Approved {
 				fmt.Fprintf(out, "      online: %s (box %s) is connected to %s\n", s.Name, s.BoxID, s.ConsoleURL)
 			} else {

@@ -58,6 +58,14 @@ func (c *Conn) Session() *Session { return c.session }
 // once both sides closed it, or after a timeout.
 func (c *Conn) CloseWrite() error { return c.Stream.Close() }
 
+// Abort ends the stream at once in both directions: reads and writes
+// waiting on it return. Close alone ends only our direction, and a read
+// waits on until the far side closes its own.
+func (c *Conn) Abort() error {
+	c.SetDeadline(time.Unix(1, 0))
+	return c.Close()
+}
+
 // Close ends our direction of the stream and gives it up: we read no more.
 func (c *Conn) Close() error {
 	if c.pins && !c.released.Swap(true) {
@@ -277,8 +285,8 @@ func (s *Session) pingTick() {
 		}
 		return
 	}
-	if s.renewDue != nil && s.renewable(time.Now()) {
-		s.triedAt.Store(time.Now().UnixNano())
+	if now := time.Now(); s.renewDue != nil && s.renewable(now) {
+		s.triedAt.Store(now.UnixNano())
 		select {
 		case s.renewDue <- struct{}{}:
 		default:

@@ -1,6 +1,7 @@
 package tunnel
 
 import (
+	"bufio"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
@@ -165,25 +166,14 @@ func sessionCost(b *testing.B, n int) {
 
 	// Each exchange is asked of the boxes through the child's stdin; the
 	// child answers one line when every box is done.
-	lines := make(chan string)
-	go func() {
-		buf := make([]byte, 256)
-		for {
-			k, err := out.Read(buf)
-			if err != nil {
-				close(lines)
-				return
-			}
-			lines <- strings.TrimSpace(string(buf[:k]))
-		}
-	}()
+	answers := bufio.NewScanner(out)
 	for _, stage := range []struct {
 		name string
 		size int
 	}{{"small", 1 << 10}, {"bulk", 1 << 20}} {
 		fmt.Fprintln(stdin, stage.size)
-		if got := <-lines; got != "done" {
-			b.Fatalf("boxes: %q", got)
+		if !answers.Scan() || answers.Text() != "done" {
+			b.Fatalf("boxes: %q (%v)", answers.Text(), answers.Err())
 		}
 		time.Sleep(2 * time.Second)
 		measure().report(b, base, n, stage.name)

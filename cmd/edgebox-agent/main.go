@@ -136,7 +136,7 @@ back. The token pins the console's CA: nothing else is trusted.`,
 				state = "connected"
 			}
 			switch {
-			case s.Connected && s.HelloAt.Before(s.Since):
+			case s.Connected && !s.Greeted():
 				state += ", saying hello"
 			case s.Connected && !s.Approved:
 				state += ", waiting for approval"
