@@ -1078,6 +1078,125 @@ func (x *LogsResponse) GetTruncated() bool {
 	return false
 }
 
+type WipeRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// reason is shown in the box's log, e.g. "revoked by alice".
+	Reason        string `protobuf:"bytes,1,opt,name=reason,proto3" json:"reason,omitempty"` // at most 256 bytes
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WipeRequest) Reset() {
+	*x = WipeRequest{}
+	mi := &file_edgebox_v1_edgebox_proto_msgTypes[16]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WipeRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WipeRequest) ProtoMessage() {}
+
+func (x *WipeRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_edgebox_v1_edgebox_proto_msgTypes[16]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WipeRequest.ProtoReflect.Descriptor instead.
+func (*WipeRequest) Descriptor() ([]byte, []int) {
+	return file_edgebox_v1_edgebox_proto_rawDescGZIP(), []int{16}
+}
+
+func (x *WipeRequest) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+type WipeResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// wiped: everything is erased and the box stops.
+	Wiped bool `protobuf:"varint,1,opt,name=wiped,proto3" json:"wiped,omitempty"`
+	// workloads_removed are the workloads whose instances were removed.
+	WorkloadsRemoved []string `protobuf:"bytes,2,rep,name=workloads_removed,json=workloadsRemoved,proto3" json:"workloads_removed,omitempty"`
+	// keys_released are the IDs of the leased USB keys whose workloads are
+	// gone, so nothing on the box holds them any more.
+	KeysReleased []string `protobuf:"bytes,3,rep,name=keys_released,json=keysReleased,proto3" json:"keys_released,omitempty"`
+	// problems say what could not be done (when wiped is false); the box
+	// tries again when it next starts.
+	Problems      []string `protobuf:"bytes,4,rep,name=problems,proto3" json:"problems,omitempty"` // at most 64, each at most 1 KiB
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WipeResponse) Reset() {
+	*x = WipeResponse{}
+	mi := &file_edgebox_v1_edgebox_proto_msgTypes[17]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WipeResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WipeResponse) ProtoMessage() {}
+
+func (x *WipeResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_edgebox_v1_edgebox_proto_msgTypes[17]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WipeResponse.ProtoReflect.Descriptor instead.
+func (*WipeResponse) Descriptor() ([]byte, []int) {
+	return file_edgebox_v1_edgebox_proto_rawDescGZIP(), []int{17}
+}
+
+func (x *WipeResponse) GetWiped() bool {
+	if x != nil {
+		return x.Wiped
+	}
+	return false
+}
+
+func (x *WipeResponse) GetWorkloadsRemoved() []string {
+	if x != nil {
+		return x.WorkloadsRemoved
+	}
+	return nil
+}
+
+func (x *WipeResponse) GetKeysReleased() []string {
+	if x != nil {
+		return x.KeysReleased
+	}
+	return nil
+}
+
+func (x *WipeResponse) GetProblems() []string {
+	if x != nil {
+		return x.Problems
+	}
+	return nil
+}
+
 var File_edgebox_v1_edgebox_proto protoreflect.FileDescriptor
 
 const file_edgebox_v1_edgebox_proto_rawDesc = "" +
@@ -1159,14 +1278,22 @@ const file_edgebox_v1_edgebox_proto_rawDesc = "" +
 	"\x04tail\x18\x02 \x01(\rR\x04tail\"@\n" +
 	"\fLogsResponse\x12\x12\n" +
 	"\x04text\x18\x01 \x01(\fR\x04text\x12\x1c\n" +
-	"\ttruncated\x18\x02 \x01(\bR\ttruncated2\x8c\x01\n" +
+	"\ttruncated\x18\x02 \x01(\bR\ttruncated\"%\n" +
+	"\vWipeRequest\x12\x16\n" +
+	"\x06reason\x18\x01 \x01(\tR\x06reason\"\x92\x01\n" +
+	"\fWipeResponse\x12\x14\n" +
+	"\x05wiped\x18\x01 \x01(\bR\x05wiped\x12+\n" +
+	"\x11workloads_removed\x18\x02 \x03(\tR\x10workloadsRemoved\x12#\n" +
+	"\rkeys_released\x18\x03 \x03(\tR\fkeysReleased\x12\x1a\n" +
+	"\bproblems\x18\x04 \x03(\tR\bproblems2\x8c\x01\n" +
 	"\x0eConsoleService\x12<\n" +
 	"\x05Hello\x12\x18.edgebox.v1.HelloRequest\x1a\x19.edgebox.v1.HelloResponse\x12<\n" +
-	"\x05Renew\x12\x18.edgebox.v1.RenewRequest\x1a\x19.edgebox.v1.RenewResponse2\xba\x01\n" +
+	"\x05Renew\x12\x18.edgebox.v1.RenewRequest\x1a\x19.edgebox.v1.RenewResponse2\xf5\x01\n" +
 	"\fAgentService\x129\n" +
 	"\x04Ping\x12\x17.edgebox.v1.PingRequest\x1a\x18.edgebox.v1.PingResponse\x124\n" +
 	"\x04Info\x12\x17.edgebox.v1.InfoRequest\x1a\x13.edgebox.v1.BoxInfo\x129\n" +
-	"\x04Logs\x12\x17.edgebox.v1.LogsRequest\x1a\x18.edgebox.v1.LogsResponseB7Z5github.com/edgebox/edgebox/proto/edgebox/v1;edgeboxv1b\x06proto3"
+	"\x04Logs\x12\x17.edgebox.v1.LogsRequest\x1a\x18.edgebox.v1.LogsResponse\x129\n" +
+	"\x04Wipe\x12\x17.edgebox.v1.WipeRequest\x1a\x18.edgebox.v1.WipeResponseB7Z5github.com/edgebox/edgebox/proto/edgebox/v1;edgeboxv1b\x06proto3"
 
 var (
 	file_edgebox_v1_edgebox_proto_rawDescOnce sync.Once
@@ -1180,7 +1307,7 @@ func file_edgebox_v1_edgebox_proto_rawDescGZIP() []byte {
 	return file_edgebox_v1_edgebox_proto_rawDescData
 }
 
-var file_edgebox_v1_edgebox_proto_msgTypes = make([]protoimpl.MessageInfo, 16)
+var file_edgebox_v1_edgebox_proto_msgTypes = make([]protoimpl.MessageInfo, 18)
 var file_edgebox_v1_edgebox_proto_goTypes = []any{
 	(*BoxInfo)(nil),       // 0: edgebox.v1.BoxInfo
 	(*HelloRequest)(nil),  // 1: edgebox.v1.HelloRequest
@@ -1198,31 +1325,35 @@ var file_edgebox_v1_edgebox_proto_goTypes = []any{
 	(*InfoRequest)(nil),   // 13: edgebox.v1.InfoRequest
 	(*LogsRequest)(nil),   // 14: edgebox.v1.LogsRequest
 	(*LogsResponse)(nil),  // 15: edgebox.v1.LogsResponse
-	(*ObjectStatus)(nil),  // 16: edgebox.v1.ObjectStatus
-	(*Event)(nil),         // 17: edgebox.v1.Event
-	(*DesiredObject)(nil), // 18: edgebox.v1.DesiredObject
+	(*WipeRequest)(nil),   // 16: edgebox.v1.WipeRequest
+	(*WipeResponse)(nil),  // 17: edgebox.v1.WipeResponse
+	(*ObjectStatus)(nil),  // 18: edgebox.v1.ObjectStatus
+	(*Event)(nil),         // 19: edgebox.v1.Event
+	(*DesiredObject)(nil), // 20: edgebox.v1.DesiredObject
 }
 var file_edgebox_v1_edgebox_proto_depIdxs = []int32{
 	0,  // 0: edgebox.v1.HelloRequest.info:type_name -> edgebox.v1.BoxInfo
 	8,  // 1: edgebox.v1.SyncUp.hello:type_name -> edgebox.v1.SyncHello
 	9,  // 2: edgebox.v1.SyncUp.ack:type_name -> edgebox.v1.SyncAck
 	10, // 3: edgebox.v1.SyncUp.status:type_name -> edgebox.v1.SyncStatus
-	16, // 4: edgebox.v1.SyncStatus.objects:type_name -> edgebox.v1.ObjectStatus
-	17, // 5: edgebox.v1.SyncStatus.events:type_name -> edgebox.v1.Event
+	18, // 4: edgebox.v1.SyncStatus.objects:type_name -> edgebox.v1.ObjectStatus
+	19, // 5: edgebox.v1.SyncStatus.events:type_name -> edgebox.v1.Event
 	11, // 6: edgebox.v1.SyncStatus.usb:type_name -> edgebox.v1.UsbDevice
-	18, // 7: edgebox.v1.SyncDown.objects:type_name -> edgebox.v1.DesiredObject
+	20, // 7: edgebox.v1.SyncDown.objects:type_name -> edgebox.v1.DesiredObject
 	1,  // 8: edgebox.v1.ConsoleService.Hello:input_type -> edgebox.v1.HelloRequest
 	3,  // 9: edgebox.v1.ConsoleService.Renew:input_type -> edgebox.v1.RenewRequest
 	5,  // 10: edgebox.v1.AgentService.Ping:input_type -> edgebox.v1.PingRequest
 	13, // 11: edgebox.v1.AgentService.Info:input_type -> edgebox.v1.InfoRequest
 	14, // 12: edgebox.v1.AgentService.Logs:input_type -> edgebox.v1.LogsRequest
-	2,  // 13: edgebox.v1.ConsoleService.Hello:output_type -> edgebox.v1.HelloResponse
-	4,  // 14: edgebox.v1.ConsoleService.Renew:output_type -> edgebox.v1.RenewResponse
-	6,  // 15: edgebox.v1.AgentService.Ping:output_type -> edgebox.v1.PingResponse
-	0,  // 16: edgebox.v1.AgentService.Info:output_type -> edgebox.v1.BoxInfo
-	15, // 17: edgebox.v1.AgentService.Logs:output_type -> edgebox.v1.LogsResponse
-	13, // [13:18] is the sub-list for method output_type
-	8,  // [8:13] is the sub-list for method input_type
+	16, // 13: edgebox.v1.AgentService.Wipe:input_type -> edgebox.v1.WipeRequest
+	2,  // 14: edgebox.v1.ConsoleService.Hello:output_type -> edgebox.v1.HelloResponse
+	4,  // 15: edgebox.v1.ConsoleService.Renew:output_type -> edgebox.v1.RenewResponse
+	6,  // 16: edgebox.v1.AgentService.Ping:output_type -> edgebox.v1.PingResponse
+	0,  // 17: edgebox.v1.AgentService.Info:output_type -> edgebox.v1.BoxInfo
+	15, // 18: edgebox.v1.AgentService.Logs:output_type -> edgebox.v1.LogsResponse
+	17, // 19: edgebox.v1.AgentService.Wipe:output_type -> edgebox.v1.WipeResponse
+	14, // [14:20] is the sub-list for method output_type
+	8,  // [8:14] is the sub-list for method input_type
 	8,  // [8:8] is the sub-list for extension type_name
 	8,  // [8:8] is the sub-list for extension extendee
 	0,  // [0:8] is the sub-list for field type_name
@@ -1245,7 +1376,7 @@ func file_edgebox_v1_edgebox_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_edgebox_v1_edgebox_proto_rawDesc), len(file_edgebox_v1_edgebox_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   16,
+			NumMessages:   18,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

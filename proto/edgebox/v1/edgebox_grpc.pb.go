@@ -173,6 +173,7 @@ const (
 	AgentService_Ping_FullMethodName = "/edgebox.v1.AgentService/Ping"
 	AgentService_Info_FullMethodName = "/edgebox.v1.AgentService/Info"
 	AgentService_Logs_FullMethodName = "/edgebox.v1.AgentService/Logs"
+	AgentService_Wipe_FullMethodName = "/edgebox.v1.AgentService/Wipe"
 )
 
 // AgentServiceClient is the client API for AgentService service.
@@ -185,6 +186,14 @@ type AgentServiceClient interface {
 	Info(ctx context.Context, in *InfoRequest, opts ...grpc.CallOption) (*BoxInfo, error)
 	// Logs returns the last lines a workload wrote.
 	Logs(ctx context.Context, in *LogsRequest, opts ...grpc.CallOption) (*LogsResponse, error)
+	// Wipe is the console's last word to a box it revokes: the box stops
+	// and removes every workload (which gives back the USB keys they held),
+	// erases its desired state and its identity (key, certificate, pinned
+	// CA), and stops for good; it needs a new enrollment to work again. The
+	// box answers once all of that is done, or with what could not be done.
+	// A box that is stopped part way finishes the wipe when it starts again,
+	// before anything else. Asking again while a wipe runs waits for it.
+	Wipe(ctx context.Context, in *WipeRequest, opts ...grpc.CallOption) (*WipeResponse, error)
 }
 
 type agentServiceClient struct {
@@ -225,6 +234,16 @@ func (c *agentServiceClient) Logs(ctx context.Context, in *LogsRequest, opts ...
 	return out, nil
 }
 
+func (c *agentServiceClient) Wipe(ctx context.Context, in *WipeRequest, opts ...grpc.CallOption) (*WipeResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(WipeResponse)
+	err := c.cc.Invoke(ctx, AgentService_Wipe_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // AgentServiceServer is the server API for AgentService service.
 // All implementations must embed UnimplementedAgentServiceServer
 // for forward compatibility.
@@ -235,6 +254,14 @@ type AgentServiceServer interface {
 	Info(context.Context, *InfoRequest) (*BoxInfo, error)
 	// Logs returns the last lines a workload wrote.
 	Logs(context.Context, *LogsRequest) (*LogsResponse, error)
+	// Wipe is the console's last word to a box it revokes: the box stops
+	// and removes every workload (which gives back the USB keys they held),
+	// erases its desired state and its identity (key, certificate, pinned
+	// CA), and stops for good; it needs a new enrollment to work again. The
+	// box answers once all of that is done, or with what could not be done.
+	// A box that is stopped part way finishes the wipe when it starts again,
+	// before anything else. Asking again while a wipe runs waits for it.
+	Wipe(context.Context, *WipeRequest) (*WipeResponse, error)
 	mustEmbedUnimplementedAgentServiceServer()
 }
 
@@ -253,6 +280,9 @@ func (UnimplementedAgentServiceServer) Info(context.Context, *InfoRequest) (*Box
 }
 func (UnimplementedAgentServiceServer) Logs(context.Context, *LogsRequest) (*LogsResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Logs not implemented")
+}
+func (UnimplementedAgentServiceServer) Wipe(context.Context, *WipeRequest) (*WipeResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Wipe not implemented")
 }
 func (UnimplementedAgentServiceServer) mustEmbedUnimplementedAgentServiceServer() {}
 func (UnimplementedAgentServiceServer) testEmbeddedByValue()                      {}
@@ -329,6 +359,24 @@ func _AgentService_Logs_Handler(srv interface{}, ctx context.Context, dec func(i
 	return interceptor(ctx, in, info, handler)
 }
 
+func _AgentService_Wipe_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(WipeRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AgentServiceServer).Wipe(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: AgentService_Wipe_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AgentServiceServer).Wipe(ctx, req.(*WipeRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // AgentService_ServiceDesc is the grpc.ServiceDesc for AgentService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -347,6 +395,10 @@ var AgentService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Logs",
 			Handler:    _AgentService_Logs_Handler,
+		},
+		{
+			MethodName: "Wipe",
+			Handler:    _AgentService_Wipe_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},
