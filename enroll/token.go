@@ -9,9 +9,11 @@ import (
 	"crypto/sha256"
 	"crypto/subtle"
 	"encoding/base64"
+	"encoding/binary"
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"hash/crc32"
 	"net/url"
 	"strings"
 )
@@ -19,6 +21,17 @@ import (
 // Token layout: "ebx1." + base64url(fields), where fields is a sequence of
 // (u8 type, u8 length, value). Unknown types are skipped, so fields can be
 // added without a new version.
+//
+// The last field is always the check: CRC-32C (big-endian) of "ebx1."
+// followed by every field byte before it. One character changed, dropped
+// or added anywhere in the text fails the check (a CRC finds every change
+// confined to 32 bits, and a base64 character is 6), so a mistyped token
+// is refused as mistyped instead of yielding a wrong URL or hash. Agents
+// from before the check skip it as an unknown field, so they still enroll
+// with new tokens. This parser requires it: tokens without one (made
+// before it) are refused as mistyped too. Accepting them would let every
+// typo in the check field's own header pass as an old token, and tokens
+// live at most 30 days and are made again with one command.
 const (
 	tokenPrefix   = "ebx1."
 	MaxTokenLen   = 600 // characters of token text
@@ -27,6 +40,8 @@ const (
 	fieldID       = 3
 	fieldSecret   = 4
 	fieldKeyPin   = 5 // SHA-256 of the console serving key's SubjectPublicKeyInfo
+	fieldCheck    = 6 // CRC-32C of the prefix and every field before it; last
+	checkLen      = 4
 	IDLen         = 9
 	SecretLen     = 24
 	maxURLLen     = 200
@@ -36,6 +51,22 @@ const (
 
 // ErrBadToken is wrapped by every token parsing error.
 var ErrBadToken = errors.New("enroll: not a valid enrollment token")
+
+// ErrMistyped is wrapped, with ErrBadToken, when the token's text fails
+// its check: a character was changed, lost or added on its way from the
+// console to the box.
+var ErrMistyped = errors.New("this token was mistyped")
+
+// castagnoli is the CRC-32C table of the token check.
+var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+
+// tokenText is the base64url alphabet the token's fields are written in:
+// strict, so a changed last character cannot hide in unused bits.
+var tokenText = base64.RawURLEncoding.Strict()
+
+func checkOf(fields []byte) uint32 {
+	return crc32.Update(crc32.Checksum([]byte(tokenPrefix), castagnoli), castagnoli, fields)
+}
 
 // Token is a parsed enrollment token.
 type Token struct {
@@ -60,7 +91,8 @@ func (t Token) String() string {
 	}
 	add(fieldID, t.ID)
 	add(fieldSecret, t.Secret)
-	return tokenPrefix + base64.RawURLEncoding.EncodeToString(b)
+	add(fieldCheck, binary.BigEndian.AppendUint32(nil, checkOf(b)))
+	return tokenPrefix + tokenText.EncodeToString(b)
 }
 
 // IDString is the token ID as shown to operators.
@@ -75,18 +107,22 @@ func (t Token) SecretMatches(h []byte) bool {
 	return subtle.ConstantTimeCompare(got[:], h) == 1
 }
 
-// ParseToken parses token text, accepting surrounding white space.
+// ParseToken parses token text, accepting surrounding white space. Text
+// that fails the check is refused with ErrMistyped (and ErrBadToken).
 func ParseToken(s string) (Token, error) {
 	s = strings.TrimSpace(s)
 	if len(s) > MaxTokenLen {
 		return Token{}, fmt.Errorf("%w: %d characters, at most %d", ErrBadToken, len(s), MaxTokenLen)
 	}
 	if !strings.HasPrefix(s, tokenPrefix) {
+		if mistypedPrefix(s) {
+			return Token{}, mistyped("its start should read " + tokenPrefix)
+		}
 		return Token{}, fmt.Errorf("%w: it should start with %q", ErrBadToken, tokenPrefix)
 	}
-	b, err := base64.RawURLEncoding.DecodeString(s[len(tokenPrefix):])
-	if err != nil {
-		return Token{}, fmt.Errorf("%w: it was cut or changed while copying (%v)", ErrBadToken, err)
+	b, ok := checked(s[len(tokenPrefix):])
+	if !ok {
+		return Token{}, mistyped("its checksum does not match")
 	}
 	var t Token
 	seen := map[byte]bool{}
@@ -123,6 +159,55 @@ func ParseToken(s string) (Token, error) {
 		return Token{}, err
 	}
 	return t, nil
+}
+
+func mistyped(why string) error {
+	return fmt.Errorf("%w: %w (%s): copy it again, whole, or create a new one with 'edgebox token create'", ErrBadToken, ErrMistyped, why)
+}
+
+// checked decodes the text after the prefix and returns its fields
+// without the check field, if the check field is last and matches.
+func checked(text string) ([]byte, bool) {
+	b, err := tokenText.DecodeString(text)
+	n := len(b) - 2 - checkLen
+	if err != nil || n < 0 || b[n] != fieldCheck || b[n+1] != checkLen {
+		return nil, false
+	}
+	return b[:n], binary.BigEndian.Uint32(b[n+2:]) == checkOf(b[:n])
+}
+
+// mistypedPrefix reports whether s is a token whose prefix had one
+// character changed, lost or added: the rest then passes the check, which
+// covers the right prefix. A token of another version (another prefix in
+// its check) does not.
+func mistypedPrefix(s string) bool {
+	for k := len(tokenPrefix) - 1; k <= len(tokenPrefix)+1 && k <= len(s); k++ {
+		if oneEditApart(s[:k], tokenPrefix) {
+			if _, ok := checked(s[k:]); ok {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// oneEditApart reports whether a becomes b by at most one substitution,
+// deletion or insertion of a byte.
+func oneEditApart(a, b string) bool {
+	if len(a) > len(b) {
+		a, b = b, a
+	}
+	if len(b)-len(a) > 1 {
+		return false
+	}
+	i := 0
+	for i < len(a) && a[i] == b[i] {
+		i++
+	}
+	if len(a) == len(b) {
+		return i == len(a) || a[i+1:] == b[i+1:]
+	}
+	return a[i:] == b[i+1:]
 }
 
 // Validate checks that every required field is present and sane.

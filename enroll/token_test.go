@@ -1,7 +1,11 @@
 package enroll
 
 import (
+	"crypto/rand"
 	"crypto/sha256"
+	"encoding/base64"
+	"encoding/binary"
+	"hash/crc32"
 	"errors"
 	"fmt"
 	"strings"
@@ -42,6 +46,17 @@ func TestTokenRoundTrip(t *testing.T) {
 	}
 }
 
+// unchecked encodes a token as consoles did before the check field: a
+// token of that shape is refused.
+func unchecked(t Token) string {
+	s := t.String()
+	b, err := tokenText.DecodeString(s[len(tokenPrefix):])
+	if err != nil {
+		panic(err)
+	}
+	return tokenPrefix + tokenText.EncodeToString(b[:len(b)-2-checkLen])
+}
+
 var badTokens = map[string]string{
 	"empty":         "",
 	"no prefix":     "abc",
@@ -49,6 +64,21 @@ var badTokens = map[string]string{
 	"not base64":    "ebx1.!!!",
 	"truncated":     sampleToken().String()[:40],
 	"too long":      "ebx1." + strings.Repeat("A", MaxTokenLen),
+	"no check":      unchecked(sampleToken()),
+	"check not last": func() string {
+		b, _ := tokenText.DecodeString(sampleToken().String()[len(tokenPrefix):])
+		b = append(b, fieldID+100, 0)
+		return tokenPrefix + tokenText.EncodeToString(b)
+	}(),
+	"padding bits": func() string {
+		// The same bytes, with bits set that base64 leaves unused.
+		s := sampleToken().String()
+		if len(s[len(tokenPrefix):])%4 == 0 {
+			panic("sample token has no spare bits")
+		}
+		i := strings.IndexByte(base64URLAlphabet, s[len(s)-1])
+		return s[:len(s)-1] + string(base64URLAlphabet[i|1])
+	}(),
 	"http url": func() string {
 		t := sampleToken()
 		t.ConsoleURL = "http://console:8443"
@@ -83,11 +113,99 @@ func TestParseTokenRejects(t *testing.T) {
 	}
 }
 
+const base64URLAlphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_"
+
+// realToken is a token as the console makes one: random ID and secret.
+func realToken(t testing.TB, url string, keyPin bool) string {
+	tok := Token{ConsoleURL: url, CAHash: sha256.Sum256([]byte(url)), ID: make([]byte, IDLen), Secret: make([]byte, SecretLen)}
+	if keyPin {
+		tok.KeyPin = sha256.Sum256([]byte("key of " + url))
+	}
+	rand.Read(tok.ID)
+	rand.Read(tok.Secret)
+	s := tok.String()
+	if _, err := ParseToken(s); err != nil {
+		t.Fatalf("a fresh token is refused: %v", err)
+	}
+	return s
+}
+
+// TestEverySingleTypoIsRefusedAsMistyped: every text one character away
+// from a real token (each character replaced by every other character of
+// the token's alphabet, each one dropped, any one added anywhere) is
+// refused with ErrMistyped, never taken for another token.
+func TestEverySingleTypoIsRefusedAsMistyped(t *testing.T) {
+	t.Parallel()
+	alphabet := base64URLAlphabet + "."
+	for _, c := range []struct {
+		name   string
+		url    string
+		keyPin bool
+	}{
+		{"with key pin", "https://console.example.com:8443", true},
+		{"without key pin", "https://10.1.2.3", false},
+		{"long name", "https://edgebox-console.east-region.customer-network.example.org:65535", true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			tok := realToken(t, c.url, c.keyPin)
+			tried := 0
+			try := func(what, typo string) {
+				t.Helper()
+				tried++
+				_, err := ParseToken(typo)
+				if !errors.Is(err, ErrMistyped) || !errors.Is(err, ErrBadToken) {
+					t.Fatalf("%s: %q: got %v, want the mistyped error", what, typo, err)
+				}
+			}
+			for i := range len(tok) {
+				for _, r := range alphabet {
+					if byte(r) != tok[i] {
+						try(fmt.Sprintf("character %d replaced by %q", i, r), tok[:i]+string(r)+tok[i+1:])
+					}
+				}
+				try(fmt.Sprintf("character %d dropped", i), tok[:i]+tok[i+1:])
+			}
+			for i := range len(tok) + 1 {
+				for _, r := range alphabet {
+					try(fmt.Sprintf("%q added at %d", r, i), tok[:i]+string(r)+tok[i:])
+				}
+			}
+			if want := len(tok)*(len(alphabet)-1) + len(tok) + (len(tok)+1)*len(alphabet); tried != want {
+				t.Fatalf("tried %d typos, want %d", tried, want)
+			}
+		})
+	}
+}
+
+// TestMistypedSaysSo: what the operator reads.
+func TestMistypedSaysSo(t *testing.T) {
+	t.Parallel()
+	tok := realToken(t, "https://console.example.com:8443", true)
+	_, err := ParseToken(tok[:20] + "Q" + tok[21:])
+	if err == nil || !strings.Contains(err.Error(), "this token was mistyped") || !strings.Contains(err.Error(), "edgebox token create") {
+		t.Fatalf("got %v", err)
+	}
+	// Another version, checked with its own prefix, is not "mistyped".
+	fields, ok := checked(tok[len(tokenPrefix):])
+	if !ok {
+		t.Fatal("a fresh token fails its check")
+	}
+	v9 := append(fields, fieldCheck, checkLen)
+	v9 = binary.BigEndian.AppendUint32(v9, crc32.Update(crc32.Checksum([]byte("ebx9."), castagnoli), castagnoli, fields))
+	if _, err := ParseToken("ebx9." + base64.RawURLEncoding.EncodeToString(v9)); errors.Is(err, ErrMistyped) || !errors.Is(err, ErrBadToken) {
+		t.Fatalf("a token of another version: %v", err)
+	}
+}
+
 func FuzzParseToken(f *testing.F) {
 	f.Add(sampleToken().String())
 	for _, s := range badTokens {
 		f.Add(s)
 	}
+	tok := sampleToken().String()
+	f.Add(tok[:30] + "x" + tok[31:])
+	f.Add(tok[:4] + tok[5:])
 	f.Fuzz(func(t *testing.T, s string) {
 		tok, err := ParseToken(s)
 		if err != nil {
