@@ -302,7 +302,7 @@ func statusCmd(out printer) *cobra.Command {
 			return out(cmd, s, func(w io.Writer) {
 				fmt.Fprintln(w, "BOX\tNAME\tONLINE\tDESIRED\tRUNNING\tPHASE\tHEALTH\tMESSAGE")
 				for _, b := range s.Boxes {
-					fmt.Fprintf(w, "%s\t%s\t%v\t%s\t%s\t%s\t%s\t%s\n", b.BoxID, b.BoxName, b.Online, dash(b.DesiredRelease),
+					fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", b.BoxID, b.BoxName, yesNo(b.Online), dash(b.DesiredRelease),
 						dash(b.RunningRelease), dash(b.Phase), dash(b.Health), b.Message)
 				}
 			})
