@@ -89,6 +89,9 @@ type Hooks struct {
 	// BeforeSendUp sees each batch of acks and status before it goes up,
 	// and may change it.
 	BeforeSendUp func(msgs []*edgeboxv1.SyncUp)
+	// WipeStep runs after each step of a wipe (WipeStepMarked, …); an
+	// error stops the wipe there, as a kill would.
+	WipeStep func(step string) error
 }
 
 // DefaultConfig returns the defaults for dir.
@@ -154,12 +157,25 @@ type Agent struct {
 	// received counts desired objects taken from the console, for tests
 	// and status.
 	received atomic.Int64
+	// wipe is the console's wipe of this box (wipe.go).
+	wipe wipeState
 }
 
 // New loads the box identity from cfg.DataDir; it starts nothing.
 func New(cfg Config, log *slog.Logger) (*Agent, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
+	}
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	// A wipe the console asked for comes before anything else.
+	if rec, err := pendingWipe(cfg.DataDir, log); err != nil {
+		return nil, err
+	} else if rec != nil {
+		a := &Agent{cfg: cfg, log: log.With("component", "agent", "box_id", rec.BoxID), wipe: newWipeState()}
+		a.wipe.pending = rec
+		return a, nil
 	}
 	creds, err := loadCredentials(cfg.DataDir)
 	if err != nil {
@@ -170,7 +186,7 @@ func New(cfg Config, log *slog.Logger) (*Agent, error) {
 		return nil, fmt.Errorf("agent: %s: %w", identityFile, err)
 	}
 	a := &Agent{cfg: cfg, log: log.With("component", "agent", "box_id", creds.BoxID), creds: creds,
-		connected: make(chan struct{}, 1), resync: make(chan struct{}, 1)}
+		connected: make(chan struct{}, 1), resync: make(chan struct{}, 1), wipe: newWipeState()}
 	a.cert.Store(&creds.cert)
 	tc, err := tunnel.NewClient(tunnel.ClientConfig{
 		Config: cfg.Tunnel, Addr: enroll.HostPort(u), Proxy: cfg.Proxy, Dial: cfg.Dial, Backoff: cfg.Backoff,
@@ -205,8 +221,14 @@ func New(cfg Config, log *slog.Logger) (*Agent, error) {
 	return a, nil
 }
 
-// Identity returns who this box is.
-func (a *Agent) Identity() Identity { return a.creds.Identity }
+// Identity returns who this box is; nobody for an agent that New found
+// part way through a wipe.
+func (a *Agent) Identity() Identity {
+	if a.creds == nil {
+		return Identity{}
+	}
+	return a.creds.Identity
+}
 
 // Tunnel returns the agent's tunnel client, for more stream kinds.
 func (a *Agent) Tunnel() *tunnel.Client { return a.tc }
@@ -224,12 +246,18 @@ func (a *Agent) setStatus(f func(*Status)) {
 	a.status.UpdatedAt = time.Now().UTC()
 	s := a.status
 	a.statusMu.Unlock()
+	if a.wipe.active.Load() {
+		return // a wiped box leaves nothing of itself
+	}
 	if err := writeJSON(filepath.Join(a.cfg.DataDir, statusFile), s); err != nil {
 		a.log.Warn("writing status", "err", err)
 	}
 }
 
 func (a *Agent) onSession(_ *tunnel.Session, up bool) {
+	if !up {
+		a.wipe.sessionDown()
+	}
 	if up {
 		for _, ch := range []chan struct{}{a.connected, a.resync} {
 			select {
@@ -246,13 +274,20 @@ func (a *Agent) onSession(_ *tunnel.Session, up bool) {
 	})
 }
 
-// Run connects to the console and serves until ctx ends.
+// Run connects to the console and serves until ctx ends, or until the
+// console wiped the box: then it returns a *WipedError (ErrWiped).
 func (a *Agent) Run(ctx context.Context) error {
+	if a.wipe.pending != nil {
+		return a.finishWipe(ctx)
+	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	// work is what changes the box; a wipe stops it first.
+	workCtx, stopWork := context.WithCancel(ctx)
+	defer stopWork()
 
 	rpc := grpc.NewServer(grpc.MaxRecvMsgSize(4<<20), grpc.ReadBufferSize(0), grpc.SharedWriteBuffer(true))
-	edgeboxv1.RegisterAgentServiceServer(rpc, &agentService{version: a.cfg.Version, drivers: a.cfg.Drivers})
+	edgeboxv1.RegisterAgentServiceServer(rpc, &agentService{version: a.cfg.Version, drivers: a.cfg.Drivers, wipe: a.askWipe})
 	console, err := grpc.NewClient("passthrough:///console",
 		grpc.WithTransportCredentials(insecure.NewCredentials()),     // the tunnel is the mTLS
 		grpc.WithReadBufferSize(0), grpc.WithSharedWriteBuffer(true), // tunnel streams are buffered
@@ -269,29 +304,44 @@ func (a *Agent) Run(ctx context.Context) error {
 	client := edgeboxv1.NewConsoleServiceClient(console)
 
 	a.setStatus(func(*Status) {})
-	var wg sync.WaitGroup
-	run := func(f func()) { wg.Add(1); go func() { defer wg.Done(); f() }() }
+	var wg, work sync.WaitGroup
+	run := func(wg *sync.WaitGroup, f func()) { wg.Add(1); go func() { defer wg.Done(); f() }() }
 	// Workloads come back from the local store first, whether or not the
 	// console can be reached.
-	run(func() { a.reconciler.Run(ctx) })
+	run(&work, func() { a.reconciler.Run(workCtx) })
 	if a.cfg.USB != nil {
 		poll := a.cfg.USBPoll
 		if poll <= 0 {
 			poll = 500 * time.Millisecond
 		}
-		run(func() { a.watchUSB(ctx, a.cfg.USB, poll) })
+		run(&work, func() { a.watchUSB(workCtx, a.cfg.USB, poll) })
 	}
-	run(func() { a.tc.Run(ctx) })
-	run(func() { rpc.Serve(a.tc.Listen(tunnel.KindRPC)) })
-	run(func() { a.helloLoop(ctx, client) })
-	run(func() { a.renewLoop(ctx, client) })
-	run(func() { a.syncLoop(ctx) })
+	run(&wg, func() { a.tc.Run(ctx) })
+	run(&wg, func() { rpc.Serve(a.tc.Listen(tunnel.KindRPC)) })
+	run(&work, func() { a.helloLoop(workCtx, client) })
+	run(&work, func() { a.renewLoop(workCtx, client) })
+	run(&work, func() { a.syncLoop(workCtx) })
+	run(&wg, func() { a.wipeLoop(ctx, func() { stopWork(); work.Wait() }) })
 	a.log.Info("agent running", "console", a.creds.ConsoleURL, "name", a.creds.Name)
-	<-ctx.Done()
+	wiped := false
+	select {
+	case <-ctx.Done():
+	case <-a.wipe.done:
+		wiped = true
+		a.afterWipe(ctx)
+		cancel()
+	}
 	rpc.Stop()
+	stopWork()
+	work.Wait()
 	wg.Wait()
 	a.setStatus(func(s *Status) { s.Connected = false })
 	a.local.Close()
+	if wiped {
+		err := a.wipeErr()
+		a.log.Warn("agent stopped: wiped", "err", err)
+		return err
+	}
 	a.log.Info("agent stopped")
 	return nil
 }
@@ -407,7 +457,7 @@ func ReadStatus(dir string) (Status, error) {
 	raw, err := os.ReadFile(filepath.Join(dir, statusFile))
 	if errors.Is(err, os.ErrNotExist) {
 		if _, ierr := os.Stat(filepath.Join(dir, identityFile)); ierr != nil {
-			return s, ErrNotEnrolled
+			return s, wipedStatus(dir)
 		}
 		return s, errors.New("the agent has not run yet; start it with 'edgebox-agent run'")
 	} else if err != nil {
@@ -420,6 +470,7 @@ type agentService struct {
 	edgeboxv1.UnimplementedAgentServiceServer
 	version string
 	drivers []runtime.Driver
+	wipe    func(ctx context.Context, reason string) (*edgeboxv1.WipeResponse, error)
 }
 
 func (s *agentService) Ping(ctx context.Context, r *edgeboxv1.PingRequest) (*edgeboxv1.PingResponse, error) {
