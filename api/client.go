@@ -54,6 +54,10 @@ type StatusError struct {
 func (e *StatusError) Error() string { return e.Message }
 
 func (c *Client) do(ctx context.Context, method, path string, in, out any) error {
+	return c.doWith(ctx, c.http, method, path, in, out)
+}
+
+func (c *Client) doWith(ctx context.Context, hc *http.Client, method, path string, in, out any) error {
 	var body io.Reader
 	if in != nil {
 		b, err := json.Marshal(in)
@@ -70,7 +74,7 @@ func (c *Client) do(ctx context.Context, method, path string, in, out any) error
 		req.Header.Set("Content-Type", "application/json")
 	}
 	req.Header.Set("Authorization", "Bearer "+c.token)
-	resp, err := c.http.Do(req)
+	resp, err := hc.Do(req)
 	if err != nil {
 		return fmt.Errorf("cannot reach the console at %s: %w", c.base, err)
 	}
@@ -127,6 +131,30 @@ func (c *Client) Approve(ctx context.Context, id string) (Box, error) {
 func (c *Client) Revoke(ctx context.Context, id string) (Box, error) {
 	var b Box
 	err := c.do(ctx, http.MethodPost, "/api/v1/boxes/"+url.PathEscape(id)+"/revoke", nil, &b)
+	return b, err
+}
+
+// RevokeWith revokes a box as Revoke does; with r.Wipe, the box is first
+// told to wipe itself, and the call waits up to r.WipeTimeout for its
+// answer, which the returned box's Wipe records.
+func (c *Client) RevokeWith(ctx context.Context, id string, r RevokeRequest) (Box, error) {
+	var b Box
+	hc := c.http
+	if r.Wipe {
+		wait := 30 * time.Second
+		if r.WipeTimeout != "" {
+			d, err := time.ParseDuration(r.WipeTimeout)
+			if err != nil {
+				return b, fmt.Errorf("wipe timeout %q: %v", r.WipeTimeout, err)
+			}
+			wait = d
+		}
+		// The console answers once the box did, or the wait ran out.
+		long := *c.http
+		long.Timeout = max(long.Timeout, wait+30*time.Second)
+		hc = &long
+	}
+	err := c.doWith(ctx, hc, http.MethodPost, "/api/v1/boxes/"+url.PathEscape(id)+"/revoke", r, &b)
 	return b, err
 }
 

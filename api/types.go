@@ -35,6 +35,36 @@ type Box struct {
 	MemoryBytes  uint64            `json:"memory_bytes,omitempty"`
 	EnrolledAt   time.Time         `json:"enrolled_at"`
 	CertNotAfter time.Time         `json:"cert_not_after"`
+	// Wipe is set for a box revoked with a wipe.
+	Wipe *BoxWipe `json:"wipe,omitempty"`
+}
+
+// RevokeRequest is the optional body of POST /api/v1/boxes/{id}/revoke.
+type RevokeRequest struct {
+	// Wipe: before its session is dropped, the box is told to stop and
+	// remove its workloads, give back the USB keys they held, and erase
+	// its desired state and its identity. The box is revoked at once
+	// whatever it answers; its record says whether it confirmed.
+	Wipe bool `json:"wipe,omitempty"`
+	// WipeTimeout is how long to wait for the box's answer: a Go duration
+	// from "1s" to "10m"; default "30s".
+	WipeTimeout string `json:"wipe_timeout,omitempty"`
+}
+
+// BoxWipe is what became of a box's wipe.
+type BoxWipe struct {
+	AskedAt time.Time `json:"asked_at"`
+	AskedBy string    `json:"asked_by"`
+	// Confirmed: the box answered that everything is erased.
+	Confirmed bool `json:"confirmed"`
+	// Result is "wiped", "asked" (no answer yet), or "not confirmed: …"
+	// with the reason: "box offline", "timed out after 30s", what the box
+	// could not do.
+	Result           string     `json:"result"`
+	AnsweredAt       *time.Time `json:"answered_at,omitempty"`
+	WorkloadsRemoved []string   `json:"workloads_removed,omitempty"`
+	KeysReleased     []string   `json:"keys_released,omitempty"`
+	Problems         []string   `json:"problems,omitempty"`
 }
 
 // BoxList is the answer to GET /api/v1/boxes.

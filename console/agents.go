@@ -2,6 +2,7 @@ package console
 
 import (
 	"context"
+	"fmt"
 	"net"
 
 	"google.golang.org/grpc"
@@ -57,4 +58,31 @@ func (a agents) Logs(ctx context.Context, box, workload string, tail uint32) (*e
 		return nil, errdefs.Invalid("box %s: %s", box, status.Convert(err).Message())
 	}
 	return nil, errdefs.Unavailable("box %s: %s", box, status.Convert(err).Message())
+}
+
+// Wipe asks a box's agent to wipe itself and waits for its answer until
+// ctx ends. Without an answer, the error says why in a few words, for the
+// box's record: the box is offline, its agent predates wiping, the wait
+// ran out (context.DeadlineExceeded), or what went wrong.
+func (a agents) Wipe(ctx context.Context, box, reason string) (*edgeboxv1.WipeResponse, error) {
+	if _, ok := a.c.tunnel.Session(box); !ok {
+		return nil, errdefs.Unavailable("box offline")
+	}
+	conn, err := a.c.AgentConn(box)
+	if err != nil {
+		return nil, err
+	}
+	defer conn.Close()
+	resp, err := edgeboxv1.NewAgentServiceClient(conn).Wipe(ctx, &edgeboxv1.WipeRequest{Reason: reason})
+	switch code := status.Code(err); {
+	case code == codes.OK:
+		return resp, nil
+	case code == codes.DeadlineExceeded || ctx.Err() != nil:
+		return nil, fmt.Errorf("%w: %s", context.DeadlineExceeded, status.Convert(err).Message())
+	case code == codes.Unimplemented:
+		return nil, errdefs.Unavailable("the box's agent is too old to wipe itself")
+	case code == codes.Unavailable:
+		return nil, errdefs.Unavailable("box unreachable: %s", status.Convert(err).Message())
+	}
+	return nil, errdefs.Unavailable("error: %s", status.Convert(err).Message())
 }

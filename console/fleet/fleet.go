@@ -59,6 +59,8 @@ type Box struct {
 	TokenID      string            `json:"token_id,omitempty"`
 	CertNotAfter time.Time         `json:"cert_not_after"`
 	LastSeen     time.Time         `json:"last_seen,omitzero"`
+	// Wipe is set when the box was revoked with a wipe (wipe.go).
+	Wipe *Wipe `json:"wipe,omitempty"`
 }
 
 // EnrollToken is the console's record of an enrollment token. The secret

@@ -20,6 +20,10 @@ import (
 type Agents interface {
 	// Logs asks a box for the end of a workload's output.
 	Logs(ctx context.Context, box, workload string, tail uint32) (*edgeboxv1.LogsResponse, error)
+	// Wipe asks a box to wipe itself (AgentService.Wipe) and waits for its
+	// answer until ctx ends. Without an answer, the error says why in a
+	// few words ("box offline", …), or is context.DeadlineExceeded.
+	Wipe(ctx context.Context, box, reason string) (*edgeboxv1.WipeResponse, error)
 }
 
 func (s *server) audit(c *gin.Context, action, target, detail string) {

@@ -234,7 +234,7 @@ func (s *server) view(b fleet.Box) api.Box {
 	v := api.Box{ID: b.ID, Name: b.Name, TenantID: b.TenantID, Region: b.Region, Site: b.Site, Labels: b.Labels,
 		State: string(b.State), Online: p.Online, Hostname: b.Hostname, OS: b.OS, Arch: b.Arch,
 		OSVersion: b.OSVersion, AgentVersion: b.AgentVersion, Capability: b.Capability, CPUs: b.CPUs,
-		MemoryBytes: b.MemoryBytes, EnrolledAt: b.EnrolledAt, CertNotAfter: b.CertNotAfter}
+		MemoryBytes: b.MemoryBytes, EnrolledAt: b.EnrolledAt, CertNotAfter: b.CertNotAfter, Wipe: wipeView(b.Wipe)}
 	if p.Online {
 		v.RTTMillis = float64(p.RTT.Microseconds()) / 1000
 		at := p.ConnectedAt.UTC()
@@ -350,11 +350,24 @@ func (s *server) approveBox(c *gin.Context) {
 }
 
 func (s *server) revokeBox(c *gin.Context) {
+	var req api.RevokeRequest
+	if c.Request.ContentLength != 0 && !bindJSON(c, &req) {
+		return
+	}
+	timeout, err := wipeTimeout(req.WipeTimeout)
+	if err != nil {
+		fail(c, err)
+		return
+	}
 	b, ok := s.findBox(c)
 	if !ok {
 		return
 	}
-	b, err := s.Fleet.Revoke(caller(c), b.ID)
+	if req.Wipe {
+		s.revokeAndWipe(c, b, timeout)
+		return
+	}
+	b, err = s.Fleet.Revoke(caller(c), b.ID)
 	if err != nil {
 		s.fail(c, err)
 		return
