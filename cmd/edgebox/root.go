@@ -266,9 +266,7 @@ func boxesCmd(out printer) *cobra.Command {
 	approve := one("approve BOX", "Let a box out of the waiting room", func(cl *api.Client, cmd *cobra.Command, a []string) (api.Box, error) {
 		return cl.Approve(cmd.Context(), a[0])
 	})
-	revoke := one("revoke BOX", "Refuse a box from now on and drop its session", func(cl *api.Client, cmd *cobra.Command, a []string) (api.Box, error) {
-		return cl.Revoke(cmd.Context(), a[0])
-	})
+	revoke := revokeCmd(out, table)
 	c.AddCommand(ls, get, label, approve, revoke, stateCmd(out), desiredCmd())
 	return c
 }
