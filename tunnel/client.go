@@ -24,15 +24,25 @@ type ClientConfig struct {
 	// certificate (Certificates or GetClientCertificate). Dial adds the
 	// tunnel ALPN, TLS 1.3 and a session cache for resumption.
 	TLS *tls.Config
-	// Proxy picks an HTTP CONNECT proxy; nil reads HTTPS_PROXY and
-	// NO_PROXY from the environment.
+	// Proxy picks an HTTP CONNECT proxy; nil reads HTTPS_PROXY (or
+	// https_proxy) and NO_PROXY from the environment.
 	Proxy ProxyFunc
+	// ProxySource names the setting Proxy comes from, for errors that ask
+	// the operator to correct it (a proxy refusing its credentials), e.g.
+	// `the "proxy" setting in /var/lib/edgebox/agent.json`. With a nil
+	// Proxy it is the environment variable that was read.
+	ProxySource string
 	// Dial opens TCP connections; nil uses net.Dialer. Tests put a
 	// toxiproxy or a fault injector here.
 	Dial func(ctx context.Context, network, addr string) (net.Conn, error)
-	// Backoff between failed dials; zero uses 1 s to 60 s. The attempt
-	// counter resets only after a session stayed up longer than Max.
+	// Backoff between failed dials; zero uses 1 s to 60 s. A session
+	// that was healthy, or that the console ended with a goodbye, resets
+	// it (see redial).
 	Backoff Backoff
+	// Rejoin is the window the box redials within after the console said
+	// goodbye or a healthy session broke: a uniform wait in [0, Rejoin].
+	// Zero uses DefaultRejoin, or Backoff.Max when that is shorter.
+	Rejoin time.Duration
 	// Name is this side's identity in stream addresses; "box" if empty.
 	Name string
 	// Renew says when a session that carried bulk data is replaced; the
@@ -53,6 +63,9 @@ func (c ClientConfig) Validate() error {
 	}
 	if c.Backoff.Min < 0 || c.Backoff.Max < c.Backoff.Min {
 		return errors.New("tunnel: Backoff.Max must be at least Backoff.Min")
+	}
+	if c.Rejoin < 0 || c.Rejoin > c.Backoff.Max {
+		return errors.New("tunnel: Rejoin must be between 0 and Backoff.Max")
 	}
 	if c.Renew.After < 0 || (c.Renew.After > 0 && c.Renew.Idle <= 0) {
 		return errors.New("tunnel: Renew.After must not be negative, and Renew.Idle must be positive when it is set")
@@ -81,7 +94,10 @@ type Client struct {
 // NewClient validates cfg; it starts nothing.
 func NewClient(cfg ClientConfig, log *slog.Logger) (*Client, error) {
 	if cfg.Backoff.Min == 0 && cfg.Backoff.Max == 0 {
-		cfg.Backoff = Backoff{Min: time.Second, Max: time.Minute}
+		cfg.Backoff = Backoff{Min: time.Second, Max: time.Minute, Rand: cfg.Backoff.Rand}
+	}
+	if cfg.Rejoin == 0 {
+		cfg.Rejoin = min(DefaultRejoin, cfg.Backoff.Max)
 	}
 	if err := cfg.Validate(); err != nil {
 		return nil, err
@@ -92,6 +108,7 @@ func NewClient(cfg ClientConfig, log *slog.Logger) (*Client, error) {
 	if cfg.Proxy == nil {
 		env := httpproxy.FromEnvironment().ProxyFunc()
 		cfg.Proxy = func(u *url.URL) (*url.URL, error) { return env(u) }
+		cfg.ProxySource = envProxySource()
 	}
 	if cfg.Dial == nil {
 		d := &net.Dialer{Timeout: 30 * time.Second, KeepAlive: 30 * time.Second}
@@ -159,19 +176,19 @@ func (c *Client) Open(ctx context.Context, kind Kind, meta map[string]string) (n
 // returns only then, after closing every listener.
 func (c *Client) Run(ctx context.Context) error {
 	defer c.routes.closeAll()
-	attempt := 0
+	r := redial{backoff: c.cfg.Backoff, rejoin: c.cfg.Rejoin}
 	for {
-		started := time.Now()
-		err := c.runOnce(ctx)
+		e, err := c.runOnce(ctx)
 		if ctx.Err() != nil {
 			return nil
 		}
-		if time.Since(started) > c.cfg.Backoff.Max {
-			attempt = 0
+		wait, why := r.next(e)
+		level := slog.LevelWarn
+		if e.goAway {
+			level = slog.LevelInfo
 		}
-		wait := c.cfg.Backoff.Delay(attempt)
-		attempt++
-		c.log.Warn("tunnel down, redialling", "err", err, "in", wait.Round(time.Millisecond), "attempt", attempt)
+		c.log.Log(ctx, level, "tunnel down, redialling", "err", err, "why", why,
+			"in", wait.Round(time.Millisecond), "failures", r.fails)
 		t := time.NewTimer(wait)
 		select {
 		case <-ctx.Done():
@@ -183,12 +200,13 @@ func (c *Client) Run(ctx context.Context) error {
 }
 
 // runOnce dials and serves one session until it ends; a renewal replaces
-// it with a new one on the way.
-func (c *Client) runOnce(ctx context.Context) error {
+// it with a new one on the way. It says how the link ended, and why.
+func (c *Client) runOnce(ctx context.Context) (ending, error) {
 	sess, err := c.connect(ctx, false)
 	if err != nil {
-		return err
+		return ending{}, err
 	}
+	started, healthy := sess.Started(), false
 	c.mu.Lock()
 	c.current = sess
 	close(c.ready)
@@ -205,11 +223,12 @@ func (c *Client) runOnce(ctx context.Context) error {
 			ended = true
 		case <-sess.renewDue:
 			if next := c.renew(ctx, sess); next != nil {
+				healthy = healthy || sess.healthy.Load()
 				sess = next
 			}
 		}
 	}
-	sess.Close()
+	sess.Close() // waits for the stream handlers: a goodbye is recorded
 
 	c.mu.Lock()
 	c.current = nil
@@ -218,7 +237,12 @@ func (c *Client) runOnce(ctx context.Context) error {
 	if c.OnSession != nil {
 		c.OnSession(sess, false)
 	}
-	return errors.New("session ended")
+	e := ending{up: true, lasted: time.Since(started), healthy: healthy || sess.healthy.Load()}
+	if reason, ok := sess.GoneAway(); ok {
+		e.goAway = true
+		return e, fmt.Errorf("session ended: the console said goodbye (%s)", reason)
+	}
+	return e, errors.New("session ended")
 }
 
 // renew dials a session to take old's place and returns it, or nil when
@@ -259,6 +283,7 @@ func (c *Client) connect(ctx context.Context, fresh bool) (*Session, error) {
 	sess := newSession(ys, c.cfg.Name, "console", c.cfg.Config, &c.routes, c.log, nil)
 	sess.renewal = c.cfg.Renew
 	sess.renewDue = make(chan struct{}, 1)
+	sess.hearsGoodbye = true
 	sess.onEnd = func() { conn.Close() }
 	sess.start()
 	c.log.Info("tunnel up", "addr", c.cfg.Addr, "resumed", conn.ConnectionState().DidResume)
@@ -276,7 +301,7 @@ func (c *Client) dial(ctx context.Context, fresh bool) (*tls.Conn, error) {
 	}
 	var raw net.Conn
 	if proxy != nil {
-		raw, err = dialProxy(ctx, c.cfg.Dial, proxy, c.cfg.Addr)
+		raw, err = dialProxy(ctx, c.cfg.Dial, proxy, c.cfg.ProxySource, c.cfg.Addr)
 	} else {
 		raw, err = c.cfg.Dial(ctx, "tcp", c.cfg.Addr)
 	}

@@ -4,10 +4,12 @@ import (
 	"bufio"
 	"context"
 	"encoding/base64"
+	"errors"
 	"fmt"
 	"net"
 	"net/http"
 	"net/url"
+	"os"
 	"time"
 )
 
@@ -18,9 +20,25 @@ type ProxyFunc func(*url.URL) (*url.URL, error)
 // maxProxyResponse bounds the proxy's answer to CONNECT.
 const maxProxyResponse = 16 << 10
 
+// ErrProxyAuth is wrapped by the error of a dial whose proxy answered 407:
+// it wants credentials it was not given, or refused the ones it got.
+var ErrProxyAuth = errors.New("proxy authentication failed")
+
+// envProxySource names the environment variable the default proxy comes
+// from, in the order httpproxy.FromEnvironment reads them.
+func envProxySource() string {
+	for _, name := range []string{"https_proxy", "HTTPS_PROXY"} {
+		if os.Getenv(name) != "" {
+			return "the " + name + " environment variable"
+		}
+	}
+	return "the HTTPS_PROXY environment variable"
+}
+
 // dialProxy opens a TCP connection to addr through an HTTP proxy with
-// CONNECT, using basic auth when the proxy URL has a user.
-func dialProxy(ctx context.Context, dial func(ctx context.Context, network, addr string) (net.Conn, error), proxy *url.URL, addr string) (net.Conn, error) {
+// CONNECT, using basic auth when the proxy URL has a user. source names the
+// setting the proxy URL came from, for the operator to correct.
+func dialProxy(ctx context.Context, dial func(ctx context.Context, network, addr string) (net.Conn, error), proxy *url.URL, source, addr string) (net.Conn, error) {
 	if proxy.Scheme != "http" && proxy.Scheme != "" {
 		return nil, fmt.Errorf("tunnel: proxy %s: only http:// proxies are supported", proxy.Redacted())
 	}
@@ -65,7 +83,7 @@ func dialProxy(ctx context.Context, dial func(ctx context.Context, network, addr
 	if resp.StatusCode != http.StatusOK {
 		c.Close()
 		if resp.StatusCode == http.StatusProxyAuthRequired {
-			return nil, fmt.Errorf("tunnel: proxy %s wants credentials (%s); put user:password in HTTPS_PROXY", proxy.Redacted(), resp.Status)
+			return nil, proxyAuthError(proxy, source, resp.Status)
 		}
 		return nil, fmt.Errorf("tunnel: proxy %s refused CONNECT %s: %s", proxy.Redacted(), addr, resp.Status)
 	}
@@ -93,4 +111,18 @@ func (l *limitedReader) Read(b []byte) (int, error) {
 	n, err := l.c.Read(b)
 	l.n -= n
 	return n, err
+}
+
+// proxyAuthError says what the operator must correct when a proxy answers
+// 407, naming the setting the proxy came from.
+func proxyAuthError(proxy *url.URL, source, status string) error {
+	if source == "" {
+		source = "the proxy setting"
+	}
+	if proxy.User == nil {
+		return fmt.Errorf("tunnel: proxy %s wants a user and password (%s): %w; add them to %s, as in http://user:password@%s",
+			proxy.Redacted(), status, ErrProxyAuth, source, proxy.Host)
+	}
+	return fmt.Errorf("tunnel: proxy %s refused user %q (%s): %w; correct the user and password in %s",
+		proxy.Redacted(), proxy.User.Username(), status, ErrProxyAuth, source)
 }

@@ -187,8 +187,10 @@ func (s *Server) Drop(boxID string) bool {
 	return ok
 }
 
-// Close drops every session, closes every listener and waits for every
-// session to end.
+// Close tells every box that the console is going away (so it comes back
+// within its rejoin window, not after its grown backoff; see kindGoAway),
+// then drops every session, closes every listener and waits for every
+// session to end. The goodbyes take at most two seconds.
 func (s *Server) Close() error {
 	s.mu.Lock()
 	s.closed = true
@@ -197,6 +199,7 @@ func (s *Server) Close() error {
 		all = append(all, sess)
 	}
 	s.mu.Unlock()
+	sayGoodbyes(all, s.log)
 	for _, sess := range all {
 		sess.Close()
 	}

@@ -147,6 +147,14 @@ type Session struct {
 
 	rtt      atomic.Int64 // last ping round trip in ns
 	lastTrip atomic.Int64 // unix ns of the last successful round trip
+	// healthy is set once a round trip succeeded after the handshake: a
+	// ping was answered, or a stream we opened was accepted.
+	healthy atomic.Bool
+	// goAway holds the far side's goodbye (its reason) once it said it is
+	// going away; see Server.Close.
+	goAway atomic.Pointer[string]
+	// hearsGoodbye is set on the box side, the only one told goodbye.
+	hearsGoodbye bool
 
 	// What renewal goes by (client side; see Renewal).
 	renewal  Renewal
@@ -248,6 +256,7 @@ func (s *Session) Ping() (time.Duration, error) {
 	}
 	s.rtt.Store(int64(rtt))
 	s.lastTrip.Store(time.Now().UnixNano())
+	s.healthy.Store(true)
 	s.metrics.observeRTT(rtt)
 	return rtt, nil
 }
@@ -334,6 +343,10 @@ func (s *Session) handleStream(st *yamux.Stream) {
 		return
 	}
 	st.SetReadDeadline(time.Time{})
+	if h.Kind == kindGoAway && s.hearsGoodbye {
+		s.heardGoodbye(st, h)
+		return
+	}
 	c := s.newConn(st, h)
 	l := s.routes.listener(h.Kind)
 	if l == nil {
@@ -414,6 +427,7 @@ func (s *Session) Open(ctx context.Context, kind Kind, meta map[string]string) (
 		return nil, fmt.Errorf("tunnel: open %s stream to %s: %w", kind, s.peer, err)
 	}
 	st.SetDeadline(time.Time{})
+	s.healthy.Store(true)
 	s.metrics.streamOpened(kind, "out")
 	return s.newConn(st, Header{Kind: kind, Meta: meta}), nil
 }

@@ -242,17 +242,6 @@ func TestThroughConnectProxyWithBasicAuth(t *testing.T) {
 	}
 }
 
-func TestProxyWrongPasswordSaysSo(t *testing.T) {
-	t.Parallel()
-	paddr, _ := connectProxy(t, "edge", "s3cret")
-	u, _ := url.Parse("http://edge:wrong@" + paddr)
-	var d net.Dialer
-	_, err := dialProxy(context.Background(), d.DialContext, u, "127.0.0.1:1")
-	if err == nil || !strings.Contains(err.Error(), "wants credentials") {
-		t.Fatalf("got %v, want an error about proxy credentials", err)
-	}
-}
-
 func TestReconnectAfterConsoleRestart(t *testing.T) {
 	t.Parallel()
 	p := newTestPKI(t)

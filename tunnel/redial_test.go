@@ -1,0 +1,135 @@
+package tunnel
+
+import (
+	"crypto/tls"
+	"fmt"
+	"testing"
+	"time"
+)
+
+// The endings the redial decision sees.
+var (
+	dialFailed = ending{}
+	goodbye    = ending{up: true, lasted: 10 * time.Second, healthy: true, goAway: true}
+	brokeShort = ending{up: true, lasted: 10 * time.Second, healthy: true}
+	shed       = ending{up: true, lasted: 100 * time.Millisecond}
+	longLife   = ending{up: true, lasted: 2 * time.Hour, healthy: true}
+	longQuiet  = ending{up: true, lasted: 61 * time.Second} // no round trip seen, but long
+)
+
+func TestRedialDecision(t *testing.T) {
+	t.Parallel()
+	s := time.Second
+	tests := []struct {
+		name  string
+		seq   []ending
+		ceils []time.Duration // the window each wait is drawn from
+	}{
+		{"failed dials back off from 1 s, doubling, to 60 s",
+			[]ending{dialFailed, dialFailed, dialFailed, dialFailed, dialFailed, dialFailed, dialFailed, dialFailed},
+			[]time.Duration{1 * s, 2 * s, 4 * s, 8 * s, 16 * s, 32 * s, 60 * s, 60 * s}},
+		{"a goodbye forgets the failures before it",
+			[]ending{dialFailed, dialFailed, dialFailed, dialFailed, dialFailed, goodbye, dialFailed, dialFailed},
+			[]time.Duration{1 * s, 2 * s, 4 * s, 8 * s, 16 * s, 5 * s, 1 * s, 2 * s}},
+		{"a healthy short session forgets the failures before it",
+			[]ending{dialFailed, dialFailed, dialFailed, dialFailed, dialFailed, dialFailed, brokeShort, dialFailed},
+			[]time.Duration{1 * s, 2 * s, 4 * s, 8 * s, 16 * s, 32 * s, 5 * s, 1 * s}},
+		{"three console restarts close together, each with a goodbye",
+			[]ending{goodbye, dialFailed, goodbye, dialFailed, dialFailed, goodbye, dialFailed},
+			[]time.Duration{5 * s, 1 * s, 5 * s, 1 * s, 2 * s, 5 * s, 1 * s}},
+		{"three console crashes close together (no goodbye) after healthy sessions",
+			[]ending{brokeShort, dialFailed, dialFailed, brokeShort, dialFailed, brokeShort, dialFailed},
+			[]time.Duration{5 * s, 1 * s, 2 * s, 5 * s, 1 * s, 5 * s, 1 * s}},
+		{"sessions shed before any round trip still back off",
+			[]ending{dialFailed, shed, shed, shed, dialFailed, shed},
+			[]time.Duration{1 * s, 2 * s, 4 * s, 8 * s, 16 * s, 32 * s}},
+		{"flapping sessions back off after three quick redials",
+			[]ending{brokeShort, brokeShort, brokeShort, brokeShort, brokeShort, brokeShort, brokeShort, brokeShort},
+			[]time.Duration{5 * s, 5 * s, 5 * s, 10 * s, 20 * s, 40 * s, 60 * s, 60 * s}},
+		{"a long session ends the flapping",
+			[]ending{brokeShort, brokeShort, brokeShort, brokeShort, longLife, brokeShort},
+			[]time.Duration{5 * s, 5 * s, 5 * s, 10 * s, 5 * s, 5 * s}},
+		{"a goodbye ends the flapping",
+			[]ending{brokeShort, brokeShort, brokeShort, brokeShort, brokeShort, goodbye, brokeShort},
+			[]time.Duration{5 * s, 5 * s, 5 * s, 10 * s, 20 * s, 5 * s, 5 * s}},
+		{"a session longer than Backoff.Max counts as a working console",
+			[]ending{dialFailed, dialFailed, dialFailed, dialFailed, longQuiet, dialFailed},
+			[]time.Duration{1 * s, 2 * s, 4 * s, 8 * s, 5 * s, 1 * s}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			var asked int64
+			r := redial{
+				backoff: Backoff{Min: time.Second, Max: time.Minute, Rand: func(n int64) int64 { asked = n; return n - 1 }},
+				rejoin:  DefaultRejoin,
+			}
+			for i, e := range tt.seq {
+				wait, why := r.next(e)
+				// Full jitter: the wait is drawn uniformly from [0, ceil].
+				if got := time.Duration(asked - 1); got != tt.ceils[i] || wait != tt.ceils[i] {
+					t.Fatalf("step %d (%+v, %s): window [0, %v], want [0, %v]", i, e, why, got, tt.ceils[i])
+				}
+			}
+		})
+	}
+}
+
+// TestRedialSpreadsAFleet checks the waits really are spread over their
+// window: 1,000 boxes told goodbye at once come back over the whole rejoin
+// window, not in one instant.
+func TestRedialSpreadsAFleet(t *testing.T) {
+	t.Parallel()
+	const boxes = 1000
+	buckets := make([]int, 5) // one a second of the 5 s window
+	for range boxes {
+		r := redial{backoff: Backoff{Min: time.Second, Max: time.Minute}, rejoin: DefaultRejoin}
+		wait, _ := r.next(goodbye)
+		if wait < 0 || wait > DefaultRejoin {
+			t.Fatalf("wait %v outside [0, %v]", wait, DefaultRejoin)
+		}
+		buckets[min(int(wait/time.Second), len(buckets)-1)]++
+	}
+	for i, n := range buckets {
+		// 200 expected in each; below 100 would be a chance of about 1e-14.
+		if n < 100 {
+			t.Errorf("second %d of the window got %d of %d boxes: %v", i, n, boxes, buckets)
+		}
+	}
+}
+
+func TestClientRejoinWindow(t *testing.T) {
+	t.Parallel()
+	p := newTestPKI(t)
+	tests := []struct {
+		backoff Backoff
+		rejoin  time.Duration
+		want    time.Duration
+		wantErr bool
+	}{
+		{Backoff{}, 0, DefaultRejoin, false},
+		{Backoff{Min: 50 * time.Millisecond, Max: 500 * time.Millisecond}, 0, 500 * time.Millisecond, false},
+		{Backoff{Min: time.Second, Max: time.Minute}, 2 * time.Second, 2 * time.Second, false},
+		{Backoff{Min: time.Second, Max: time.Minute}, 2 * time.Minute, 0, true},
+		{Backoff{Min: time.Second, Max: time.Minute}, -time.Second, 0, true},
+	}
+	for _, tt := range tests {
+		t.Run(fmt.Sprintf("%v-%v", tt.backoff.Max, tt.rejoin), func(t *testing.T) {
+			t.Parallel()
+			c, err := NewClient(ClientConfig{Config: DefaultConfig(), Addr: "127.0.0.1:1",
+				TLS: &tls.Config{RootCAs: p.pool}, Backoff: tt.backoff, Rejoin: tt.rejoin}, testLogger(t))
+			if tt.wantErr {
+				if err == nil {
+					t.Fatal("accepted")
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if c.cfg.Rejoin != tt.want {
+				t.Fatalf("Rejoin %v, want %v", c.cfg.Rejoin, tt.want)
+			}
+		})
+	}
+}
