@@ -390,10 +390,7 @@ func removeEverything(ctx context.Context, drivers []runtime.Driver, problem fun
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				err := d.Stop(ctx, in.Name, wipeStopTimeout)
-				if err == nil {
-					err = d.Remove(ctx, in.Name)
-				}
+				err := removeInstance(ctx, d, in.Name)
 				mu.Lock()
 				defer mu.Unlock()
 				if err != nil {
@@ -432,6 +429,29 @@ func removeEverything(ctx context.Context, drivers []runtime.Driver, problem fun
 	}
 	sort.Strings(removed)
 	return removed, left
+}
+
+// removeInstance stops and removes one instance. A program that was just
+// killed may still be leaving (its exit being written down, its files let
+// go): a failed removal is tried again a few times before it counts.
+func removeInstance(ctx context.Context, d runtime.Driver, name string) error {
+	var err error
+	for try := range 3 {
+		if try > 0 {
+			select {
+			case <-ctx.Done():
+				return err
+			case <-time.After(time.Duration(try) * 250 * time.Millisecond):
+			}
+		}
+		if err = d.Stop(ctx, name, wipeStopTimeout); err != nil {
+			continue
+		}
+		if err = d.Remove(ctx, name); err == nil {
+			return nil
+		}
+	}
+	return err
 }
 
 // wipedStatus is ReadStatus's answer for a data directory without an
