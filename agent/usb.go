@@ -24,6 +24,8 @@ func (a *Agent) watchUSB(ctx context.Context, hub usbhub.Hub, poll time.Duration
 	var last []usbhub.Device
 	first := true
 	healing := map[string]*healing{}
+	told := map[string]bool{} // simulated keys leased to VMs, already reported
+	a.makeUSBNodes(hub)
 	t := time.NewTicker(poll)
 	defer t.Stop()
 	// The kernel announces plugs at once; polling stays as the net.
@@ -48,6 +50,7 @@ func (a *Agent) watchUSB(ctx context.Context, hub usbhub.Hub, poll time.Duration
 				a.reconciler.Kick() // leased keys may have moved
 			}
 			a.heal(ctx, hub, now, healing)
+			a.refuseSimulatedToVMs(now, told)
 		}
 		select {
 		case <-ctx.Done():
@@ -71,46 +74,126 @@ func usbReport(devs []usbhub.Device) []*edgeboxv1.UsbDevice {
 	return out
 }
 
+// simNodeDir is where a simulated hub makes its keys' device nodes, under
+// the agent's data directory.
+const simNodeDir = "usb-sim"
+
+// makeUSBNodes has a hub that makes its keys' device nodes (the simulated
+// hub) make them in the data directory, unless Config.USBDevRoot says
+// where the nodes are; doing it again does nothing.
+func (a *Agent) makeUSBNodes(hub usbhub.Hub) {
+	if nm, ok := hub.(usbhub.NodeMaker); ok && a.cfg.USBDevRoot == "" {
+		if err := nm.MakeNodes(filepath.Join(a.cfg.DataDir, simNodeDir)); err != nil {
+			a.log.Warn("simulated USB keys have no device nodes; leasing one to a workload fails", "err", err)
+		}
+	}
+}
+
 // devicesFor returns the keys leased to workload (its UsbAssignment
 // objects) where the inventory finds them now: by serial, or by port for
 // keys without one. A leased key that is not plugged in is left out until
-// it is back.
+// it is back, and so is a simulated key leased to a VM, which has no USB
+// device to give it (refuseSimulatedToVMs says so).
 func (a *Agent) devicesFor(workload string) []runtime.Device {
 	if a.cfg.USB == nil {
 		return nil
 	}
-	objs, err := a.local.Objects("UsbAssignment")
-	if err != nil {
-		return nil
-	}
-	var mine []*edgeboxv1.UsbAssignment
-	for _, o := range objs {
-		if u := o.GetUsbAssignment(); u != nil && u.GetWorkload() == workload {
-			mine = append(mine, u)
-		}
-	}
+	mine := a.assignmentsOf(workload)
 	if len(mine) == 0 {
 		return nil
 	}
+	// The reconciler may ask before watchUSB has started.
+	a.makeUSBNodes(a.cfg.USB)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	devs, err := a.cfg.USB.Devices(ctx)
 	if err != nil {
 		return nil
 	}
+	vm := a.workloadRuntimes()[workload] == qemuRuntime
 	var out []runtime.Device
 	for _, u := range mine {
-		for _, d := range devs {
-			if (u.GetSerial() != "" && d.Serial == u.GetSerial()) || (u.GetSerial() == "" && d.Port == u.GetPortPath()) {
-				node := fmt.Sprintf("%03d/%03d", d.Bus, d.Dev)
-				out = append(out, runtime.Device{KeyID: u.GetKeyId(), HostPath: filepath.Join(a.usbDevRoot(), node),
-					Path: "/dev/bus/usb/" + node, Bus: d.Bus, Port: d.Port})
-				break
-			}
+		d, ok := leasedDevice(u, devs)
+		if !ok || (vm && d.Simulated) {
+			continue
 		}
+		node := fmt.Sprintf("%03d/%03d", d.Bus, d.Dev)
+		host := filepath.Join(a.usbDevRoot(), node)
+		if d.Node != "" && a.cfg.USBDevRoot == "" {
+			host = d.Node
+		}
+		out = append(out, runtime.Device{KeyID: u.GetKeyId(), HostPath: host, Path: "/dev/bus/usb/" + node, Bus: d.Bus, Port: d.Port})
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].KeyID < out[j].KeyID })
 	return out
+}
+
+// qemuRuntime is the runtime of VM workloads, which are given USB devices
+// (QEMU's usb-host), not device nodes.
+const qemuRuntime = "qemu"
+
+// assignmentsOf returns the UsbAssignment objects of workload.
+func (a *Agent) assignmentsOf(workload string) []*edgeboxv1.UsbAssignment {
+	objs, err := a.local.Objects("UsbAssignment")
+	if err != nil {
+		return nil
+	}
+	var mine []*edgeboxv1.UsbAssignment
+	for _, o := range objs {
+		if u := o.GetUsbAssignment(); u != nil && (workload == "" || u.GetWorkload() == workload) {
+			mine = append(mine, u)
+		}
+	}
+	return mine
+}
+
+// leasedDevice finds the key of assignment u among devs.
+func leasedDevice(u *edgeboxv1.UsbAssignment, devs []usbhub.Device) (usbhub.Device, bool) {
+	for _, d := range devs {
+		if (u.GetSerial() != "" && d.Serial == u.GetSerial()) || (u.GetSerial() == "" && d.Port == u.GetPortPath()) {
+			return d, true
+		}
+	}
+	return usbhub.Device{}, false
+}
+
+// workloadRuntimes maps each stored Workload to its runtime.
+func (a *Agent) workloadRuntimes() map[string]string {
+	out := map[string]string{}
+	objs, _ := a.local.Objects("Workload")
+	for _, o := range objs {
+		out[o.GetName()] = o.GetWorkload().GetRuntime()
+	}
+	return out
+}
+
+// refuseSimulatedToVMs reports, once per key and workload (told), each
+// simulated key leased to a VM workload: it is left out of the VM, and
+// the key's history says why.
+func (a *Agent) refuseSimulatedToVMs(devs []usbhub.Device, told map[string]bool) {
+	now := map[string]bool{}
+	leases := a.assignmentsOf("")
+	if len(leases) == 0 {
+		clear(told)
+		return
+	}
+	runtimes := a.workloadRuntimes()
+	for _, u := range leases {
+		d, ok := leasedDevice(u, devs)
+		if !ok || !d.Simulated || runtimes[u.GetWorkload()] != qemuRuntime {
+			continue
+		}
+		k := u.GetKeyId() + "/" + u.GetWorkload()
+		now[k] = true
+		if !told[k] {
+			a.keyEvent(u.GetKeyId(), "NotAttachable", fmt.Sprintf("simulated key at %s cannot be given to VM workload %s: "+
+				"there is no USB device behind it for QEMU to attach; lease a real key, or run the workload as a process or container", d.Port, u.GetWorkload()), true)
+		}
+	}
+	clear(told)
+	for k := range now {
+		told[k] = true
+	}
 }
 
 func (a *Agent) usbDevRoot() string {

@@ -3,8 +3,11 @@ package usbhub
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io/fs"
 	"os"
+	"path/filepath"
 	"sort"
 	"strings"
 	"sync"
@@ -27,18 +30,27 @@ type SimHub struct {
 // Sim is a simulated set of hubs and keys behind the Hub interface. Tests
 // and demos plug, unplug and jam keys; power-cycling a switchable port
 // un-jams its key, which comes back with a new device number as a real
-// one would.
+// one would. After MakeNodes, each key has a device node, made on plug
+// and removed on unplug, so a lease works end to end (see MakeNodes).
 type Sim struct {
-	mu      sync.Mutex // guards hubs, devs and nextDev
+	mu      sync.Mutex // guards every field below
 	hubs    map[string]bool
 	devs    map[string]Device
 	nextDev int
 	dead    map[string]bool // ports whose key a power cycle does not cure
+	// nodeDir holds the keys' device nodes; "" before MakeNodes and after
+	// Close.
+	nodeDir string
+	// mknod makes a character device node; tests replace it to act as a
+	// system where that is not allowed.
+	mknod func(path string) error
 }
+
+var _ NodeMaker = (*Sim)(nil)
 
 // NewSim builds a simulation from cfg.
 func NewSim(cfg SimConfig) (*Sim, error) {
-	s := &Sim{hubs: map[string]bool{}, devs: map[string]Device{}, nextDev: 2, dead: map[string]bool{}}
+	s := &Sim{hubs: map[string]bool{}, devs: map[string]Device{}, nextDev: 2, dead: map[string]bool{}, mknod: mknodNull}
 	for _, h := range cfg.Hubs {
 		if !devName.MatchString(h.Port) {
 			return nil, fmt.Errorf("usbhub: simulated hub port %q: use a path like 1-2", h.Port)
@@ -93,20 +105,25 @@ func (s *Sim) Plug(d Device) error {
 	d.Serial, d.Manufacturer, d.Product = cleanDescriptor(d.Serial), cleanDescriptor(d.Manufacturer), cleanDescriptor(d.Product)
 	fmt.Sscanf(d.Port, "%d-", &d.Bus)
 	d.Dev = s.nextDev
+	d.Simulated, d.Node = true, ""
+	if err := s.makeNode(d); err != nil {
+		return err
+	}
 	s.nextDev++
 	s.devs[d.Port] = d
 	return nil
 }
 
-// Unplug takes the device out of port.
+// Unplug takes the device out of port, and its node away.
 func (s *Sim) Unplug(port string) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if _, ok := s.devs[port]; !ok {
+	d, ok := s.devs[port]
+	if !ok {
 		return ErrNoDevice
 	}
 	delete(s.devs, port)
-	return nil
+	return s.removeNode(d)
 }
 
 // SetStuck makes the key at port stop answering, or answer again.
@@ -144,6 +161,7 @@ func (s *Sim) Devices(context.Context) ([]Device, error) {
 	out := make([]Device, 0, len(s.devs))
 	for _, d := range s.devs {
 		d.Switchable = s.hubs[parentOf(d.Port)]
+		d.Node = s.nodePath(d)
 		out = append(out, d)
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Port < out[j].Port })
@@ -162,9 +180,129 @@ func (s *Sim) PowerCycle(_ context.Context, port string) error {
 	if !s.hubs[parentOf(port)] {
 		return ErrNotSwitchable
 	}
+	if err := s.removeNode(d); err != nil {
+		return err
+	}
 	d.Stuck = s.dead[port]
 	d.Dev = s.nextDev
 	s.nextDev++
 	s.devs[port] = d
+	return s.makeNode(d)
+}
+
+// MakeNodes gives every simulated key a device node under dir, laid out
+// as /dev/bus/usb is (dir/001/002 for bus 1, device 2), now and as keys
+// are plugged and power-cycled; unplugging a key removes its node, and
+// Devices names each in Device.Node. So a key leased to a workload is
+// one its driver can give it: the process driver hands the node to the
+// workload's user, the containerd driver puts it in the container with a
+// device rule for it.
+//
+// A node is a character device that behaves as /dev/null does (1:3:
+// opens, reads nothing, takes any write) where the system lets the agent
+// make one (root on Linux); elsewhere (Windows, or without the right to
+// mknod) it is an empty regular file, which the process driver can still
+// hand over but a container cannot be given. A simulated key is never a
+// USB device, so it is never a VM's (Device.Simulated).
+//
+// Nodes already in dir for keys plugged now are kept as they are, with
+// their owner: a workload that holds its key keeps it when the agent
+// restarts; anything else in dir is removed. MakeNodes with the same dir
+// again does nothing; with another it is an error. Close removes the
+// nodes.
+func (s *Sim) MakeNodes(dir string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	switch {
+	case s.nodeDir == dir:
+		return nil
+	case s.nodeDir != "":
+		return fmt.Errorf("usbhub: the simulated keys' nodes are in %s already, not %s", s.nodeDir, dir)
+	case dir == "":
+		return errors.New("usbhub: no directory for the simulated keys' nodes")
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return fmt.Errorf("usbhub: nodes of the simulated keys: %w", err)
+	}
+	s.nodeDir = dir
+	keep := map[string]bool{}
+	for _, d := range s.devs {
+		keep[s.nodePath(d)] = true
+	}
+	// What an earlier run left: a node of a key plugged now stays (if it
+	// is a node or a file, never a link), the rest goes.
+	err := filepath.WalkDir(dir, func(path string, e fs.DirEntry, err error) error {
+		if err != nil || path == dir || e.IsDir() {
+			return err
+		}
+		if keep[path] && (e.Type()&fs.ModeCharDevice != 0 || e.Type().IsRegular()) {
+			return nil
+		}
+		return os.Remove(path)
+	})
+	if err == nil {
+		for _, d := range s.devs {
+			if err = s.makeNode(d); err != nil {
+				break
+			}
+		}
+	}
+	if err != nil {
+		s.nodeDir = ""
+		return fmt.Errorf("usbhub: nodes of the simulated keys: %w", err)
+	}
+	return nil
+}
+
+// Close removes the keys' nodes and their directory; the keys stay
+// plugged, without nodes. Calling it again does nothing.
+func (s *Sim) Close() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.nodeDir == "" {
+		return nil
+	}
+	err := os.RemoveAll(s.nodeDir)
+	s.nodeDir = ""
+	return err
+}
+
+// nodePath is where d's node is; "" without a node directory.
+func (s *Sim) nodePath(d Device) string {
+	if s.nodeDir == "" {
+		return ""
+	}
+	return filepath.Join(s.nodeDir, fmt.Sprintf("%03d", d.Bus), fmt.Sprintf("%03d", d.Dev))
+}
+
+// makeNode makes d's node, unless one is there.
+func (s *Sim) makeNode(d Device) error {
+	path := s.nodePath(d)
+	if path == "" {
+		return nil
+	}
+	if _, err := os.Lstat(path); err == nil {
+		return nil
+	}
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return err
+	}
+	if err := s.mknod(path); err == nil {
+		return nil
+	}
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o660)
+	if err != nil {
+		return fmt.Errorf("usbhub: node of the simulated key at %s: %w", d.Port, err)
+	}
+	defer f.Close()
+	return f.Chmod(0o660) // whatever the umask took
+}
+
+func (s *Sim) removeNode(d Device) error {
+	if path := s.nodePath(d); path != "" {
+		if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return fmt.Errorf("usbhub: node of the simulated key at %s: %w", d.Port, err)
+		}
+	}
 	return nil
 }

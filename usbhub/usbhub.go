@@ -42,6 +42,13 @@ type Device struct {
 	// Stuck: the device no longer answers (simulated hubs say so; real
 	// ones are found stuck by their users).
 	Stuck bool `json:"stuck,omitempty"`
+	// Simulated: no USB device is behind it (the simulated hub's keys):
+	// it has a device node, but nothing a VM could be given.
+	Simulated bool `json:"-"`
+	// Node is the device's node where the hub made it itself (the
+	// simulated hub, after NodeMaker.MakeNodes); empty means the system's
+	// /dev/bus/usb/BBB/DDD.
+	Node string `json:"-"`
 }
 
 // EventType says what happened to a device.
@@ -72,6 +79,14 @@ type Hub interface {
 	Devices(ctx context.Context) ([]Device, error)
 	// PowerCycle turns the port off and on again.
 	PowerCycle(ctx context.Context, port string) error
+}
+
+// NodeMaker is a hub that makes its devices' nodes itself, in a directory
+// the box gives it (the simulated hub: its keys have none in /dev).
+// Devices then names each device's node in Device.Node. MakeNodes with the
+// same directory again does nothing.
+type NodeMaker interface {
+	MakeNodes(dir string) error
 }
 
 // Diff returns the events that turn before into after, by port.

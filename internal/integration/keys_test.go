@@ -1,15 +1,24 @@
 package integration
 
 import (
+	"bytes"
+	"context"
+	"encoding/json"
 	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/edgebox/edgebox/agent"
 	"github.com/edgebox/edgebox/agent/runtime"
 	"github.com/edgebox/edgebox/agent/runtime/fake"
+	"github.com/edgebox/edgebox/agent/runtime/process"
 	"github.com/edgebox/edgebox/api"
+	"github.com/edgebox/edgebox/internal/require"
 	"github.com/edgebox/edgebox/internal/testenv"
 	"github.com/edgebox/edgebox/usbhub"
 )
@@ -281,4 +290,188 @@ func TestUnhealthyHolderPowerCyclesItsKey(t *testing.T) {
 		}
 		return false
 	})
+}
+
+// TestSimulatedKeyLeasedToAProcess: a simulated key (what --usb-sim gives
+// demos) has a device node in the agent's data directory; leased to a
+// running native program, the program is made again with the key, keeps
+// running, and opens the node for reading and writing as its own user.
+// Released, the node is root's again and the program can no longer open
+// it; unplugged, the node is gone.
+func TestSimulatedKeyLeasedToAProcess(t *testing.T) {
+	t.Parallel()
+	require.Root(t, "the process driver runs workloads under users of their own")
+	h := testenv.NewInProcess(t, testenv.Options{})
+	sim, err := usbhub.NewSim(usbhub.SimConfig{Keys: []usbhub.Device{{Port: "1-1", VendorID: "096e", ProductID: "0702", Serial: "SIM1", Class: usbhub.ClassSmartCard}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { sim.Close() })
+	box := enrollOne(t, h, "sim-key-box")
+	// Workloads' users pass through the data directory to their homes
+	// and keys, as they do on a box (the agent's data directory is o+x).
+	for d := box.DataDir(); d != os.TempDir() && d != "/"; d = filepath.Dir(d) {
+		os.Chmod(d, 0o711)
+	}
+	const firstUID = 650000
+	drv, err := process.New(process.Config{StateDir: filepath.Join(box.DataDir(), "process"), FirstUID: firstUID})
+	if err != nil {
+		t.Fatal(err)
+	}
+	testenv.StartAgent(t, box, func(c *agent.Config) {
+		c.Drivers = []runtime.Driver{drv}
+		c.USB, c.USBPoll = sim, 100*time.Millisecond
+		c.Reconcile = time.Second
+	})
+	nodes := filepath.Join(box.DataDir(), "usb-sim")
+	node := filepath.Join(nodes, "001", "002")
+	// Every second, the program tries to open every key node it finds.
+	script := `trap 'exit 0' TERM
+while :; do
+  for f in ` + nodes + `/*/*; do
+    [ -e "$f" ] || continue
+    if (exec 3<>"$f") 2>/dev/null; then echo "opened $f as $(id -u)"; else echo "refused $f as $(id -u)"; fi
+  done
+  echo tick
+  sleep 1 & wait
+done`
+	spec, _ := json.Marshal(map[string]any{"app": "robot", "runtime": "process", "image": "/bin/sh", "args": []string{"-c", script}})
+	admin := h.Admin()
+	if _, err := admin.PutDesired(ctx(t), box.ID(), "Workload", "robot", spec); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { drv.Stop(context.Background(), "robot", time.Second); drv.Remove(context.Background(), "robot") })
+	var key api.Key
+	testenv.WaitFor(t, 20*time.Second, "the key reported", func() bool {
+		ks, err := admin.Keys(ctx(t), box.ID(), nil)
+		if err != nil || len(ks) != 1 {
+			return false
+		}
+		key = ks[0]
+		return true
+	})
+	// lastLine is the program's latest report about its keys.
+	lastLine := func() string {
+		var out bytes.Buffer
+		drv.Logs(context.Background(), "robot", 2, &out)
+		lines := strings.Split(strings.TrimSpace(out.String()), "\n")
+		if len(lines) < 2 {
+			return ""
+		}
+		return lines[0]
+	}
+	running := func() bool {
+		s, err := admin.BoxState(ctx(t), box.ID())
+		if err != nil {
+			return false
+		}
+		for _, st := range s.Statuses {
+			if st.Kind == "Workload" && st.Name == "robot" {
+				return st.Phase == "Running"
+			}
+		}
+		return false
+	}
+	testenv.WaitFor(t, 30*time.Second, "robot running without the key", func() bool {
+		return running() && strings.HasPrefix(lastLine(), "refused "+node)
+	})
+
+	if _, err := admin.Lease(ctx(t), key.ID, "robot"); err != nil {
+		t.Fatal(err)
+	}
+	var uid int
+	testenv.WaitFor(t, 30*time.Second, "robot opening its key", func() bool {
+		_, err := fmt.Sscanf(lastLine(), "opened "+node+" as %d", &uid)
+		return err == nil && running()
+	})
+	var st syscall.Stat_t
+	if err := syscall.Stat(node, &st); err != nil {
+		t.Fatal(err)
+	}
+	if uid < firstUID || int(st.Uid) != uid || st.Mode&syscall.S_IFMT != syscall.S_IFCHR {
+		t.Fatalf("robot runs as %d; the node is owned by %d, mode %o", uid, st.Uid, st.Mode)
+	}
+	// It keeps running with its key.
+	time.Sleep(3 * time.Second)
+	if !running() || !strings.HasPrefix(lastLine(), "opened "+node) {
+		t.Fatalf("after 3 s: running %v, %q", running(), lastLine())
+	}
+	s, err := admin.BoxState(ctx(t), box.ID())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range s.Events {
+		if e.Warning && e.Name == "robot" {
+			t.Errorf("a warning about robot: %s: %s", e.Reason, e.Message)
+		}
+	}
+
+	if _, err := admin.Release(ctx(t), key.ID); err != nil {
+		t.Fatal(err)
+	}
+	testenv.WaitFor(t, 30*time.Second, "robot without its key", func() bool {
+		return running() && strings.HasPrefix(lastLine(), "refused "+node)
+	})
+	if err := syscall.Stat(node, &st); err != nil || st.Uid != 0 {
+		t.Fatalf("the released node: %v, owner %d", err, st.Uid)
+	}
+	if err := sim.Unplug("1-1"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(node); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("the node of an unplugged key: %v", err)
+	}
+	testenv.WaitFor(t, 10*time.Second, "robot finding no key", func() bool { return running() && lastLine() == "tick" })
+}
+
+// TestSimulatedKeyIsNotGivenToAVM: a simulated key has no USB device
+// behind it for QEMU to attach: leased to a VM workload, the VM is not
+// made again with it, and the box says why, once, as a warning.
+func TestSimulatedKeyIsNotGivenToAVM(t *testing.T) {
+	t.Parallel()
+	h := testenv.NewInProcess(t, testenv.Options{})
+	sim, _ := usbhub.NewSim(usbhub.SimConfig{Keys: []usbhub.Device{{Port: "1-1", VendorID: "096e", ProductID: "0702", Serial: "SIMVM"}}})
+	t.Cleanup(func() { sim.Close() })
+	box := enrollOne(t, h, "sim-vm-box")
+	vms := fake.New("qemu") // what the agent gives its driver, not QEMU, is under test
+	testenv.StartAgent(t, box, func(c *agent.Config) {
+		c.Drivers = []runtime.Driver{vms}
+		c.USB, c.USBPoll = sim, 100*time.Millisecond
+		c.Reconcile = 200 * time.Millisecond
+	})
+	admin := h.Admin()
+	if _, err := admin.PutDesired(ctx(t), box.ID(), "Workload", "vm", spec("vm", "1.0", "qemu")); err != nil {
+		t.Fatal(err)
+	}
+	var key api.Key
+	testenv.WaitFor(t, 20*time.Second, "the key reported and the VM running", func() bool {
+		ks, _ := admin.Keys(ctx(t), box.ID(), nil)
+		if len(ks) == 1 {
+			key = ks[0]
+		}
+		return key.ID != "" && len(vms.Running()) == 1
+	})
+	creates := vms.Calls("create")
+	if _, err := admin.Lease(ctx(t), key.ID, "vm"); err != nil {
+		t.Fatal(err)
+	}
+	warnings := func() []api.Event {
+		s, _ := admin.BoxState(ctx(t), box.ID())
+		var out []api.Event
+		for _, e := range s.Events {
+			if e.Reason == "NotAttachable" {
+				out = append(out, e)
+			}
+		}
+		return out
+	}
+	testenv.WaitFor(t, 20*time.Second, "the box saying the key cannot go to the VM", func() bool { return len(warnings()) > 0 })
+	time.Sleep(time.Second) // many reconcile passes and inventory reads
+	w := warnings()
+	if len(w) != 1 || !w[0].Warning || w[0].Name != key.ID || !strings.Contains(w[0].Message, "simulated key at 1-1 cannot be given to VM workload vm") {
+		t.Fatalf("warnings: %+v", w)
+	}
+	if got := vms.Calls("create"); got != creates {
+		t.Fatalf("the VM was made again %d times for a key it cannot have", got-creates)
+	}
 }
