@@ -45,10 +45,12 @@ type Config struct {
 	Version string
 	Tunnel  tunnel.Config
 	// Proxy, Dial and Backoff are passed to the tunnel; nil/zero use its
-	// defaults (HTTPS_PROXY, net.Dialer, 1 s to 60 s).
-	Proxy   tunnel.ProxyFunc
-	Dial    func(ctx context.Context, network, addr string) (net.Conn, error)
-	Backoff tunnel.Backoff
+	// defaults (HTTPS_PROXY, net.Dialer, 1 s to 60 s). ProxySource names
+	// the setting Proxy came from, for errors (tunnel.ClientConfig).
+	Proxy       tunnel.ProxyFunc
+	ProxySource string
+	Dial        func(ctx context.Context, network, addr string) (net.Conn, error)
+	Backoff     tunnel.Backoff
 	// Renew says when the tunnel session is replaced by a fresh one after
 	// it carried bulk data (tunnel.Renewal).
 	Renew tunnel.Renewal
@@ -189,7 +191,7 @@ func New(cfg Config, log *slog.Logger) (*Agent, error) {
 		connected: make(chan struct{}, 1), resync: make(chan struct{}, 1), wipe: newWipeState()}
 	a.cert.Store(&creds.cert)
 	tc, err := tunnel.NewClient(tunnel.ClientConfig{
-		Config: cfg.Tunnel, Addr: enroll.HostPort(u), Proxy: cfg.Proxy, Dial: cfg.Dial, Backoff: cfg.Backoff,
+		Config: cfg.Tunnel, Addr: enroll.HostPort(u), Proxy: cfg.Proxy, ProxySource: cfg.ProxySource, Dial: cfg.Dial, Backoff: cfg.Backoff,
 		Name: creds.BoxID, Renew: cfg.Renew,
 		TLS: &tls.Config{
 			RootCAs: creds.ca, ServerName: u.Hostname(),
@@ -201,6 +203,7 @@ func New(cfg Config, log *slog.Logger) (*Agent, error) {
 	}
 	a.tc = tc
 	tc.OnSession = a.onSession
+	tc.OnDialError = func(err error) { a.setStatus(func(s *Status) { s.LastError = err.Error() }) }
 	if a.local, err = localstore.Open(cfg.DataDir); err != nil {
 		return nil, err
 	}

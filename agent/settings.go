@@ -28,9 +28,19 @@ func (s Settings) Validate() error {
 	}
 	u, err := url.Parse(s.Proxy)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return fmt.Errorf("proxy %q: give an http:// or https:// URL, e.g. http://user:pass@proxy:3128", s.Proxy)
+		shown := s.Proxy
+		if err == nil {
+			shown = u.Redacted() // the password stays out of logs
+		}
+		return fmt.Errorf("proxy %q: give an http:// or https:// URL, e.g. http://user:pass@proxy:3128", shown)
 	}
 	return nil
+}
+
+// ProxySource names the proxy setting of agent.json in dir, as errors that
+// ask the operator to correct it say it.
+func ProxySource(dir string) string {
+	return fmt.Sprintf("the \"proxy\" setting in %s", filepath.Join(dir, settingsFile))
 }
 
 // ProxyFunc returns the proxy to use for a request: the configured one, or

@@ -4,6 +4,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 )
 
@@ -36,5 +37,17 @@ func TestSettings(t *testing.T) {
 	os.WriteFile(filepath.Join(dir, settingsFile), []byte("{"), 0o600)
 	if _, err := ReadSettings(dir); err == nil {
 		t.Fatal("a damaged agent.json was read")
+	}
+}
+
+func TestSettingsErrorsNameTheSettingNotThePassword(t *testing.T) {
+	t.Parallel()
+	err := Settings{Proxy: "socks5://u:secret@proxy:1080"}.Validate()
+	if err == nil || strings.Contains(err.Error(), "secret") || !strings.Contains(err.Error(), "socks5://u:xxxxx@proxy:1080") {
+		t.Fatalf("got %v, want the URL shown without its password", err)
+	}
+	dir := t.TempDir()
+	if got, want := ProxySource(dir), `the "proxy" setting in `+filepath.Join(dir, "agent.json"); got != want {
+		t.Fatalf("ProxySource %q, want %q", got, want)
 	}
 }

@@ -85,6 +85,10 @@ type Client struct {
 	// OnSession, when set before Run, is called synchronously each time a
 	// session comes up and when it ends; it must not block.
 	OnSession func(s *Session, up bool)
+	// OnDialError, when set before Run, is called with the error of each
+	// dial that brought no session up (the console unreachable or
+	// refusing, a proxy that wants other credentials); it must not block.
+	OnDialError func(error)
 
 	mu      sync.Mutex    // guards current and ready
 	current *Session      // nil while disconnected
@@ -181,6 +185,9 @@ func (c *Client) Run(ctx context.Context) error {
 		e, err := c.runOnce(ctx)
 		if ctx.Err() != nil {
 			return nil
+		}
+		if !e.up && c.OnDialError != nil {
+			c.OnDialError(err)
 		}
 		wait, why := r.next(e)
 		level := slog.LevelWarn

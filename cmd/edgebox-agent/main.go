@@ -74,7 +74,7 @@ back. The token pins the console's CA: nothing else is trusted.`,
 	enrollCmd.Flags().StringVar(&name, "name", "", "box name (default: the host name)")
 
 	var rt runtimeFlags
-	var usbSim string
+	var usbSim, proxy string
 	runCmd := &cobra.Command{
 		Use:   "run",
 		Short: "Run the agent in the foreground until interrupted",
@@ -86,12 +86,8 @@ back. The token pins the console's CA: nothing else is trusted.`,
 			}
 			cfg := agent.DefaultConfig(dataDir)
 			cfg.Version = version
-			settings, err := agent.ReadSettings(dataDir)
-			if err != nil {
+			if cfg.Proxy, cfg.ProxySource, err = tunnelProxy(proxy, dataDir); err != nil {
 				return err
-			}
-			if settings.Proxy != "" {
-				cfg.Proxy = tunnel.ProxyFunc(settings.ProxyFunc())
 			}
 			hub, err := usbInventory(usbSim)
 			if err != nil {
@@ -112,6 +108,7 @@ back. The token pins the console's CA: nothing else is trusted.`,
 	}
 
 	runCmd.Flags().StringVar(&rt.containerd, "containerd", "/run/containerd/containerd.sock", "containerd's socket, for container workloads (Linux)")
+	runCmd.Flags().StringVar(&proxy, "proxy", "", "HTTP proxy for the tunnel for this run, e.g. http://user:pass@proxy:3128 (default: the proxy in agent.json, else HTTPS_PROXY)")
 	runCmd.Flags().StringVar(&usbSim, "usb-sim", "", "simulate the box's USB keys from this JSON file (hubs and keys), for demos and tests")
 	runCmd.Flags().StringVar(&rt.runcRoot, "runc-root", "", "runc's state directory, when another containerd on this host uses the namespace \"edgebox\" too")
 
@@ -156,4 +153,27 @@ back. The token pins the console's CA: nothing else is trusted.`,
 
 	root.AddCommand(enrollCmd, runCmd, statusCmd, installCmd(&dataDir), uninstallCmd(&dataDir), serviceCmd(&dataDir), imageCmd(&dataDir))
 	return root
+}
+
+// tunnelProxy returns the proxy this run's tunnel goes through and the
+// setting it comes from, for errors that ask the operator to correct it:
+// --proxy (flag, validated as install validates its --proxy), else the
+// proxy in agent.json, else none (nil: the tunnel reads HTTPS_PROXY and
+// names it itself).
+func tunnelProxy(flag, dataDir string) (tunnel.ProxyFunc, string, error) {
+	if flag != "" {
+		s := agent.Settings{Proxy: flag}
+		if err := s.Validate(); err != nil {
+			return nil, "", err
+		}
+		return tunnel.ProxyFunc(s.ProxyFunc()), "the --proxy flag", nil
+	}
+	settings, err := agent.ReadSettings(dataDir)
+	if err != nil {
+		return nil, "", err
+	}
+	if settings.Proxy == "" {
+		return nil, "", nil
+	}
+	return tunnel.ProxyFunc(settings.ProxyFunc()), agent.ProxySource(dataDir), nil
 }
