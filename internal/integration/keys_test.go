@@ -340,7 +340,10 @@ done`
 	if _, err := admin.PutDesired(ctx(t), box.ID(), "Workload", "robot", spec); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { drv.Stop(context.Background(), "robot", time.Second); drv.Remove(context.Background(), "robot") })
+	t.Cleanup(func() {
+		drv.Stop(context.Background(), "robot", time.Second)
+		drv.Remove(context.Background(), "robot")
+	})
 	var key api.Key
 	testenv.WaitFor(t, 20*time.Second, "the key reported", func() bool {
 		ks, err := admin.Keys(ctx(t), box.ID(), nil)
