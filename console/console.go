@@ -64,11 +64,28 @@ type Config struct {
 	// so 10,000 boxes returning at once do not take the API down with them.
 	HandshakeRate  float64
 	HandshakeBurst int
-	// HandshakeTimeout bounds a TLS handshake, against slowloris clients.
+	// HandshakeTimeout bounds a TLS handshake from accept to its end,
+	// against slowloris clients.
 	HandshakeTimeout time.Duration
-	// MaxHandshakes bounds connections whose handshake is in progress;
-	// past it new connections are closed at once.
-	MaxHandshakes int
+	// HelloTimeout bounds the wait from accept to a complete ClientHello
+	// (never longer than HandshakeTimeout). Until its ClientHello is in, a
+	// connection holds no handshake slot.
+	HelloTimeout time.Duration
+	// MaxHandshakes bounds handshakes in progress from clients that do not
+	// offer the tunnel protocol (operators, enrolling boxes, registry
+	// clients); MaxBoxHandshakes those from clients that do. Neither kind
+	// can take the other's slots; past them a ClientHello is refused.
+	MaxHandshakes    int
+	MaxBoxHandshakes int
+	// MaxConnsPerAddr bounds the connections one source address (an IPv6
+	// /64) holds open on the public port, box sessions aside, and
+	// MaxHandshakesPerAddr its handshakes in progress.
+	MaxConnsPerAddr      int
+	MaxHandshakesPerAddr int
+	// MaxIdle bounds connections that have not sent their ClientHello.
+	// Past it, or past MaxConnsPerAddr for one address, the oldest such
+	// connection is closed to make room for the new one.
+	MaxIdle int
 	// Out receives the first-start message with the admin token.
 	Out io.Writer
 	// Clock tells the time for token expiry; nil is time.Now. Tests move it.
@@ -96,11 +113,18 @@ func DefaultConfig() Config {
 		HandshakeRate:    500,
 		HandshakeBurst:   200,
 		HandshakeTimeout: 10 * time.Second,
-		MaxHandshakes:    4096,
+		HelloTimeout:     5 * time.Second,
+		MaxHandshakes:    1024,
+		MaxBoxHandshakes: 4096,
 		Out:              os.Stdout,
 		CompactEvery:     5 * time.Minute,
 		KeepRevisions:    100_000,
 		AppsSyncEvery:    time.Minute,
+		// One address may be an office or a site's NAT with operators
+		// and boxes behind it; boxes' sessions do not count.
+		MaxConnsPerAddr:      256,
+		MaxHandshakesPerAddr: 128,
+		MaxIdle:              4096,
 	}
 }
 
@@ -128,8 +152,12 @@ func (c Config) Validate() error {
 	if c.BoxCertTTL < 5*time.Second {
 		errs = append(errs, errors.New("box certificate lifetime must be at least 5s"))
 	}
-	if c.HandshakeRate <= 0 || c.HandshakeBurst <= 0 || c.HandshakeTimeout <= 0 || c.MaxHandshakes <= 0 {
+	if c.HandshakeRate <= 0 || c.HandshakeBurst <= 0 || c.HandshakeTimeout <= 0 || c.HelloTimeout <= 0 ||
+		c.MaxHandshakes <= 0 || c.MaxBoxHandshakes <= 0 {
 		errs = append(errs, errors.New("handshake limits must be positive"))
+	}
+	if c.MaxConnsPerAddr <= 0 || c.MaxHandshakesPerAddr <= 0 || c.MaxIdle <= 0 {
+		errs = append(errs, errors.New("MaxConnsPerAddr, MaxHandshakesPerAddr and MaxIdle must be positive"))
 	}
 	if c.CompactEvery <= 0 || c.KeepRevisions <= 0 || c.AppsSyncEvery <= 0 {
 		errs = append(errs, errors.New("CompactEvery, KeepRevisions and AppsSyncEvery must be positive"))
@@ -146,6 +174,7 @@ type Console struct {
 	log     *slog.Logger
 	reg     *prometheus.Registry
 	metrics *tunnel.Metrics
+	admit   *admission // the public port's books
 
 	ready chan struct{} // closed when the port listens
 	addr  net.Addr      // set before ready closes
@@ -168,7 +197,7 @@ func New(cfg Config, log *slog.Logger) (*Console, error) {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return &Console{cfg: cfg, log: log.With("component", "console"), reg: reg,
-		metrics: tunnel.NewMetrics(reg), ready: make(chan struct{})}, nil
+		metrics: tunnel.NewMetrics(reg), admit: newAdmission(limitsOf(cfg), reg), ready: make(chan struct{})}, nil
 }
 
 // Ready is closed once the console listens; Addr is valid then.
@@ -293,7 +322,7 @@ func (c *Console) Run(ctx context.Context) error {
 		ConsoleURL: public, BoxCertTTL: c.cfg.BoxCertTTL, Log: c.log,
 		Metrics: promhttp.HandlerFor(c.reg, promhttp.HandlerOpts{}),
 	})
-	p := newPort(ln, authority, srv, c.cfg, c.log)
+	p := newPort(ln, authority, srv, c.admit, c.cfg, c.log)
 	hs := &http.Server{
 		Handler:           handler,
 		ReadHeaderTimeout: c.cfg.HandshakeTimeout,

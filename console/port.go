@@ -3,10 +3,14 @@ package console
 import (
 	"context"
 	"crypto/tls"
+	"errors"
+	"fmt"
 	"log/slog"
 	"net"
+	"net/netip"
 	"slices"
 	"sync"
+	"syscall"
 	"time"
 
 	"golang.org/x/time/rate"
@@ -18,23 +22,33 @@ import (
 // port accepts every connection on the public port, completes its TLS
 // handshake under a deadline, and hands it to the tunnel or to HTTP by the
 // negotiated ALPN protocol.
+//
+// Admission (limits.go) keeps it available to boxes and operators when
+// someone holds thousands of connections open: a connection holds a
+// handshake slot only from its ClientHello on, boxes (the tunnel ALPN) and
+// everyone else draw from separate pools, each source address has caps,
+// and connections that never speak are closed first.
 type port struct {
-	ln      net.Listener
-	tunnel  *tunnel.Server
-	http    *connListener
-	tls     *tls.Config
-	limiter *rate.Limiter
-	cfg     Config
-	log     *slog.Logger
-	slots   chan struct{} // one per handshake in progress
-	wg      sync.WaitGroup
+	ln       net.Listener
+	tunnel   *tunnel.Server
+	http     *connListener
+	tls      *tls.Config
+	limiter  *rate.Limiter
+	cfg      Config
+	log      *slog.Logger
+	adm      *admission
+	logEvery time.Duration // how often shedding is summed up in the log
+	hellos   sync.Map      // the conn TLS reads → its *portConn, while its handshake runs
+	wg       sync.WaitGroup
 }
 
-func newPort(ln net.Listener, a *pki.Authority, srv *tunnel.Server, cfg Config, log *slog.Logger) *port {
-	p := &port{ln: ln, tunnel: srv, cfg: cfg, log: log,
+// shedLogEvery is how often the port logs what it shed, if anything.
+const shedLogEvery = 5 * time.Second
+
+func newPort(ln net.Listener, a *pki.Authority, srv *tunnel.Server, adm *admission, cfg Config, log *slog.Logger) *port {
+	p := &port{ln: ln, tunnel: srv, cfg: cfg, log: log, adm: adm, logEvery: shedLogEvery,
 		http:    newConnListener(ln.Addr()),
 		limiter: rate.NewLimiter(rate.Limit(cfg.HandshakeRate), cfg.HandshakeBurst),
-		slots:   make(chan struct{}, cfg.MaxHandshakes),
 	}
 	apiTLS := &tls.Config{
 		MinVersion:   tls.VersionTLS13,
@@ -51,7 +65,20 @@ func newPort(ln net.Listener, a *pki.Authority, srv *tunnel.Server, cfg Config, 
 	p.tls = &tls.Config{
 		MinVersion: tls.VersionTLS13,
 		GetConfigForClient: func(hello *tls.ClientHelloInfo) (*tls.Config, error) {
-			if !slices.Contains(hello.SupportedProtos, tunnel.ALPN) {
+			v, ok := p.hellos.Load(hello.Conn)
+			if !ok {
+				return nil, errors.New("console: connection not admitted")
+			}
+			pc := v.(*portConn)
+			box := slices.Contains(hello.SupportedProtos, tunnel.ALPN)
+			if reason, ok := p.adm.hello(pc, box); !ok {
+				if reason == "" {
+					return nil, errors.New("console: connection closed for a newer one")
+				}
+				return nil, fmt.Errorf("console: too busy for another handshake (%s)", reason)
+			}
+			pc.SetDeadline(pc.start.Add(p.cfg.HandshakeTimeout))
+			if !box {
 				return apiTLS, nil
 			}
 			// Box sessions queue here, before any expensive crypto, so a
@@ -67,51 +94,103 @@ func newPort(ln net.Listener, a *pki.Authority, srv *tunnel.Server, cfg Config, 
 
 func (p *port) serve(ctx context.Context) {
 	defer p.http.Close()
+	logCtx, stopLog := context.WithCancel(ctx)
+	logDone := make(chan struct{})
+	go func() { defer close(logDone); p.logShedding(logCtx) }()
+	defer func() { stopLog(); <-logDone }()
+
+	var backoff time.Duration
 	for {
 		c, err := p.ln.Accept()
 		if err != nil {
-			if ne, ok := err.(net.Error); ok && ne.Timeout() {
-				time.Sleep(10 * time.Millisecond)
-				continue
+			if errors.Is(err, net.ErrClosed) || ctx.Err() != nil {
+				return
 			}
-			return
+			// Out of file descriptors, or a connection gone before it was
+			// accepted: never a reason to stop serving. Idle connections
+			// give their descriptors back first.
+			p.adm.shed.count(shedAcceptError, netip.Addr{})
+			if errors.Is(err, syscall.EMFILE) || errors.Is(err, syscall.ENFILE) {
+				for _, old := range p.adm.evictIdle(64) {
+					old.Conn.Close()
+				}
+			}
+			backoff = min(max(2*backoff, 5*time.Millisecond), time.Second)
+			select {
+			case <-time.After(backoff):
+			case <-ctx.Done():
+				return
+			}
+			continue
 		}
-		select {
-		case p.slots <- struct{}{}:
-		default:
-			c.Close() // too many handshakes at once
+		backoff = 0
+		pc, evicted := p.adm.admit(c, time.Now())
+		for _, old := range evicted {
+			old.Conn.Close()
+		}
+		if pc == nil {
+			c.Close()
 			continue
 		}
 		p.wg.Add(1)
 		go func() {
 			defer p.wg.Done()
-			p.handle(ctx, c)
+			p.handle(ctx, pc)
 		}()
 	}
 }
 
-func (p *port) handle(ctx context.Context, c net.Conn) {
-	tc := tls.Server(tunnel.CorkConn(c), p.tls)
-	hctx, cancel := context.WithTimeout(ctx, p.cfg.HandshakeTimeout)
-	c.SetDeadline(time.Now().Add(p.cfg.HandshakeTimeout))
+// logShedding sums up what was shed in one log line per logEvery until ctx
+// ends.
+func (p *port) logShedding(ctx context.Context) {
+	t := time.NewTicker(p.logEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			p.adm.shed.log(p.log, p.logEvery)
+		}
+	}
+}
+
+func (p *port) handle(ctx context.Context, pc *portConn) {
+	cc := tunnel.CorkConn(pc)
+	p.hellos.Store(cc, pc)
+	tc := tls.Server(cc, p.tls)
+	hctx, cancel := context.WithDeadline(ctx, pc.start.Add(p.cfg.HandshakeTimeout))
+	// Until its ClientHello is in, a connection holds no handshake slot,
+	// and gets a shorter deadline.
+	pc.SetDeadline(pc.start.Add(min(p.cfg.HelloTimeout, p.cfg.HandshakeTimeout)))
 	err := tc.HandshakeContext(hctx)
 	cancel()
-	<-p.slots
+	p.hellos.Delete(cc)
 	if err != nil {
-		p.log.Debug("TLS handshake failed", "remote", c.RemoteAddr().String(), "err", err)
-		c.Close()
+		if ctx.Err() == nil && isTimeout(err) {
+			p.adm.timedOutIdle(pc)
+		}
+		p.log.Debug("TLS handshake failed", "remote", pc.RemoteAddr().String(), "err", err)
+		pc.Close()
 		return
 	}
-	c.SetDeadline(time.Time{})
+	pc.SetDeadline(time.Time{})
 	if tc.ConnectionState().NegotiatedProtocol == tunnel.ALPN {
+		p.adm.handshakeDone(pc, true)
 		if err := p.tunnel.ServeConn(ctx, tc); err != nil {
-			p.log.Info("box session refused", "remote", c.RemoteAddr().String(), "err", err)
+			p.log.Info("box session refused", "remote", pc.RemoteAddr().String(), "err", err)
 		}
 		return
 	}
+	p.adm.handshakeDone(pc, false)
 	if !p.http.deliver(ctx, tc) {
 		tc.Close()
 	}
+}
+
+func isTimeout(err error) bool {
+	var ne net.Error
+	return errors.Is(err, context.DeadlineExceeded) || (errors.As(err, &ne) && ne.Timeout())
 }
 
 // wait waits for every connection handler.
