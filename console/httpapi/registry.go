@@ -18,19 +18,23 @@ import (
 func (s *server) registry(c *gin.Context) {
 	var who string
 	var tenant string
-	check := func(req *http.Request) error {
+	// authorize looks at the request's headers only: a refused caller's
+	// body is never read.
+	authorize := func(req *http.Request) (registry.Access, error) {
 		tok, ok := registry.Credentials(req)
 		if !ok {
-			return errors.New("log in with an edgebox API token: docker login <console> -u edgebox -p <token>")
+			return registry.Access{}, errors.New("log in with an edgebox API token: docker login <console> -u edgebox -p <token>")
 		}
 		rec, err := s.Tokens.Check(tok)
 		if err != nil {
-			return err
+			return registry.Access{}, err
 		}
 		who, tenant = rec.Name, rec.TenantID
-		return nil
+		// An operator's token sees every repository; a tenant's token
+		// will see its tenant's (Access.Sees).
+		return registry.Access{}, nil
 	}
-	s.Registry.Operators(check).ServeHTTP(c.Writer, c.Request)
+	s.Registry.Operators(authorize).ServeHTTP(c.Writer, c.Request)
 	m := c.Request.Method
 	if who == "" || (m != http.MethodPut && m != http.MethodDelete) || !strings.Contains(c.Request.URL.Path, "/manifests/") {
 		return

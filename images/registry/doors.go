@@ -18,6 +18,16 @@ func writeError(w http.ResponseWriter, status int, code, msg string) {
 	json.NewEncoder(w).Encode(map[string]any{"errors": []map[string]string{{"code": code, "message": msg}}})
 }
 
+// refuse answers a request with err without reading its body. Over
+// HTTP/1 a body that was sent along must then not be read either, so the
+// connection closes after the answer.
+func refuse(w http.ResponseWriter, req *http.Request, status int, code, msg string) {
+	if req.ProtoMajor == 1 && (req.ContentLength != 0 || len(req.TransferEncoding) > 0) {
+		w.Header().Set("Connection", "close")
+	}
+	writeError(w, status, code, msg)
+}
+
 // Credentials returns the API token a registry client sent: as a bearer
 // token, or as the password of basic auth (docker login, crane auth login).
 func Credentials(req *http.Request) (string, bool) {
@@ -31,19 +41,30 @@ func Credentials(req *http.Request) (string, bool) {
 	return "", false
 }
 
-// Operators returns the registry behind a check of the caller's API token:
-// check returns nil for a caller who may push and pull. A refused caller
-// gets a basic-auth challenge, which makes docker and crane ask for their
-// stored login.
-func (r *Registry) Operators(check func(req *http.Request) error) http.Handler {
+// Access is what one caller may see in the registry.
+type Access struct {
+	// Sees says whether the caller may see and use repository repo: the
+	// catalog lists only those, and other repositories answer as if they
+	// did not exist. Nil sees every repository.
+	Sees func(repo string) bool
+}
+
+func (a Access) sees(repo string) bool { return a.Sees == nil || a.Sees(repo) }
+
+// Operators returns the registry behind a check of the caller's API token,
+// made from the request's headers before any of its body is read:
+// authorize returns what a caller who may push and pull sees, or an error
+// for a caller it refuses. A refused caller gets a basic-auth challenge,
+// which makes docker and crane ask for their stored login.
+func (r *Registry) Operators(authorize func(req *http.Request) (Access, error)) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
-		if err := check(req); err != nil {
-			drain(req)
+		acc, err := authorize(req)
+		if err != nil {
 			w.Header().Set("WWW-Authenticate", `Basic realm="edgebox"`)
-			writeError(w, http.StatusUnauthorized, "UNAUTHORIZED", err.Error())
+			refuse(w, req, http.StatusUnauthorized, "UNAUTHORIZED", err.Error())
 			return
 		}
-		r.app.ServeHTTP(w, req)
+		r.serve(w, req, acc)
 	})
 }
 
@@ -58,16 +79,15 @@ func (r *Registry) Boxes(box func(*http.Request) string, pullable Pullable) http
 	return http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
 		id := box(req)
 		if id == "" {
-			writeError(w, http.StatusUnauthorized, "UNAUTHORIZED", "no box identity on this stream")
+			refuse(w, req, http.StatusUnauthorized, "UNAUTHORIZED", "no box identity on this stream")
 			return
 		}
 		if req.Method != http.MethodGet && req.Method != http.MethodHead {
-			drain(req)
-			writeError(w, http.StatusForbidden, "DENIED", "boxes may only pull")
+			refuse(w, req, http.StatusForbidden, "DENIED", "boxes may only pull")
 			return
 		}
 		if req.URL.Path == "/v2/" || req.URL.Path == "/v2" {
-			r.app.ServeHTTP(w, req)
+			r.serve(w, req, Access{})
 			return
 		}
 		repo, target, err := parseTarget(req.URL.Path)
@@ -85,7 +105,7 @@ func (r *Registry) Boxes(box func(*http.Request) string, pullable Pullable) http
 			writeError(w, http.StatusForbidden, "DENIED", "this box's desired state does not reference "+repo+"@"+target.String())
 			return
 		}
-		r.app.ServeHTTP(w, req)
+		r.serve(w, req, Access{})
 	})
 }
 

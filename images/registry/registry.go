@@ -11,18 +11,19 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/distribution/distribution/v3"
 	"github.com/distribution/distribution/v3/configuration"
 	"github.com/distribution/distribution/v3/registry/handlers"
 	"github.com/distribution/distribution/v3/registry/storage"
+	storagedriver "github.com/distribution/distribution/v3/registry/storage/driver"
 	"github.com/distribution/distribution/v3/registry/storage/driver/filesystem"
 	"github.com/distribution/reference"
 	"github.com/opencontainers/go-digest"
@@ -34,20 +35,81 @@ import (
 
 // Registry is the console's image store and its two doors.
 type Registry struct {
-	app *handlers.App
-	ns  distribution.Namespace // reads for resolving tags and access checks
-	log *slog.Logger
+	cfg      Config
+	app      *handlers.App
+	ns       distribution.Namespace // reads for resolving tags and access checks
+	driver   storagedriver.StorageDriver
+	referrer *referrerIndex
+	log      *slog.Logger
+
+	deadlineWarn sync.Once // noDeadlines has warned
 
 	refsMu sync.Mutex
 	refs   map[digest.Digest][]v1.Descriptor // a manifest's references; content never changes
+
+	// stop ends the upload purger; purged is closed when it has ended.
+	stop      chan struct{}
+	purged    chan struct{}
+	closeOnce sync.Once
+	closeErr  error
 }
 
 // maxCachedManifests bounds the reference cache; past it the cache starts
 // over.
 const maxCachedManifests = 4096
 
-// Open opens (creating if needed) the registry stored under dir.
-func Open(ctx context.Context, dir string, log *slog.Logger) (r *Registry, err error) {
+// Config is where the registry keeps its data and how it treats slow and
+// abandoned uploads.
+type Config struct {
+	// Dir holds the registry's storage, its referrers index and the key
+	// that signs upload state.
+	Dir string
+	// BodyIdle is how long a request body may send nothing before the
+	// request is cut. Each byte that arrives gives the body this long
+	// again, so a slow upload that moves survives however long it takes,
+	// and one that stalls holds its connection no longer than this. A
+	// mobile link's handover stalls for seconds, not tens of seconds.
+	BodyIdle time.Duration
+	// UploadIdle is how long an upload session may go without a byte
+	// before it counts as abandoned and its data is removed. It is
+	// measured from the session's last write, not its start, so a long
+	// upload that moves is never purged.
+	UploadIdle time.Duration
+	// PurgeEvery is how often abandoned upload sessions are looked for.
+	PurgeEvery time.Duration
+}
+
+// DefaultConfig is the registry's configuration for data in dir.
+func DefaultConfig(dir string) Config {
+	return Config{Dir: dir, BodyIdle: 30 * time.Second, UploadIdle: 3 * time.Hour, PurgeEvery: 15 * time.Minute}
+}
+
+// Validate reports the first setting that cannot work.
+func (c Config) Validate() error {
+	switch {
+	case c.Dir == "":
+		return errdefs.Invalid("registry: no data directory")
+	case c.BodyIdle <= 0:
+		return errdefs.Invalid("registry: BodyIdle must be positive, not %s", c.BodyIdle)
+	case c.UploadIdle <= 0 || c.PurgeEvery <= 0:
+		return errdefs.Invalid("registry: UploadIdle and PurgeEvery must be positive, not %s and %s", c.UploadIdle, c.PurgeEvery)
+	}
+	return nil
+}
+
+// Open opens (creating if needed) the registry stored under dir, with the
+// default configuration.
+func Open(ctx context.Context, dir string, log *slog.Logger) (*Registry, error) {
+	return New(ctx, DefaultConfig(dir), log)
+}
+
+// New opens (creating if needed) the registry cfg describes. It starts
+// the purger of abandoned uploads; Close stops it.
+func New(ctx context.Context, cfg Config, log *slog.Logger) (r *Registry, err error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	dir := cfg.Dir
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("registry: %w", err)
 	}
@@ -56,15 +118,18 @@ func Open(ctx context.Context, dir string, log *slog.Logger) (r *Registry, err e
 		return nil, err
 	}
 	root := filepath.Join(dir, "storage")
-	cfg := &configuration.Configuration{
+	dcfg := &configuration.Configuration{
 		Storage: configuration.Storage{
-			"filesystem":  configuration.Parameters{"rootdirectory": root},
-			"delete":      configuration.Parameters{"enabled": true},
-			"redirect":    configuration.Parameters{"disable": true},
-			"maintenance": configuration.Parameters{"uploadpurging": map[any]any{"enabled": true, "age": "168h", "interval": "24h", "dryrun": false}},
+			"filesystem": configuration.Parameters{"rootdirectory": root},
+			"delete":     configuration.Parameters{"enabled": true},
+			"redirect":   configuration.Parameters{"disable": true},
+			// distribution's purger goes by when an upload started, so it
+			// would cut a long upload that still moves; purgeUploads goes
+			// by its last write.
+			"maintenance": configuration.Parameters{"uploadpurging": map[any]any{"enabled": false}},
 		},
 	}
-	cfg.HTTP.Secret = secret
+	dcfg.HTTP.Secret = secret
 	// distribution logs through logrus' standard logger, a process-wide
 	// setting: its request lines are noise in the console's log, its
 	// warnings are not.
@@ -76,17 +141,31 @@ func Open(ctx context.Context, dir string, log *slog.Logger) (r *Registry, err e
 			err = fmt.Errorf("registry: %v", p)
 		}
 	}()
-	app := handlers.NewApp(ctx, cfg)
-	ns, err := storage.NewRegistry(ctx, filesystem.New(filesystem.DriverParameters{RootDirectory: root, MaxThreads: 100}))
+	app := handlers.NewApp(ctx, dcfg)
+	driver := filesystem.New(filesystem.DriverParameters{RootDirectory: root, MaxThreads: 100})
+	ns, err := storage.NewRegistry(ctx, driver)
 	if err != nil {
 		app.Shutdown()
 		return nil, fmt.Errorf("registry: %w", err)
 	}
-	return &Registry{app: app, ns: ns, log: log, refs: map[digest.Digest][]v1.Descriptor{}}, nil
+	r = &Registry{cfg: cfg, app: app, ns: ns, driver: driver, log: log,
+		referrer: &referrerIndex{root: filepath.Join(dir, "referrers")},
+		refs:     map[digest.Digest][]v1.Descriptor{},
+		stop:     make(chan struct{}), purged: make(chan struct{})}
+	go r.purgeLoop()
+	return r, nil
 }
 
-// Close stops the registry's background work.
-func (r *Registry) Close() error { return r.app.Shutdown() }
+// Close stops the registry's background work and waits for it. It may be
+// called more than once.
+func (r *Registry) Close() error {
+	r.closeOnce.Do(func() {
+		close(r.stop)
+		<-r.purged
+		r.closeErr = r.app.Shutdown()
+	})
+	return r.closeErr
+}
 
 // loadSecret returns the key that signs upload state, made once: an
 // upload in progress survives a console restart.
@@ -117,9 +196,9 @@ func (w slogWriter) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
-// ServeHTTP serves the OCI distribution API, unchecked: callers put a door
-// in front (Operators or Boxes).
-func (r *Registry) ServeHTTP(w http.ResponseWriter, req *http.Request) { r.app.ServeHTTP(w, req) }
+// ServeHTTP serves the OCI distribution API to a caller who may see and
+// do everything: callers put a door in front (Operators or Boxes).
+func (r *Registry) ServeHTTP(w http.ResponseWriter, req *http.Request) { r.serve(w, req, Access{}) }
 
 // Resolve returns the digest that repo's tag names now.
 func (r *Registry) Resolve(ctx context.Context, repo, tag string) (digest.Digest, error) {
@@ -193,7 +272,3 @@ func (r *Registry) references(ctx context.Context, repo string, dgst digest.Dige
 	r.refsMu.Unlock()
 	return refs, nil
 }
-
-// drain reads what is left of a request body, so a refused upload does
-// not leave the connection unusable.
-func drain(req *http.Request) { io.Copy(io.Discard, io.LimitReader(req.Body, 1<<20)) }

@@ -1,0 +1,88 @@
+package registry
+
+import (
+	"errors"
+	"io"
+	"net/http"
+	"slices"
+	"strings"
+	"time"
+)
+
+// serve is the registry behind both doors: it checks the request's path
+// and method, serves the catalog and the referrers API itself, keeps the
+// referrers index as manifests come and go, and hands the rest to
+// distribution. acc is what the caller may see.
+func (r *Registry) serve(w http.ResponseWriter, req *http.Request, acc Access) {
+	rt, aerr := parseRoute(req.URL.Path)
+	if aerr != nil {
+		refuse(w, req, aerr.status, aerr.code, aerr.msg)
+		return
+	}
+	if allowed := methods[rt.kind]; !slices.Contains(allowed, req.Method) {
+		w.Header().Set("Allow", strings.Join(allowed, ", "))
+		refuse(w, req, http.StatusMethodNotAllowed, "UNSUPPORTED", req.Method+" is not allowed on this path")
+		return
+	}
+	if rt.repo != "" && !acc.sees(rt.repo) {
+		refuse(w, req, http.StatusNotFound, "NAME_UNKNOWN", "no repository "+rt.repo)
+		return
+	}
+	if req.Body != nil && req.Body != http.NoBody {
+		req.Body = &progressBody{body: req.Body, rc: http.NewResponseController(w), idle: r.cfg.BodyIdle, unsupported: r.noDeadlines}
+	}
+	switch {
+	case rt.kind == routeCatalog:
+		r.serveCatalog(w, req, acc)
+	case rt.kind == routeReferrers:
+		r.serveReferrers(w, req, rt)
+	case rt.kind == routeManifest && req.Method == http.MethodPut:
+		r.putManifest(w, req, rt)
+	case rt.kind == routeManifest && req.Method == http.MethodDelete:
+		r.deleteManifest(w, req, rt)
+	default:
+		r.app.ServeHTTP(w, req)
+	}
+}
+
+// progressBody is a request body whose connection may wait at most idle
+// for each next byte: every read moves the connection's read deadline on,
+// so a body that keeps coming, however slowly, is read to its end, and a
+// body that stops is cut when idle has passed without a byte.
+type progressBody struct {
+	body io.ReadCloser
+	rc   *http.ResponseController
+	idle time.Duration
+	// unsupported is told when the connection takes no deadlines.
+	unsupported func(error)
+	// done is set once the body has ended; from then on the deadline is
+	// the server's again. Reads of a body are not concurrent.
+	done bool
+}
+
+func (b *progressBody) Read(p []byte) (int, error) {
+	if !b.done {
+		if err := b.rc.SetReadDeadline(time.Now().Add(b.idle)); err != nil {
+			b.unsupported(err)
+		}
+	}
+	n, err := b.body.Read(p)
+	if errors.Is(err, io.EOF) && !b.done {
+		// Done: the connection may wait for its next request as long as
+		// the server says. After any other error the deadline stays, so
+		// the server's own reading of what is left ends at once too.
+		b.done = true
+		_ = b.rc.SetReadDeadline(time.Time{})
+	}
+	return n, err
+}
+
+func (b *progressBody) Close() error { return b.body.Close() }
+
+// noDeadlines warns, once, that request bodies are read without an idle
+// deadline: the server in front passes on no way to set one.
+func (r *Registry) noDeadlines(err error) {
+	r.deadlineWarn.Do(func() {
+		r.log.Warn("registry request bodies have no idle deadline on this server; a stalled upload holds its connection", "err", err)
+	})
+}
