@@ -1,51 +1,58 @@
-# Installs the edgebox agent on a Windows box (PowerShell 5.1 or later, run
-# as administrator) and enrolls it with its console.
+# Installs the edgebox agent on a Windows box: downloads it from the
+# console, checks it, and hands over to 'edgebox-agent.exe install', which
+# does the rest (administrator check, enrollment, the Windows service and
+# its recovery, waiting until the box is online) and is tested in Go.
 #
-# The console serves this script at /install.ps1 with its URL and the
-# SHA-256 of its CA filled in; 'edgebox token create' prints the line to
-# paste, which fetches this script over a connection checked against that
-# CA. Everything this script downloads is fetched the same way and checked
-# against the console's SHA256SUMS before it runs.
+# The console serves this script at /install.ps1 with its URL, the SHA-256
+# of its CA and the SHA-256 of its Windows agent filled in; the line
+# 'edgebox token create' prints fetches it over a connection whose chain
+# must end in that CA, and this script fetches the agent the same way.
 #
-# From the Windows zip of a release, which holds edgebox-agent.exe beside
-# this script, it installs that binary instead of downloading one (the
-# token still pins the console's CA for enrollment).
+# Beside edgebox-agent.exe (the release's Windows zip), it hands over to
+# that binary without downloading anything.
 #
-#   .\install.ps1 -Token TOKEN [-Name NAME] [-Labels k=v,...] [-Proxy URL] [-Agent PATH]
+#   .\install.ps1 -Token TOKEN [-Name NAME] [-Labels k=v,...] [-Proxy URL]
 param(
     [Parameter(Mandatory = $true)][string]$Token,
-    [string]$Agent = "",
     [string]$Name = "",
     [string]$Labels = "",
     [string]$Proxy = ""
 )
 $ErrorActionPreference = "Stop"
 
-$ConsoleUrl = if ($env:EDGEBOX_CONSOLE_URL) { $env:EDGEBOX_CONSOLE_URL } else { '@@CONSOLE_URL@@' }
-$CaSha256 = if ($env:EDGEBOX_CA_SHA256) { $env:EDGEBOX_CA_SHA256 } else { '@@CA_SHA256@@' }
+$ConsoleUrl = '@@CONSOLE_URL@@'
+$CaSha256 = '@@CA_SHA256@@'
+$AgentFile = 'edgebox-agent-windows-amd64.exe'
+$AgentSha256 = '@@AGENT_SHA256@@'
 
 function Fail([string]$msg) {
     Write-Host "edgebox install: $msg" -ForegroundColor Red
     exit 1
 }
 
-if ($Agent -eq "" -and $PSScriptRoot -and (Test-Path (Join-Path $PSScriptRoot "edgebox-agent.exe"))) {
-    $Agent = Join-Path $PSScriptRoot "edgebox-agent.exe"
+# The options go to 'edgebox-agent install' as they are.
+$agentArgs = @("install", $Token)
+if ($Name -ne "") { $agentArgs += @("--name", $Name) }
+if ($Labels -ne "") { $agentArgs += @("--labels", $Labels) }
+if ($Proxy -ne "") { $agentArgs += @("--proxy", $Proxy) }
+
+if ($PSScriptRoot -and (Test-Path (Join-Path $PSScriptRoot "edgebox-agent.exe"))) {
+    & (Join-Path $PSScriptRoot "edgebox-agent.exe") @agentArgs
+    exit $LASTEXITCODE
 }
-if ($Agent -eq "" -and ($ConsoleUrl.StartsWith('@@') -or $CaSha256.StartsWith('@@'))) {
-    Fail "this copy of the script names no console: fetch it from your console's /install.ps1, set EDGEBOX_CONSOLE_URL and EDGEBOX_CA_SHA256, or run it beside edgebox-agent.exe"
+if ($ConsoleUrl.StartsWith('@@') -or $CaSha256.StartsWith('@@') -or $AgentSha256.StartsWith('@@')) {
+    Fail "this copy of the script names no console: fetch it from your console's /install.ps1, or run it beside edgebox-agent.exe"
 }
-$principal = New-Object Security.Principal.WindowsPrincipal([Security.Principal.WindowsIdentity]::GetCurrent())
-if (-not $principal.IsInRole([Security.Principal.WindowsBuiltInRole]::Administrator)) {
-    Fail "run it from an elevated PowerShell (Run as administrator)"
+if ($AgentSha256 -eq "") {
+    Fail "the console at $ConsoleUrl serves no Windows agent ($AgentFile): ask its operator to put 'make dist' output in its --dist directory"
 }
 if (-not [Environment]::Is64BitOperatingSystem) {
     Fail "edgebox runs on 64-bit Windows"
 }
 
-# Trust only a server whose chain ends in the CA the token pins: the
-# system's CA list does not know the console's private CA.
-[Net.ServicePointManager]::SecurityProtocol = [Net.SecurityProtocolType]::Tls12 -bor 3072
+# Trust only a server whose chain ends in the pinned CA: the system's CA
+# list does not know the console's private CA.
+[Net.ServicePointManager]::SecurityProtocol = [Net.SecurityProtocolType]::Tls12
 $pinned = $CaSha256.ToLowerInvariant()
 [Net.ServicePointManager]::ServerCertificateValidationCallback = {
     param($sender, $cert, $chain, $errors)
@@ -59,48 +66,24 @@ $pinned = $CaSha256.ToLowerInvariant()
 
 $client = New-Object Net.WebClient
 if ($Proxy -ne "") { $client.Proxy = New-Object Net.WebProxy($Proxy) }
-function Fetch([string]$path, [string]$file) {
-    try {
-        $client.DownloadFile("$ConsoleUrl/$path", $file)
-    } catch {
-        Fail "could not download $path from ${ConsoleUrl}: $($_.Exception.Message). If the certificate was refused, that server is not the console this token was made for: nothing was installed"
-    }
-}
-
-function Install-Agent([string]$exe) {
-    $agentArgs = @("install", $Token)
-    if ($Name -ne "") { $agentArgs += @("--name", $Name) }
-    if ($Labels -ne "") { $agentArgs += @("--labels", $Labels) }
-    if ($Proxy -ne "") { $agentArgs += @("--proxy", $Proxy) }
-    & $exe @agentArgs
-    if ($LASTEXITCODE -ne 0) { Fail "edgebox-agent install failed (exit $LASTEXITCODE)" }
-}
-
-if ($Agent -ne "") {
-    Write-Host "edgebox: installing $Agent"
-    Install-Agent $Agent
-    exit 0
-}
-
-$tmp = Join-Path ([IO.Path]::GetTempPath()) ("edgebox-" + [Guid]::NewGuid().ToString("N"))
-New-Item -ItemType Directory -Path $tmp | Out-Null
+$exe = Join-Path ([IO.Path]::GetTempPath()) ("edgebox-agent-" + [Guid]::NewGuid().ToString("N") + ".exe")
+Write-Host "edgebox: downloading the agent from $ConsoleUrl/dl/$AgentFile"
 try {
-    $agentFile = "edgebox-agent-windows-amd64.exe"
-    Write-Host "edgebox: downloading the agent ($agentFile) from $ConsoleUrl"
-    Fetch "dl/SHA256SUMS" (Join-Path $tmp "SHA256SUMS")
-    Fetch "dl/$agentFile" (Join-Path $tmp "edgebox-agent.exe")
-    $want = ""
-    foreach ($line in Get-Content (Join-Path $tmp "SHA256SUMS")) {
-        $f = $line -split '\s+'
-        if ($f.Length -ge 2 -and ($f[1] -eq $agentFile -or $f[1] -eq "*$agentFile")) { $want = $f[0].ToLowerInvariant() }
-    }
-    if ($want -eq "") { Fail "the console lists no checksum for ${agentFile}: nothing was installed" }
-    $got = (Get-FileHash -Algorithm SHA256 (Join-Path $tmp "edgebox-agent.exe")).Hash.ToLowerInvariant()
-    if ($got -ne $want) {
-        Fail "the agent's SHA-256 is $got but the console lists ${want}: the download was changed on the way or on the console; nothing was installed"
-    }
-    Write-Host "edgebox: checksum verified ($got)"
-    Install-Agent (Join-Path $tmp "edgebox-agent.exe")
-} finally {
-    Remove-Item -Recurse -Force $tmp -ErrorAction SilentlyContinue
+    $client.DownloadFile("$ConsoleUrl/dl/$AgentFile", $exe)
+} catch {
+    Fail "could not download the agent from ${ConsoleUrl}: $($_.Exception.Message). If the certificate was refused, that server is not the console this token was made for: nothing was installed"
 }
+$got = (Get-FileHash -Algorithm SHA256 $exe).Hash.ToLowerInvariant()
+if ($got -ne $AgentSha256.ToLowerInvariant()) {
+    Remove-Item -Force $exe -ErrorAction SilentlyContinue
+    Fail "the agent's SHA-256 is $got, not $AgentSha256 as the console said: the download was changed on the way; nothing was installed"
+}
+Write-Host "edgebox: checksum verified ($got)"
+try {
+    & $exe @agentArgs
+    $code = $LASTEXITCODE
+} finally {
+    # The installer has copied itself to its place by now.
+    Remove-Item -Force $exe -ErrorAction SilentlyContinue
+}
+exit $code

@@ -108,6 +108,12 @@ func (d *Dir) Path(name string) (string, bool) {
 	return filepath.Join(d.dir, name), true
 }
 
+// Sum returns the hex SHA-256 SHA256SUMS lists for name.
+func (d *Dir) Sum(name string) (string, bool) {
+	sum, ok := d.sums[name]
+	return sum, ok
+}
+
 // Files lists the files served, besides SHA256SUMS.
 func (d *Dir) Files() []string {
 	out := make([]string, 0, len(d.sums))

@@ -13,10 +13,14 @@ import (
 )
 
 // pins are what the installers the console serves trust: its URL, its
-// serving key and its CA.
+// serving key, its CA, and the Windows agent it serves.
 func (s *server) pins() scripts.Pins {
 	key, ca := s.PKI.KeyPin(), s.PKI.CAHash()
-	return scripts.Pins{ConsoleURL: s.ConsoleURL, KeyPin: base64.StdEncoding.EncodeToString(key[:]), CASHA256: hex.EncodeToString(ca[:])}
+	p := scripts.Pins{ConsoleURL: s.ConsoleURL, KeyPin: base64.StdEncoding.EncodeToString(key[:]), CASHA256: hex.EncodeToString(ca[:])}
+	if s.Downloads != nil {
+		p.WindowsAgentSHA256, _ = s.Downloads.Sum(scripts.WindowsAgent)
+	}
+	return p
 }
 
 // installScript serves install.sh or install.ps1, filled in for this
