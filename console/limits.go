@@ -217,6 +217,7 @@ func (a *admission) admit(c net.Conn, now time.Time) (pc *portConn, evicted []*p
 		a.shed.count(shedIdle, old.addr)
 		evicted = append(evicted, old)
 	}
+	a.addrs[addr] = book // again, if an eviction just emptied it
 	pc = &portConn{Conn: c, adm: a, addr: addr, start: now, state: statePending, book: book}
 	book.conns++
 	book.idle.push(pc)
