@@ -3,6 +3,7 @@
 package integration
 
 import (
+	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
@@ -18,6 +19,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/edgebox/edgebox/tunnel"
 
 	"github.com/edgebox/edgebox/agent"
 	"github.com/edgebox/edgebox/agent/runtime"
@@ -37,6 +40,8 @@ type wipeBox struct {
 	uid     int    // the workload's user
 	drivers func() []runtime.Driver
 	devRoot string
+	// ran has what the agent's Run returned, once it did.
+	ran <-chan error
 }
 
 // startWipeBox enrolls a box whose agent runs with the process driver
@@ -72,12 +77,24 @@ func startWipeBox(t *testing.T, h *testenv.InProcess, name string, firstUID int,
 		}
 		return []runtime.Driver{d}
 	}
-	testenv.StartAgent(t, w.box, func(c *agent.Config) {
-		c.Drivers = w.drivers()
-		c.USB, c.USBPoll, c.USBDevRoot = sim, 100*time.Millisecond, w.devRoot
-		c.Reconcile = time.Second
-		c.Hooks = hooks
-	})
+	// The agent runs here, not in testenv, to see what its Run returns.
+	cfg := agent.DefaultConfig(w.box.DataDir())
+	cfg.Version = "test"
+	cfg.Tunnel.PingInterval, cfg.Tunnel.PingTimeout = time.Second, 2*time.Second
+	cfg.Backoff = tunnel.Backoff{Min: 50 * time.Millisecond, Max: 500 * time.Millisecond}
+	cfg.PendingRecheck, cfg.SyncRetry, cfg.Reconcile = 200*time.Millisecond, 100*time.Millisecond, time.Second
+	cfg.Drivers = w.drivers()
+	cfg.USB, cfg.USBPoll, cfg.USBDevRoot = sim, 100*time.Millisecond, w.devRoot
+	cfg.Hooks = hooks
+	a, err := agent.New(cfg, testenv.Logger(t).With("side", "agent"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	runCtx, stop := context.WithCancel(context.Background())
+	ran, exited := make(chan error, 1), make(chan struct{})
+	go func() { defer close(exited); ran <- a.Run(runCtx) }()
+	t.Cleanup(func() { stop(); <-exited })
+	w.ran = ran
 	admin := h.Admin()
 	testenv.WaitFor(t, 30*time.Second, "the key reported", func() bool {
 		ks, err := admin.Keys(ctx(t), w.box.ID(), nil)
@@ -252,8 +269,18 @@ func TestRevokeWithWipe(t *testing.T) {
 		t.Errorf("audit box.wipe: %+v", e)
 	}
 
-	// The agent stops on its own, and the box is gone from the console.
-	testenv.WaitFor(t, 30*time.Second, "the wiped agent stopped", func() bool { return testenv.AgentOf(w.box) == nil || !testenv.BoxState(t, h, w.box.ID()).Online })
+	// The agent stops on its own, saying why.
+	select {
+	case err := <-w.ran:
+		if !errors.Is(err, agent.ErrWiped) {
+			t.Fatalf("the wiped agent's Run returned %v", err)
+		}
+	case <-time.After(60 * time.Second):
+		t.Fatal("the wiped agent did not stop")
+	}
+	if testenv.BoxState(t, h, w.box.ID()).Online {
+		t.Error("the wiped box is still online")
+	}
 	// Started again, it refuses to run, and says why.
 	_, err = agent.New(agent.DefaultConfig(w.box.DataDir()), testenv.Logger(t))
 	if !errors.Is(err, agent.ErrWiped) || !strings.Contains(err.Error(), "enroll") || !strings.Contains(err.Error(), w.box.ID()) {
@@ -328,6 +355,49 @@ func TestRevokeWithWipeOfAnOfflineBox(t *testing.T) {
 	})
 }
 
+// TestRevokeWithWipeOfASlowBox: a box that does not answer within the
+// wipe's timeout does not hold the revocation up: the call answers when
+// the timeout ends, the box is revoked and its session dropped, and the
+// record says the wipe was not confirmed. The box, told already, still
+// finishes its wipe on its own.
+func TestRevokeWithWipeOfASlowBox(t *testing.T) {
+	t.Parallel()
+	h := testenv.NewInProcess(t, testenv.Options{})
+	release := make(chan struct{})
+	w := startWipeBox(t, h, "slow-box", 780000, agent.Hooks{WipeStep: func(s string) error {
+		if s == agent.WipeStepDesired {
+			<-release // the workloads take their time to stop
+		}
+		return nil
+	}})
+	start := time.Now()
+	b, err := h.Admin().RevokeWith(ctx(t), w.box.ID(), api.RevokeRequest{Wipe: true, WipeTimeout: "1s"})
+	took := time.Since(start)
+	close(release)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("revoke with a 1 s wipe timeout of a box that does not answer took %s", took)
+	if took > 20*time.Second {
+		t.Errorf("the revocation waited %s for a box given 1 s", took)
+	}
+	if b.State != "revoked" || b.Wipe == nil || b.Wipe.Confirmed || b.Wipe.Result != "not confirmed: timed out after 1s" {
+		t.Fatalf("revoke with wipe of a slow box: state %s, wipe %+v", b.State, b.Wipe)
+	}
+	if e := auditOf(t, h, w.box.ID())["box.wipe"]; e.Result != "not confirmed: timed out after 1s" {
+		t.Errorf("audit box.wipe: %+v", e)
+	}
+	select {
+	case err := <-w.ran:
+		if !errors.Is(err, agent.ErrWiped) {
+			t.Fatalf("the slow box's Run returned %v", err)
+		}
+	case <-time.After(60 * time.Second):
+		t.Fatal("the slow box did not finish its wipe")
+	}
+	checkWiped(t, w)
+}
+
 // TestWipeFinishesAfterAKill: a box stopped at any step of its wipe (a
 // hook ends the wipe there, as a kill would; the workload's processes
 // outlive the agent as they would) finishes the wipe when it starts
@@ -359,8 +429,14 @@ func TestWipeFinishesAfterAKill(t *testing.T) {
 				t.Errorf("after a wipe stopped at %s, the key's lease: %+v; want ended %v", step, k, freed)
 			}
 			// The agent ended with its wipe; the workload outlived it.
-			testenv.WaitFor(t, 30*time.Second, "the agent stopped", func() bool { return !testenv.BoxState(t, h, w.box.ID()).Online })
-			w.box.Stop(t)
+			select {
+			case err := <-w.ran:
+				if err == nil || errors.Is(err, agent.ErrWiped) || !strings.Contains(err.Error(), "tried again at the next start") {
+					t.Fatalf("the agent stopped after %s: %v", step, err)
+				}
+			case <-time.After(60 * time.Second):
+				t.Fatal("the agent did not stop")
+			}
 			if step != agent.WipeStepWorkloads && step != agent.WipeStepIdentity {
 				if ps := processes(t, func(p proc) bool { return strings.Contains(p.cmdline, w.mark) }); len(ps) == 0 {
 					t.Fatalf("the workload did not outlive an agent stopped after %s", step)
