@@ -1,0 +1,136 @@
+package integration
+
+import (
+	"fmt"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/edgebox/edgebox/agent"
+	"github.com/edgebox/edgebox/api"
+	"github.com/edgebox/edgebox/internal/testenv"
+	"github.com/edgebox/edgebox/internal/toxic"
+	"github.com/edgebox/edgebox/tunnel"
+)
+
+// TestBoxesBackSoonAfterConsoleRestarts restarts the console three times,
+// 10 s apart, each time down for 2 s (a console binary stopping and
+// starting again), with ten boxes on the shipped backoff (1 s to 60 s).
+// Every box must be online again within 10 s of the console being back
+// after the last restart. Before the console said goodbye and boxes
+// forgot their failures after a healthy session, each restart added to
+// every box's backoff (sessions shorter than 60 s never reset it), and
+// boxes waited up to a minute for a console that was already up.
+//
+// It is not parallel, so that other tests of this package do not share
+// the two cores with it while it counts seconds.
+func TestBoxesBackSoonAfterConsoleRestarts(t *testing.T) {
+	const (
+		boxes    = 10
+		apart    = 10 * time.Second
+		downtime = 2 * time.Second
+		within   = 10 * time.Second
+	)
+	h := testenv.NewInProcess(t, testenv.Options{})
+	tok := h.Token(t, api.TokenRequest{Region: "east", Site: "restarts", Uses: boxes})
+	for i := range boxes {
+		b, err := h.Enroll(t, tok, fmt.Sprintf("restart-%d", i))
+		if err != nil {
+			t.Fatal(err)
+		}
+		testenv.StartAgent(t, b, func(c *agent.Config) {
+			c.Backoff = tunnel.Backoff{} // the shipped 1 s to 60 s, and its rejoin window
+		})
+	}
+	online := func() int {
+		bs, err := h.Admin().Boxes(ctx(t))
+		if err != nil {
+			return 0
+		}
+		n := 0
+		for _, b := range bs {
+			if b.Online {
+				n++
+			}
+		}
+		return n
+	}
+	testenv.WaitFor(t, 60*time.Second, "every box online", func() bool { return online() == boxes })
+
+	var back time.Time
+	for i := range 3 {
+		start := time.Now()
+		h.StopConsole()
+		time.Sleep(downtime)
+		h.StartConsole(t)
+		back = time.Now()
+		t.Logf("restart %d: console down for %v", i+1, back.Sub(start).Round(time.Millisecond))
+		if i < 2 {
+			n := online()
+			time.Sleep(time.Until(start.Add(apart)))
+			t.Logf("restart %d: %d of %d boxes online 10 s later (%d right after it)", i+1, online(), boxes, n)
+		}
+	}
+	deadline := back.Add(within)
+	for online() < boxes {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d of %d boxes online %v after the console came back from its last restart", online(), boxes, within)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	t.Logf("every box online %v after the console came back from its last restart", time.Since(back).Round(time.Millisecond))
+}
+
+// TestRunProxyFlagAndWhereAProxyCameFrom runs the built agent at a site
+// whose proxy wants a password. A wrong password in agent.json, or in
+// --proxy, is named where it was set, in 'edgebox-agent status'; --proxy
+// overrides agent.json for the run that has it.
+func TestRunProxyFlagAndWhereAProxyCameFrom(t *testing.T) {
+	t.Parallel()
+	h := testenv.NewBinaries(t)
+	px := toxic.NewConnectProxy(t, "edge", "s3cret")
+	b, err := h.Enroll(t, h.Token(t, api.TokenRequest{Region: "east", Site: "proxied"}), "proxied")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := agent.WriteSettings(b.DataDir(), agent.Settings{Proxy: "http://edge:wrong@" + px.Addr}); err != nil {
+		t.Fatal(err)
+	}
+	status := func() string {
+		out, _ := exec.Command(filepath.Join(testenv.BuildBinaries(t), "edgebox-agent"), "status", "--data", b.DataDir()).CombinedOutput()
+		return string(out)
+	}
+	tests := []struct {
+		name string
+		args []string
+		says string
+	}{
+		{"agent.json", nil,
+			`refused user "edge" (407 Proxy Authentication Required): proxy authentication failed; correct the user and password in the "proxy" setting in ` +
+				filepath.Join(b.DataDir(), "agent.json")},
+		{"--proxy", []string{"--proxy", "http://someone:wrong@" + px.Addr},
+			`refused user "someone" (407 Proxy Authentication Required): proxy authentication failed; correct the user and password in the --proxy flag`},
+	}
+	for _, tt := range tests {
+		testenv.StartAgentArgs(t, b, tt.args...)
+		testenv.WaitFor(t, 30*time.Second, "status to name "+tt.name, func() bool { return strings.Contains(status(), tt.says) })
+		if s := status(); strings.Contains(s, "HTTPS_PROXY") || strings.Contains(s, "wrong@") {
+			t.Fatalf("%s: status points at HTTPS_PROXY or shows the password:\n%s", tt.name, s)
+		}
+		b.Stop(t)
+	}
+	if px.Used.Load() != 0 {
+		t.Fatal("the proxy let a box through with the wrong password")
+	}
+
+	// --proxy with the right password beats agent.json's wrong one.
+	testenv.StartAgentArgs(t, b, "--proxy", "http://edge:s3cret@"+px.Addr)
+	testenv.WaitFor(t, 30*time.Second, "the box online through the proxy", func() bool {
+		return testenv.BoxState(t, h, b.ID()).Online
+	})
+	if px.Used.Load() == 0 {
+		t.Fatal("the box came online without the proxy")
+	}
+}
