@@ -190,7 +190,7 @@ func (r *Registry) putManifest(w http.ResponseWriter, req *http.Request, rt rout
 		r.app.ServeHTTP(w, req)
 		return
 	}
-	hw := &hookWriter{ResponseWriter: w, before: func(status int) error {
+	hw := &hookWriter{ResponseWriter: w, before: func(status int) *apiError {
 		if status != http.StatusCreated {
 			return nil
 		}
@@ -198,15 +198,13 @@ func (r *Registry) putManifest(w http.ResponseWriter, req *http.Request, rt rout
 			desc.Digest = got
 		}
 		if err := r.referrer.add(rt.repo, subject, desc); err != nil {
-			return err
+			r.log.Warn("registry referrers index not updated", "repo", rt.repo, "digest", desc.Digest, "err", err)
+			return &apiError{http.StatusInternalServerError, "UNKNOWN", "the console could not record this manifest's subject; push it again"}
 		}
 		w.Header().Set("OCI-Subject", subject.String())
 		return nil
 	}}
 	r.app.ServeHTTP(hw, req)
-	if hw.err != nil {
-		r.log.Warn("registry referrers index not updated", "repo", rt.repo, "digest", desc.Digest, "err", hw.err)
-	}
 }
 
 // deleteManifest deletes a manifest through distribution and, once it is
@@ -222,7 +220,7 @@ func (r *Registry) deleteManifest(w http.ResponseWriter, req *http.Request, rt r
 		r.app.ServeHTTP(w, req)
 		return
 	}
-	hw := &hookWriter{ResponseWriter: w, before: func(int) error { return nil }}
+	hw := &hookWriter{ResponseWriter: w, before: func(int) *apiError { return nil }}
 	r.app.ServeHTTP(hw, req)
 	if hw.status != http.StatusAccepted {
 		return
@@ -293,13 +291,13 @@ func (r *Registry) serveReferrers(w http.ResponseWriter, req *http.Request, rt r
 }
 
 // hookWriter runs before just before the status is written; when before
-// fails, the client gets a 500 instead of what the handler answered.
+// answers an error, the client gets that error instead of what the handler
+// answered.
 type hookWriter struct {
 	http.ResponseWriter
-	before  func(status int) error
-	status  int
-	err     error // what before returned
-	swallow bool  // the handler's answer is replaced
+	before  func(status int) *apiError
+	status  int  // as the handler wrote it
+	swallow bool // the handler's answer is replaced
 }
 
 func (h *hookWriter) WriteHeader(status int) {
@@ -307,12 +305,12 @@ func (h *hookWriter) WriteHeader(status int) {
 		return
 	}
 	h.status = status
-	if h.err = h.before(status); h.err != nil {
+	if e := h.before(status); e != nil {
 		h.swallow = true
-		for _, k := range []string{"Location", "Docker-Content-Digest", "Content-Length"} {
+		for _, k := range []string{"Location", "Docker-Content-Digest", "Content-Length", "Range", "Docker-Upload-UUID"} {
 			h.ResponseWriter.Header().Del(k)
 		}
-		writeError(h.ResponseWriter, http.StatusInternalServerError, "UNKNOWN", "the console could not record this manifest's subject; push it again")
+		writeError(h.ResponseWriter, e.status, e.code, e.msg)
 		return
 	}
 	h.ResponseWriter.WriteHeader(status)

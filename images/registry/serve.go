@@ -2,10 +2,13 @@ package registry
 
 import (
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
+	"os"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"time"
 )
 
@@ -29,7 +32,17 @@ func (r *Registry) serve(w http.ResponseWriter, req *http.Request, acc Access) {
 		return
 	}
 	if req.Body != nil && req.Body != http.NoBody {
-		req.Body = &progressBody{body: req.Body, rc: http.NewResponseController(w), idle: r.cfg.BodyIdle, unsupported: r.noDeadlines}
+		body := &progressBody{body: req.Body, rc: http.NewResponseController(w), idle: r.cfg.BodyIdle, unsupported: r.noDeadlines}
+		req.Body = body
+		// distribution answers a body it could not read with a 500; one
+		// cut for idleness gets the 408 it is.
+		w = &hookWriter{ResponseWriter: w, before: func(int) *apiError {
+			if body.cut.Load() {
+				return &apiError{http.StatusRequestTimeout, "UNKNOWN",
+					fmt.Sprintf("the request body sent nothing for %s and was cut; send it again", r.cfg.BodyIdle)}
+			}
+			return nil
+		}}
 	}
 	switch {
 	case rt.kind == routeCatalog:
@@ -55,6 +68,8 @@ type progressBody struct {
 	idle time.Duration
 	// unsupported is told when the connection takes no deadlines.
 	unsupported func(error)
+	// cut is set when the deadline ended the body.
+	cut atomic.Bool
 	// done is set once the body has ended; from then on the deadline is
 	// the server's again. Reads of a body are not concurrent.
 	done bool
@@ -67,6 +82,9 @@ func (b *progressBody) Read(p []byte) (int, error) {
 		}
 	}
 	n, err := b.body.Read(p)
+	if err != nil && errors.Is(err, os.ErrDeadlineExceeded) {
+		b.cut.Store(true)
+	}
 	if errors.Is(err, io.EOF) && !b.done {
 		// Done: the connection may wait for its next request as long as
 		// the server says. After any other error the deadline stays, so
