@@ -32,7 +32,10 @@ func newTestRegistry(t *testing.T, cfg Config) *Registry {
 
 type testWriter struct{ t *testing.T }
 
-func (w testWriter) Write(p []byte) (int, error) { w.t.Log(strings.TrimSpace(string(p))); return len(p), nil }
+func (w testWriter) Write(p []byte) (int, error) {
+	w.t.Log(strings.TrimSpace(string(p)))
+	return len(p), nil
+}
 
 // serveOperators serves reg's operators' door over HTTP/1 on loopback;
 // every caller is let in and sees what sees lets it.
