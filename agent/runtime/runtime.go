@@ -6,6 +6,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"fmt"
 	"io"
 	"net/http"
 	"time"
@@ -136,4 +137,52 @@ type Consoler interface {
 	// Consoles returns the sockets of a running instance; "" where it has
 	// none.
 	Consoles(name string) (vnc, serial string, err error)
+}
+
+// Sweeper is a driver that can find what runs on the box in its name but
+// belongs to no instance it holds — left by an agent killed part way
+// through an operation, or by an older agent — and stop it. The agent
+// sweeps once at start, before it creates or starts anything.
+type Sweeper interface {
+	// Sweep stops every orphan and removes what is left of half-made or
+	// half-removed instances, and returns what it stopped.
+	Sweep(ctx context.Context) ([]Orphan, error)
+}
+
+// Orphan is something a sweep stopped.
+type Orphan struct {
+	// Name is the instance it was made for, when that can be told.
+	Name string
+	// PIDs are the processes stopped.
+	PIDs []int
+	// What says what it was, for the operator.
+	What string
+}
+
+// CrashHook is a test's hook into a driver's operations: a driver calls
+// it at each of its declared crash points, and an error from it ends the
+// operation there at once, as if the agent had been killed at that point
+// (nothing is cleaned up). Production leaves it nil.
+type CrashHook func(point string) error
+
+// At calls h at point, which must be among declared. A nil hook does
+// nothing.
+func (h CrashHook) At(declared []string, point string) error {
+	if h == nil {
+		return nil
+	}
+	for _, p := range declared {
+		if p == point {
+			return h(point)
+		}
+	}
+	return fmt.Errorf("crash point %q is not declared", point)
+}
+
+// CrashPointer is a driver that declares its crash points: the steps of
+// create, start, stop and remove between which a killed agent leaves
+// something behind. Points are named "<operation>/<step>", operation one
+// of create, start, stop, remove.
+type CrashPointer interface {
+	CrashPoints() []string
 }

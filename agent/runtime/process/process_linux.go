@@ -11,6 +11,9 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+	"time"
+
+	"github.com/edgebox/edgebox/agent/runtime"
 )
 
 // prepare makes the state directory and checks that workloads, running as
@@ -162,4 +165,221 @@ func revokeDevices(rec record) {
 	for _, p := range rec.Devices {
 		os.Chown(p, 0, -1)
 	}
+}
+
+// A workload's processes are found by its user ID: no other workload and
+// no account of the box has it, and a workload cannot change it, so every
+// process running as it is the workload's, however it was started and
+// whatever session or process group it moved to.
+
+// proc is one live process.
+type proc struct {
+	pid, sid int
+	tick     int64
+	uids     [4]int // real, effective, saved, filesystem
+}
+
+// scan returns the live processes (not zombies) any of whose user IDs
+// keep says yes to.
+func scan(keep func(uid int) bool) []proc {
+	ents, err := os.ReadDir("/proc")
+	if err != nil {
+		return nil
+	}
+	var out []proc
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		p, ok := readProc(pid)
+		if !ok {
+			continue
+		}
+		for _, u := range p.uids {
+			if keep(u) {
+				out = append(out, p)
+				break
+			}
+		}
+	}
+	return out
+}
+
+func readProc(pid int) (proc, bool) {
+	p := proc{pid: pid}
+	st, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return p, false
+	}
+	found := false
+	for _, line := range strings.Split(string(st), "\n") {
+		if rest, ok := strings.CutPrefix(line, "Uid:"); ok {
+			f := strings.Fields(rest)
+			for i := 0; i < len(f) && i < 4; i++ {
+				p.uids[i], _ = strconv.Atoi(f[i])
+			}
+			found = len(f) >= 4
+			break
+		}
+	}
+	if !found {
+		return p, false
+	}
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return p, false
+	}
+	s := string(b)
+	i := strings.LastIndexByte(s, ')')
+	if i < 0 {
+		return p, false
+	}
+	f := strings.Fields(s[i+1:])
+	if len(f) < 20 || f[0] == "Z" || f[0] == "X" {
+		return p, false
+	}
+	p.sid, _ = strconv.Atoi(f[3])
+	p.tick, _ = strconv.ParseInt(f[19], 10, 64)
+	return p, true
+}
+
+// leader returns the program an instance's user runs as the leader of a
+// session of its own, as Start starts it: the oldest, should a workload
+// have started sessions of its own too.
+func (d *Driver) leader(_ string, uid int) (run, bool) {
+	if uid <= 0 {
+		return run{}, false
+	}
+	var best proc
+	for _, p := range scan(func(u int) bool { return u == uid }) {
+		if p.pid == p.sid && (best.pid == 0 || p.tick < best.tick) {
+			best = p
+		}
+	}
+	if best.pid == 0 {
+		return run{}, false
+	}
+	return run{PID: best.pid, StartTick: best.tick, StartedAt: tickTime(best.tick).UnixNano()}, true
+}
+
+// killAll ends every process running as uid and waits until none is
+// left; it returns those it killed.
+func (d *Driver) killAll(_ string, uid int) ([]int, error) {
+	if uid <= 0 {
+		return nil, nil
+	}
+	var killed []int
+	seen := map[int]bool{}
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		ps := scan(func(u int) bool { return u == uid })
+		if len(ps) == 0 {
+			return killed, nil
+		}
+		if time.Now().After(deadline) {
+			return killed, fmt.Errorf("%d processes of user %d do not end", len(ps), uid)
+		}
+		for _, p := range ps {
+			syscall.Kill(p.pid, syscall.SIGKILL)
+			if !seen[p.pid] {
+				seen[p.pid] = true
+				killed = append(killed, p.pid)
+			}
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// busyUIDs returns the user IDs of [first, first+n) that processes run
+// as, with their pids.
+func busyUIDs(first, n int) map[int][]int {
+	in := func(u int) bool { return u >= first && u < first+n }
+	out := map[int][]int{}
+	for _, p := range scan(in) {
+		seen := map[int]bool{}
+		for _, u := range p.uids {
+			if in(u) && !seen[u] {
+				seen[u] = true
+				out[u] = append(out[u], p.pid)
+			}
+		}
+	}
+	return out
+}
+
+// homeOwner returns the owner of a workload's home.
+func homeOwner(home string) (int, bool) {
+	fi, err := os.Stat(home)
+	if err != nil {
+		return 0, false
+	}
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	if !ok || st.Uid == 0 {
+		return 0, false
+	}
+	return int(st.Uid), true
+}
+
+// tickTime is when a process started, from its start time in clock ticks
+// since boot (USER_HZ, 100 on Linux).
+func tickTime(tick int64) time.Time {
+	b, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return time.Now()
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if rest, ok := strings.CutPrefix(line, "btime "); ok {
+			boot, err := strconv.ParseInt(strings.TrimSpace(rest), 10, 64)
+			if err == nil {
+				return time.Unix(boot, 0).Add(time.Duration(tick) * time.Second / 100)
+			}
+		}
+	}
+	return time.Now()
+}
+
+// start and resume: a Linux program starts at once; its user ID makes it
+// the workload's from its first instruction.
+func start(cmd *exec.Cmd) error { return cmd.Start() }
+func resume(*exec.Cmd) error    { return nil }
+
+// sweepCgroups ends the processes in edgebox's cgroups of instances that
+// do not exist, and removes those cgroups.
+func (d *Driver) sweepCgroups(known map[string]bool) []runtime.Orphan {
+	var out []runtime.Orphan
+	for _, ctrl := range []string{"memory", "cpu"} {
+		root := filepath.Join(d.cfg.CgroupRoot, ctrl, "edgebox")
+		ents, err := os.ReadDir(root)
+		if err != nil {
+			continue
+		}
+		for _, e := range ents {
+			if !e.IsDir() || known[e.Name()] {
+				continue
+			}
+			dir := filepath.Join(root, e.Name())
+			var killed []int
+			for range 100 {
+				b, _ := os.ReadFile(filepath.Join(dir, "cgroup.procs"))
+				pids := strings.Fields(string(b))
+				if len(pids) == 0 {
+					break
+				}
+				for _, s := range pids {
+					if pid, err := strconv.Atoi(s); err == nil && pid > 1 {
+						syscall.Kill(pid, syscall.SIGKILL)
+						killed = append(killed, pid)
+					}
+				}
+				time.Sleep(10 * time.Millisecond)
+			}
+			os.Remove(dir)
+			if len(killed) > 0 {
+				out = append(out, runtime.Orphan{Name: e.Name(), PIDs: killed,
+					What: fmt.Sprintf("processes in the %s cgroup of an instance that does not exist", ctrl)})
+			}
+		}
+	}
+	return out
 }

@@ -5,6 +5,7 @@ package process
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
@@ -42,8 +43,39 @@ func TestConformance(t *testing.T) {
 		},
 		Workload: workload,
 		Output:   func(greeting string) string { return "hello " + greeting },
+		Restart: func(t *testing.T) func(runtime.CrashHook) runtime.Driver {
+			require.Root(t, "running programs as workload users")
+			state, cgroups := stateDir(t), t.TempDir()
+			var opened []*Driver
+			t.Cleanup(func() {
+				// What the last agent finds is removed; the sweep ends
+				// the rest.
+				if len(opened) > 0 {
+					d := opened[len(opened)-1]
+					list, _ := d.List(context.Background())
+					for _, in := range list {
+						d.Remove(context.Background(), in.Name)
+					}
+					d.Sweep(context.Background())
+				}
+			})
+			return func(crash runtime.CrashHook) runtime.Driver {
+				d, err := New(Config{StateDir: state, CgroupRoot: cgroups, FirstUID: crashUIDs, Crash: crash,
+					Log: slog.New(slog.NewTextHandler(t.Output(), nil))})
+				if err != nil {
+					t.Fatal(err)
+				}
+				opened = append(opened, d)
+				return d
+			}
+		},
+		Copies: runtimetest.Processes,
 	})
 }
+
+// crashUIDs is the first user ID of the crash-point tests' drivers, apart
+// from the other tests', whose workloads their sweeps must not touch.
+const crashUIDs = 720000
 
 func TestLimitsAndARestartedAgent(t *testing.T) {
 	require.Root(t, "setting cgroup limits")

@@ -3,15 +3,19 @@
 package process
 
 import (
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	goruntime "runtime"
 	"strings"
 	"syscall"
+	"time"
 	"unsafe"
 
 	"golang.org/x/sys/windows"
+
+	"github.com/edgebox/edgebox/agent/runtime"
 )
 
 // prepare makes the state directory.
@@ -180,3 +184,88 @@ func (d *Driver) kill(name string, r run) {
 // account.
 func grantDevices(record) error { return nil }
 func revokeDevices(record)      {}
+
+// A workload's processes are found by its job object, named for it: every
+// process the program starts is in it (Start assigns the program while it
+// is still suspended, before it runs an instruction).
+
+// jobIDs are the processes in the workload's job.
+func jobIDs(name string) []int {
+	if name == "" {
+		return nil
+	}
+	job, err := windows.CreateJobObject(nil, jobName(name))
+	if err != nil {
+		return nil
+	}
+	defer windows.CloseHandle(job)
+	var list struct {
+		Assigned, InList uint32
+		IDs              [1024]uintptr
+	}
+	if err := windows.QueryInformationJobObject(job, windows.JobObjectBasicProcessIdList,
+		uintptr(unsafe.Pointer(&list)), uint32(unsafe.Sizeof(list)), nil); err != nil {
+		return nil
+	}
+	var out []int
+	for i := uint32(0); i < list.InList && int(i) < len(list.IDs); i++ {
+		out = append(out, int(list.IDs[i]))
+	}
+	return out
+}
+
+// leader returns the oldest process of the workload's job.
+func (d *Driver) leader(name string, _ int) (run, bool) {
+	var best run
+	for _, pid := range jobIDs(name) {
+		tick, ok := startTick(pid)
+		if ok && (best.PID == 0 || tick < best.StartTick) {
+			best = run{PID: pid, StartTick: tick, StartedAt: tick}
+		}
+	}
+	return best, best.PID != 0
+}
+
+// killAll ends the workload's whole job and waits until it is empty.
+func (d *Driver) killAll(name string, _ int) ([]int, error) {
+	pids := jobIDs(name)
+	if len(pids) == 0 {
+		return nil, nil
+	}
+	d.kill(name, run{})
+	deadline := time.Now().Add(30 * time.Second)
+	for len(jobIDs(name)) > 0 {
+		if time.Now().After(deadline) {
+			return pids, fmt.Errorf("the job of %s does not end", name)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	return pids, nil
+}
+
+// Workloads run under the agent's account on Windows: no user IDs.
+func busyUIDs(int, int) map[int][]int { return map[int][]int{} }
+func homeOwner(string) (int, bool)    { return 0, false }
+
+func (d *Driver) sweepCgroups(map[string]bool) []runtime.Orphan { return nil }
+
+// start starts the program suspended; resume lets it run once it is in
+// its job, so nothing it starts escapes the job.
+func start(cmd *exec.Cmd) error {
+	cmd.SysProcAttr.CreationFlags |= windows.CREATE_SUSPENDED
+	return cmd.Start()
+}
+
+var ntResumeProcess = windows.NewLazySystemDLL("ntdll.dll").NewProc("NtResumeProcess")
+
+func resume(cmd *exec.Cmd) error {
+	h, err := windows.OpenProcess(windows.PROCESS_SUSPEND_RESUME, false, uint32(cmd.Process.Pid))
+	if err != nil {
+		return err
+	}
+	defer windows.CloseHandle(h)
+	if st, _, _ := ntResumeProcess.Call(uintptr(h)); st != 0 {
+		return fmt.Errorf("NtResumeProcess: status %#x", st)
+	}
+	return nil
+}

@@ -30,6 +30,15 @@ type Harness struct {
 	// prints greeting (from the instance's environment) and exits with
 	// code.
 	Exec func() (argv []string, code int)
+	// Restart starts a state of the driver's own, fresh at each call, and
+	// returns how to open a driver on it as a starting agent does, with
+	// crash as its crash hook (nil: none). Drivers opened by one returned
+	// function share that state, as an agent and the agent that comes
+	// after it do.
+	Restart func(t *testing.T) func(crash runtime.CrashHook) runtime.Driver
+	// Copies counts the copies of Workload(greeting) that run, as the box
+	// sees them (its processes), not as a driver says.
+	Copies func(t *testing.T, greeting string) int
 }
 
 // Run runs the suite against h.
@@ -38,6 +47,7 @@ func Run(t *testing.T, h Harness) {
 	t.Run("Idempotent", func(t *testing.T) { idempotent(t, h) })
 	t.Run("Independent", func(t *testing.T) { independent(t, h) })
 	t.Run("Unknown", func(t *testing.T) { unknown(t, h) })
+	t.Run("Crash", func(t *testing.T) { crashes(t, h) })
 	if h.Exec != nil {
 		t.Run("Exec", func(t *testing.T) { execIn(t, h) })
 	}
