@@ -138,6 +138,7 @@ func (r *Reconciler) Kick() {
 func (r *Reconciler) Run(ctx context.Context) {
 	r.runCtx = ctx
 	r.prober = health.New(ctx, r.Kick)
+	r.sweep(ctx)
 	defer r.prober.Wait()
 	defer r.pulls.wg.Wait()
 	t := time.NewTicker(r.cfg.Interval)
@@ -276,12 +277,15 @@ func (r *Reconciler) converge(ctx context.Context, o *edgeboxv1.DesiredObject, h
 		if err := r.images.use(name, w.GetImage()); err != nil {
 			r.cfg.Log.Warn("image record", "err", err)
 		}
-		if err := d.Create(ctx, spec); err != nil && !errors.Is(err, errdefs.ErrConflict) {
+		in, made, err := r.create(ctx, d, spec)
+		if err != nil {
 			r.fail(name, rev, "CreateFailed", err)
 			return
 		}
-		r.event(name, "Created", fmt.Sprintf("release %s", w.GetRelease()), false)
-		h.inst.State = runtime.StateCreated
+		if made {
+			r.event(name, "Created", fmt.Sprintf("release %s", w.GetRelease()), false)
+		}
+		h.inst = in
 	}
 	if h.inst.State == runtime.StateRunning {
 		if c := r.crashes[name]; c != nil {
@@ -329,6 +333,63 @@ func (r *Reconciler) converge(ctx context.Context, o *edgeboxv1.DesiredObject, h
 	}
 	r.attach(name, spec.Devices)
 	r.status(name, rev, "Running", "")
+}
+
+// create makes the instance of spec. An instance of that name the list
+// did not show (made meanwhile, or something half made that the driver
+// cannot show) answers Create with a conflict: it is taken when it is
+// this spec, and replaced when it is not or cannot be inspected. made
+// says whether a new instance was made.
+func (r *Reconciler) create(ctx context.Context, d runtime.Driver, spec runtime.Spec) (in runtime.Instance, made bool, err error) {
+	created := runtime.Instance{Name: spec.Name, Hash: spec.Hash, State: runtime.StateCreated}
+	err = d.Create(ctx, spec)
+	if err == nil {
+		return created, true, nil
+	}
+	if !errors.Is(err, errdefs.ErrConflict) {
+		return in, false, err
+	}
+	if in, ierr := d.Inspect(ctx, spec.Name); ierr == nil && in.Hash == spec.Hash {
+		return in, false, nil
+	}
+	r.cfg.Log.Warn("replacing an instance the driver holds but did not list, or of another spec", "workload", spec.Name, "err", err)
+	if rerr := r.remove(ctx, d, spec.Name); rerr != nil {
+		return in, false, fmt.Errorf("%w; clearing what is there: %v", err, rerr)
+	}
+	if err := d.Create(ctx, spec); err != nil {
+		return in, false, err
+	}
+	return created, true, nil
+}
+
+// sweep has every driver that can stop what runs in edgebox's name but
+// belongs to no instance (left by a killed agent) do so, and reports each
+// as an event. It runs once, before the first pass makes anything.
+func (r *Reconciler) sweep(ctx context.Context) {
+	rts := make([]string, 0, len(r.drivers))
+	for rt := range r.drivers {
+		rts = append(rts, rt)
+	}
+	sort.Strings(rts)
+	for _, rt := range rts {
+		sw, ok := r.drivers[rt].(runtime.Sweeper)
+		if !ok {
+			continue
+		}
+		orphans, err := sw.Sweep(ctx)
+		if err != nil {
+			r.cfg.Log.Warn("sweeping orphans failed", "runtime", rt, "err", err)
+			r.event("", "SweepFailed", fmt.Sprintf("runtime %s: %v", rt, err), true)
+		}
+		for _, o := range orphans {
+			r.cfg.Log.Warn("orphan stopped", "runtime", rt, "instance", o.Name, "pids", o.PIDs, "what", o.What)
+			msg := fmt.Sprintf("runtime %s: %s", rt, o.What)
+			if len(o.PIDs) > 0 {
+				msg += fmt.Sprintf(" (processes %v)", o.PIDs)
+			}
+			r.event(o.Name, "OrphanStopped", msg, true)
+		}
+	}
 }
 
 // attach records the keys a started instance was given, telling the

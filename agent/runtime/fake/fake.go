@@ -9,6 +9,7 @@ import (
 	"io"
 	"net/http"
 	"sort"
+	"strings"
 	"sync"
 	"time"
 
@@ -18,6 +19,14 @@ import (
 
 // Driver is a fake runtime. The zero value is not usable; use New.
 type Driver struct {
+	*state
+	// crash is the crash hook of this opening of the state.
+	crash runtime.CrashHook
+}
+
+// state is what a fake runtime holds: it outlives a Driver, as a real
+// runtime's state outlives the agent (Reopen).
+type state struct {
 	runtime string
 
 	mu        sync.Mutex // guards everything below
@@ -32,8 +41,36 @@ type Driver struct {
 
 // New returns an empty fake driver serving runtime rt.
 func New(rt string) *Driver {
-	return &Driver{runtime: rt, instances: map[string]*runtime.Instance{}, calls: map[string]int{},
-		creates: map[string]int{}, fail: map[string]error{}, logs: map[string][]string{}, what: map[string]string{}}
+	return &Driver{state: &state{runtime: rt, instances: map[string]*runtime.Instance{}, calls: map[string]int{},
+		creates: map[string]int{}, fail: map[string]error{}, logs: map[string][]string{}, what: map[string]string{}}}
+}
+
+// Reopen returns a driver on d's instances, as a restarted agent opens a
+// runtime's state, with crash as its crash hook.
+func (d *Driver) Reopen(crash runtime.CrashHook) *Driver {
+	return &Driver{state: d.state, crash: crash}
+}
+
+// crashPoints: each operation of the fake changes its state at once; the
+// agent may be killed after the change and before it hears of it.
+var crashPoints = []string{"create/recorded", "start/running", "stop/stopped", "remove/removed"}
+
+// CrashPoints lists where the crash hook is called.
+func (d *Driver) CrashPoints() []string { return crashPoints }
+
+var _ runtime.CrashPointer = (*Driver)(nil)
+
+// Copies counts the running instances of workloads of release rel.
+func (d *Driver) Copies(rel string) int {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	n := 0
+	for name, in := range d.instances {
+		if in.State == runtime.StateRunning && strings.HasSuffix(d.what[name], " "+rel) {
+			n++
+		}
+	}
+	return n
 }
 
 func (d *Driver) Runtime() string { return d.runtime }
@@ -59,7 +96,7 @@ func (d *Driver) Create(_ context.Context, s runtime.Spec) error {
 	d.creates[s.Name+"@"+s.Hash]++
 	d.what[s.Name] = s.Workload.GetApp() + " " + s.Workload.GetRelease()
 	d.logs[s.Name] = []string{"created " + d.what[s.Name]}
-	return nil
+	return d.crash.At(crashPoints, "create/recorded")
 }
 
 func (d *Driver) Start(_ context.Context, name string) error {
@@ -76,7 +113,7 @@ func (d *Driver) Start(_ context.Context, name string) error {
 		in.State, in.StartedAt, in.ExitCode = runtime.StateRunning, time.Now(), 0
 		d.logs[name] = append(d.logs[name], "started "+d.what[name])
 	}
-	return nil
+	return d.crash.At(crashPoints, "start/running")
 }
 
 func (d *Driver) Stop(_ context.Context, name string, _ time.Duration) error {
@@ -89,7 +126,7 @@ func (d *Driver) Stop(_ context.Context, name string, _ time.Duration) error {
 		in.State = runtime.StateExited
 		d.logs[name] = append(d.logs[name], "stopped")
 	}
-	return nil
+	return d.crash.At(crashPoints, "stop/stopped")
 }
 
 func (d *Driver) Remove(_ context.Context, name string) error {
@@ -100,7 +137,7 @@ func (d *Driver) Remove(_ context.Context, name string) error {
 	}
 	delete(d.instances, name)
 	delete(d.logs, name)
-	return nil
+	return d.crash.At(crashPoints, "remove/removed")
 }
 
 func (d *Driver) List(context.Context) ([]runtime.Instance, error) {

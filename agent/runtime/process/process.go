@@ -564,7 +564,7 @@ func (d *Driver) Sweep(_ context.Context) ([]runtime.Orphan, error) {
 		if err := d.discard(name, dir); err != nil {
 			return out, err
 		}
-		out = append(out, runtime.Orphan{Name: strings.TrimPrefix(name, "."), PIDs: pids,
+		out = append(out, runtime.Orphan{Name: instanceOf(name), PIDs: pids,
 			What: fmt.Sprintf("what a killed agent left of an instance (%s)", name)})
 	}
 	for uid, pids := range busyUIDs(d.cfg.FirstUID, uidRange) {
@@ -585,6 +585,20 @@ func (d *Driver) Sweep(_ context.Context) ([]runtime.Orphan, error) {
 		d.cfg.Log.Warn("stopped an orphan", "instance", o.Name, "pids", o.PIDs, "what", o.What)
 	}
 	return out, nil
+}
+
+// instanceOf is the instance a directory under StateDir was made for:
+// .new-<name>-<suffix> and .rm-<name>-<suffix> are of <name>.
+func instanceOf(dir string) string {
+	for _, p := range []string{".new-", ".rm-"} {
+		if rest, ok := strings.CutPrefix(dir, p); ok {
+			if i := strings.LastIndexByte(rest, '-'); i > 0 {
+				return rest[:i]
+			}
+			return rest
+		}
+	}
+	return dir
 }
 
 // cpuRate is a CPU limit in thousandths of a CPU as a Windows job's CPU

@@ -7,8 +7,10 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -221,5 +223,79 @@ func TestKeyDeviceForItsUser(t *testing.T) {
 	unix.Stat(node, &st)
 	if st.Uid != 0 {
 		t.Fatalf("after removal the node still belongs to uid %d", st.Uid)
+	}
+}
+
+// TestHalfMadeInstance: a directory of an instance's name without its
+// spec (what an older agent killed while making it left) is not an
+// instance: List does not show it, and Create makes the instance in its
+// place instead of answering a conflict.
+func TestHalfMadeInstance(t *testing.T) {
+	require.Root(t, "running programs as workload users")
+	state := stateDir(t)
+	d, err := New(Config{StateDir: state, CgroupRoot: t.TempDir(), FirstUID: crashUIDs + 100})
+	if err != nil {
+		t.Fatal(err)
+	}
+	os.MkdirAll(filepath.Join(state, "w-x", "home"), 0o700)
+	if list, _ := d.List(t.Context()); len(list) != 0 {
+		t.Fatalf("list shows a half-made instance: %+v", list)
+	}
+	spec := runtime.NewSpec("w-x", workload("half"))
+	if err := d.Create(t.Context(), spec); err != nil {
+		t.Fatalf("create over a half-made instance: %v", err)
+	}
+	t.Cleanup(func() { d.Remove(context.Background(), "w-x") })
+	if err := d.Start(t.Context(), "w-x"); err != nil {
+		t.Fatal(err)
+	}
+	if in, err := d.Inspect(t.Context(), "w-x"); err != nil || in.State != runtime.StateRunning || in.Hash != spec.Hash {
+		t.Fatalf("inspect: %+v %v", in, err)
+	}
+}
+
+// TestUserIDNotReused: a user ID is not handed to a new instance while a
+// process runs as it, though no instance holds it; the sweep stops that
+// process, and only then is the user ID free again.
+func TestUserIDNotReused(t *testing.T) {
+	require.Root(t, "running programs as workload users")
+	first := crashUIDs + 200
+	cmd := exec.Command("/bin/sh", "-c", "sleep 600 & sleep 600")
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Credential: &syscall.Credential{Uid: uint32(first), Gid: uint32(first)}}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan struct{})
+	go func() { cmd.Wait(); close(exited) }()
+	t.Cleanup(func() { cmd.Process.Kill(); <-exited })
+	d, err := New(Config{StateDir: stateDir(t), CgroupRoot: t.TempDir(), FirstUID: first})
+	if err != nil {
+		t.Fatal(err)
+	}
+	uidOf := func(name string) int {
+		t.Helper()
+		if err := d.Create(t.Context(), runtime.NewSpec(name, workload(name))); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { d.Remove(context.Background(), name) })
+		rec, err := d.load(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return rec.UID
+	}
+	if uid := uidOf("second"); uid == first {
+		t.Fatalf("user %d was handed out while an orphan runs as it", uid)
+	}
+	orphans, err := d.Sweep(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(orphans) != 1 || len(orphans[0].PIDs) < 2 {
+		t.Fatalf("sweep: %+v, want the orphan and its child", orphans)
+	}
+	<-exited
+	if uid := uidOf("third"); uid != first {
+		t.Fatalf("after the sweep the new instance has user %d, want the freed %d", uid, first)
 	}
 }
