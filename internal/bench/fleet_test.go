@@ -9,6 +9,8 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math/rand/v2"
+	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -86,6 +88,32 @@ func (c *consoleProc) metric(name string) (float64, error) {
 	return 0, fmt.Errorf("no metric %s", name)
 }
 
+// metricSum adds up every sample of a metric, all labels, from the
+// console's /metrics; a metric it does not export is 0.
+func (c *consoleProc) metricSum(name string) (float64, error) {
+	req, _ := http.NewRequest(http.MethodGet, c.url+"/metrics", nil)
+	req.Header.Set("Authorization", "Bearer "+c.token)
+	resp, err := c.hc.Do(req)
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	var sum float64
+	for sc.Scan() {
+		line := sc.Text()
+		rest, ok := strings.CutPrefix(line, name)
+		if !ok || rest == "" || (rest[0] != ' ' && rest[0] != '{') {
+			continue
+		}
+		if v, err := strconv.ParseFloat(line[strings.LastIndexByte(line, ' ')+1:], 64); err == nil {
+			sum += v
+		}
+	}
+	return sum, sc.Err()
+}
+
 // settledMemory samples heap in use and RSS for a while and keeps the
 // lowest of each, so garbage awaiting collection is not counted.
 func (c *consoleProc) settledMemory(b *testing.B, d time.Duration) (heap, rss float64) {
@@ -126,15 +154,102 @@ func (c *consoleProc) liveHeap(b *testing.B) float64 {
 }
 
 // boxCount is EDGEBOX_BENCH_BOXES, or def.
-func boxCount(b *testing.B, def int) int {
-	if s := os.Getenv("EDGEBOX_BENCH_BOXES"); s != "" {
+func boxCount(b *testing.B, def int) int { return envInt(b, "EDGEBOX_BENCH_BOXES", def) }
+
+// envInt is the integer in the environment variable name, or def.
+func envInt(b *testing.B, name string, def int) int {
+	if s := os.Getenv(name); s != "" {
 		n, err := strconv.Atoi(s)
-		if err != nil {
-			b.Fatal(err)
+		if err != nil || n < 0 {
+			b.Fatalf("%s=%q: want a number", name, s)
 		}
 		return n
 	}
 	return def
+}
+
+// boxDialer dials from the loopback address 127.1.x.y numbered site, so
+// a simulated fleet comes from many addresses as a real one does: the
+// console limits what one address may hold. EDGEBOX_BENCH_BOXES_PER_ADDR
+// sets how many boxes share one (8 unless set; 2000 puts a whole fleet
+// of 2,000 behind one address).
+func boxDialer(site int) func(ctx context.Context, network, addr string) (net.Conn, error) {
+	ip := net.IPv4(127, 1, byte(site/250), byte(site%250+1))
+	d := &net.Dialer{Timeout: 30 * time.Second, KeepAlive: 30 * time.Second, LocalAddr: &net.TCPAddr{IP: ip}}
+	return d.DialContext
+}
+
+// holdIdleProcess starts this test binary again as an attacker that holds
+// n idle connections to addr from 127.0.0.1–127.0.0.20 (the operator's
+// address among them), and returns what stops it.
+func holdIdleProcess(b *testing.B, addr string, n int) (stop func()) {
+	cmd := exec.Command(os.Args[0])
+	cmd.Env = append(os.Environ(), "EDGEBOX_IDLE_ADDR="+addr, "EDGEBOX_IDLE_N="+strconv.Itoa(n))
+	stdin, _ := cmd.StdinPipe()
+	out, _ := cmd.StdoutPipe()
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		b.Fatal(err)
+	}
+	lines := make(chan string, 2)
+	go func() {
+		defer close(lines)
+		sc := bufio.NewScanner(out)
+		for sc.Scan() {
+			lines <- sc.Text()
+		}
+	}()
+	select {
+	case l := <-lines: // "holding N idle connections"
+		b.Logf("idle attacker: %s", l)
+	case <-time.After(time.Minute):
+		b.Log("idle attacker: not all connected after a minute")
+	}
+	return func() {
+		stdin.Close()
+		for l := range lines {
+			b.Logf("idle attacker: %s", l)
+		}
+		cmd.Wait()
+	}
+}
+
+// holdIdle is the attacker in its own process: n connections to addr that
+// never send a byte, each opened again 1–2 s after the console closes it,
+// until standard input closes.
+func holdIdle(addr string, n int) {
+	ctx, cancel := context.WithCancel(context.Background())
+	var dials atomic.Int64
+	var wg sync.WaitGroup
+	for i := range n {
+		d := &net.Dialer{LocalAddr: &net.TCPAddr{IP: net.IPv4(127, 0, 0, byte(i%20+1))}, Timeout: 5 * time.Second}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			buf := make([]byte, 1)
+			for ctx.Err() == nil {
+				if c, err := d.DialContext(ctx, "tcp", addr); err == nil {
+					dials.Add(1)
+					stop := context.AfterFunc(ctx, func() { c.Close() })
+					c.Read(buf)
+					stop()
+					c.Close()
+				}
+				select {
+				case <-ctx.Done():
+				case <-time.After(time.Second + rand.N(time.Second)):
+				}
+			}
+		}()
+	}
+	for dials.Load() < int64(n) {
+		time.Sleep(100 * time.Millisecond)
+	}
+	fmt.Printf("holding %d idle connections\n", n)
+	io.Copy(io.Discard, os.Stdin)
+	cancel()
+	wg.Wait()
+	fmt.Printf("made %d connections in all\n", dials.Load())
 }
 
 // BenchmarkFleet connects N real agents (2,000 unless EDGEBOX_BENCH_BOXES
@@ -197,8 +312,11 @@ func fleet(b *testing.B, n int) {
 	defer func() { stopAgents(); agents.Wait() }()
 	ids := make([]string, n)
 	start := time.Now()
+	perAddr := envInt(b, "EDGEBOX_BENCH_BOXES_PER_ADDR", 8)
 	for i, dir := range dirs {
-		a, err := agent.New(agent.DefaultConfig(dir), quiet)
+		cfg := agent.DefaultConfig(dir)
+		cfg.Dial = boxDialer(i / perAddr)
+		a, err := agent.New(cfg, quiet)
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -258,6 +376,13 @@ func fleet(b *testing.B, n int) {
 	b.ReportMetric(rssPer/1024, "rss-KiB/box")
 	b.ReportMetric(float64(1<<30)/rssPer, "boxes/GiB-rss")
 
+	// An attacker holding idle connections, from a process of its own,
+	// through the storm when EDGEBOX_BENCH_IDLE says how many.
+	if idle := envInt(b, "EDGEBOX_BENCH_IDLE", 0); idle > 0 {
+		stop := holdIdleProcess(b, c.addr, idle)
+		defer stop()
+	}
+
 	// The storm: kill the console, start it again, watch the fleet return
 	// while an operator keeps calling the API.
 	c.kill()
@@ -309,6 +434,9 @@ func fleet(b *testing.B, n int) {
 	}
 	sort.Slice(lat, func(i, j int) bool { return lat[i] < lat[j] })
 	p := func(q float64) time.Duration { return lat[min(len(lat)-1, int(q*float64(len(lat))))] }
+	if shed, err := c.metricSum("edgebox_port_shed_total"); err == nil {
+		b.ReportMetric(shed, "storm-shed-conns") // refused or closed early by the port's limits
+	}
 	b.ReportMetric(back.Seconds(), "storm-s-all-online")
 	b.ReportMetric(float64(p(0.50).Microseconds())/1000, "storm-api-p50-ms")
 	b.ReportMetric(float64(p(0.99).Microseconds())/1000, "storm-api-p99-ms")
@@ -388,6 +516,11 @@ func fetch(b *testing.B, hc *http.Client, url string) []byte {
 func TestMain(m *testing.M) {
 	if url := os.Getenv("EDGEBOX_PROBE_URL"); url != "" {
 		probeAPI(url)
+		os.Exit(0)
+	}
+	if addr := os.Getenv("EDGEBOX_IDLE_ADDR"); addr != "" {
+		n, _ := strconv.Atoi(os.Getenv("EDGEBOX_IDLE_N"))
+		holdIdle(addr, n)
 		os.Exit(0)
 	}
 	os.Exit(m.Run())
