@@ -8,10 +8,10 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strconv"
 	"time"
 
 	"github.com/edgebox/edgebox/agent"
-	"github.com/edgebox/edgebox/internal/atomicfile"
 )
 
 // Options say what to install.
@@ -188,12 +188,73 @@ func copyBinary(src, dst string) error {
 	if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
 		return err
 	}
-	// Written beside dst and renamed over it: a running old agent keeps
-	// its file, and a crash leaves the old binary or the new one.
-	if err := atomicfile.Write(dst, raw); err != nil {
+	return placeBinary(dst, raw, osFiles)
+}
+
+// files are the file operations placeBinary needs; tests act as Windows
+// with their own.
+type files struct {
+	rename func(from, to string) error
+	remove func(path string) error
+}
+
+var osFiles = files{rename: os.Rename, remove: os.Remove}
+
+// asideSuffix marks an old binary set aside by placeBinary.
+const asideSuffix = ".old-"
+
+// placeBinary writes raw beside dst and renames it over dst: a running
+// old agent keeps its file, and a crash leaves the old binary or the new
+// one. Windows refuses to replace the file of a running program (the
+// service being installed again) but lets it be renamed: then the old one
+// is set aside as dst.old-N first, and removed by this or a later install
+// (or uninstall) once its program has ended.
+func placeBinary(dst string, raw []byte, fs files) error {
+	removeAside(dst, fs)
+	tmp, err := os.CreateTemp(filepath.Dir(dst), ".tmp-*")
+	if err != nil {
 		return err
 	}
-	return os.Chmod(dst, 0o755)
+	defer fs.remove(tmp.Name())
+	_, err = tmp.Write(raw)
+	if err == nil {
+		err = tmp.Sync()
+	}
+	if cerr := tmp.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Chmod(tmp.Name(), 0o755)
+	}
+	if err != nil {
+		return err
+	}
+	err = fs.rename(tmp.Name(), dst)
+	if err == nil {
+		return nil
+	}
+	if _, serr := os.Stat(dst); serr != nil {
+		return err // nothing there to set aside
+	}
+	aside := dst + asideSuffix + strconv.FormatInt(time.Now().UnixNano(), 36)
+	if aerr := fs.rename(dst, aside); aerr != nil {
+		return fmt.Errorf("%w; setting the old binary aside failed too: %v", err, aerr)
+	}
+	if err := fs.rename(tmp.Name(), dst); err != nil {
+		fs.rename(aside, dst)
+		return err
+	}
+	removeAside(dst, fs)
+	return nil
+}
+
+// removeAside removes the old binaries set aside beside dst whose
+// programs have ended.
+func removeAside(dst string, fs files) {
+	old, _ := filepath.Glob(dst + asideSuffix + "*")
+	for _, f := range old {
+		fs.remove(f)
+	}
 }
 
 func same(a, b string) bool {
@@ -233,6 +294,7 @@ func Uninstall(l Layout, purge bool, out io.Writer) error {
 	} else if !errors.Is(err, os.ErrNotExist) {
 		return err
 	}
+	removeAside(l.Bin, osFiles)
 	if purge {
 		if _, err := os.Stat(l.DataDir); err == nil {
 			if err := os.RemoveAll(l.DataDir); err != nil {

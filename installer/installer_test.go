@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -106,5 +107,93 @@ func TestWaitOnlineWaitsForTheHello(t *testing.T) {
 		if err := <-done; err != nil || !strings.Contains(out.String(), c.want) {
 			t.Fatalf("approved %v: %v, %q; want %q", c.approved, err, out.String(), c.want)
 		}
+	}
+}
+
+// windowsFiles acts as Windows does with the file of a running program:
+// it cannot be replaced or removed, but it can be renamed.
+type windowsFiles struct{ running map[string]bool }
+
+func (w *windowsFiles) files() files {
+	return files{
+		rename: func(from, to string) error {
+			if w.running[to] {
+				return &os.LinkError{Op: "rename", Old: from, New: to, Err: errors.New("Access is denied.")}
+			}
+			if err := os.Rename(from, to); err != nil {
+				return err
+			}
+			if w.running[from] {
+				delete(w.running, from)
+				w.running[to] = true
+			}
+			return nil
+		},
+		remove: func(p string) error {
+			if w.running[p] {
+				return &os.PathError{Op: "remove", Path: p, Err: errors.New("Access is denied.")}
+			}
+			return os.Remove(p)
+		},
+	}
+}
+
+// TestInstallReplacesARunningBinary: installing again while the service
+// runs puts the new binary in place on Linux and on Windows (where the
+// running one is set aside and removed once it has ended), and leaves
+// nothing else beside it.
+func TestInstallReplacesARunningBinary(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		name    string
+		windows bool
+	}{{"linux", false}, {"windows", true}} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			dir := t.TempDir()
+			dst := filepath.Join(dir, "edgebox-agent.exe")
+			if err := os.WriteFile(dst, []byte("old agent"), 0o755); err != nil {
+				t.Fatal(err)
+			}
+			w := &windowsFiles{running: map[string]bool{}}
+			fs := osFiles
+			if c.windows {
+				w.running[dst] = true // the service runs it
+				fs = w.files()
+			}
+			if err := placeBinary(dst, []byte("new agent"), fs); err != nil {
+				t.Fatal(err)
+			}
+			if raw, _ := os.ReadFile(dst); string(raw) != "new agent" {
+				t.Fatalf("after the install: %q", raw)
+			}
+			if fi, _ := os.Stat(dst); fi.Mode().Perm() != 0o755 {
+				t.Fatalf("mode %v", fi.Mode())
+			}
+			left := func() []string {
+				ents, _ := os.ReadDir(dir)
+				var names []string
+				for _, e := range ents {
+					names = append(names, e.Name())
+				}
+				return names
+			}
+			want := 1
+			if c.windows {
+				want = 2 // the running old one, set aside
+			}
+			if got := left(); len(got) != want {
+				t.Fatalf("beside the binary: %v", got)
+			}
+			// The old program ended (the service restarted on the new
+			// binary); the next install, or uninstall, removes it.
+			clear(w.running)
+			if err := placeBinary(dst, []byte("newer agent"), fs); err != nil {
+				t.Fatal(err)
+			}
+			if got := left(); len(got) != 1 || got[0] != "edgebox-agent.exe" {
+				t.Fatalf("after the old program ended: %v", got)
+			}
+		})
 	}
 }
