@@ -15,9 +15,11 @@
 //
 // Liveness is an application ping with a deadline on both sides, so a
 // half-open link is noticed within Config.PingInterval+Config.PingTimeout.
-// The box side redials forever with full-jitter exponential backoff and TLS
-// session resumption, through an HTTP CONNECT proxy when the environment
-// names one.
+// The box side redials forever with TLS session resumption, through an
+// HTTP CONNECT proxy when its settings or the environment name one. Failed
+// dials back off exponentially with full jitter (1 s to 60 s); after the
+// console said goodbye (Server.Close tells every box) or a healthy session
+// broke, the box comes back within a few seconds, jittered (see redial).
 //
 // This package imports neither the agent nor the console.
 package tunnel
