@@ -56,6 +56,8 @@ fuzz: ## run each fuzz target for 30 s
 	$(GO) test -run '^$$' -fuzz FuzzSyncUp -fuzztime 30s ./console/
 	$(GO) test -run '^$$' -fuzz FuzzSyncDown -fuzztime 30s ./agent/
 	$(GO) test -run '^$$' -fuzz FuzzParseTarget -fuzztime 30s ./images/registry/
+	$(GO) test -run '^$$' -fuzz FuzzParseRoute -fuzztime 30s ./images/registry/
+	$(GO) test -run '^$$' -fuzz FuzzParseReferrer -fuzztime 30s ./images/registry/
 	$(GO) test -run '^$$' -fuzz FuzzFetch -fuzztime 30s ./images/vm/
 	$(GO) test -run '^$$' -fuzz FuzzParseUevent -fuzztime 30s ./usbhub/
 
