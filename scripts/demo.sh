@@ -70,11 +70,12 @@ The console and one box are up. In another shell, try:
   bin/edgebox boxes label demo-box bank=icbc
   bin/edgebox token create --region east --site shop-12 --approve
   bin/edgebox-agent status --data $DEMO/agent
-  bin/edgebox boxes desired put demo-box Workload/clock --spec '{"app":"clock","runtime":"process","image":"/bin/sh","args":["-c","while :; do date; sleep 5; done"]}'
+  bin/edgebox boxes desired put demo-box Workload/clock --spec '{"app":"clock","runtime":"process","image":"/bin/sh","args":["-c","while :; do date; for k in $DEMO/agent/usb-sim/*/*; do [ -e \$k ] && (exec 3<>\$k) 2>/dev/null && echo holds key \$k; done; sleep 5; done"]}'
   bin/edgebox boxes state demo-box          # desired objects, what the box stored, its status
   bin/edgebox logs demo-box clock           # its output, fetched from the box through the tunnel
   bin/edgebox keys ls                       # the two simulated ICBC keys
   bin/edgebox keys label KEY bank=icbc && bin/edgebox keys lease KEY --workload clock
+  bin/edgebox logs demo-box clock           # the clock now holds the key: its node, in $DEMO/agent/usb-sim
   bin/edgebox keys history KEY              # who held the key, when
   bin/edgebox audit ls
 
