@@ -15,12 +15,16 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"syscall"
 	"time"
 
 	runcoptions "github.com/containerd/containerd/api/types/runc/options"
 	"github.com/containerd/containerd/v2/client"
+	"github.com/containerd/containerd/v2/core/containers"
+	"github.com/containerd/containerd/v2/core/leases"
+	"github.com/containerd/containerd/v2/core/snapshots"
 	"github.com/containerd/containerd/v2/pkg/cio"
 	"github.com/containerd/containerd/v2/pkg/namespaces"
 	"github.com/containerd/containerd/v2/pkg/oci"
@@ -61,7 +65,29 @@ type Config struct {
 	// when another containerd on the same host may use the namespace
 	// "edgebox" too, or their containers' states collide.
 	RuncRoot string
+	// Crash is for crash-point tests; production leaves it nil.
+	Crash runtime.CrashHook
 }
+
+// crashPoints are the steps of the driver's operations between which a
+// killed agent leaves something behind. containerd keeps the state; what
+// the agent must get right is what it does between its calls.
+var crashPoints = []string{
+	"create/snapshot",
+	"start/labelled", "start/task",
+	"stop/signalled",
+	"remove/stopped", "remove/task", "remove/container",
+}
+
+// CrashPoints lists where a crash hook is called.
+func (d *Driver) CrashPoints() []string { return crashPoints }
+
+func (d *Driver) at(point string) error { return d.cfg.Crash.At(crashPoints, point) }
+
+var (
+	_ runtime.CrashPointer = (*Driver)(nil)
+	_ runtime.Sweeper      = (*Driver)(nil)
+)
 
 // Driver runs workloads as containerd containers.
 type Driver struct {
@@ -173,20 +199,59 @@ func (d *Driver) Create(ctx context.Context, s runtime.Spec) error {
 		}
 		specOpts = append(specOpts, oci.WithMounts(mounts))
 	}
+	if _, err := d.c.LoadContainer(ctx, s.Name); err == nil {
+		return errdefs.Conflict("instance %s exists", s.Name)
+	} else if !cerrdefs.IsNotFound(err) {
+		return translate(err, "instance %s", s.Name)
+	}
+	// A root filesystem without its container is what an agent killed
+	// between making the two leaves: it is made again.
+	sn := d.c.SnapshotService(d.cfg.Snapshotter)
+	if _, err := sn.Stat(ctx, rootfs(s.Name)); err == nil {
+		if err := sn.Remove(ctx, rootfs(s.Name)); err != nil && !cerrdefs.IsNotFound(err) {
+			return translate(err, "clearing the root filesystem a killed agent left of %s", s.Name)
+		}
+	} else if !cerrdefs.IsNotFound(err) {
+		return translate(err, "root filesystem of %s", s.Name)
+	}
+	// The snapshot and the container are made under a lease of the
+	// driver's, which a killed agent leaves behind with the snapshot.
+	lease, err := d.c.LeasesService().Create(ctx, leases.WithRandomID(), leases.WithExpiration(time.Hour))
+	if err != nil {
+		return translate(err, "creating %s", s.Name)
+	}
+	crashed := false
+	defer func() {
+		if !crashed {
+			d.c.LeasesService().Delete(context.WithoutCancel(ctx), lease)
+		}
+	}()
+	ctx = leases.WithLease(ctx, lease.ID)
+	// What an earlier instance of the name logged is not this one's.
+	os.Remove(d.logPath(s.Name))
+	os.Remove(d.logPath(s.Name) + ".1")
 	opts := []client.NewContainerOpts{client.WithImage(img)}
 	if d.cfg.RuncRoot != "" {
 		opts = append(opts, client.WithRuntime("io.containerd.runc.v2", &runcoptions.Options{Root: d.cfg.RuncRoot}))
 	}
 	_, err = d.c.NewContainer(ctx, s.Name, append(opts,
 		client.WithSnapshotter(d.cfg.Snapshotter),
-		client.WithNewSnapshot(s.Name+"-rootfs", img),
+		client.WithNewSnapshot(rootfs(s.Name), img),
 		client.WithNewSpec(specOpts...),
 		client.WithContainerLabels(map[string]string{
 			labelManaged: "true", labelHash: s.Hash, labelApp: w.GetApp(), labelRelease: w.GetRelease(),
 		}),
+		func(context.Context, *client.Client, *containers.Container) error {
+			err := d.at("create/snapshot")
+			crashed = err != nil
+			return err
+		},
 	)...)
 	return translate(err, "creating %s", s.Name)
 }
+
+// rootfs is the key of an instance's root filesystem snapshot.
+func rootfs(name string) string { return name + "-rootfs" }
 
 // Start starts the container's task; a running one is left alone, an
 // ended one is replaced.
@@ -211,16 +276,26 @@ func (d *Driver) Start(ctx context.Context, name string) error {
 		return translate(err, "instance %s", name)
 	}
 	d.rotate(name)
+	// The start time is recorded first: a task an agent killed after
+	// starting it then has its time.
+	if _, err := c.SetLabels(ctx, map[string]string{labelStartedAt: strconv.FormatInt(time.Now().UnixNano(), 10)}); err != nil {
+		return translate(err, "labelling %s", name)
+	}
+	if err := d.at("start/labelled"); err != nil {
+		return err
+	}
 	t, err := c.NewTask(ctx, cio.LogFile(d.logPath(name)))
 	if err != nil {
 		return translate(err, "starting %s", name)
+	}
+	if err := d.at("start/task"); err != nil {
+		return err
 	}
 	if err := t.Start(ctx); err != nil {
 		t.Delete(ctx, client.WithProcessKill)
 		return translate(err, "starting %s", name)
 	}
-	_, err = c.SetLabels(ctx, map[string]string{labelStartedAt: strconv.FormatInt(time.Now().UnixNano(), 10)})
-	return translate(err, "labelling %s", name)
+	return nil
 }
 
 // rotate moves a log that grew past MaxLogBytes aside.
@@ -261,6 +336,9 @@ func (d *Driver) Stop(ctx context.Context, name string, timeout time.Duration) e
 	if err := t.Kill(ctx, syscall.SIGTERM); err != nil && !cerrdefs.IsNotFound(err) {
 		return translate(err, "stopping %s", name)
 	}
+	if err := d.at("stop/signalled"); err != nil {
+		return err
+	}
 	select {
 	case <-exited:
 		return nil
@@ -285,6 +363,9 @@ func (d *Driver) Remove(ctx context.Context, name string) error {
 	if err := d.Stop(ctx, name, 10*time.Second); err != nil {
 		return err
 	}
+	if err := d.at("remove/stopped"); err != nil {
+		return err
+	}
 	ctx = ns(ctx)
 	c, err := d.c.LoadContainer(ctx, name)
 	if cerrdefs.IsNotFound(err) {
@@ -297,12 +378,46 @@ func (d *Driver) Remove(ctx context.Context, name string) error {
 			return translate(err, "deleting the task of %s", name)
 		}
 	}
+	if err := d.at("remove/task"); err != nil {
+		return err
+	}
 	if err := c.Delete(ctx, client.WithSnapshotCleanup); err != nil && !cerrdefs.IsNotFound(err) {
 		return translate(err, "deleting %s", name)
+	}
+	if err := d.at("remove/container"); err != nil {
+		return err
 	}
 	os.Remove(d.logPath(name))
 	os.Remove(d.logPath(name) + ".1")
 	return nil
+}
+
+// Sweep removes the root filesystems that killed agents left without
+// their containers. containerd keeps every process in a container of its
+// own, which List shows: it has no other orphans.
+func (d *Driver) Sweep(ctx context.Context) ([]runtime.Orphan, error) {
+	ctx = ns(ctx)
+	sn := d.c.SnapshotService(d.cfg.Snapshotter)
+	var left []string
+	err := sn.Walk(ctx, func(_ context.Context, info snapshots.Info) error {
+		if name, ok := strings.CutSuffix(info.Name, "-rootfs"); ok && info.Kind == snapshots.KindActive {
+			if _, err := d.c.LoadContainer(ctx, name); cerrdefs.IsNotFound(err) {
+				left = append(left, info.Name)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, translate(err, "listing root filesystems")
+	}
+	var out []runtime.Orphan
+	for _, key := range left {
+		if err := sn.Remove(ctx, key); err != nil && !cerrdefs.IsNotFound(err) {
+			return out, translate(err, "removing the root filesystem %s", key)
+		}
+		out = append(out, runtime.Orphan{Name: strings.TrimSuffix(key, "-rootfs"), What: "a root filesystem without its container"})
+	}
+	return out, nil
 }
 
 // List returns edgebox's containers.

@@ -3,14 +3,19 @@
 package containerd
 
 import (
+	"archive/tar"
 	"bytes"
 	"context"
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/google/go-containerregistry/pkg/name"
+	"github.com/google/go-containerregistry/pkg/v1/mutate"
+	"github.com/google/go-containerregistry/pkg/v1/tarball"
 	"golang.org/x/sys/unix"
 
 	"github.com/edgebox/edgebox/agent/runtime"
@@ -49,6 +54,32 @@ func TestConformance(t *testing.T) {
 		},
 		Output: func(greeting string) string { return "hello " + greeting },
 		Exec:   func() ([]string, int) { return []string{"/bin/sh", "-c", `echo "hello $GREETING"; exit 3`}, 3 },
+		Restart: func(t *testing.T) func(runtime.CrashHook) runtime.Driver {
+			logDir := t.TempDir()
+			imported := false
+			return func(crash runtime.CrashHook) runtime.Driver {
+				d, err := New(Config{Address: sock, LogDir: logDir, Crash: crash})
+				if err != nil {
+					t.Fatal(err)
+				}
+				t.Cleanup(func() {
+					ctx := context.Background()
+					list, _ := d.List(ctx)
+					for _, in := range list {
+						d.Remove(ctx, in.Name)
+					}
+					d.Close()
+				})
+				if !imported {
+					if _, err := d.Import(context.Background(), bytes.NewReader(image)); err != nil {
+						t.Fatal(err)
+					}
+					imported = true
+				}
+				return d
+			}
+		},
+		Copies: runtimetest.Processes,
 	})
 }
 
@@ -264,5 +295,73 @@ func TestVolumesSurviveReleases(t *testing.T) {
 	if err := d.Create(ctx, runtime.NewSpec("bad", bad)); err == nil {
 		d.Remove(ctx, "bad")
 		t.Fatal("a volume named ../etc was accepted")
+	}
+}
+
+// TestCreateAfterAKilledCreate: an agent killed between making a
+// container's root filesystem and the container leaves the snapshot under
+// its lease; the next Create (of the next release, say) makes the container all the same, without a
+// sweep first, instead of answering a conflict for as long as the lease
+// lives.
+func TestCreateAfterAKilledCreate(t *testing.T) {
+	sock := ctrdtest.Start(t)
+	image := ctrdtest.BusyboxImage(t)
+	logDir := t.TempDir()
+	ctx := context.Background()
+	crashed := errors.New("killed")
+	d, err := New(Config{Address: sock, LogDir: logDir, Crash: func(p string) error {
+		if p == "create/snapshot" {
+			return crashed
+		}
+		return nil
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	if _, err := d.Import(ctx, bytes.NewReader(image)); err != nil {
+		t.Fatal(err)
+	}
+	// The next release's image, on another root filesystem chain: the
+	// snapshot left is not one its Create can take as it is.
+	var layer bytes.Buffer
+	tw := tar.NewWriter(&layer)
+	tw.WriteHeader(&tar.Header{Name: "release", Typeflag: tar.TypeReg, Mode: 0o644, Size: 1})
+	tw.Write([]byte("2"))
+	tw.Close()
+	l, err := tarball.LayerFromReader(&layer)
+	if err != nil {
+		t.Fatal(err)
+	}
+	next, err := mutate.AppendLayers(ctrdtest.BusyboxImg(t), l)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var archive bytes.Buffer
+	ref, _ := name.ParseReference("edgebox.test/busybox:2")
+	if err := tarball.Write(ref, next, &archive); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := d.Import(ctx, &archive); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Create(ctx, runtime.NewSpec("again", &edgeboxv1.Workload{Runtime: "containerd", Image: ctrdtest.Image})); !errors.Is(err, crashed) {
+		t.Fatalf("create: %v, want the crash", err)
+	}
+	if _, err := d.Client().SnapshotService("overlayfs").Stat(ns(ctx), "again-rootfs"); err != nil {
+		t.Fatalf("the killed create left no snapshot, so this test tests nothing: %v", err)
+	}
+	d2, err := New(Config{Address: sock, LogDir: logDir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d2.Close()
+	spec := runtime.NewSpec("again", &edgeboxv1.Workload{Runtime: "containerd", Image: "edgebox.test/busybox:2"})
+	if err := d2.Create(ctx, spec); err != nil {
+		t.Fatalf("create after a killed create: %v", err)
+	}
+	defer d2.Remove(ctx, "again")
+	if in, err := d2.Inspect(ctx, "again"); err != nil || in.Hash != spec.Hash {
+		t.Fatalf("inspect: %+v %v", in, err)
 	}
 }
