@@ -100,6 +100,22 @@ func TestCatalog(t *testing.T) {
 	if resp, got := get(t, some.URL, "/v2/_catalog?n=1&last=bb"); !slices.Equal(got, []string{"z9"}) || resp.Header.Get("Link") != "" {
 		t.Errorf("filtered last page: %q, Link %q", got, resp.Header.Get("Link"))
 	}
+	// Nor mounted from: the upload starts empty instead.
+	layers, _ := img.Layers()
+	ld, _ := layers[0].Digest()
+	for _, c := range []struct {
+		srv  string
+		want int
+	}{{all.URL, http.StatusCreated}, {some.URL, http.StatusAccepted}} {
+		resp, err := http.Post(c.srv+"/v2/z9/blobs/uploads/?mount="+ld.String()+"&from=robots/icbc", "", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != c.want {
+			t.Errorf("mount from robots/icbc: %s, want %d", resp.Status, c.want)
+		}
+	}
 	for _, path := range []string{"/v2/robots/icbc/manifests/1", "/v2/robots/icbc/tags/list"} {
 		resp, err := http.Get(some.URL + path)
 		if err != nil {

@@ -31,6 +31,18 @@ func (r *Registry) serve(w http.ResponseWriter, req *http.Request, acc Access) {
 		refuse(w, req, http.StatusNotFound, "NAME_UNKNOWN", "no repository "+rt.repo)
 		return
 	}
+	if rt.kind == routeUploads {
+		// distribution reads mount and from with FormValue, which would
+		// parse a form body too; only the query counts, and a blob is
+		// mounted only from a repository the caller sees (else the
+		// upload starts empty, as the spec says when a mount fails).
+		q := req.URL.Query()
+		if from := q.Get("from"); from != "" && (checkName(from) != nil || !acc.sees(from)) {
+			q.Del("from")
+			q.Del("mount")
+		}
+		req.Form = q
+	}
 	if req.Body != nil && req.Body != http.NoBody {
 		body := &progressBody{body: req.Body, rc: http.NewResponseController(w), idle: r.cfg.BodyIdle, unsupported: r.noDeadlines}
 		req.Body = body

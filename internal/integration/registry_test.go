@@ -4,19 +4,25 @@ package integration
 
 import (
 	"archive/tar"
+	"bufio"
 	"bytes"
 	"context"
 	"crypto/rand"
+	"crypto/tls"
 	"encoding/json"
+	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"net/url"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/google/go-containerregistry/pkg/authn"
 	"github.com/google/go-containerregistry/pkg/name"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/empty"
@@ -253,4 +259,273 @@ func mustConfig(t *testing.T, img interface {
 	c := cf.Config
 	c.Env = append(append([]string(nil), c.Env...), env)
 	return c
+}
+
+// registryClient is an HTTP client for the console's registry that sends
+// the admin token, the way docker and crane do after a login.
+type registryClient struct {
+	t    *testing.T
+	h    testenv.Harness
+	base string
+	c    *http.Client
+}
+
+func newRegistryClient(t *testing.T, h testenv.Harness) *registryClient {
+	return &registryClient{t: t, h: h, base: "https://" + testenv.RegistryHost(h), c: &http.Client{Transport: testenv.RegistryTransport(h)}}
+}
+
+func (rc *registryClient) do(method, path, contentType string, body io.Reader) (*http.Response, []byte) {
+	rc.t.Helper()
+	req, err := http.NewRequestWithContext(ctx(rc.t), method, rc.base+path, body)
+	if err != nil {
+		rc.t.Fatal(err)
+	}
+	req.SetBasicAuth("edgebox", rc.h.AdminToken())
+	if contentType != "" {
+		req.Header.Set("Content-Type", contentType)
+	}
+	resp, err := rc.c.Do(req)
+	if err != nil {
+		rc.t.Fatalf("%s %.80s: %v", method, path, err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp, b
+}
+
+// registryErrorCode checks that body is exactly one error document of the
+// distribution API and returns its one code.
+func registryErrorCode(t *testing.T, body []byte) string {
+	t.Helper()
+	dec := json.NewDecoder(bytes.NewReader(body))
+	var doc struct {
+		Errors []struct{ Code, Message string } `json:"errors"`
+	}
+	if err := dec.Decode(&doc); err != nil || len(doc.Errors) != 1 || doc.Errors[0].Message == "" {
+		t.Errorf("error body %.200q: %v", body, err)
+		return ""
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		t.Errorf("error body %.300q holds more than one document", body)
+	}
+	return doc.Errors[0].Code
+}
+
+// TestRegistryStandards holds the console's registry against the OCI
+// distribution spec v1.1 where it fell short: artifacts attached to an
+// image are found through the referrers API (with artifactType filtering)
+// by go-containerregistry, the client crane is made of; the catalog lists
+// the repositories, a page at a time; a malformed repository name is a
+// 400 NAME_INVALID with one error body, on every route.
+func TestRegistryStandards(t *testing.T) {
+	h := testenv.NewInProcess(t, testenv.Options{})
+	host := testenv.RegistryHost(h)
+	rc := newRegistryClient(t, h)
+	auth := remote.WithAuth(&authn.Basic{Username: "edgebox", Password: h.AdminToken()})
+	tr := remote.WithTransport(testenv.RegistryTransport(h))
+
+	subject := randomImage(t, 1, 1024)
+	subjectRef := testenv.PushImage(t, h, "robots/icbc:1.2", subject)
+	sd, _ := subject.Digest()
+	ssize, _ := subject.Size()
+	attach := func(tag, artifactType string) v1.Hash {
+		img := mutate.MediaType(randomImage(t, 1, 64), types.OCIManifestSchema1)
+		img = mutate.ConfigMediaType(img, types.MediaType(artifactType))
+		img = mutate.Subject(img, v1.Descriptor{MediaType: types.OCIManifestSchema1, Digest: sd, Size: ssize}).(v1.Image)
+		testenv.PushImage(t, h, "robots/icbc:"+tag, img)
+		d, _ := img.Digest()
+		return d
+	}
+	const sbomType, sigType = "application/spdx+json", "application/vnd.dev.cosign.simplesigning.v1+json"
+	sbom := attach("sbom", sbomType)
+	sig := attach("sig", sigType)
+
+	t.Run("referrers", func(t *testing.T) {
+		d, err := name.NewDigest(subjectRef)
+		if err != nil {
+			t.Fatal(err)
+		}
+		idx, err := remote.Referrers(d, auth, tr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		m, err := idx.IndexManifest()
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := map[v1.Hash]string{}
+		for _, desc := range m.Manifests {
+			got[desc.Digest] = desc.ArtifactType
+		}
+		if len(got) != 2 || got[sbom] != sbomType || got[sig] != sigType {
+			t.Errorf("referrers of %s: %v, want %s (%s) and %s (%s)", sd, got, sbom, sbomType, sig, sigType)
+		}
+		resp, body := rc.do(http.MethodGet, "/v2/robots/icbc/referrers/"+sd.String()+"?artifactType="+url.QueryEscape(sigType), "", nil)
+		var filtered struct {
+			Manifests []v1.Descriptor `json:"manifests"`
+		}
+		json.Unmarshal(body, &filtered)
+		if resp.StatusCode != http.StatusOK || resp.Header.Get("OCI-Filters-Applied") != "artifactType" ||
+			len(filtered.Manifests) != 1 || filtered.Manifests[0].Digest != sig {
+			t.Errorf("referrers filtered by %s: %s %q %s", sigType, resp.Status, resp.Header.Get("OCI-Filters-Applied"), body)
+		}
+		// The push answered OCI-Subject: go-containerregistry made no
+		// fallback tag.
+		tags, err := remote.List(d.Context(), auth, tr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, tag := range tags {
+			if strings.HasPrefix(tag, "sha256-") {
+				t.Errorf("fallback tag %s pushed: the client did not find the referrers API", tag)
+			}
+		}
+		raw, _ := json.Marshal(map[string]any{"schemaVersion": 2, "mediaType": types.OCIImageIndex, "artifactType": "application/vnd.example.bundle",
+			"manifests": []any{}, "subject": map[string]any{"mediaType": types.OCIManifestSchema1, "digest": sd.String(), "size": ssize}})
+		resp, body = rc.do(http.MethodPut, "/v2/robots/icbc/manifests/bundle", string(types.OCIImageIndex), bytes.NewReader(raw))
+		if resp.StatusCode != http.StatusCreated || resp.Header.Get("OCI-Subject") != sd.String() {
+			t.Errorf("PUT of an index with a subject: %s %s, OCI-Subject %q", resp.Status, body, resp.Header.Get("OCI-Subject"))
+		}
+	})
+
+	t.Run("catalog", func(t *testing.T) {
+		testenv.PushImage(t, h, "robots/abc:1", subject)
+		testenv.PushImage(t, h, "zeta/x:1", subject)
+		resp, body := rc.do(http.MethodGet, "/v2/_catalog?n=1000", "", nil)
+		var doc struct{ Repositories []string }
+		json.Unmarshal(body, &doc)
+		want := []string{"robots/abc", "robots/icbc", "zeta/x"}
+		if resp.StatusCode != http.StatusOK || !slices.Equal(doc.Repositories, want) {
+			t.Errorf("catalog?n=1000: %s %s, want %q", resp.Status, body, want)
+		}
+		r, _ := name.NewRegistry(host)
+		all, err := remote.Catalog(ctx(t), r, auth, tr, remote.WithPageSize(1))
+		if err != nil || !slices.Equal(all, want) {
+			t.Errorf("remote.Catalog one at a time: %q, %v", all, err)
+		}
+	})
+
+	t.Run("names", func(t *testing.T) {
+		const dg = "sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
+		long := strings.Repeat("a", 256)
+		for _, c := range []struct{ method, path string }{
+			{http.MethodGet, "/v2/" + long + "/manifests/latest"},
+			{http.MethodHead, "/v2/" + long + "/manifests/" + dg},
+			{http.MethodPut, "/v2/" + long + "/manifests/latest"},
+			{http.MethodDelete, "/v2/" + long + "/manifests/" + dg},
+			{http.MethodGet, "/v2/" + long + "/tags/list"},
+			{http.MethodGet, "/v2/" + long + "/blobs/" + dg},
+			{http.MethodPost, "/v2/" + long + "/blobs/uploads/"},
+			{http.MethodPatch, "/v2/" + long + "/blobs/uploads/0c3e4b0e-1f0a-4a39-a7a5-5b0d8b5d2c11"},
+			{http.MethodGet, "/v2/" + long + "/referrers/" + dg},
+			{http.MethodGet, "/v2/" + strings.Repeat("robots/", 37) + "x/tags/list"},
+			{http.MethodGet, "/v2/Robots/ICBC/tags/list"},
+			{http.MethodGet, "/v2/robots//icbc/tags/list"},
+			{http.MethodGet, "/v2/robots/../icbc/tags/list"},
+			{http.MethodPut, "/v2/robots/ic%24bc/manifests/latest"},
+		} {
+			resp, body := rc.do(c.method, c.path, "application/vnd.oci.image.manifest.v1+json", strings.NewReader("{}"))
+			if resp.StatusCode != http.StatusBadRequest {
+				t.Errorf("%s %.60s…: %s, want 400", c.method, c.path, resp.Status)
+				continue
+			}
+			if c.method != http.MethodHead {
+				if code := registryErrorCode(t, body); code != "NAME_INVALID" {
+					t.Errorf("%s %.60s…: %s, want NAME_INVALID", c.method, c.path, code)
+				}
+			}
+		}
+	})
+}
+
+// TestRegistryRequestBodies: a registry request whose body never comes is
+// not held. Without a token it is answered 401 at once, from its headers,
+// and the connection closes without reading the terabyte it announced;
+// with a token, an upload that stalls is cut once the registry's idle
+// window (30 s) has passed without a byte.
+func TestRegistryRequestBodies(t *testing.T) {
+	h := testenv.NewInProcess(t, testenv.Options{})
+	host := testenv.RegistryHost(h)
+	rc := newRegistryClient(t, h)
+
+	t.Run("unauthenticated", func(t *testing.T) {
+		t.Parallel()
+		for _, path := range []string{"/v2/robots/icbc/blobs/uploads/", "/v2/robots/icbc/manifests/latest",
+			"/v2/robots/icbc/blobs/uploads/0c3e4b0e-1f0a-4a39-a7a5-5b0d8b5d2c11"} {
+			for _, method := range []string{http.MethodPut, http.MethodPost, http.MethodPatch} {
+				conn, err := tls.Dial("tcp", host, &tls.Config{RootCAs: testenv.RegistryTransport(h).TLSClientConfig.RootCAs, NextProtos: []string{"http/1.1"}})
+				if err != nil {
+					t.Fatal(err)
+				}
+				conn.SetDeadline(time.Now().Add(30 * time.Second)) // liveness only
+				start := time.Now()
+				fmt.Fprintf(conn, "%s %s HTTP/1.1\r\nHost: %s\r\nContent-Type: application/octet-stream\r\nContent-Length: %d\r\n\r\n", method, path, host, int64(1)<<40)
+				br := bufio.NewReader(conn)
+				resp, err := http.ReadResponse(br, nil)
+				if err != nil {
+					t.Fatalf("%s %s: no answer before the body: %v", method, path, err)
+				}
+				body, _ := io.ReadAll(resp.Body)
+				took := time.Since(start)
+				if resp.StatusCode != http.StatusUnauthorized || registryErrorCode(t, body) != "UNAUTHORIZED" {
+					t.Errorf("%s %s without a token: %s %s", method, path, resp.Status, body)
+				}
+				if _, err := br.ReadByte(); err != io.EOF {
+					t.Errorf("%s %s: connection not closed after the 401: %v", method, path, err)
+				}
+				t.Logf("%s %s: 401 after %s, connection closed", method, path, took.Round(time.Microsecond))
+				conn.Close()
+			}
+		}
+	})
+
+	t.Run("stalled upload", func(t *testing.T) {
+		t.Parallel()
+		resp, body := rc.do(http.MethodPost, "/v2/robots/stall/blobs/uploads/", "", nil)
+		if resp.StatusCode != http.StatusAccepted {
+			t.Fatalf("starting an upload: %s %s", resp.Status, body)
+		}
+		loc, err := resp.Location()
+		if err != nil {
+			t.Fatal(err)
+		}
+		pr, pw := io.Pipe()
+		defer pw.Close()
+		// No deadline of the client's own: only the console may end this.
+		req, _ := http.NewRequestWithContext(context.Background(), http.MethodPatch, loc.String(), pr)
+		req.SetBasicAuth("edgebox", h.AdminToken())
+		req.ContentLength = 1 << 30
+		req.Header.Set("Content-Type", "application/octet-stream")
+		go pw.Write(make([]byte, 64<<10)) // then nothing
+		start := time.Now()
+		done := make(chan error, 1)
+		go func() {
+			resp, err := rc.c.Do(req)
+			if err == nil {
+				io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+				if resp.StatusCode != http.StatusRequestTimeout {
+					err = fmt.Errorf("answered %s, want 408", resp.Status)
+				} else {
+					t.Logf("stalled upload answered %s", resp.Status)
+				}
+			} else {
+				t.Logf("stalled upload cut by the console: %v", err)
+				err = nil
+			}
+			done <- err
+		}()
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Fatalf("stalled upload: %v", err)
+			}
+			t.Logf("stalled upload cut after %s", time.Since(start).Round(time.Millisecond))
+			if took := time.Since(start); took < 25*time.Second {
+				t.Errorf("stalled upload cut after %s, before its 30 s", took)
+			}
+		case <-time.After(90 * time.Second):
+			t.Fatal("an upload stalled for 90 s is still held")
+		}
+	})
 }
