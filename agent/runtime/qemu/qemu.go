@@ -15,6 +15,11 @@
 //	images/<manifest hex>/   disk.qcow2, kernel, initrd, vm.json
 //	vms/<name>/              instance.json, overlay.qcow2, qemu.pid,
 //	                         qmp.sock, vnc.sock, serial.sock, serial.log
+//	vms/.rm-<name>-<n>/      a VM being deleted, its QEMU ended
+//
+// A VM's QEMU is found by its pid file and, before QEMU has written it
+// (an agent killed while QEMU came up), by the pid file named on its
+// command line, so a restarted agent never starts a second QEMU for a VM.
 package qemu
 
 import (
@@ -57,7 +62,26 @@ type Config struct {
 	// MaxLogBytes rotates serial.log at a start past this size; default
 	// 10 MiB.
 	MaxLogBytes int64
+	// ExtraArgs go at the end of every QEMU command line (tests: -S, a
+	// VM that answers QMP and runs no guest).
+	ExtraArgs []string
+	// Crash is for crash-point tests; production leaves it nil.
+	Crash runtime.CrashHook
 }
+
+// crashPoints are the steps of the driver's operations between which a
+// killed agent leaves something behind.
+var crashPoints = []string{
+	"create/dir",
+	"start/overlay", "start/recorded", "start/launching", "start/launched",
+	"stop/signalled",
+	"remove/stopped", "remove/renamed",
+}
+
+// CrashPoints lists where a crash hook is called.
+func (d *Driver) CrashPoints() []string { return crashPoints }
+
+func (d *Driver) at(point string) error { return d.cfg.Crash.At(crashPoints, point) }
 
 // Driver runs workloads as QEMU VMs.
 type Driver struct {
@@ -201,6 +225,9 @@ func (d *Driver) Create(ctx context.Context, s runtime.Spec) error {
 	if err := os.MkdirAll(d.vmDir(s.Name), 0o700); err != nil {
 		return err
 	}
+	if err := d.at("create/dir"); err != nil {
+		return err
+	}
 	return d.save(instance{Name: s.Name, Hash: s.Hash, Workload: raw, Image: filepath.Base(img), Devices: s.Devices})
 }
 
@@ -212,18 +239,44 @@ func (d *Driver) OverlayPath(name string) string {
 // pid returns the VM's QEMU process, 0 when it does not run.
 func (d *Driver) pid(name string) int {
 	raw, err := os.ReadFile(filepath.Join(d.vmDir(name), "qemu.pid"))
-	if err != nil {
-		return 0
+	if err == nil {
+		pid, err := strconv.Atoi(strings.TrimSpace(string(raw)))
+		// The pid must still be this VM's QEMU, not a number reused.
+		if err == nil && pid > 0 && isQEMU(pid, d.vmDir(name)) {
+			return pid
+		}
 	}
-	pid, err := strconv.Atoi(strings.TrimSpace(string(raw)))
-	if err != nil || pid <= 0 {
-		return 0
+	// A QEMU still coming up has not written its pid file.
+	if pids := qemus(filepath.Join(d.cfg.StateDir, "vms"))[d.vmDir(name)]; len(pids) > 0 {
+		return pids[0]
 	}
-	// The pid must still be this VM's QEMU, not a number reused.
-	if !isQEMU(pid, d.vmDir(name)) {
-		return 0
+	return 0
+}
+
+// killAll kills every QEMU of the VM in dir and waits until they are
+// gone.
+func (d *Driver) killAll(dir string) ([]int, error) {
+	var killed []int
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		pids := qemus(filepath.Join(d.cfg.StateDir, "vms"))[dir]
+		if raw, err := os.ReadFile(filepath.Join(dir, "qemu.pid")); err == nil {
+			if pid, err := strconv.Atoi(strings.TrimSpace(string(raw))); err == nil && pid > 0 && isQEMU(pid, dir) {
+				pids = append(pids, pid)
+			}
+		}
+		if len(pids) == 0 {
+			return killed, nil
+		}
+		if time.Now().After(deadline) {
+			return killed, fmt.Errorf("QEMU of %s (pids %v) does not end", filepath.Base(dir), pids)
+		}
+		for _, pid := range pids {
+			killPID(pid)
+			killed = append(killed, pid)
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
-	return pid
 }
 
 // Start boots the VM from a new overlay (or its kept one); a running VM
@@ -236,6 +289,11 @@ func (d *Driver) Start(ctx context.Context, name string) error {
 		return err
 	}
 	if d.pid(name) != 0 {
+		if in.Started.IsZero() {
+			// Started by an agent killed before it recorded so.
+			in.Started, in.Stopped = time.Now().UTC(), false
+			return d.save(in)
+		}
 		return nil
 	}
 	var w edgeboxv1.Workload
@@ -253,11 +311,20 @@ func (d *Driver) Start(ctx context.Context, name string) error {
 	disk := filepath.Join(img, vm.DiskFile)
 	hasDisk := fileExists(disk)
 	if hasDisk && (!w.GetKeepState() || !fileExists(overlay)) {
-		os.Remove(overlay)
-		out, err := exec.CommandContext(ctx, d.cfg.Img, "create", "-q", "-f", "qcow2", "-F", "qcow2", "-b", disk, overlay).CombinedOutput()
+		// Made aside and renamed: a killed agent leaves no half-made
+		// overlay that a VM keeping its state would boot from.
+		tmp := overlay + ".new"
+		os.Remove(tmp)
+		out, err := exec.CommandContext(ctx, d.cfg.Img, "create", "-q", "-f", "qcow2", "-F", "qcow2", "-b", disk, tmp).CombinedOutput()
 		if err != nil {
 			return fmt.Errorf("VM %s: overlay: %v: %s", name, err, strings.TrimSpace(string(out)))
 		}
+		if err := os.Rename(tmp, overlay); err != nil {
+			return fmt.Errorf("VM %s: overlay: %w", name, err)
+		}
+	}
+	if err := d.at("start/overlay"); err != nil {
+		return err
 	}
 	d.rotate(filepath.Join(dir, "serial.log"))
 	for _, s := range []string{"qmp", "vnc", "serial"} {
@@ -270,11 +337,30 @@ func (d *Driver) Start(ctx context.Context, name string) error {
 		// re-appears at the same port.
 		args = append(args, "-device", usbHostOpts(dev))
 	}
-	if err := launch(ctx, d.cfg.Binary, args, dir, func() bool { return d.pid(name) != 0 }); err != nil {
+	args = append(args, d.cfg.ExtraArgs...)
+	// The start is recorded first: a QEMU an agent killed after starting
+	// it then has its start time.
+	was := in
+	in.Started, in.Stopped = time.Now().UTC(), false
+	if err := d.save(in); err != nil {
+		return err
+	}
+	if err := d.at("start/recorded"); err != nil {
+		return err
+	}
+	crashed := false
+	if err := launch(ctx, d.cfg.Binary, args, dir, func() bool { return d.pid(name) != 0 }, func() error {
+		err := d.at("start/launching")
+		crashed = err != nil
+		return err
+	}); err != nil {
+		if crashed {
+			return err
+		}
+		d.save(was)
 		return fmt.Errorf("starting VM %s: %w", name, err)
 	}
-	in.Started, in.Stopped = time.Now().UTC(), false
-	return d.save(in)
+	return d.at("start/launched")
 }
 
 // args is QEMU's command line for one VM.
@@ -441,12 +527,20 @@ func (d *Driver) Stop(ctx context.Context, name string, timeout time.Duration) e
 			time.Sleep(50 * time.Millisecond)
 		}
 	}
-	if !powerdown(dir, timeout, gone) {
+	// A paused guest (or one QEMU holds before it runs, -S) cannot
+	// hear the power button.
+	if paused(dir) {
+		timeout = 0
+	}
+	if err := d.at("stop/signalled"); err != nil {
+		return err
+	}
+	if timeout <= 0 || !powerdown(dir, timeout, gone) {
 		qmpRun(dir, "quit")
 		if !gone(5 * time.Second) {
-			killPID(pid)
-			if !gone(5 * time.Second) {
-				return fmt.Errorf("VM %s (pid %d) does not stop", name, pid)
+			// Every QEMU of the VM: one still coming up too.
+			if _, err := d.killAll(dir); err != nil {
+				return fmt.Errorf("VM %s (pid %d) does not stop: %w", name, pid, err)
 			}
 		}
 	}
@@ -486,7 +580,110 @@ func (d *Driver) Remove(ctx context.Context, name string) error {
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	return os.RemoveAll(d.vmDir(name))
+	if err := d.at("remove/stopped"); err != nil {
+		return err
+	}
+	return d.discard(d.vmDir(name))
+}
+
+// discard ends every QEMU of the VM in dir and deletes the directory,
+// renamed aside first so that a crash part way leaves no VM half there.
+// Hold d.mu.
+func (d *Driver) discard(dir string) error {
+	if _, err := d.killAll(dir); err != nil {
+		return err
+	}
+	gone := dir
+	if base := filepath.Base(dir); !strings.HasPrefix(base, ".") {
+		gone = filepath.Join(filepath.Dir(dir), fmt.Sprintf(".rm-%s-%d", base, time.Now().UnixNano()))
+		if err := os.Rename(dir, gone); errors.Is(err, os.ErrNotExist) {
+			return nil
+		} else if err != nil {
+			return err
+		}
+		if err := d.at("remove/renamed"); err != nil {
+			return err
+		}
+	}
+	return os.RemoveAll(gone)
+}
+
+var (
+	_ runtime.CrashPointer = (*Driver)(nil)
+	_ runtime.Sweeper      = (*Driver)(nil)
+)
+
+// Sweep kills the QEMUs of VMs that do not exist, and deletes what killed
+// agents left: VM directories without their instance.json and VMs being
+// deleted.
+func (d *Driver) Sweep(context.Context) ([]runtime.Orphan, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	vms := filepath.Join(d.cfg.StateDir, "vms")
+	ents, err := os.ReadDir(vms)
+	if err != nil {
+		return nil, err
+	}
+	var out []runtime.Orphan
+	known := map[string]bool{}
+	for _, e := range ents {
+		name, dir := e.Name(), filepath.Join(vms, e.Name())
+		if _, err := d.load(name); err == nil && edgeboxv1.ValidObjectName(name) {
+			known[dir] = true
+			continue
+		}
+		pids, _ := d.killAll(dir)
+		if err := d.discard(dir); err != nil {
+			return out, err
+		}
+		out = append(out, runtime.Orphan{Name: instanceOf(name), PIDs: pids, What: fmt.Sprintf("what a killed agent left of a VM (%s)", name)})
+	}
+	for dir := range qemus(vms) {
+		if known[dir] {
+			continue
+		}
+		pids, err := d.killAll(dir)
+		if err != nil {
+			return out, err
+		}
+		out = append(out, runtime.Orphan{Name: instanceOf(filepath.Base(dir)), PIDs: pids, What: "a QEMU whose VM does not exist"})
+	}
+	return out, nil
+}
+
+// instanceOf is the VM a directory under vms/ was made for.
+func instanceOf(dir string) string {
+	if rest, ok := strings.CutPrefix(dir, ".rm-"); ok {
+		if i := strings.LastIndexByte(rest, '-'); i > 0 {
+			return rest[:i]
+		}
+		return rest
+	}
+	return dir
+}
+
+// paused says whether the VM's guest is not running: paused, or held
+// before it starts (-S).
+func paused(dir string) bool {
+	mon, err := qmp.NewSocketMonitor("unix", sock(dir, "qmp"), 2*time.Second)
+	if err != nil {
+		return false
+	}
+	if err := mon.Connect(); err != nil {
+		return false
+	}
+	defer mon.Disconnect()
+	raw, err := mon.Run([]byte(`{"execute":"query-status"}`))
+	if err != nil {
+		return false
+	}
+	var st struct {
+		Return struct {
+			Running bool   `json:"running"`
+			Status  string `json:"status"`
+		} `json:"return"`
+	}
+	return json.Unmarshal(raw, &st) == nil && st.Return.Status != "" && !st.Return.Running
 }
 
 // List returns every VM the driver holds.

@@ -96,6 +96,37 @@ func TestConformance(t *testing.T) {
 			return &edgeboxv1.Workload{Runtime: "qemu", Image: ref, Env: []string{"GREETING=" + greeting}}
 		},
 		Output: func(greeting string) string { return "hello " + greeting },
+		// The crash-point test's VMs are held before their guest runs
+		// (-S): QEMU and its sockets are all there is to crash around.
+		Restart: func(t *testing.T) func(runtime.CrashHook) runtime.Driver {
+			dir, err := os.MkdirTemp("", "q") // short: socket paths must fit 108 bytes
+			if err != nil {
+				t.Fatal(err)
+			}
+			var last *qemu.Driver
+			t.Cleanup(func() {
+				if last != nil {
+					list, _ := last.List(context.Background())
+					for _, in := range list {
+						last.Remove(context.Background(), in.Name)
+					}
+					last.Sweep(context.Background())
+				}
+				os.RemoveAll(dir)
+			})
+			return func(crash runtime.CrashHook) runtime.Driver {
+				d, err := qemu.New(qemu.Config{StateDir: dir, ExtraArgs: []string{"-S"}, Crash: crash})
+				if err != nil {
+					t.Fatal(err)
+				}
+				if last == nil {
+					fetch(d)
+				}
+				last = d
+				return d
+			}
+		},
+		Copies: runtimetest.Processes,
 	})
 }
 

@@ -19,7 +19,9 @@ func defaultAccel() string { return "whpx:tcg" }
 
 // launch starts QEMU detached from the agent (QEMU has no -daemonize on
 // Windows) and waits for its pid file; its complaints go to qemu.err.
-func launch(ctx context.Context, binary string, args []string, dir string, running func() bool) error {
+// started runs once QEMU's process exists; an error from it returns at
+// once, leaving QEMU to come up on its own (crash tests).
+func launch(ctx context.Context, binary string, args []string, dir string, running func() bool, started func() error) error {
 	errPath := filepath.Join(dir, "qemu.err")
 	errFile, err := os.Create(errPath)
 	if err != nil {
@@ -30,6 +32,10 @@ func launch(ctx context.Context, binary string, args []string, dir string, runni
 	cmd.Stdout, cmd.Stderr = errFile, errFile
 	cmd.SysProcAttr = &syscall.SysProcAttr{CreationFlags: windows.CREATE_NEW_PROCESS_GROUP | windows.DETACHED_PROCESS}
 	if err := cmd.Start(); err != nil {
+		return err
+	}
+	if err := started(); err != nil {
+		go cmd.Wait()
 		return err
 	}
 	exited := make(chan struct{})
@@ -75,6 +81,10 @@ func isQEMU(pid int, _ string) bool {
 	}
 	return strings.Contains(strings.ToLower(windows.UTF16ToString(buf[:n])), "qemu")
 }
+
+// qemus: Windows cannot tell a QEMU by its command line from here; VMs
+// are found by their pid files only.
+func qemus(string) map[string][]int { return map[string][]int{} }
 
 func killPID(pid int) {
 	if p, err := os.FindProcess(pid); err == nil {
