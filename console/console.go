@@ -69,7 +69,9 @@ type Config struct {
 	HandshakeTimeout time.Duration
 	// HelloTimeout bounds the wait from accept to a complete ClientHello
 	// (never longer than HandshakeTimeout). Until its ClientHello is in, a
-	// connection holds no handshake slot.
+	// connection holds no handshake slot. It runs while the console is
+	// busy too: at 5 s a 2,000-box storm on two loaded cores lost 125
+	// boxes' connections to it (docs/benchmarks.md), so it is 10 s.
 	HelloTimeout time.Duration
 	// MaxHandshakes bounds handshakes in progress from clients that do not
 	// offer the tunnel protocol (operators, enrolling boxes, registry
@@ -113,7 +115,7 @@ func DefaultConfig() Config {
 		HandshakeRate:    500,
 		HandshakeBurst:   200,
 		HandshakeTimeout: 10 * time.Second,
-		HelloTimeout:     5 * time.Second,
+		HelloTimeout:     10 * time.Second,
 		MaxHandshakes:    1024,
 		MaxBoxHandshakes: 4096,
 		Out:              os.Stdout,

@@ -37,7 +37,7 @@ const (
 	// shedBoxHandshakes: ClientHello offering the tunnel protocol refused;
 	// MaxBoxHandshakes such handshakes are in progress.
 	shedBoxHandshakes = "box_handshakes"
-	// shedAcceptError: accept failed, typically out of file descriptors.
+	// shedAcceptError: accept failed for want of file descriptors.
 	shedAcceptError = "accept_error"
 )
 

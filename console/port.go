@@ -109,11 +109,13 @@ func (p *port) serve(ctx context.Context) {
 			// Out of file descriptors, or a connection gone before it was
 			// accepted: never a reason to stop serving. Idle connections
 			// give their descriptors back first.
-			p.adm.shed.count(shedAcceptError, netip.Addr{})
 			if errors.Is(err, syscall.EMFILE) || errors.Is(err, syscall.ENFILE) {
+				p.adm.shed.count(shedAcceptError, netip.Addr{})
 				for _, old := range p.adm.evictIdle(64) {
 					old.Conn.Close()
 				}
+			} else {
+				p.log.Debug("accept failed", "err", err)
 			}
 			backoff = min(max(2*backoff, 5*time.Millisecond), time.Second)
 			select {

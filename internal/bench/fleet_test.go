@@ -104,7 +104,7 @@ func (c *consoleProc) metricSum(name string) (float64, error) {
 	for sc.Scan() {
 		line := sc.Text()
 		rest, ok := strings.CutPrefix(line, name)
-		if !ok || rest == "" || (rest[0] != ' ' && rest[0] != '{') {
+		if !ok || rest == "" || (rest[0] != ' ' && rest[0] != '{' && !strings.HasSuffix(name, "}")) {
 			continue
 		}
 		if v, err := strconv.ParseFloat(line[strings.LastIndexByte(line, ' ')+1:], 64); err == nil {
@@ -436,6 +436,12 @@ func fleet(b *testing.B, n int) {
 	p := func(q float64) time.Duration { return lat[min(len(lat)-1, int(q*float64(len(lat))))] }
 	if shed, err := c.metricSum("edgebox_port_shed_total"); err == nil {
 		b.ReportMetric(shed, "storm-shed-conns") // refused or closed early by the port's limits
+		for _, r := range []string{"addr_connections", "idle_evicted_addr", "idle_evicted", "hello_timeout",
+			"addr_handshakes", "handshakes", "box_handshakes", "accept_error"} {
+			if n, _ := c.metricSum(`edgebox_port_shed_total{reason="` + r + `"}`); n > 0 {
+				b.Logf("shed by the port during the storm: %s %v", r, n)
+			}
+		}
 	}
 	b.ReportMetric(back.Seconds(), "storm-s-all-online")
 	b.ReportMetric(float64(p(0.50).Microseconds())/1000, "storm-api-p50-ms")

@@ -259,8 +259,8 @@ func TestIdleConnectionsDoNotLockOut(t *testing.T) {
 	for _, b := range fleet {
 		testenv.StartAgent(t, b, realBackoff)
 	}
-	took := testenv.WaitFor(t, 10*time.Second, "all 50 boxes back online under the attack", allOnline(true))
-	t.Logf("all %d boxes back online in %v", boxes, took.Round(time.Millisecond))
+	testenv.WaitFor(t, 10*time.Second-time.Since(start), "all 50 boxes back online within 10 s under the attack", allOnline(true))
+	t.Logf("all %d boxes back online in %v", boxes, time.Since(start).Round(time.Millisecond))
 	// Keep calling for a while after the boxes are back.
 	for time.Since(start) < 10*time.Second {
 		time.Sleep(100 * time.Millisecond)
