@@ -45,6 +45,14 @@ func (r *Registry) serve(w http.ResponseWriter, req *http.Request, acc Access) {
 	}
 	if req.Body != nil && req.Body != http.NoBody {
 		body := &progressBody{body: req.Body, rc: http.NewResponseController(w), idle: r.cfg.BodyIdle, unsupported: r.noDeadlines}
+		// Over HTTP/1 armed now, not at the first read: a body the
+		// handler never reads is still read (and discarded) by the server
+		// after it, and must not hold the connection either. A late first
+		// read arms again before it reads. (HTTP/2 discards nothing, and
+		// its deadline, once passed, ends the body for good.)
+		if req.ProtoMajor == 1 {
+			body.arm()
+		}
 		req.Body = body
 		// distribution answers a body it could not read with a 500; one
 		// cut for idleness gets the 408 it is.
@@ -87,11 +95,16 @@ type progressBody struct {
 	done bool
 }
 
+// arm gives the body idle from now for its next byte.
+func (b *progressBody) arm() {
+	if err := b.rc.SetReadDeadline(time.Now().Add(b.idle)); err != nil {
+		b.unsupported(err)
+	}
+}
+
 func (b *progressBody) Read(p []byte) (int, error) {
 	if !b.done {
-		if err := b.rc.SetReadDeadline(time.Now().Add(b.idle)); err != nil {
-			b.unsupported(err)
-		}
+		b.arm()
 	}
 	n, err := b.body.Read(p)
 	if err != nil && errors.Is(err, os.ErrDeadlineExceeded) {

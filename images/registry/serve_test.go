@@ -171,6 +171,44 @@ func TestRequestBodies(t *testing.T) {
 	}
 }
 
+// TestUnreadBodyNotHeld: a request let in whose handler never reads its
+// body, which never comes, is answered once BodyIdle has passed, and its
+// connection closed: the server's own reading of what is left is bounded
+// too.
+func TestUnreadBodyNotHeld(t *testing.T) {
+	t.Parallel()
+	const idle = 2 * time.Second
+	cfg := DefaultConfig(t.TempDir())
+	cfg.BodyIdle = idle
+	reg := newTestRegistry(t, cfg)
+	srv := serveOperators(t, reg, nil)
+	for _, c := range []struct{ method, path string }{
+		{http.MethodGet, "/v2/"},
+		{http.MethodGet, "/v2/robots/icbc/tags/list"},
+		{http.MethodGet, "/v2/_catalog"},
+		{http.MethodDelete, "/v2/robots/icbc/manifests/" + testDigest},
+	} {
+		conn, err := net.Dial("tcp", srv.Listener.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		conn.SetDeadline(time.Now().Add(idle + 30*time.Second)) // liveness only
+		start := time.Now()
+		fmt.Fprintf(conn, "%s %s HTTP/1.1\r\nHost: x\r\nContent-Length: 1000\r\n\r\n", c.method, c.path)
+		br := bufio.NewReader(conn)
+		resp, err := http.ReadResponse(br, nil)
+		if err != nil {
+			t.Fatalf("%s %s with a body that never comes: no answer after %s: %v", c.method, c.path, time.Since(start), err)
+		}
+		io.Copy(io.Discard, resp.Body)
+		if _, err := br.ReadByte(); err != io.EOF {
+			t.Errorf("%s %s: connection still open: %v", c.method, c.path, err)
+		}
+		t.Logf("%s %s: %s after %s, connection closed", c.method, c.path, resp.Status, time.Since(start).Round(time.Millisecond))
+		conn.Close()
+	}
+}
+
 // TestRefusedBeforeTheBody: a caller the door refuses gets its 401 at
 // once, from the headers alone, however large a body it announces, and
 // not one byte of that body is read; over HTTP/1 the connection then
