@@ -132,7 +132,8 @@ func (a *Agent) devicesFor(workload string) []runtime.Device {
 // (QEMU's usb-host), not device nodes.
 const qemuRuntime = "qemu"
 
-// assignmentsOf returns the UsbAssignment objects of workload.
+// assignmentsOf returns the UsbAssignment objects of workload; of every
+// workload for "".
 func (a *Agent) assignmentsOf(workload string) []*edgeboxv1.UsbAssignment {
 	objs, err := a.local.Objects("UsbAssignment")
 	if err != nil {
