@@ -3,6 +3,13 @@
 // push and pull on the console's public port with their API token; boxes
 // pull through the tunnel's "registry" streams with their certificate, and
 // only what their desired state references.
+//
+// In front of distribution, serve checks every path (a malformed name is a
+// 400 NAME_INVALID, never a 500), serves what distribution v3 lacks or
+// cannot scope to a caller (the referrers API of the distribution spec
+// v1.1 and the catalog), and gives each request body an idle deadline
+// that moves with its progress. Abandoned upload sessions are purged by
+// the time since their last write.
 package registry
 
 import (
