@@ -20,8 +20,10 @@ import (
 )
 
 // crashUIDs are the workload user IDs of these tests, apart from other
-// packages' tests that run at the same time.
-const crashUIDs = 740000
+// packages' tests that run at the same time (agent/runtime/process takes
+// 900000 to 939999, internal/integration 650000 to 820000): a sweep ends
+// every process in its range that its own state does not hold.
+const crashUIDs = 950000
 
 // agentOn is an agent's reconciler with a real process driver on state:
 // what a (re)started agent runs. It sweeps, as Run does first.

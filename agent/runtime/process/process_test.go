@@ -76,8 +76,11 @@ func TestConformance(t *testing.T) {
 }
 
 // crashUIDs is the first user ID of the crash-point tests' drivers, apart
-// from the other tests', whose workloads their sweeps must not touch.
-const crashUIDs = 720000
+// from the other tests' (here, and in other packages that run at the same
+// time: internal/integration's boxes take 650000 to 820000), whose
+// workloads their sweeps must not touch. Tests here that need ranges of
+// their own take the next ones, 10,000 apart.
+const crashUIDs = 900000
 
 func TestLimitsAndARestartedAgent(t *testing.T) {
 	require.Root(t, "setting cgroup limits")
@@ -233,7 +236,7 @@ func TestKeyDeviceForItsUser(t *testing.T) {
 func TestHalfMadeInstance(t *testing.T) {
 	require.Root(t, "running programs as workload users")
 	state := stateDir(t)
-	d, err := New(Config{StateDir: state, CgroupRoot: t.TempDir(), FirstUID: crashUIDs + 100})
+	d, err := New(Config{StateDir: state, CgroupRoot: t.TempDir(), FirstUID: crashUIDs + 10000})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -259,7 +262,7 @@ func TestHalfMadeInstance(t *testing.T) {
 // process, and only then is the user ID free again.
 func TestUserIDNotReused(t *testing.T) {
 	require.Root(t, "running programs as workload users")
-	first := crashUIDs + 200
+	first := crashUIDs + 20000
 	cmd := exec.Command("/bin/sh", "-c", "sleep 600 & sleep 600")
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Credential: &syscall.Credential{Uid: uint32(first), Gid: uint32(first)}}
 	if err := cmd.Start(); err != nil {
@@ -297,5 +300,65 @@ func TestUserIDNotReused(t *testing.T) {
 	<-exited
 	if uid := uidOf("third"); uid != first {
 		t.Fatalf("after the sweep the new instance has user %d, want the freed %d", uid, first)
+	}
+}
+
+// TestRemoveEndsEverything: what a program started in a session of its
+// own (a daemon leaving the program's process group) ends with the
+// instance, whether the program is stopped, removed, or started again.
+func TestRemoveEndsEverything(t *testing.T) {
+	require.Root(t, "running programs as workload users")
+	d, err := New(Config{StateDir: stateDir(t), CgroupRoot: t.TempDir(), FirstUID: crashUIDs + 30000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := t.Context()
+	for _, op := range []string{"stop", "remove", "restart"} {
+		t.Run(op, func(t *testing.T) {
+			greeting := fmt.Sprintf("daemon%d-%s", os.Getpid(), op)
+			w := &edgeboxv1.Workload{Runtime: "process", Image: "/bin/sh", Env: []string{"GREETING=" + greeting},
+				Args: []string{"-c", `setsid sleep 600 & echo started; exit 3`}}
+			if err := d.Create(ctx, runtime.NewSpec("daemon", w)); err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { d.Remove(context.Background(), "daemon") })
+			if err := d.Start(ctx, "daemon"); err != nil {
+				t.Fatal(err)
+			}
+			deadline := time.Now().Add(30 * time.Second)
+			for {
+				in, _ := d.Inspect(ctx, "daemon")
+				if in.State == runtime.StateExited && runtimetest.Processes(t, greeting) == 1 {
+					break // the program ended; its daemon runs
+				}
+				if time.Now().After(deadline) {
+					t.Fatalf("the program did not leave its daemon running: %+v, %d", in, runtimetest.Processes(t, greeting))
+				}
+				time.Sleep(20 * time.Millisecond)
+			}
+			want := 0
+			switch op {
+			case "stop":
+				err = d.Stop(ctx, "daemon", time.Second)
+			case "remove":
+				err = d.Remove(ctx, "daemon")
+			case "restart":
+				err, want = d.Start(ctx, "daemon"), 1 // the new run's program, or its daemon
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			// A restart: the old daemon is gone before the new program
+			// starts, so at most the new run's copy is there.
+			if n := runtimetest.Processes(t, greeting); n > want {
+				t.Fatalf("after %s, %d copies run, want at most %d", op, n, want)
+			}
+			if err := d.Remove(ctx, "daemon"); err != nil {
+				t.Fatal(err)
+			}
+			if n := runtimetest.Processes(t, greeting); n != 0 {
+				t.Fatalf("after remove, %d copies run", n)
+			}
+		})
 	}
 }
