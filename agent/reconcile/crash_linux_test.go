@@ -148,12 +148,26 @@ func TestOrphanSweep(t *testing.T) {
 	state, _ := os.MkdirTemp("", "rc")
 	os.Chmod(state, 0o711)
 	t.Cleanup(func() { os.RemoveAll(state) })
-	_, b := agentOn(t, state, &source{objs: map[string]*edgeboxv1.DesiredObject{}})
+	d, err := process.New(process.Config{StateDir: state, CgroupRoot: t.TempDir(), FirstUID: crashUIDs, Log: testLog(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := &book{status: map[string]*edgeboxv1.ObjectStatus{}}
+	r, err := New(Config{Source: &source{objs: map[string]*edgeboxv1.DesiredObject{}}, Drivers: []runtime.Driver{d}, Reporter: b, Log: testLog(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The agent starts its reconciler, which sweeps first.
+	ctx, cancel := context.WithCancel(context.Background())
+	ran := make(chan struct{})
+	go func() { defer close(ran); r.Run(ctx) }()
 	select {
 	case <-exited:
 	case <-time.After(30 * time.Second):
-		t.Fatal("the orphan still runs after the sweep")
+		t.Error("the orphan still runs after the sweep")
 	}
+	cancel()
+	<-ran
 	if len(b.events) != 1 || b.events[0].GetReason() != "OrphanStopped" || !b.events[0].GetWarning() {
 		t.Fatalf("events %v, want one OrphanStopped warning", b.events)
 	}
