@@ -201,7 +201,7 @@ func (a *admission) admit(c net.Conn, now time.Time) (pc *portConn, evicted []*p
 		a.addrs[addr] = book
 	}
 	if book.conns >= a.lim.connsPerAddr {
-		old := book.idle.head
+		old := a.pickIdle(&book.idle)
 		if old == nil {
 			a.shed.count(shedAddrConns, addr)
 			a.forgetIfEmpty(addr, book)
@@ -212,7 +212,7 @@ func (a *admission) admit(c net.Conn, now time.Time) (pc *portConn, evicted []*p
 		evicted = append(evicted, old)
 	}
 	if a.idle.n >= a.lim.maxPending {
-		old := a.idle.head
+		old := a.pickIdle(&a.idle)
 		a.drop(old)
 		a.shed.count(shedIdle, old.addr)
 		evicted = append(evicted, old)
@@ -223,6 +223,25 @@ func (a *admission) admit(c net.Conn, now time.Time) (pc *portConn, evicted []*p
 	book.idle.push(pc)
 	a.idle.push(pc)
 	return pc, evicted
+}
+
+// pickIdle picks the connection to evict from l: the oldest that has not
+// spoken. One whose ClientHello waits unread (the console is slow, not the
+// client) goes to the back of both its lists instead, up to a few times;
+// past that the oldest goes anyway, so clients that send one byte and
+// stop cannot make eviction scan forever. a.mu is held.
+func (a *admission) pickIdle(l *idleList) *portConn {
+	for range 8 {
+		c := l.head
+		if c == nil || !hasSpoken(c.Conn) {
+			return c
+		}
+		a.idle.remove(c)
+		a.idle.push(c)
+		c.book.idle.remove(c)
+		c.book.idle.push(c)
+	}
+	return l.head
 }
 
 // evictIdle takes up to n of the oldest idle connections off the books,

@@ -3,6 +3,7 @@ package console
 import (
 	"net"
 	"net/netip"
+	"runtime"
 	"testing"
 	"time"
 
@@ -252,4 +253,51 @@ func shedMetric(t testing.TB, reg *prometheus.Registry, reason string) float64 {
 	}
 	t.Fatalf("no edgebox_port_shed_total{reason=%q}", reason)
 	return 0
+}
+
+func TestAdmissionSparesConnectionsThatSpoke(t *testing.T) {
+	t.Parallel()
+	if runtime.GOOS != "linux" {
+		t.Skip("only Linux peeks at unread bytes; elsewhere every unread connection is idle")
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	a := newAdmission(limits{connsPerAddr: 3, handshakesPerAddr: 10, maxPending: 10, maxHandshakes: 10, maxBoxHandshakes: 10},
+		prometheus.NewRegistry())
+	// Three connections nobody reads, as on a console too busy to; the
+	// oldest has sent its ClientHello.
+	var pcs []*portConn
+	for i := range 4 {
+		c, err := net.Dial("tcp", ln.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		s, err := ln.Accept()
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer s.Close()
+		if i == 0 {
+			c.Write([]byte{0x16, 0x03, 0x01})
+			// Wait until the bytes are in the console's socket.
+			for deadline := time.Now().Add(5 * time.Second); !hasSpoken(s) && time.Now().Before(deadline); {
+				time.Sleep(time.Millisecond)
+			}
+		}
+		pc, evicted := a.admit(s, time.Now())
+		pcs = append(pcs, pc)
+		switch {
+		case i < 3 && len(evicted) != 0:
+			t.Fatalf("connection %d evicted %d others below the cap", i, len(evicted))
+		case i == 3 && (len(evicted) != 1 || evicted[0] != pcs[1]):
+			t.Fatal("the fourth connection did not evict the oldest one that never spoke")
+		}
+	}
+	if _, ok := a.hello(pcs[0], true); !ok {
+		t.Fatal("the connection that spoke lost its place")
+	}
 }
