@@ -294,6 +294,9 @@ func (d *Driver) Start(_ context.Context, name string) error {
 	if !ok || r.Starting {
 		if l, found := d.leader(name, rec.UID); found {
 			d.cfg.Log.Info("adopting a program a killed agent started", "instance", name, "pid", l.PID)
+			if err := d.adopted(name, rec); err != nil {
+				return fmt.Errorf("limits of %s: %w", name, err)
+			}
 			return writeJSON(filepath.Join(d.dir(name), "run.json"), l)
 		}
 	}

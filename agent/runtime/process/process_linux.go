@@ -120,7 +120,20 @@ func alive(r run) bool {
 // limit puts pid in cgroups with the workload's CPU and memory limits,
 // where the controllers are mounted.
 func (d *Driver) limit(name string, rec record, p *os.Process) error {
-	pid := p.Pid
+	return d.limitPIDs(name, rec, []int{p.Pid})
+}
+
+// adopted puts every process of an adopted program (one a killed agent
+// started, perhaps before it set its limits) in the workload's cgroups.
+func (d *Driver) adopted(name string, rec record) error {
+	var pids []int
+	for _, p := range scan(func(u int) bool { return u == rec.UID }) {
+		pids = append(pids, p.pid)
+	}
+	return d.limitPIDs(name, rec, pids)
+}
+
+func (d *Driver) limitPIDs(name string, rec record, pids []int) error {
 	put := func(ctrl string, files map[string]string) {
 		dir := filepath.Join(d.cfg.CgroupRoot, ctrl, "edgebox", name)
 		if _, err := os.Stat(filepath.Join(d.cfg.CgroupRoot, ctrl)); err != nil {
@@ -132,7 +145,9 @@ func (d *Driver) limit(name string, rec record, p *os.Process) error {
 		for f, v := range files {
 			os.WriteFile(filepath.Join(dir, f), []byte(v), 0o644)
 		}
-		os.WriteFile(filepath.Join(dir, "cgroup.procs"), []byte(strconv.Itoa(pid)), 0o644)
+		for _, pid := range pids {
+			os.WriteFile(filepath.Join(dir, "cgroup.procs"), []byte(strconv.Itoa(pid)), 0o644)
+		}
 	}
 	if rec.Mem > 0 {
 		put("memory", map[string]string{"memory.limit_in_bytes": strconv.FormatInt(rec.Mem, 10)})

@@ -4,6 +4,7 @@ package process
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -360,5 +361,78 @@ func TestRemoveEndsEverything(t *testing.T) {
 				t.Fatalf("after remove, %d copies run", n)
 			}
 		})
+	}
+}
+
+// TestCgroupsAfterAKilledStart: a program whose agent was killed before
+// it set its limits gets them when the next agent adopts it, in the real
+// cgroups; and once nothing of the instance is left on disk, the sweep
+// ends its program and removes its cgroups.
+func TestCgroupsAfterAKilledStart(t *testing.T) {
+	require.Root(t, "setting cgroup limits")
+	for _, ctrl := range []string{"memory", "cpu"} {
+		require.File(t, filepath.Join("/sys/fs/cgroup", ctrl, "cgroup.procs"), "the cgroup v1 "+ctrl+" controller")
+	}
+	state := stateDir(t)
+	name := fmt.Sprintf("adopted-%d", os.Getpid())
+	greeting := "adopted-" + name
+	w := workload(greeting)
+	w.CpuMillis, w.MemoryBytes = 250, 32<<20
+	crashed := errors.New("killed")
+	cfg := Config{StateDir: state, FirstUID: crashUIDs + 40000, Crash: func(p string) error {
+		if p == "start/started" {
+			return crashed
+		}
+		return nil
+	}}
+	d, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Create(t.Context(), runtime.NewSpec(name, w)); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Start(t.Context(), name); !errors.Is(err, crashed) {
+		t.Fatalf("start: %v, want the crash", err)
+	}
+	cfg.Crash = nil
+	d, err = New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { d.Remove(context.Background(), name); d.Sweep(context.Background()) })
+	if err := d.Start(t.Context(), name); err != nil {
+		t.Fatal(err)
+	}
+	if n := runtimetest.Processes(t, greeting); n != 1 {
+		t.Fatalf("%d copies run", n)
+	}
+	var r run
+	if err := readJSON(filepath.Join(state, name, "run.json"), &r); err != nil || r.Starting {
+		t.Fatalf("run record %+v: %v", r, err)
+	}
+	cg, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cgroup", r.PID))
+	if !strings.Contains(string(cg), "memory:/edgebox/"+name+"\n") {
+		t.Fatalf("the adopted program is not in its memory cgroup:\n%s", cg)
+	}
+	if b, _ := os.ReadFile(filepath.Join("/sys/fs/cgroup/memory/edgebox", name, "memory.limit_in_bytes")); strings.TrimSpace(string(b)) != "33554432" {
+		t.Fatalf("memory limit %q", b)
+	}
+
+	os.RemoveAll(filepath.Join(state, name)) // its state is lost; its program runs on
+	orphans, err := d.Sweep(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(orphans) == 0 {
+		t.Fatal("the sweep found no orphan")
+	}
+	if n := runtimetest.Processes(t, greeting); n != 0 {
+		t.Fatalf("after the sweep %d copies run", n)
+	}
+	for _, ctrl := range []string{"memory", "cpu"} {
+		if _, err := os.Stat(filepath.Join("/sys/fs/cgroup", ctrl, "edgebox", name)); err == nil {
+			t.Errorf("the %s cgroup of the gone instance stayed", ctrl)
+		}
 	}
 }

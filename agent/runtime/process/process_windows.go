@@ -156,6 +156,9 @@ func (d *Driver) limit(name string, rec record, p *os.Process) error {
 
 func (d *Driver) unlimit(string) {}
 
+// adopted: a program is found by its job, which carries its limits.
+func (d *Driver) adopted(string, record) error { return nil }
+
 // terminate asks the program to end with CTRL_BREAK; a program without a
 // console to receive it is ended with its job at once.
 func (d *Driver) terminate(name string, r run) {
