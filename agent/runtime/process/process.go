@@ -570,6 +570,8 @@ func (d *Driver) Sweep(_ context.Context) ([]runtime.Orphan, error) {
 		out = append(out, runtime.Orphan{Name: instanceOf(name), PIDs: pids,
 			What: fmt.Sprintf("what a killed agent left of an instance (%s)", name)})
 	}
+	// Cgroups first: what is found there names its instance.
+	out = append(out, d.sweepCgroups(known)...)
 	for uid, pids := range busyUIDs(d.cfg.FirstUID, uidRange) {
 		if _, ok := owners[uid]; ok {
 			continue
@@ -583,7 +585,6 @@ func (d *Driver) Sweep(_ context.Context) ([]runtime.Orphan, error) {
 		}
 		out = append(out, runtime.Orphan{PIDs: killed, What: fmt.Sprintf("processes of workload user %d, which no instance holds", uid)})
 	}
-	out = append(out, d.sweepCgroups(known)...)
 	for _, o := range out {
 		d.cfg.Log.Warn("stopped an orphan", "instance", o.Name, "pids", o.PIDs, "what", o.What)
 	}

@@ -359,42 +359,64 @@ func tickTime(tick int64) time.Time {
 func start(cmd *exec.Cmd) error { return cmd.Start() }
 func resume(*exec.Cmd) error    { return nil }
 
-// sweepCgroups ends the processes in edgebox's cgroups of instances that
-// do not exist, and removes those cgroups.
+// sweepCgroups ends the workload users' processes in edgebox's cgroups of
+// instances that do not exist, and removes those cgroups. The cgroups
+// under edgebox/ are shared with containerd (its containers' are
+// /edgebox/<id> too): only a cgroup holding processes of the driver's
+// users is taken for the driver's, and only those processes are ended.
 func (d *Driver) sweepCgroups(known map[string]bool) []runtime.Orphan {
-	var out []runtime.Orphan
-	for _, ctrl := range []string{"memory", "cpu"} {
+	ours := func(u int) bool { return u >= d.cfg.FirstUID && u < d.cfg.FirstUID+uidRange }
+	ctrls := []string{"memory", "cpu"}
+	dirs := map[string][]string{} // instance -> its cgroups
+	var names []string
+	for _, ctrl := range ctrls {
 		root := filepath.Join(d.cfg.CgroupRoot, ctrl, "edgebox")
-		ents, err := os.ReadDir(root)
-		if err != nil {
-			continue
-		}
+		ents, _ := os.ReadDir(root)
 		for _, e := range ents {
-			if !e.IsDir() || known[e.Name()] {
-				continue
-			}
-			dir := filepath.Join(root, e.Name())
-			var killed []int
-			for range 100 {
-				b, _ := os.ReadFile(filepath.Join(dir, "cgroup.procs"))
-				pids := strings.Fields(string(b))
-				if len(pids) == 0 {
-					break
+			if e.IsDir() && !known[e.Name()] {
+				if dirs[e.Name()] == nil {
+					names = append(names, e.Name())
 				}
-				for _, s := range pids {
-					if pid, err := strconv.Atoi(s); err == nil && pid > 1 {
-						syscall.Kill(pid, syscall.SIGKILL)
+				dirs[e.Name()] = append(dirs[e.Name()], filepath.Join(root, e.Name()))
+			}
+		}
+	}
+	var out []runtime.Orphan
+	for _, name := range names {
+		seen := map[int]bool{}
+		var killed []int
+		for range 1000 {
+			n := 0
+			for _, dir := range dirs[name] {
+				b, _ := os.ReadFile(filepath.Join(dir, "cgroup.procs"))
+				for _, f := range strings.Fields(string(b)) {
+					pid, err := strconv.Atoi(f)
+					if err != nil {
+						continue
+					}
+					if p, live := readProc(pid); !live || !ours(p.uids[0]) && !ours(p.uids[1]) {
+						continue
+					}
+					n++
+					syscall.Kill(pid, syscall.SIGKILL)
+					if !seen[pid] {
+						seen[pid] = true
 						killed = append(killed, pid)
 					}
 				}
-				time.Sleep(10 * time.Millisecond)
 			}
-			os.Remove(dir)
-			if len(killed) > 0 {
-				out = append(out, runtime.Orphan{Name: e.Name(), PIDs: killed,
-					What: fmt.Sprintf("processes in the %s cgroup of an instance that does not exist", ctrl)})
+			if n == 0 {
+				break
 			}
+			time.Sleep(10 * time.Millisecond)
 		}
+		if len(killed) == 0 {
+			continue // empty, or another runtime's
+		}
+		for _, dir := range dirs[name] {
+			os.Remove(dir)
+		}
+		out = append(out, runtime.Orphan{Name: name, PIDs: killed, What: "processes in the cgroups of an instance that does not exist"})
 	}
 	return out
 }
