@@ -436,3 +436,40 @@ func TestCgroupsAfterAKilledStart(t *testing.T) {
 		}
 	}
 }
+
+// TestSweepLeavesOtherRuntimes: containerd's containers have cgroups
+// under edgebox/ too; the sweep leaves them and what runs in them alone.
+func TestSweepLeavesOtherRuntimes(t *testing.T) {
+	require.Root(t, "cgroups")
+	require.File(t, "/sys/fs/cgroup/memory/cgroup.procs", "the cgroup v1 memory controller")
+	dir := filepath.Join("/sys/fs/cgroup/memory/edgebox", fmt.Sprintf("container-%d", os.Getpid()))
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command("/bin/sleep", "600") // a container's process, as root
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan struct{})
+	go func() { cmd.Wait(); close(exited) }()
+	t.Cleanup(func() { cmd.Process.Kill(); <-exited; os.Remove(dir) })
+	if err := os.WriteFile(filepath.Join(dir, "cgroup.procs"), []byte(fmt.Sprint(cmd.Process.Pid)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	d, err := New(Config{StateDir: stateDir(t), FirstUID: crashUIDs + 50000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	orphans, err := d.Sweep(t.Context())
+	if err != nil || len(orphans) != 0 {
+		t.Fatalf("sweep: %+v %v", orphans, err)
+	}
+	select {
+	case <-exited:
+		t.Fatal("the sweep killed another runtime's process")
+	case <-time.After(100 * time.Millisecond):
+	}
+	if _, err := os.Stat(dir); err != nil {
+		t.Fatalf("the sweep removed another runtime's cgroup: %v", err)
+	}
+}
