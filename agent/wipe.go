@@ -64,6 +64,11 @@ const (
 	maxReason   = 256
 )
 
+// ExitWiped is the exit status of 'edgebox-agent run' on a wiped box, so
+// that the service manager does not start it again and again (the systemd
+// unit's RestartPreventExitStatus): 78, EX_CONFIG of sysexits.h.
+const ExitWiped = 78
+
 // ErrWiped is returned by New and Run for a box its console wiped; the
 // error is a *WipedError.
 var ErrWiped = errors.New("agent: this box was wiped by its console")

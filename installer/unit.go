@@ -3,10 +3,13 @@ package installer
 import (
 	"fmt"
 	"strings"
+
+	"github.com/edgebox/edgebox/agent"
 )
 
 // SystemdUnit is the agent's systemd unit for l: restarted on any exit
-// after 5 s, never given up on, started once the network is up.
+// after 5 s but that of a wiped box (agent.ExitWiped), never given up on,
+// started once the network is up.
 func SystemdUnit(l Layout) string {
 	return fmt.Sprintf(`[Unit]
 Description=edgebox agent: this box's tunnel to its console
@@ -20,6 +23,9 @@ Type=simple
 ExecStart=%s run --data %s
 Restart=always
 RestartSec=5
+# A box its console wiped has no identity left: it exits with this status
+# and waits for a new enrollment instead of being started again and again.
+RestartPreventExitStatus=%d
 KillSignal=SIGTERM
 TimeoutStopSec=60
 # The box's key lives in the data directory: only root reads it.
@@ -28,7 +34,7 @@ LimitNOFILE=65536
 
 [Install]
 WantedBy=multi-user.target
-`, systemdQuote(l.Bin), systemdQuote(l.DataDir))
+`, systemdQuote(l.Bin), systemdQuote(l.DataDir), agent.ExitWiped)
 }
 
 // systemdQuote quotes a path for ExecStart when it needs it.

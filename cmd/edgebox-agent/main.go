@@ -5,6 +5,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -24,6 +25,9 @@ var version = "dev"
 func main() {
 	if err := newRoot().Execute(); err != nil {
 		fmt.Fprintln(os.Stderr, "edgebox-agent:", err)
+		if errors.Is(err, agent.ErrWiped) {
+			os.Exit(agent.ExitWiped) // not restarted by the service manager
+		}
 		os.Exit(1)
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -460,5 +461,92 @@ func TestWipeFinishesAfterAKill(t *testing.T) {
 				t.Fatalf("the third start: %v", err)
 			}
 		})
+	}
+}
+
+// TestRevokeWithWipeOfTheAgentBinary: the built agent, running a native
+// workload, is revoked with a wipe through the CLI. The CLI says the box
+// confirmed; the agent exits by itself with agent.ExitWiped (which the
+// systemd unit does not restart) and says the box needs a new
+// enrollment; started again, it exits the same way at once.
+func TestRevokeWithWipeOfTheAgentBinary(t *testing.T) {
+	t.Parallel()
+	if os.Geteuid() != 0 {
+		t.Skip("the process driver runs workloads under users of their own: this test needs root")
+	}
+	h := testenv.NewBinaries(t)
+	box := enrollOne(t, h, "wipe-bin")
+	for d := box.DataDir(); d != os.TempDir() && d != "/"; d = filepath.Dir(d) {
+		os.Chmod(d, 0o711)
+	}
+	// The agent's output goes to a file: a pipe would be held open by
+	// whatever the agent leaves running.
+	run := func() (logs func() string, done <-chan error) {
+		out, err := os.CreateTemp(t.TempDir(), "agent-*.log")
+		if err != nil {
+			t.Fatal(err)
+		}
+		cmd := exec.Command(filepath.Join(h.Bin(), "edgebox-agent"), "run", "--data", box.DataDir())
+		cmd.Stdout, cmd.Stderr = out, out
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		out.Close()
+		ch, exited := make(chan error, 1), make(chan struct{})
+		go func() { defer close(exited); ch <- cmd.Wait() }()
+		t.Cleanup(func() {
+			cmd.Process.Kill()
+			<-exited
+		})
+		return func() string { b, _ := os.ReadFile(out.Name()); return string(b) }, ch
+	}
+	out, done := run()
+	testenv.WaitFor(t, 30*time.Second, "online", func() bool { return testenv.BoxState(t, h, box.ID()).Online })
+	b := make([]byte, 6)
+	rand.Read(b)
+	mark := "wipe-mark-" + hex.EncodeToString(b)
+	spec, _ := json.Marshal(map[string]any{"app": "robot", "runtime": "process", "image": "/bin/sh",
+		"args": []string{"-c", "while :; do sleep 1; done # " + mark}})
+	if _, err := h.Admin().PutDesired(ctx(t), box.ID(), "Workload", "robot", spec); err != nil {
+		t.Fatal(err)
+	}
+	marked := func(p proc) bool { return strings.Contains(p.cmdline, mark) }
+	testenv.WaitFor(t, 60*time.Second, "robot running", func() bool { return len(processes(t, marked)) > 0 })
+
+	cli, err := h.CLI(t, "boxes", "revoke", box.ID(), "--wipe")
+	if err != nil {
+		t.Fatalf("edgebox boxes revoke --wipe: %v\n%s", err, cli)
+	}
+	if !strings.Contains(cli, "wipe: confirmed by the box: 1 workload removed (robot)") {
+		t.Errorf("the CLI does not say the box confirmed:\n%s", cli)
+	}
+	exitedWiped := func(err error, out string) {
+		t.Helper()
+		var ee *exec.ExitError
+		if !errors.As(err, &ee) || ee.ExitCode() != agent.ExitWiped {
+			t.Errorf("the wiped agent exited with %v; want status %d", err, agent.ExitWiped)
+		}
+		if !strings.Contains(out, "was wiped by its console") || !strings.Contains(out, "edgebox-agent enroll") {
+			t.Errorf("the wiped agent does not say what happened and what to do:\n%s", out)
+		}
+	}
+	select {
+	case err := <-done:
+		exitedWiped(err, out())
+	case <-time.After(60 * time.Second):
+		t.Fatalf("the wiped agent did not exit:\n%s", out())
+	}
+	if ps := processes(t, marked); len(ps) > 0 {
+		t.Errorf("the workload still runs: %+v", ps)
+	}
+	if _, err := agent.LoadIdentity(box.DataDir()); !errors.Is(err, agent.ErrNotEnrolled) {
+		t.Errorf("the wiped box still has an identity: %v", err)
+	}
+	out, done = run()
+	select {
+	case err := <-done:
+		exitedWiped(err, out())
+	case <-time.After(30 * time.Second):
+		t.Fatal("a wiped agent started again does not exit")
 	}
 }
