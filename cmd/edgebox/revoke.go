@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"strings"
@@ -36,7 +37,11 @@ same, and its wipe stays unconfirmed.`,
 			if err != nil {
 				return err
 			}
-			b, err := cl.RevokeWith(cmd.Context(), args[0], req)
+			revoke := cl.Revoke
+			if req.Wipe {
+				revoke = func(ctx context.Context, id string) (api.Box, error) { return cl.RevokeWith(ctx, id, req) }
+			}
+			b, err := revoke(cmd.Context(), args[0])
 			if err != nil {
 				return err
 			}
