@@ -1,5 +1,9 @@
 // Package runtimetest is the conformance suite every runtime.Driver
-// passes: the fake, containerd, QEMU and process drivers.
+// passes: the fake, containerd, QEMU and process drivers. Besides the
+// lifecycle, it kills the agent (through the driver's crash hook) at every
+// crash point the driver declares and checks that the next agent finds
+// exactly what exists and converges, with nothing running twice and
+// nothing left running after a remove.
 package runtimetest
 
 import (
