@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	goruntime "runtime"
+	"slices"
 	"sort"
 	"sync"
 	"sync/atomic"
@@ -376,8 +377,9 @@ func wipe(ctx context.Context, cfg Config, log *slog.Logger, rec *wipeRecord,
 }
 
 // removeEverything stops and removes every instance of every driver,
-// side by side, then every image; it returns the workloads removed and
-// those still there.
+// side by side, then sweeps what no instance holds (runtime.Sweeper) and
+// removes every image; it returns the workloads removed and those still
+// there.
 func removeEverything(ctx context.Context, drivers []runtime.Driver, problem func(string, ...any)) (removed []string, left map[string]bool) {
 	var (
 		mu sync.Mutex // guards removed, problem
@@ -409,6 +411,18 @@ func removeEverything(ctx context.Context, drivers []runtime.Driver, problem fun
 	wg.Wait()
 	left = map[string]bool{}
 	for _, d := range drivers {
+		// What a killed agent left half made, or running in no instance.
+		if sw, ok := d.(runtime.Sweeper); ok {
+			orphans, err := sw.Sweep(ctx)
+			if err != nil {
+				problem("sweeping %s orphans: %v", d.Runtime(), err)
+			}
+			for _, o := range orphans {
+				if o.Name != "" && !slices.Contains(removed, o.Name) {
+					removed = append(removed, o.Name)
+				}
+			}
+		}
 		insts, err := d.List(ctx)
 		if err != nil {
 			problem("listing %s workloads: %v", d.Runtime(), err)
