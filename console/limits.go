@@ -225,23 +225,33 @@ func (a *admission) admit(c net.Conn, now time.Time) (pc *portConn, evicted []*p
 	return pc, evicted
 }
 
-// pickIdle picks the connection to evict from l: the oldest that has not
-// spoken. One whose ClientHello waits unread (the console is slow, not the
-// client) goes to the back of both its lists instead, up to a few times;
-// past that the oldest goes anyway, so clients that send one byte and
-// stop cannot make eviction scan forever. a.mu is held.
+// pickIdle picks the connection to evict from l: among its oldest few,
+// the one from the address with the most idle connections, so a flood
+// from a few addresses pays for itself before a box's fresh connection
+// elsewhere does. A connection whose ClientHello waits unread (the
+// console is slow, not the client) is not idle: it goes to the back of
+// both its lists instead. Past a few of those the oldest goes anyway, so
+// clients that send one byte and stop cannot make eviction scan forever.
+// a.mu is held.
 func (a *admission) pickIdle(l *idleList) *portConn {
-	for range 8 {
-		c := l.head
-		if c == nil || !hasSpoken(c.Conn) {
-			return c
+	var pick *portConn
+	c := l.head
+	for tries := 0; c != nil && tries < 8; tries++ {
+		next := l.at(c).next
+		if hasSpoken(c.Conn) {
+			a.idle.remove(c)
+			a.idle.push(c)
+			c.book.idle.remove(c)
+			c.book.idle.push(c)
+		} else if pick == nil || c.book.idle.n > pick.book.idle.n {
+			pick = c
 		}
-		a.idle.remove(c)
-		a.idle.push(c)
-		c.book.idle.remove(c)
-		c.book.idle.push(c)
+		c = next
 	}
-	return l.head
+	if pick == nil {
+		pick = l.head
+	}
+	return pick
 }
 
 // evictIdle takes up to n of the oldest idle connections off the books,

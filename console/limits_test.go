@@ -124,6 +124,16 @@ func TestAdmission(t *testing.T) {
 			b.shed(shedIdle, 1)
 		},
 	}, {
+		name: "past MaxIdle the busiest address among the oldest loses one",
+		lim:  with(func(l *limits) { l.maxPending = 3 }),
+		run: func(b *books) {
+			b.mustAdmit("box", "10.0.0.9")
+			b.mustAdmit("a1", "10.0.0.1")
+			b.mustAdmit("a2", "10.0.0.1")
+			b.mustAdmit("a3", "10.0.0.1", "a1")
+			b.counts(admissionCounts{idle: 3, addrs: 2})
+		},
+	}, {
 		name: "boxes and everyone else have separate handshake pools",
 		lim:  with(func(l *limits) { l.maxHandshakes, l.maxBoxHandshakes = 1, 1 }),
 		run: func(b *books) {
