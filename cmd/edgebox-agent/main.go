@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"os/signal"
@@ -96,6 +97,9 @@ back. The token pins the console's CA: nothing else is trusted.`,
 			hub, err := usbInventory(usbSim)
 			if err != nil {
 				return err
+			}
+			if c, ok := hub.(io.Closer); ok {
+				defer c.Close() // a simulated hub removes the device nodes it made
 			}
 			cfg.USB = hub
 			ds, closeDrivers := drivers(dataDir, rt, log)
