@@ -10,6 +10,8 @@ import (
 	"fmt"
 	"io"
 	"regexp"
+
+	"github.com/edgebox/edgebox/errdefs"
 )
 
 // Path is where the console takes enrollment requests.
@@ -40,8 +42,9 @@ type Response struct {
 	Pending bool `json:"pending"`
 }
 
-// ErrBadRequest is wrapped by every request validation error.
-var ErrBadRequest = errors.New("enroll: bad request")
+// ErrBadRequest is wrapped by every request validation error. It is of
+// kind errdefs.ErrInvalid.
+var ErrBadRequest = errdefs.Wrap(errdefs.ErrInvalid, errors.New("enroll: bad request"))
 
 var nameRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$`)
 

@@ -16,6 +16,8 @@ import (
 	"hash/crc32"
 	"net/url"
 	"strings"
+
+	"github.com/edgebox/edgebox/errdefs"
 )
 
 // Token layout: "ebx1." + base64url(fields), where fields is a sequence of
@@ -49,8 +51,9 @@ const (
 	fieldsMaximum = 16
 )
 
-// ErrBadToken is wrapped by every token parsing error.
-var ErrBadToken = errors.New("enroll: not a valid enrollment token")
+// ErrBadToken is wrapped by every token parsing error. It is of kind
+// errdefs.ErrInvalid.
+var ErrBadToken = errdefs.Wrap(errdefs.ErrInvalid, errors.New("enroll: not a valid enrollment token"))
 
 // ErrMistyped is wrapped, with ErrBadToken, when the token's text fails
 // its check: a character was changed, lost or added on its way from the

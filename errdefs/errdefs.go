@@ -1,7 +1,10 @@
 // Package errdefs is edgebox's small error vocabulary. Errors are wrapped
 // with one of these at their source, with a message written for the person
-// who will read it; exactly one function on each edge (HTTP, gRPC) maps them
-// to status codes.
+// who will read it; exactly one function on each edge maps them to status
+// codes (errgrpc for gRPC, the API's Status for HTTP).
+//
+// A kinded error keeps its cause: errors.Is and errors.As see through it to
+// whatever it wraps, whether given to Wrap or formatted with %w.
 package errdefs
 
 import (
@@ -9,6 +12,7 @@ import (
 	"fmt"
 )
 
+// The kinds. Each kinded error satisfies errors.Is with exactly one of them.
 var (
 	ErrNotFound    = errors.New("not found")
 	ErrConflict    = errors.New("conflict")
@@ -17,25 +21,67 @@ var (
 	ErrPermission  = errors.New("permission denied")
 )
 
-// kinded carries a category and a message meant for the user.
+// Kinds lists the kinds, for callers that map each one to something.
+var Kinds = []error{ErrNotFound, ErrConflict, ErrInvalid, ErrUnavailable, ErrPermission}
+
+// kinded carries a category and the error that says what happened: its
+// text is the message for the user, and it is what Unwrap returns.
 type kinded struct {
 	kind error
-	msg  string
+	err  error
 }
 
-func (e *kinded) Error() string        { return e.msg }
+func (e *kinded) Error() string        { return e.err.Error() }
 func (e *kinded) Is(target error) bool { return target == e.kind }
+func (e *kinded) Unwrap() error        { return e.err }
+
+// Wrap returns err as an error of kind (one of the Err* values above),
+// with err's text. errors.Is and errors.As still find err and what it
+// wraps. Wrap(kind, nil) is nil.
+func Wrap(kind, err error) error {
+	if err == nil {
+		return nil
+	}
+	return &kinded{kind, err}
+}
 
 // NotFound, Conflict, Invalid, Unavailable and Permission build an error of
-// that category whose text is exactly the formatted message.
-func NotFound(format string, a ...any) error { return &kinded{ErrNotFound, fmt.Sprintf(format, a...)} }
-func Conflict(format string, a ...any) error { return &kinded{ErrConflict, fmt.Sprintf(format, a...)} }
-func Invalid(format string, a ...any) error  { return &kinded{ErrInvalid, fmt.Sprintf(format, a...)} }
+// that category whose text is exactly the formatted message. Like
+// fmt.Errorf, a %w verb keeps its operand as the cause.
+func NotFound(format string, a ...any) error { return &kinded{ErrNotFound, fmt.Errorf(format, a...)} }
+func Conflict(format string, a ...any) error { return &kinded{ErrConflict, fmt.Errorf(format, a...)} }
+func Invalid(format string, a ...any) error  { return &kinded{ErrInvalid, fmt.Errorf(format, a...)} }
 func Permission(format string, a ...any) error {
-	return &kinded{ErrPermission, fmt.Sprintf(format, a...)}
+	return &kinded{ErrPermission, fmt.Errorf(format, a...)}
 }
 func Unavailable(format string, a ...any) error {
-	return &kinded{ErrUnavailable, fmt.Sprintf(format, a...)}
+	return &kinded{ErrUnavailable, fmt.Errorf(format, a...)}
+}
+
+// Kind returns the kind of err: the outermost one in its chain, so that
+// Wrap(ErrConflict, notFound) is a conflict; nil for an error outside the
+// vocabulary.
+func Kind(err error) error {
+	if err == nil {
+		return nil
+	}
+	is, _ := err.(interface{ Is(error) bool })
+	for _, k := range Kinds {
+		if err == k || is != nil && is.Is(k) {
+			return k
+		}
+	}
+	switch u := err.(type) {
+	case interface{ Unwrap() error }:
+		return Kind(u.Unwrap())
+	case interface{ Unwrap() []error }:
+		for _, e := range u.Unwrap() {
+			if k := Kind(e); k != nil {
+				return k
+			}
+		}
+	}
+	return nil
 }
 
 // Retryable is implemented by errors that may go away on their own.
