@@ -37,3 +37,41 @@ func TestDependencyRules(t *testing.T) {
 		}
 	}
 }
+
+// TestDirectImportRules keeps a dependency inside the one package that
+// owns it: a package outside owner may not import banned itself, in its
+// code or its tests (it may still link it through owner).
+func TestDirectImportRules(t *testing.T) {
+	t.Parallel()
+	const mod = "github.com/edgebox/edgebox/"
+	rules := []struct {
+		owner  string
+		banned string
+	}{
+		// The multiplexer is the tunnel's to change: callers see tunnel.Conn.
+		{mod + "tunnel", "github.com/hashicorp/yamux"},
+	}
+	const format = `{{.ImportPath}}{{range .Imports}} {{.}}{{end}}{{range .TestImports}} {{.}}{{end}}{{range .XTestImports}} {{.}}{{end}}`
+	out, err := exec.Command("go", "list", "-f", format, "./...").Output()
+	if err != nil {
+		t.Fatalf("go list ./...: %v", err)
+	}
+	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
+	if len(lines) < 10 {
+		t.Fatalf("go list ./... listed %d packages; the rules below would check nothing", len(lines))
+	}
+	for _, line := range lines {
+		f := strings.Fields(line)
+		pkg, imports := f[0], f[1:]
+		for _, r := range rules {
+			if pkg == r.owner || strings.HasPrefix(pkg, r.owner+"/") {
+				continue
+			}
+			for _, imp := range imports {
+				if imp == r.banned || strings.HasPrefix(imp, r.banned+"/") {
+					t.Errorf("%s imports %s, which only %s may", pkg, imp, r.owner)
+				}
+			}
+		}
+	}
+}

@@ -174,7 +174,7 @@ func (s *syncServer) handle(ctx context.Context, c net.Conn) {
 // box says hello on another, its session ends or the server closes.
 func (s *syncServer) attach(c *tunnel.Conn, hello *edgeboxv1.SyncHello) {
 	sc := &syncConn{box: c.Peer(), conn: c, capv: hello.GetCapabilityVersion(), last: hello.GetStoredRevision()}
-	c.Shrink() // the hello was its only read: free yamux's receive buffer
+	c.ReleaseReadBuffer() // the hello was its only read
 	// Known to wake before the first read, so no change falls between them.
 	s.mu.Lock()
 	if s.closed {

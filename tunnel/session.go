@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -26,105 +25,6 @@ type Addr struct {
 
 func (a Addr) Network() string { return "edgebox-tunnel" }
 func (a Addr) String() string  { return a.Peer + "/" + string(a.Kind) }
-
-// Conn is one tunnel stream. It is an ordinary net.Conn whose RemoteAddr is
-// an Addr; Header says what the opener asked for.
-type Conn struct {
-	*yamux.Stream
-	session  *Session
-	header   Header
-	local    Addr
-	remote   Addr
-	pins     bool        // counted in session.pinned while open
-	released atomic.Bool // the pin was given back
-
-	// Read side; one reader at a time, as for any net.Conn.
-	bulk    bool    // a full read of bulkRead or more was seen
-	gulp    *[]byte // pooled buffer behind pending, or nil
-	pending []byte  // read from yamux, not yet returned
-}
-
-// Header returns the header the stream was opened with.
-func (c *Conn) Header() Header { return c.header }
-
-// Peer returns the identity of the far side, as verified by TLS.
-func (c *Conn) Peer() string { return c.remote.Peer }
-
-// Session returns the session the stream belongs to.
-func (c *Conn) Session() *Session { return c.session }
-
-// CloseWrite ends our direction of the stream (the far side reads EOF)
-// while reads go on. yamux's Close is the same half-close: a stream is freed
-// once both sides closed it, or after a timeout.
-func (c *Conn) CloseWrite() error { return c.Stream.Close() }
-
-// Abort ends the stream at once in both directions: reads and writes
-// waiting on it return. Close alone ends only our direction, and a read
-// waits on until the far side closes its own.
-func (c *Conn) Abort() error {
-	c.SetDeadline(time.Unix(1, 0))
-	return c.Close()
-}
-
-// Close ends our direction of the stream and gives it up: we read no more.
-func (c *Conn) Close() error {
-	if c.pins && !c.released.Swap(true) {
-		c.session.pinned.Add(-1)
-	}
-	return c.Stream.Close()
-}
-
-func (c *Conn) LocalAddr() net.Addr  { return c.local }
-func (c *Conn) RemoteAddr() net.Addr { return c.remote }
-
-// Read drains a busy stream's yamux buffer in large gulps. yamux keeps
-// received data in a bytes.Buffer that it fills while the reader empties
-// it; small reads leave it partly full, and it then slides or reallocates
-// (and clears) its memory over and over. Once a read of 16 KiB or more
-// comes back full (a bulk transfer), reads go through a pooled 256 KiB
-// buffer so yamux's can empty and reset; the pooled buffer goes back as
-// soon as it is drained. Streams of small messages (gRPC on an idle box)
-// never take one.
-func (c *Conn) Read(b []byte) (int, error) {
-	if len(c.pending) == 0 && c.bulk && len(b) < readGulp {
-		buf := gulpPool.Get().(*[]byte)
-		n, err := c.Stream.Read(*buf)
-		if n == 0 {
-			gulpPool.Put(buf)
-			return 0, err
-		}
-		c.gulp, c.pending = buf, (*buf)[:n]
-		c.session.count(n, 0)
-	}
-	if len(c.pending) > 0 {
-		n := copy(b, c.pending)
-		c.pending = c.pending[n:]
-		if len(c.pending) == 0 {
-			gulpPool.Put(c.gulp)
-			c.gulp = nil
-		}
-		return n, nil
-	}
-	n, err := c.Stream.Read(b)
-	c.session.count(n, 0)
-	if n >= bulkRead && n == len(b) {
-		c.bulk = true
-	}
-	return n, err
-}
-
-// bulkRead is the size of a full read that marks a stream as bulk.
-const bulkRead = 16 << 10
-
-const readGulp = 256 << 10
-
-var gulpPool = sync.Pool{New: func() any { b := make([]byte, readGulp); return &b }}
-
-func (c *Conn) Write(b []byte) (int, error) {
-	n, err := c.Stream.Write(b)
-	c.session.count(0, n)
-	return n, err
-}
 
 // router finds the listener for a kind, or nil.
 type router interface {
@@ -371,13 +271,13 @@ func (s *Session) handleStream(st *yamux.Stream) {
 func (s *Session) refuse(c *Conn, why string) {
 	s.metrics.streamRefused(c.header.Kind)
 	c.SetWriteDeadline(time.Now().Add(s.cfg.OpenTimeout))
-	writeVerdict(c.Stream, why)
+	writeVerdict(c.st, why)
 	c.Close()
 }
 
 func (s *Session) newConn(st *yamux.Stream, h Header) *Conn {
 	c := &Conn{
-		Stream: st, session: s, header: h,
+		st: st, session: s, header: h,
 		local:  Addr{Peer: s.self, Kind: h.Kind},
 		remote: Addr{Peer: s.peer, Kind: h.Kind},
 		pins:   s.renewDue != nil && !s.renewal.cuts(h.Kind),
