@@ -29,6 +29,7 @@ import (
 	"github.com/edgebox/edgebox/agent/reconcile"
 	"github.com/edgebox/edgebox/agent/runtime"
 	"github.com/edgebox/edgebox/enroll"
+	"github.com/edgebox/edgebox/errdefs/errgrpc"
 	"github.com/edgebox/edgebox/images/pull"
 	edgeboxv1 "github.com/edgebox/edgebox/proto/edgebox/v1"
 	"github.com/edgebox/edgebox/tunnel"
@@ -383,7 +384,7 @@ func (a *Agent) hello(ctx context.Context, c edgeboxv1.ConsoleServiceClient) (bo
 	hctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	resp, err := c.Hello(hctx, &edgeboxv1.HelloRequest{CapabilityVersion: CapabilityVersion, Info: hostFacts(a.cfg.Version)})
-	if err != nil {
+	if err = errgrpc.ToNative(err); err != nil {
 		a.log.Warn("hello failed", "err", err)
 		a.setStatus(func(s *Status) { s.LastError = err.Error() })
 		return false, err
@@ -430,7 +431,7 @@ func (a *Agent) renew(ctx context.Context, c edgeboxv1.ConsoleServiceClient) err
 	rctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
 	resp, err := c.Renew(rctx, &edgeboxv1.RenewRequest{Csr: blk.Bytes})
-	if err != nil {
+	if err = errgrpc.ToNative(err); err != nil {
 		return err
 	}
 	certPEM := resp.GetCertificatePem()

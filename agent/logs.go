@@ -4,10 +4,8 @@ import (
 	"context"
 	"errors"
 
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
-
 	"github.com/edgebox/edgebox/errdefs"
+	"github.com/edgebox/edgebox/errdefs/errgrpc"
 	edgeboxv1 "github.com/edgebox/edgebox/proto/edgebox/v1"
 )
 
@@ -23,7 +21,7 @@ const (
 func (s *agentService) Logs(ctx context.Context, r *edgeboxv1.LogsRequest) (*edgeboxv1.LogsResponse, error) {
 	name := r.GetWorkload()
 	if !edgeboxv1.ValidObjectName(name) {
-		return nil, status.Errorf(codes.InvalidArgument, "workload name %q is not valid", name)
+		return nil, errgrpc.ToGRPC(errdefs.Invalid("workload name %q is not valid", name))
 	}
 	tail := int(r.GetTail())
 	if tail == 0 {
@@ -34,15 +32,15 @@ func (s *agentService) Logs(ctx context.Context, r *edgeboxv1.LogsRequest) (*edg
 		if _, err := d.Inspect(ctx, name); errors.Is(err, errdefs.ErrNotFound) {
 			continue
 		} else if err != nil {
-			return nil, status.Errorf(codes.Unavailable, "%s: %v", d.Runtime(), err)
+			return nil, errgrpc.ToGRPC(errdefs.Unavailable("%s: %w", d.Runtime(), err))
 		}
 		var w lastBytes
 		if err := d.Logs(ctx, name, tail, &w); err != nil {
-			return nil, status.Errorf(codes.Unavailable, "logs of %s: %v", name, err)
+			return nil, errgrpc.ToGRPC(errdefs.Unavailable("logs of %s: %w", name, err))
 		}
 		return &edgeboxv1.LogsResponse{Text: w.buf, Truncated: w.cut}, nil
 	}
-	return nil, status.Errorf(codes.NotFound, "no workload %q runs on this box", name)
+	return nil, errgrpc.ToGRPC(errdefs.NotFound("no workload %q runs on this box", name))
 }
 
 // lastBytes keeps the last maxLogBytes written to it.

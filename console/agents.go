@@ -2,6 +2,7 @@ package console
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 
@@ -11,6 +12,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/edgebox/edgebox/errdefs"
+	"github.com/edgebox/edgebox/errdefs/errgrpc"
 	edgeboxv1 "github.com/edgebox/edgebox/proto/edgebox/v1"
 	"github.com/edgebox/edgebox/tunnel"
 )
@@ -49,15 +51,15 @@ func (a agents) Logs(ctx context.Context, box, workload string, tail uint32) (*e
 	}
 	defer conn.Close()
 	resp, err := edgeboxv1.NewAgentServiceClient(conn).Logs(ctx, &edgeboxv1.LogsRequest{Workload: workload, Tail: tail})
-	switch status.Code(err) {
-	case codes.OK:
+	if err == nil {
 		return resp, nil
-	case codes.NotFound:
-		return nil, errdefs.NotFound("box %s: %s", box, status.Convert(err).Message())
-	case codes.InvalidArgument:
-		return nil, errdefs.Invalid("box %s: %s", box, status.Convert(err).Message())
 	}
-	return nil, errdefs.Unavailable("box %s: %s", box, status.Convert(err).Message())
+	// The box's own kinds (NotFound, Invalid) carry through; whatever
+	// else went wrong, the box could not answer.
+	if err = errgrpc.ToNative(err); errdefs.Kind(err) == nil {
+		err = errdefs.Wrap(errdefs.ErrUnavailable, err)
+	}
+	return nil, fmt.Errorf("box %s: %w", box, err)
 }
 
 // Wipe asks a box's agent to wipe itself and waits for its answer until
@@ -74,15 +76,17 @@ func (a agents) Wipe(ctx context.Context, box, reason string) (*edgeboxv1.WipeRe
 	}
 	defer conn.Close()
 	resp, err := edgeboxv1.NewAgentServiceClient(conn).Wipe(ctx, &edgeboxv1.WipeRequest{Reason: reason})
-	switch code := status.Code(err); {
-	case code == codes.OK:
+	if err == nil {
 		return resp, nil
-	case code == codes.DeadlineExceeded || ctx.Err() != nil:
-		return nil, fmt.Errorf("%w: %s", context.DeadlineExceeded, status.Convert(err).Message())
-	case code == codes.Unimplemented:
-		return nil, errdefs.Unavailable("the box's agent is too old to wipe itself")
-	case code == codes.Unavailable:
-		return nil, errdefs.Unavailable("box unreachable: %s", status.Convert(err).Message())
 	}
-	return nil, errdefs.Unavailable("error: %s", status.Convert(err).Message())
+	err = errgrpc.ToNative(err)
+	switch {
+	case errors.Is(err, context.DeadlineExceeded) || ctx.Err() != nil:
+		return nil, fmt.Errorf("%w: %s", context.DeadlineExceeded, err)
+	case status.Code(err) == codes.Unimplemented: // an agent from before wiping
+		return nil, errdefs.Unavailable("the box's agent is too old to wipe itself")
+	case errors.Is(err, errdefs.ErrUnavailable):
+		return nil, errdefs.Unavailable("box unreachable: %w", err)
+	}
+	return nil, errdefs.Unavailable("error: %w", err)
 }

@@ -2,7 +2,6 @@ package console
 
 import (
 	"context"
-	"errors"
 	"log/slog"
 	"time"
 
@@ -15,6 +14,7 @@ import (
 	"github.com/edgebox/edgebox/console/pki"
 	"github.com/edgebox/edgebox/enroll"
 	"github.com/edgebox/edgebox/errdefs"
+	"github.com/edgebox/edgebox/errdefs/errgrpc"
 	edgeboxv1 "github.com/edgebox/edgebox/proto/edgebox/v1"
 	"github.com/edgebox/edgebox/tunnel"
 )
@@ -43,25 +43,14 @@ func boxOf(ctx context.Context) (string, error) {
 	return a.Peer, nil
 }
 
-// grpcError maps the error vocabulary to gRPC codes; it is the only place
-// that does.
-func grpcError(err error) error {
-	switch {
-	case err == nil:
-		return nil
-	case errors.Is(err, errdefs.ErrNotFound):
-		return status.Error(codes.NotFound, err.Error())
-	case errors.Is(err, errdefs.ErrConflict):
-		return status.Error(codes.FailedPrecondition, err.Error())
-	case errors.Is(err, errdefs.ErrInvalid), errors.Is(err, enroll.ErrBadRequest):
-		return status.Error(codes.InvalidArgument, err.Error())
-	case errors.Is(err, errdefs.ErrPermission):
-		return status.Error(codes.PermissionDenied, err.Error())
-	case errors.Is(err, errdefs.ErrUnavailable):
-		return status.Error(codes.Unavailable, err.Error())
-	default:
-		return status.Error(codes.Internal, "console error")
+// fail is what a handler returns for err: its gRPC status (errgrpc), the
+// one mapping both sides use. An error outside the vocabulary goes without
+// its text, so it is logged here.
+func (s *consoleService) fail(method, box string, err error) error {
+	if errdefs.Kind(err) == nil {
+		s.log.Error("agent's call failed", "method", method, "box_id", box, "err", err)
 	}
+	return errgrpc.ToGRPC(err)
 }
 
 const maxFact = 256
@@ -85,7 +74,7 @@ func (s *consoleService) Hello(ctx context.Context, req *edgeboxv1.HelloRequest)
 		Capability: req.GetCapabilityVersion(), CPUs: info.GetCpus(), MemoryBytes: info.GetMemoryBytes(),
 	}, time.Now())
 	if err != nil {
-		return nil, grpcError(err)
+		return nil, s.fail("Hello", id, err)
 	}
 	s.log.Info("box said hello", "box_id", id, "name", b.Name, "agent_version", b.AgentVersion, "capability", b.Capability)
 	// A new box, or one back from a long absence, gets the apps pinned
@@ -104,14 +93,14 @@ func (s *consoleService) Renew(ctx context.Context, req *edgeboxv1.RenewRequest)
 	}
 	csr, err := enroll.ParseCSRDER(req.GetCsr())
 	if err != nil {
-		return nil, grpcError(err)
+		return nil, s.fail("Renew", id, err)
 	}
 	certPEM, notAfter, err := s.pki.SignBox(csr, id, s.ttl)
 	if err != nil {
-		return nil, grpcError(err)
+		return nil, s.fail("Renew", id, err)
 	}
 	if err := s.fleet.Renewed(id, notAfter); err != nil {
-		return nil, grpcError(err)
+		return nil, s.fail("Renew", id, err)
 	}
 	s.log.Info("box certificate renewed", "box_id", id, "not_after", notAfter)
 	return &edgeboxv1.RenewResponse{CertificatePem: certPEM}, nil

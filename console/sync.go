@@ -252,9 +252,10 @@ func refuse(c net.Conn, msg string) {
 	edgeboxv1.WriteFrame(c, &edgeboxv1.SyncDown{Error: msg})
 }
 
-// publicError is what a box is told when its stream ends on err.
+// publicError is what a box is told when its stream ends on err: why what
+// it sent is invalid, or only that the console failed.
 func publicError(err error) string {
-	if errors.Is(err, errdefs.ErrInvalid) || errors.Is(err, edgeboxv1.ErrFrameTooLarge) {
+	if errors.Is(err, errdefs.ErrInvalid) {
 		return err.Error()
 	}
 	return "console error; its log says why"

@@ -320,7 +320,7 @@ func validateSpec(s api.ReleaseSpec) error {
 		}
 	}
 	if err := errors.Join(errs...); err != nil {
-		return errdefs.Invalid("%v", err)
+		return errdefs.Wrap(errdefs.ErrInvalid, err)
 	}
 	return nil
 }

@@ -30,7 +30,7 @@ func FromJSON(kind, name string, spec []byte) (*edgeboxv1.DesiredObject, error) 
 		return nil, errdefs.Invalid("unknown kind %q: use %s, %s, %s or %s", kind, KindWorkload, KindUsbAssignment, KindAgentConfig, KindAgentRelease)
 	}
 	if err := protojson.Unmarshal(spec, m); err != nil {
-		return nil, errdefs.Invalid("%s spec: %v", kind, err)
+		return nil, errdefs.Invalid("%s spec: %w", kind, err)
 	}
 	return o, nil
 }

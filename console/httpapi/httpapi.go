@@ -5,7 +5,6 @@
 package httpapi
 
 import (
-	"errors"
 	"log/slog"
 	"net/http"
 	"net/http/pprof"
@@ -133,17 +132,18 @@ func New(d Deps) http.Handler {
 }
 
 // Status maps the error vocabulary to HTTP; it is the only place that does.
+// An error's kind is its outermost one (errdefs.Kind).
 func Status(err error) int {
-	switch {
-	case errors.Is(err, errdefs.ErrNotFound):
+	switch errdefs.Kind(err) {
+	case errdefs.ErrNotFound:
 		return http.StatusNotFound
-	case errors.Is(err, errdefs.ErrConflict):
+	case errdefs.ErrConflict:
 		return http.StatusConflict
-	case errors.Is(err, errdefs.ErrInvalid), errors.Is(err, enroll.ErrBadToken), errors.Is(err, enroll.ErrBadRequest):
+	case errdefs.ErrInvalid:
 		return http.StatusBadRequest
-	case errors.Is(err, errdefs.ErrPermission):
+	case errdefs.ErrPermission:
 		return http.StatusForbidden
-	case errors.Is(err, errdefs.ErrUnavailable):
+	case errdefs.ErrUnavailable:
 		return http.StatusServiceUnavailable
 	default:
 		return http.StatusInternalServerError
@@ -306,7 +306,7 @@ func (s *server) getBox(c *gin.Context) {
 func bindJSON(c *gin.Context, v any) bool {
 	c.Request.Body = http.MaxBytesReader(c.Writer, c.Request.Body, 64<<10)
 	if err := c.ShouldBindJSON(v); err != nil {
-		fail(c, errdefs.Invalid("request body: %v", err))
+		fail(c, errdefs.Invalid("request body: %w", err))
 		return false
 	}
 	return true

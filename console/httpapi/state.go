@@ -97,7 +97,7 @@ func (s *server) deleteDesired(c *gin.Context) {
 	}
 	kind, name := c.Param("kind"), c.Param("name")
 	if err := edgeboxv1.CheckKey(kind, name); err != nil {
-		fail(c, errdefs.Invalid("%v", err))
+		fail(c, errdefs.Wrap(errdefs.ErrInvalid, err))
 		return
 	}
 	rev, err := s.Desired.Delete(c.Request.Context(), b.ID, kind, name)

@@ -7,13 +7,16 @@ import (
 	"io"
 
 	"google.golang.org/protobuf/proto"
+
+	"github.com/edgebox/edgebox/errdefs"
 )
 
 // Framing of protobuf messages on a tunnel stream (the "sync" kind): each
 // message is a uvarint byte length followed by the message.
 
 // ErrFrameTooLarge is returned for a frame longer than the reader allows.
-var ErrFrameTooLarge = errors.New("message frame too large")
+// It is of kind errdefs.ErrInvalid.
+var ErrFrameTooLarge = errdefs.Wrap(errdefs.ErrInvalid, errors.New("message frame too large"))
 
 // WriteFrame writes m as one frame.
 func WriteFrame(w io.Writer, m proto.Message) error {
