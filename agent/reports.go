@@ -48,7 +48,7 @@ func (r *reports) Report(s *edgeboxv1.ObjectStatus) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	old, ok := r.latest[k]
-	if s.GetPhase() == "Removed" {
+	if s.GetPhase() == edgeboxv1.PhaseRemoved {
 		if !ok {
 			return
 		}
@@ -105,7 +105,7 @@ func (r *reports) take(full bool) []*edgeboxv1.SyncStatus {
 		s, ok := r.latest[k]
 		if !ok {
 			kind, name, _ := strings.Cut(k, "/")
-			s = &edgeboxv1.ObjectStatus{Kind: kind, Name: name, Phase: "Removed"}
+			s = &edgeboxv1.ObjectStatus{Kind: kind, Name: name, Phase: edgeboxv1.PhaseRemoved}
 		}
 		objs = append(objs, s)
 	}

@@ -135,7 +135,7 @@ const qemuRuntime = "qemu"
 // assignmentsOf returns the UsbAssignment objects of workload; of every
 // workload for "".
 func (a *Agent) assignmentsOf(workload string) []*edgeboxv1.UsbAssignment {
-	objs, err := a.local.Objects("UsbAssignment")
+	objs, err := a.local.Objects(edgeboxv1.KindUsbAssignment)
 	if err != nil {
 		return nil
 	}
@@ -161,7 +161,7 @@ func leasedDevice(u *edgeboxv1.UsbAssignment, devs []usbhub.Device) (usbhub.Devi
 // workloadRuntimes maps each stored Workload to its runtime.
 func (a *Agent) workloadRuntimes() map[string]string {
 	out := map[string]string{}
-	objs, _ := a.local.Objects("Workload")
+	objs, _ := a.local.Objects(edgeboxv1.KindWorkload)
 	for _, o := range objs {
 		out[o.GetName()] = o.GetWorkload().GetRuntime()
 	}
@@ -187,7 +187,7 @@ func (a *Agent) refuseSimulatedToVMs(devs []usbhub.Device, told map[string]bool)
 		k := u.GetKeyId() + "/" + u.GetWorkload()
 		now[k] = true
 		if !told[k] {
-			a.keyEvent(u.GetKeyId(), "NotAttachable", fmt.Sprintf("simulated key at %s cannot be given to VM workload %s: "+
+			a.keyEvent(u.GetKeyId(), edgeboxv1.ReasonNotAttachable, fmt.Sprintf("simulated key at %s cannot be given to VM workload %s: "+
 				"there is no USB device behind it for QEMU to attach; lease a real key, or run the workload as a process or container", d.Port, u.GetWorkload()), true)
 		}
 	}
@@ -244,23 +244,23 @@ func (a *Agent) heal(ctx context.Context, hub usbhub.Hub, devs []usbhub.Device, 
 		}
 		if !d.Switchable {
 			h.broken = true
-			a.keyEvent(keyID, "Broken", "stuck at "+d.Port+", whose hub cannot switch its power: it needs a visit", true)
+			a.keyEvent(keyID, edgeboxv1.ReasonBroken, "stuck at "+d.Port+", whose hub cannot switch its power: it needs a visit", true)
 			continue
 		}
 		h.cycles++
 		h.last = time.Now()
 		if err := hub.PowerCycle(ctx, d.Port); err != nil {
-			a.keyEvent(keyID, "PowerCycleFailed", err.Error(), true)
+			a.keyEvent(keyID, edgeboxv1.ReasonPowerCycleFailed, err.Error(), true)
 		} else {
 			why := "stuck"
 			if !d.Stuck {
 				why = "its workload became unhealthy"
 			}
-			a.keyEvent(keyID, "PowerCycled", fmt.Sprintf("%s at %s; power cycle %d of %d", why, d.Port, h.cycles, maxCycles), true)
+			a.keyEvent(keyID, edgeboxv1.ReasonPowerCycled, fmt.Sprintf("%s at %s; power cycle %d of %d", why, d.Port, h.cycles, maxCycles), true)
 		}
 		if h.cycles >= maxCycles {
 			h.broken = true
-			a.keyEvent(keyID, "Broken", fmt.Sprintf("still stuck after %d power cycles: it needs a visit", maxCycles), true)
+			a.keyEvent(keyID, edgeboxv1.ReasonBroken, fmt.Sprintf("still stuck after %d power cycles: it needs a visit", maxCycles), true)
 		}
 	}
 }
@@ -269,7 +269,7 @@ func (a *Agent) heal(ctx context.Context, hub usbhub.Hub, devs []usbhub.Device, 
 // key ID.
 func (a *Agent) leasedKeys() map[string]string {
 	out := map[string]string{}
-	objs, err := a.local.Objects("UsbAssignment")
+	objs, err := a.local.Objects(edgeboxv1.KindUsbAssignment)
 	if err != nil {
 		return out
 	}
@@ -289,7 +289,7 @@ func (a *Agent) leasedKeys() map[string]string {
 
 func (a *Agent) keyEvent(keyID, reason, msg string, warning bool) {
 	a.log.Info("USB key", "key", keyID, "reason", reason, "msg", msg)
-	a.reports.Event(&edgeboxv1.Event{TimeUnixNano: time.Now().UnixNano(), Kind: "Key", Name: keyID, Reason: reason,
+	a.reports.Event(&edgeboxv1.Event{TimeUnixNano: time.Now().UnixNano(), Kind: edgeboxv1.KindKey, Name: keyID, Reason: reason,
 		Message: msg, Warning: warning})
 }
 

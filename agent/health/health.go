@@ -18,11 +18,11 @@ import (
 	edgeboxv1 "github.com/edgebox/edgebox/proto/edgebox/v1"
 )
 
-// Health of a workload.
+// Health of a workload, as ObjectStatus.health carries it.
 const (
 	Unknown   = ""
-	Healthy   = "healthy"
-	Unhealthy = "unhealthy"
+	Healthy   = edgeboxv1.Healthy
+	Unhealthy = edgeboxv1.Unhealthy
 )
 
 // Verdict is what the probes make of a workload now.

@@ -37,7 +37,7 @@ func TestImageCacheKeepsCurrentAndPrevious(t *testing.T) {
 	r := newRec()
 	put := func(name, image string) {
 		src.rev++
-		src.objs[name] = &edgeboxv1.DesiredObject{Kind: KindWorkload, Name: name, Revision: src.rev,
+		src.objs[name] = &edgeboxv1.DesiredObject{Kind: edgeboxv1.KindWorkload, Name: name, Revision: src.rev,
 			Spec: &edgeboxv1.DesiredObject_Workload{Workload: &edgeboxv1.Workload{App: name, Runtime: "containerd", Image: image}}}
 	}
 	// converge passes until the workloads run their images.

@@ -51,7 +51,7 @@ func TestUnhealthyWorkloadIsRestarted(t *testing.T) {
 			restart = "never"
 		}
 		src.rev++
-		src.objs[name] = &edgeboxv1.DesiredObject{Kind: KindWorkload, Name: name, Revision: src.rev,
+		src.objs[name] = &edgeboxv1.DesiredObject{Kind: edgeboxv1.KindWorkload, Name: name, Revision: src.rev,
 			Spec: &edgeboxv1.DesiredObject_Workload{Workload: &edgeboxv1.Workload{App: name, Runtime: "containerd",
 				Restart: restart, Probes: []*edgeboxv1.Probe{probe}}}}
 	}

@@ -6,6 +6,7 @@ import (
 	"sync"
 
 	"github.com/edgebox/edgebox/agent/runtime"
+	edgeboxv1 "github.com/edgebox/edgebox/proto/edgebox/v1"
 )
 
 // pull is one image fetch in progress or just ended.
@@ -48,7 +49,7 @@ func (r *Reconciler) ensureImage(ctx context.Context, p runtime.Puller, rt, work
 	ps.mu.Lock()
 	ps.m[ref] = cur
 	ps.mu.Unlock()
-	r.event(workload, "Pulling", ref, false)
+	r.event(workload, edgeboxv1.ReasonPulling, ref, false)
 	ps.wg.Add(1)
 	go func() {
 		defer ps.wg.Done()
@@ -61,7 +62,7 @@ func (r *Reconciler) ensureImage(ctx context.Context, p runtime.Puller, rt, work
 		cur.finished, cur.err = true, err
 		ps.mu.Unlock()
 		if err == nil {
-			r.event(workload, "Pulled", ref+": "+progressText(cur.progress), false)
+			r.event(workload, edgeboxv1.ReasonPulled, ref+": "+progressText(cur.progress), false)
 			if err := r.images.pulled(ref, rt); err != nil {
 				r.cfg.Log.Warn("image record", "err", err)
 			}

@@ -19,9 +19,6 @@ import (
 	edgeboxv1 "github.com/edgebox/edgebox/proto/edgebox/v1"
 )
 
-// KindWorkload is the kind of desired object the reconciler runs.
-const KindWorkload = "Workload"
-
 // Source is where desired objects come from: the agent's local store.
 type Source interface {
 	Objects(kind string) ([]*edgeboxv1.DesiredObject, error)
@@ -164,7 +161,7 @@ type held struct {
 // Once makes one pass. Trouble with one workload is reported in its status
 // and does not stop the others; the error is for the pass as a whole.
 func (r *Reconciler) Once(ctx context.Context) error {
-	objs, err := r.cfg.Source.Objects(KindWorkload)
+	objs, err := r.cfg.Source.Objects(edgeboxv1.KindWorkload)
 	if err != nil {
 		return fmt.Errorf("reading the desired state: %w", err)
 	}
@@ -198,11 +195,11 @@ func (r *Reconciler) Once(ctx context.Context) error {
 	for _, name := range gone {
 		if err := r.remove(ctx, have[name].drv, name); err != nil {
 			stuck[name] = true
-			r.event(name, "RemoveFailed", err.Error(), true)
-			r.status(name, 0, "Failed", "no longer desired, but "+err.Error())
+			r.event(name, edgeboxv1.ReasonRemoveFailed, err.Error(), true)
+			r.status(name, 0, edgeboxv1.PhaseFailed, "no longer desired, but "+err.Error())
 			continue
 		}
-		r.event(name, "Removed", "no longer desired", false)
+		r.event(name, edgeboxv1.ReasonRemoved, "no longer desired", false)
 	}
 	for name := range r.crashes {
 		if !want[name] {
@@ -211,7 +208,7 @@ func (r *Reconciler) Once(ctx context.Context) error {
 	}
 	for name := range r.reported {
 		if !want[name] && !stuck[name] {
-			r.cfg.Reporter.Report(&edgeboxv1.ObjectStatus{Kind: KindWorkload, Name: name, Phase: "Removed"})
+			r.cfg.Reporter.Report(&edgeboxv1.ObjectStatus{Kind: edgeboxv1.KindWorkload, Name: name, Phase: edgeboxv1.PhaseRemoved})
 			delete(r.reported, name)
 		}
 	}
@@ -233,16 +230,16 @@ func (r *Reconciler) converge(ctx context.Context, o *edgeboxv1.DesiredObject, h
 	name, rev := o.GetName(), o.GetRevision()
 	w := o.GetWorkload()
 	if w == nil {
-		r.status(name, rev, "Failed", "this agent does not understand the object's spec; upgrade the agent")
+		r.status(name, rev, edgeboxv1.PhaseFailed, "this agent does not understand the object's spec; upgrade the agent")
 		return
 	}
 	d := r.drivers[w.GetRuntime()]
 	if d == nil {
-		r.status(name, rev, "Failed", fmt.Sprintf("runtime %q is not available on this box", w.GetRuntime()))
+		r.status(name, rev, edgeboxv1.PhaseFailed, fmt.Sprintf("runtime %q is not available on this box", w.GetRuntime()))
 		return
 	}
 	if err := listFailed[w.GetRuntime()]; err != nil {
-		r.status(name, rev, "Failed", fmt.Sprintf("runtime %q: %v", w.GetRuntime(), err))
+		r.status(name, rev, edgeboxv1.PhaseFailed, fmt.Sprintf("runtime %q: %v", w.GetRuntime(), err))
 		return
 	}
 	var devs []runtime.Device
@@ -257,20 +254,20 @@ func (r *Reconciler) converge(ctx context.Context, o *edgeboxv1.DesiredObject, h
 		// until it is here.
 		ready, msg, err := r.ensureImage(ctx, p, w.GetRuntime(), name, w.GetImage())
 		if err != nil {
-			r.fail(name, rev, "PullFailed", err)
+			r.fail(name, rev, edgeboxv1.ReasonPullFailed, err)
 			return
 		}
 		if !ready {
-			r.status(name, rev, "Pulling", msg)
+			r.status(name, rev, edgeboxv1.PhasePulling, msg)
 			return
 		}
 	}
 	if replace {
 		if err := r.remove(ctx, h.drv, name); err != nil {
-			r.fail(name, rev, "ReplaceFailed", err)
+			r.fail(name, rev, edgeboxv1.ReasonReplaceFailed, err)
 			return
 		}
-		r.event(name, "Replacing", fmt.Sprintf("release %s at revision %d", w.GetRelease(), rev), false)
+		r.event(name, edgeboxv1.ReasonReplacing, fmt.Sprintf("release %s at revision %d", w.GetRelease(), rev), false)
 		exists = false
 	}
 	if !exists {
@@ -279,11 +276,11 @@ func (r *Reconciler) converge(ctx context.Context, o *edgeboxv1.DesiredObject, h
 		}
 		in, made, err := r.create(ctx, d, spec)
 		if err != nil {
-			r.fail(name, rev, "CreateFailed", err)
+			r.fail(name, rev, edgeboxv1.ReasonCreateFailed, err)
 			return
 		}
 		if made {
-			r.event(name, "Created", fmt.Sprintf("release %s", w.GetRelease()), false)
+			r.event(name, edgeboxv1.ReasonCreated, fmt.Sprintf("release %s", w.GetRelease()), false)
 		}
 		h.inst = in
 	}
@@ -297,17 +294,17 @@ func (r *Reconciler) converge(ctx context.Context, o *edgeboxv1.DesiredObject, h
 		}
 		r.running[name] = w.GetRelease()
 		v := r.probe(name, spec, h.inst, d)
-		if v.Health != health.Unhealthy || w.GetRestart() == "never" {
-			r.status(name, rev, "Running", v.Reason)
+		if v.Health != health.Unhealthy || w.GetRestart() == edgeboxv1.RestartNever {
+			r.status(name, rev, edgeboxv1.PhaseRunning, v.Reason)
 			return
 		}
 		// Unhealthy: restarted like a workload that failed.
-		r.event(name, "Unhealthy", v.Reason, true)
+		r.event(name, edgeboxv1.ReasonUnhealthy, v.Reason, true)
 		if len(spec.Devices) > 0 && r.cfg.SuspectKeys != nil {
 			r.cfg.SuspectKeys(spec.Devices)
 		}
 		if err := d.Stop(ctx, name, r.cfg.StopTimeout); err != nil {
-			r.fail(name, rev, "StopFailed", err)
+			r.fail(name, rev, edgeboxv1.ReasonStopFailed, err)
 			return
 		}
 		r.prober.Forget(name)
@@ -319,20 +316,20 @@ func (r *Reconciler) converge(ctx context.Context, o *edgeboxv1.DesiredObject, h
 		return
 	}
 	if err := d.Start(ctx, name); err != nil {
-		r.fail(name, rev, "StartFailed", err)
+		r.fail(name, rev, edgeboxv1.ReasonStartFailed, err)
 		return
 	}
 	if h.inst.State == runtime.StateExited {
-		r.event(name, "Restarted", fmt.Sprintf("it had exited with code %d", h.inst.ExitCode), true)
+		r.event(name, edgeboxv1.ReasonRestarted, fmt.Sprintf("it had exited with code %d", h.inst.ExitCode), true)
 	} else {
-		r.event(name, "Started", "", false)
+		r.event(name, edgeboxv1.ReasonStarted, "", false)
 	}
 	r.running[name] = w.GetRelease()
 	if in, err := d.Inspect(ctx, name); err == nil {
 		r.probe(name, spec, in, d) // from now, not from the next pass
 	}
 	r.attach(name, spec.Devices)
-	r.status(name, rev, "Running", "")
+	r.status(name, rev, edgeboxv1.PhaseRunning, "")
 }
 
 // create makes the instance of spec. An instance of that name the list
@@ -379,7 +376,7 @@ func (r *Reconciler) sweep(ctx context.Context) {
 		orphans, err := sw.Sweep(ctx)
 		if err != nil {
 			r.cfg.Log.Warn("sweeping orphans failed", "runtime", rt, "err", err)
-			r.event("", "SweepFailed", fmt.Sprintf("runtime %s: %v", rt, err), true)
+			r.event("", edgeboxv1.ReasonSweepFailed, fmt.Sprintf("runtime %s: %v", rt, err), true)
 		}
 		for _, o := range orphans {
 			r.cfg.Log.Warn("orphan stopped", "runtime", rt, "instance", o.Name, "pids", o.PIDs, "what", o.What)
@@ -387,7 +384,7 @@ func (r *Reconciler) sweep(ctx context.Context) {
 			if len(o.PIDs) > 0 {
 				msg += fmt.Sprintf(" (processes %v)", o.PIDs)
 			}
-			r.event(o.Name, "OrphanStopped", msg, true)
+			r.event(o.Name, edgeboxv1.ReasonOrphanStopped, msg, true)
 		}
 	}
 }
@@ -403,12 +400,12 @@ func (r *Reconciler) attach(name string, devs []runtime.Device) {
 	for _, d := range devs {
 		now[d.KeyID+"@"+d.HostPath] = true
 		if !had[d.KeyID+"@"+d.HostPath] {
-			r.keyEvent(d.KeyID, "Attached", fmt.Sprintf("to %s at %s (%s)", name, d.Port, d.Path))
+			r.keyEvent(d.KeyID, edgeboxv1.ReasonAttached, fmt.Sprintf("to %s at %s (%s)", name, d.Port, d.Path))
 		}
 	}
 	for _, d := range r.attached[name] {
 		if !now[d.KeyID+"@"+d.HostPath] {
-			r.keyEvent(d.KeyID, "Detached", "from "+name)
+			r.keyEvent(d.KeyID, edgeboxv1.ReasonDetached, "from "+name)
 		}
 	}
 	if len(devs) == 0 {
@@ -419,16 +416,16 @@ func (r *Reconciler) attach(name string, devs []runtime.Device) {
 }
 
 func (r *Reconciler) keyEvent(keyID, reason, msg string) {
-	r.cfg.Reporter.Event(&edgeboxv1.Event{TimeUnixNano: time.Now().UnixNano(), Kind: "Key", Name: keyID, Reason: reason, Message: msg})
+	r.cfg.Reporter.Event(&edgeboxv1.Event{TimeUnixNano: time.Now().UnixNano(), Kind: edgeboxv1.KindKey, Name: keyID, Reason: reason, Message: msg})
 }
 
 // mayRestart applies the restart policy and the back-off to a workload
 // that exited, reporting why when it stays down.
 func (r *Reconciler) mayRestart(name string, rev uint64, policy string, code int) bool {
 	switch {
-	case policy == "never", policy == "on-failure" && code == 0:
+	case policy == edgeboxv1.RestartNever, policy == edgeboxv1.RestartOnFailure && code == 0:
 		delete(r.crashes, name)
-		r.status(name, rev, "Stopped", fmt.Sprintf("exited with code %d; restart policy %q", code, policy))
+		r.status(name, rev, edgeboxv1.PhaseStopped, fmt.Sprintf("exited with code %d; restart policy %q", code, policy))
 		return false
 	}
 	now := r.cfg.Now()
@@ -442,10 +439,10 @@ func (r *Reconciler) mayRestart(name string, rev uint64, policy string, code int
 		// It died again after a restart: wait before the next one.
 		wait := min(firstBackoff<<min(c.count-1, 5), maxBackoff)
 		c.next = now.Add(wait)
-		r.event(name, "BackOff", fmt.Sprintf("exited with code %d after %d restarts; next restart in %s", code, c.count, wait), true)
+		r.event(name, edgeboxv1.ReasonBackOff, fmt.Sprintf("exited with code %d after %d restarts; next restart in %s", code, c.count, wait), true)
 	}
 	if now.Before(c.next) {
-		r.status(name, rev, "Pending", fmt.Sprintf("exited with code %d; restarting in %s (%d restarts so far)",
+		r.status(name, rev, edgeboxv1.PhasePending, fmt.Sprintf("exited with code %d; restarting in %s (%d restarts so far)",
 			code, c.next.Sub(now).Round(time.Second), c.count))
 		return false
 	}
@@ -491,16 +488,16 @@ func (r *Reconciler) healthOf(name string) string {
 func (r *Reconciler) fail(name string, rev uint64, reason string, err error) {
 	r.cfg.Log.Warn("workload failed", "workload", name, "reason", reason, "err", err)
 	r.event(name, reason, err.Error(), true)
-	r.status(name, rev, "Failed", err.Error())
+	r.status(name, rev, edgeboxv1.PhaseFailed, err.Error())
 }
 
 func (r *Reconciler) status(name string, rev uint64, phase, msg string) {
 	r.reported[name] = true
-	r.cfg.Reporter.Report(&edgeboxv1.ObjectStatus{Kind: KindWorkload, Name: name, ObservedRevision: rev,
+	r.cfg.Reporter.Report(&edgeboxv1.ObjectStatus{Kind: edgeboxv1.KindWorkload, Name: name, ObservedRevision: rev,
 		Phase: phase, Message: msg, UpdatedUnixNano: time.Now().UnixNano(), Release: r.running[name], Health: r.healthOf(name)})
 }
 
 func (r *Reconciler) event(name, reason, msg string, warning bool) {
-	r.cfg.Reporter.Event(&edgeboxv1.Event{TimeUnixNano: time.Now().UnixNano(), Kind: KindWorkload, Name: name,
+	r.cfg.Reporter.Event(&edgeboxv1.Event{TimeUnixNano: time.Now().UnixNano(), Kind: edgeboxv1.KindWorkload, Name: name,
 		Reason: reason, Message: msg, Warning: warning})
 }

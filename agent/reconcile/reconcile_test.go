@@ -26,7 +26,7 @@ func (s *source) put(name, rt, release string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.rev++
-	s.objs[name] = &edgeboxv1.DesiredObject{Kind: KindWorkload, Name: name, Revision: s.rev,
+	s.objs[name] = &edgeboxv1.DesiredObject{Kind: edgeboxv1.KindWorkload, Name: name, Revision: s.rev,
 		Spec: &edgeboxv1.DesiredObject_Workload{Workload: &edgeboxv1.Workload{App: name, Release: release, Runtime: rt}}}
 }
 
