@@ -61,7 +61,7 @@ func FuzzSyncUp(f *testing.F) {
 				}
 			}
 		}
-		s.desired.Delete(ctx, "b1", desired.KindWorkload, "w3")
+		s.desired.Delete(ctx, "b1", edgeboxv1.KindWorkload, "w3")
 		before, _, _ := st.Range(ctx, "", 0)
 		_ = s.handleUp(ctx, "b1", m)
 		after, _, _ := st.Range(ctx, "", 0)

@@ -31,34 +31,11 @@ import (
 	edgeboxv1 "github.com/edgebox/edgebox/proto/edgebox/v1"
 )
 
-// Kinds of objects and the spec each carries.
-const (
-	KindWorkload      = "Workload"
-	KindUsbAssignment = "UsbAssignment"
-	KindAgentConfig   = "AgentConfig"
-	KindAgentRelease  = "AgentRelease"
-)
-
-// KindOf returns the kind named by an object's spec, or "".
-func KindOf(o *edgeboxv1.DesiredObject) string {
-	switch o.GetSpec().(type) {
-	case *edgeboxv1.DesiredObject_Workload:
-		return KindWorkload
-	case *edgeboxv1.DesiredObject_UsbAssignment:
-		return KindUsbAssignment
-	case *edgeboxv1.DesiredObject_AgentConfig:
-		return KindAgentConfig
-	case *edgeboxv1.DesiredObject_AgentRelease:
-		return KindAgentRelease
-	}
-	return ""
-}
-
 // MinCapability is the agent capability version that understands kind; a
 // box below it is never sent objects of that kind.
 func MinCapability(kind string) uint32 {
 	switch kind {
-	case KindWorkload, KindUsbAssignment, KindAgentConfig, KindAgentRelease:
+	case edgeboxv1.KindWorkload, edgeboxv1.KindUsbAssignment, edgeboxv1.KindAgentConfig, edgeboxv1.KindAgentRelease:
 		return 1
 	}
 	return ^uint32(0) // unknown kinds go nowhere
@@ -106,7 +83,7 @@ const maxRetries = 100
 // Put writes an object of box, giving it the box's next revision, which it
 // returns. The object's kind comes from its spec.
 func (st *State) Put(ctx context.Context, box string, o *edgeboxv1.DesiredObject) (uint64, error) {
-	kind := KindOf(o)
+	kind := edgeboxv1.KindOf(o)
 	if kind == "" {
 		return 0, errdefs.Invalid("object %q has no spec", o.GetName())
 	}
@@ -115,7 +92,7 @@ func (st *State) Put(ctx context.Context, box string, o *edgeboxv1.DesiredObject
 	}
 	if w := o.GetWorkload(); w != nil {
 		switch w.GetRestart() {
-		case "", "always", "on-failure", "never":
+		case "", edgeboxv1.RestartAlways, edgeboxv1.RestartOnFailure, edgeboxv1.RestartNever:
 		default:
 			return 0, errdefs.Invalid("workload %q: restart %q: use always, on-failure or never", o.GetName(), w.GetRestart())
 		}

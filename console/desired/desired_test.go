@@ -56,18 +56,18 @@ func TestDeletesAreTombstonesUntilAcked(t *testing.T) {
 	st := newState(t)
 	st.Put(ctx, "bx-1", workload("a", "1"))
 	st.Put(ctx, "bx-1", workload("b", "1"))
-	rev, err := st.Delete(ctx, "bx-1", KindWorkload, "a")
+	rev, err := st.Delete(ctx, "bx-1", edgeboxv1.KindWorkload, "a")
 	if err != nil || rev != 3 {
 		t.Fatalf("delete: rev %d, %v", rev, err)
 	}
-	if again, _ := st.Delete(ctx, "bx-1", KindWorkload, "a"); again != 3 {
+	if again, _ := st.Delete(ctx, "bx-1", edgeboxv1.KindWorkload, "a"); again != 3 {
 		t.Fatalf("deleting a tombstone moved the revision to %d", again)
 	}
-	if none, _ := st.Delete(ctx, "bx-1", KindWorkload, "never"); none != 3 {
+	if none, _ := st.Delete(ctx, "bx-1", edgeboxv1.KindWorkload, "never"); none != 3 {
 		t.Fatalf("deleting a missing object moved the revision to %d", none)
 	}
 	objs, _, _ := st.Since(ctx, "bx-1", 2)
-	if len(objs) != 1 || !objs[0].Deleted || objs[0].Kind != KindWorkload || objs[0].Name != "a" {
+	if len(objs) != 1 || !objs[0].Deleted || objs[0].Kind != edgeboxv1.KindWorkload || objs[0].Name != "a" {
 		t.Fatalf("since 2: %v", objs)
 	}
 	// Not acked yet: purging keeps it.

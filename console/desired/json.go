@@ -14,20 +14,20 @@ func FromJSON(kind, name string, spec []byte) (*edgeboxv1.DesiredObject, error) 
 	o := &edgeboxv1.DesiredObject{Name: name, Kind: kind}
 	var m proto.Message
 	switch kind {
-	case KindWorkload:
+	case edgeboxv1.KindWorkload:
 		w := &edgeboxv1.Workload{}
 		m, o.Spec = w, &edgeboxv1.DesiredObject_Workload{Workload: w}
-	case KindUsbAssignment:
+	case edgeboxv1.KindUsbAssignment:
 		u := &edgeboxv1.UsbAssignment{}
 		m, o.Spec = u, &edgeboxv1.DesiredObject_UsbAssignment{UsbAssignment: u}
-	case KindAgentConfig:
+	case edgeboxv1.KindAgentConfig:
 		c := &edgeboxv1.AgentConfig{}
 		m, o.Spec = c, &edgeboxv1.DesiredObject_AgentConfig{AgentConfig: c}
-	case KindAgentRelease:
+	case edgeboxv1.KindAgentRelease:
 		r := &edgeboxv1.AgentRelease{}
 		m, o.Spec = r, &edgeboxv1.DesiredObject_AgentRelease{AgentRelease: r}
 	default:
-		return nil, errdefs.Invalid("unknown kind %q: use %s, %s, %s or %s", kind, KindWorkload, KindUsbAssignment, KindAgentConfig, KindAgentRelease)
+		return nil, errdefs.Invalid("unknown kind %q: use %s, %s, %s or %s", kind, edgeboxv1.KindWorkload, edgeboxv1.KindUsbAssignment, edgeboxv1.KindAgentConfig, edgeboxv1.KindAgentRelease)
 	}
 	if err := protojson.Unmarshal(spec, m); err != nil {
 		return nil, errdefs.Invalid("%s spec: %w", kind, err)

@@ -28,16 +28,6 @@ const (
 	maxReason        = 64
 )
 
-// Phases of an object's status.
-const (
-	PhasePending = "Pending"
-	PhaseRunning = "Running"
-	PhaseStopped = "Stopped"
-	PhaseFailed  = "Failed"
-	PhaseRemoved = "Removed"
-	PhasePulling = "Pulling"
-)
-
 func statusPrefix(box string) string    { return "status/" + box + "/obj/" }
 func eventsKey(box string) string       { return "status/" + box + "/events" }
 func statusKey(box, k, n string) string { return statusPrefix(box) + k + "/" + n }
@@ -54,14 +44,6 @@ func clip(s string, n int) string {
 	return s
 }
 
-func validPhase(p string) bool {
-	switch p {
-	case PhasePending, PhasePulling, PhaseRunning, PhaseStopped, PhaseFailed, PhaseRemoved:
-		return true
-	}
-	return false
-}
-
 // ReportStatus records what box said of its objects. With full, statuses
 // the box no longer holds are dropped. A "Removed" status drops the
 // object's status.
@@ -72,12 +54,12 @@ func (st *State) ReportStatus(ctx context.Context, box string, r *edgeboxv1.Sync
 	var ops []store.Op
 	keep := map[string]bool{}
 	for _, s := range r.GetObjects() {
-		if s == nil || !edgeboxv1.ValidKind(s.GetKind()) || !edgeboxv1.ValidObjectName(s.GetName()) || !validPhase(s.GetPhase()) ||
-			(s.GetHealth() != "" && s.GetHealth() != "healthy" && s.GetHealth() != "unhealthy") {
+		if s == nil || !edgeboxv1.ValidKind(s.GetKind()) || !edgeboxv1.ValidObjectName(s.GetName()) || !edgeboxv1.ValidPhase(s.GetPhase()) ||
+			(s.GetHealth() != "" && s.GetHealth() != edgeboxv1.Healthy && s.GetHealth() != edgeboxv1.Unhealthy) {
 			return errdefs.Invalid("status of %q/%q: bad kind, name or phase %q", clip(s.GetKind(), 64), clip(s.GetName(), 64), clip(s.GetPhase(), 16))
 		}
 		k := statusKey(box, s.GetKind(), s.GetName())
-		if s.GetPhase() == PhaseRemoved {
+		if s.GetPhase() == edgeboxv1.PhaseRemoved {
 			ops = append(ops, store.Op{Key: k, Delete: true})
 			continue
 		}

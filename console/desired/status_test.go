@@ -8,7 +8,7 @@ import (
 )
 
 func st(name, phase string) *edgeboxv1.ObjectStatus {
-	return &edgeboxv1.ObjectStatus{Kind: KindWorkload, Name: name, Phase: phase, ObservedRevision: 1}
+	return &edgeboxv1.ObjectStatus{Kind: edgeboxv1.KindWorkload, Name: name, Phase: phase, ObservedRevision: 1}
 }
 
 func names(t *testing.T, s *State, box string) string {
@@ -33,12 +33,12 @@ func TestStatusReports(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	report(&edgeboxv1.SyncStatus{Full: true, Objects: []*edgeboxv1.ObjectStatus{st("a", PhaseRunning), st("b", PhaseFailed)}})
-	report(&edgeboxv1.SyncStatus{Objects: []*edgeboxv1.ObjectStatus{st("c", PhasePending), st("a", PhaseRemoved)}})
+	report(&edgeboxv1.SyncStatus{Full: true, Objects: []*edgeboxv1.ObjectStatus{st("a", edgeboxv1.PhaseRunning), st("b", edgeboxv1.PhaseFailed)}})
+	report(&edgeboxv1.SyncStatus{Objects: []*edgeboxv1.ObjectStatus{st("c", edgeboxv1.PhasePending), st("a", edgeboxv1.PhaseRemoved)}})
 	if got := names(t, s, "b1"); got != "b=Failed,c=Pending" {
 		t.Fatalf("after a delta: %s", got)
 	}
-	report(&edgeboxv1.SyncStatus{Full: true, Objects: []*edgeboxv1.ObjectStatus{st("c", PhaseRunning)}})
+	report(&edgeboxv1.SyncStatus{Full: true, Objects: []*edgeboxv1.ObjectStatus{st("c", edgeboxv1.PhaseRunning)}})
 	if got := names(t, s, "b1"); got != "c=Running" {
 		t.Fatalf("a full report keeps only what it holds: %s", got)
 	}
@@ -51,8 +51,8 @@ func TestStatusReportsAreBounded(t *testing.T) {
 	t.Parallel()
 	s := newState(t)
 	bad := []*edgeboxv1.SyncStatus{
-		{Objects: []*edgeboxv1.ObjectStatus{{Kind: "Workload", Name: "../x", Phase: PhaseRunning}}},
-		{Objects: []*edgeboxv1.ObjectStatus{{Kind: "Work/load", Name: "x", Phase: PhaseRunning}}},
+		{Objects: []*edgeboxv1.ObjectStatus{{Kind: "Workload", Name: "../x", Phase: edgeboxv1.PhaseRunning}}},
+		{Objects: []*edgeboxv1.ObjectStatus{{Kind: "Work/load", Name: "x", Phase: edgeboxv1.PhaseRunning}}},
 		{Objects: []*edgeboxv1.ObjectStatus{{Kind: "Workload", Name: "x", Phase: "Exploded"}}},
 		{Objects: make([]*edgeboxv1.ObjectStatus, MaxStatusObjects+1)},
 		{Events: make([]*edgeboxv1.Event, MaxStatusEvents+1)},
@@ -64,7 +64,7 @@ func TestStatusReportsAreBounded(t *testing.T) {
 	}
 	long := strings.Repeat("é", 2000)
 	if err := s.ReportStatus(ctx, "b1", &edgeboxv1.SyncStatus{Objects: []*edgeboxv1.ObjectStatus{
-		{Kind: "Workload", Name: "x", Phase: PhaseFailed, Message: long}}}); err != nil {
+		{Kind: "Workload", Name: "x", Phase: edgeboxv1.PhaseFailed, Message: long}}}); err != nil {
 		t.Fatal(err)
 	}
 	sts, _ := s.Statuses(ctx, "b1")
@@ -92,8 +92,8 @@ func TestStatusReportsAreBounded(t *testing.T) {
 
 func TestFromJSON(t *testing.T) {
 	t.Parallel()
-	o, err := FromJSON(KindWorkload, "robot", []byte(`{"app":"robot","release":"1.2.0","runtime":"qemu","cpu_millis":500}`))
-	if err != nil || o.GetWorkload().GetCpuMillis() != 500 || KindOf(o) != KindWorkload {
+	o, err := FromJSON(edgeboxv1.KindWorkload, "robot", []byte(`{"app":"robot","release":"1.2.0","runtime":"qemu","cpu_millis":500}`))
+	if err != nil || o.GetWorkload().GetCpuMillis() != 500 || edgeboxv1.KindOf(o) != edgeboxv1.KindWorkload {
 		t.Fatalf("FromJSON: %v %v", o, err)
 	}
 	raw, err := SpecJSON(o)
@@ -114,7 +114,7 @@ func TestFromJSON(t *testing.T) {
 func TestRestartPolicyIsChecked(t *testing.T) {
 	t.Parallel()
 	s := newState(t)
-	o, err := FromJSON(KindWorkload, "robot", []byte(`{"app":"robot","restart":"sometimes"}`))
+	o, err := FromJSON(edgeboxv1.KindWorkload, "robot", []byte(`{"app":"robot","restart":"sometimes"}`))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -412,7 +412,7 @@ func (r *Registry) Release(ctx context.Context, who fleet.Actor, id string) (Key
 	if err != nil {
 		return k, err
 	}
-	_, err = r.desired.Delete(ctx, k.BoxID, "UsbAssignment", assignmentName(k.ID))
+	_, err = r.desired.Delete(ctx, k.BoxID, edgeboxv1.KindUsbAssignment, assignmentName(k.ID))
 	return k, err
 }
 
@@ -505,8 +505,8 @@ func (r *Registry) EnsureLeases(ctx context.Context, who fleet.Actor, box, workl
 }
 
 // box events of keys, as the agent names them.
-var keyEvents = map[string]string{"PowerCycled": "power-cycle", "PowerCycleFailed": "power-cycle-failed", "Broken": "broken",
-	"Attached": "attach", "Detached": "detach"}
+var keyEvents = map[string]string{edgeboxv1.ReasonPowerCycled: "power-cycle", edgeboxv1.ReasonPowerCycleFailed: "power-cycle-failed",
+	edgeboxv1.ReasonBroken: "broken", edgeboxv1.ReasonAttached: "attach", edgeboxv1.ReasonDetached: "detach"}
 
 // BoxEvent records what a box did with one of its own keys (attached to
 // or detached from a workload, power-cycled, given up on); events about

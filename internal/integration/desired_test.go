@@ -16,7 +16,6 @@ import (
 	"github.com/edgebox/edgebox/agent/runtime"
 	"github.com/edgebox/edgebox/agent/runtime/fake"
 	"github.com/edgebox/edgebox/api"
-	"github.com/edgebox/edgebox/console/desired"
 	"github.com/edgebox/edgebox/internal/testenv"
 	edgeboxv1 "github.com/edgebox/edgebox/proto/edgebox/v1"
 	"github.com/edgebox/edgebox/tunnel"
@@ -159,7 +158,7 @@ func TestAgentKilledBetweenStoreAndAck(t *testing.T) {
 	if n := testenv.AgentOf(box).ReceivedObjects(); n != 0 {
 		t.Fatalf("the restarted agent was sent %d objects it had stored already", n)
 	}
-	objs, _ := testenv.AgentOf(box).DesiredObjects(desired.KindWorkload)
+	objs, _ := testenv.AgentOf(box).DesiredObjects(edgeboxv1.KindWorkload)
 	for _, o := range objs {
 		if n := drv.Creates(o.Name, runtime.NewSpec(o.Name, o.GetWorkload()).Hash); n != 1 {
 			t.Fatalf("%s was created %d times", o.Name, n)

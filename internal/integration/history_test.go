@@ -14,9 +14,9 @@ import (
 	"github.com/edgebox/edgebox/agent"
 	"github.com/edgebox/edgebox/agent/runtime"
 	"github.com/edgebox/edgebox/agent/runtime/fake"
-	"github.com/edgebox/edgebox/console/desired"
 	"github.com/edgebox/edgebox/internal/testenv"
 	"github.com/edgebox/edgebox/internal/toxic"
+	edgeboxv1 "github.com/edgebox/edgebox/proto/edgebox/v1"
 )
 
 var (
@@ -99,7 +99,7 @@ func runHistory(t *testing.T, seed uint64) {
 			st.Put(ctx, b.box.ID(), workload(name, fmt.Sprint(rng.IntN(1000))))
 			steps = append(steps, "put "+name)
 		case r < 65:
-			st.Delete(ctx, b.box.ID(), desired.KindWorkload, name)
+			st.Delete(ctx, b.box.ID(), edgeboxv1.KindWorkload, name)
 			steps = append(steps, "delete "+name)
 		case r < 75:
 			steps = append(steps, b.setToxic(t, "latency", `"latency": 40, "jitter": 40`))

@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/edgebox/edgebox/api"
-	"github.com/edgebox/edgebox/console/desired"
 	"github.com/edgebox/edgebox/internal/testenv"
 	edgeboxv1 "github.com/edgebox/edgebox/proto/edgebox/v1"
 )
@@ -39,7 +38,7 @@ func TestOfflineBoxCatchesUpWithOnlyTheLatest(t *testing.T) {
 	if n := a.ReceivedObjects(); n != 50 {
 		t.Fatalf("the box received %d objects, want exactly the 50 latest", n)
 	}
-	objs, _ := a.DesiredObjects(desired.KindWorkload)
+	objs, _ := a.DesiredObjects(edgeboxv1.KindWorkload)
 	for _, o := range objs {
 		var n int
 		fmt.Sscanf(o.Name, "w%d", &n)
@@ -51,9 +50,9 @@ func TestOfflineBoxCatchesUpWithOnlyTheLatest(t *testing.T) {
 
 	// Live changes follow, deletes included.
 	st.Put(ctx(t), box.ID(), workload("late", "2.0"))
-	st.Delete(ctx(t), box.ID(), desired.KindWorkload, "w07")
+	st.Delete(ctx(t), box.ID(), edgeboxv1.KindWorkload, "w07")
 	testenv.WaitFor(t, 10*time.Second, "live changes", func() bool { r, _ := a.SyncedRevision(); return r == 1002 })
-	objs, _ = a.DesiredObjects(desired.KindWorkload)
+	objs, _ = a.DesiredObjects(edgeboxv1.KindWorkload)
 	names := map[string]bool{}
 	for _, o := range objs {
 		names[o.Name] = true
