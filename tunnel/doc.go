@@ -21,5 +21,10 @@
 // console said goodbye (Server.Close tells every box) or a healthy session
 // broke, the box comes back within a few seconds, jittered (see redial).
 //
+// Streams are *Conn: a net.Conn with the stream's Header, its peer and
+// session, a half-close (CloseWrite), Abort, and ReleaseReadBuffer for
+// streams that sit idle. yamux stays inside this package; no other package
+// imports it (deps_test.go checks), so the multiplexer can change here alone.
+//
 // This package imports neither the agent nor the console.
 package tunnel
