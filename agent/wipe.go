@@ -313,7 +313,7 @@ func wipe(ctx context.Context, cfg Config, log *slog.Logger, rec *wipeRecord,
 	// The leases, to say which keys are free once their workloads are gone.
 	leases := map[string]string{} // key ID -> workload
 	if local != nil {
-		if objs, err := local.Objects("UsbAssignment"); err == nil {
+		if objs, err := local.Objects(edgeboxv1.KindUsbAssignment); err == nil {
 			for _, o := range objs {
 				if u := o.GetUsbAssignment(); u != nil {
 					leases[u.GetKeyId()] = u.GetWorkload()
