@@ -266,7 +266,7 @@ func validateSpec(s api.ReleaseSpec) error {
 		errs = append(errs, errors.New("image is required (for process: the program's path on the box)"))
 	}
 	switch s.Restart {
-	case "", "always", "on-failure", "never":
+	case "", edgeboxv1.RestartAlways, edgeboxv1.RestartOnFailure, edgeboxv1.RestartNever:
 	default:
 		errs = append(errs, fmt.Errorf("restart %q: use always, on-failure or never", s.Restart))
 	}
@@ -693,7 +693,7 @@ func (a *Apps) syncBox(ctx context.Context, b fleet.Box, c catalogue) (int, erro
 		if _, keep := eff[name]; keep || w.GetApp() != name || !c.apps[name] {
 			continue
 		}
-		if _, err := a.desired.Delete(ctx, b.ID, "Workload", name); err != nil {
+		if _, err := a.desired.Delete(ctx, b.ID, edgeboxv1.KindWorkload, name); err != nil {
 			errs = append(errs, err)
 			continue
 		}
