@@ -218,7 +218,7 @@ func (s *server) appStatus(c *gin.Context) {
 			return
 		}
 		for _, st := range sts {
-			if st.GetKind() == "Workload" && st.GetName() == app {
+			if st.GetKind() == edgeboxv1.KindWorkload && st.GetName() == app {
 				row.RunningRelease, row.Phase, row.Message, row.Health = st.GetRelease(), st.GetPhase(), st.GetMessage(), st.GetHealth()
 				row.UpdatedAt = time.Unix(0, st.GetUpdatedUnixNano()).UTC()
 				found = true
