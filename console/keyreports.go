@@ -14,7 +14,7 @@ import (
 func keyReports(ctx context.Context, fl *fleet.Fleet, reg *keys.Registry, box string, st *edgeboxv1.SyncStatus) error {
 	hasKeyEvents := false
 	for _, e := range st.GetEvents() {
-		hasKeyEvents = hasKeyEvents || e.GetKind() == "Key"
+		hasKeyEvents = hasKeyEvents || e.GetKind() == edgeboxv1.KindKey
 	}
 	if !st.GetUsbReport() && !hasKeyEvents {
 		return nil
@@ -28,7 +28,7 @@ func keyReports(ctx context.Context, fl *fleet.Fleet, reg *keys.Registry, box st
 		errs = append(errs, reg.Report(ctx, b, st.GetUsb()))
 	}
 	for _, e := range st.GetEvents() {
-		if e.GetKind() == "Key" {
+		if e.GetKind() == edgeboxv1.KindKey {
 			errs = append(errs, reg.BoxEvent(ctx, b, e))
 		}
 	}
