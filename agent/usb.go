@@ -110,7 +110,7 @@ func (a *Agent) devicesFor(workload string) []runtime.Device {
 	if err != nil {
 		return nil
 	}
-	vm := a.workloadRuntimes()[workload] == qemuRuntime
+	vm := a.workloadRuntimes()[workload] == edgeboxv1.RuntimeQEMU // given USB devices (QEMU's usb-host), not device nodes
 	var out []runtime.Device
 	for _, u := range mine {
 		d, ok := leasedDevice(u, devs)
@@ -127,10 +127,6 @@ func (a *Agent) devicesFor(workload string) []runtime.Device {
 	sort.Slice(out, func(i, j int) bool { return out[i].KeyID < out[j].KeyID })
 	return out
 }
-
-// qemuRuntime is the runtime of VM workloads, which are given USB devices
-// (QEMU's usb-host), not device nodes.
-const qemuRuntime = "qemu"
 
 // assignmentsOf returns the UsbAssignment objects of workload; of every
 // workload for "".
@@ -181,7 +177,7 @@ func (a *Agent) refuseSimulatedToVMs(devs []usbhub.Device, told map[string]bool)
 	runtimes := a.workloadRuntimes()
 	for _, u := range leases {
 		d, ok := leasedDevice(u, devs)
-		if !ok || !d.Simulated || runtimes[u.GetWorkload()] != qemuRuntime {
+		if !ok || !d.Simulated || runtimes[u.GetWorkload()] != edgeboxv1.RuntimeQEMU {
 			continue
 		}
 		k := u.GetKeyId() + "/" + u.GetWorkload()

@@ -242,7 +242,7 @@ func (a *Apps) CreateRelease(ctx context.Context, who fleet.Actor, app string, s
 		return Release{}, err
 	}
 	rel := Release{TenantID: who.TenantID, App: app, ReleaseSpec: spec, CreatedAt: a.now().UTC(), CreatedBy: who.Name}
-	if spec.Runtime != "process" {
+	if spec.Runtime != edgeboxv1.RuntimeProcess {
 		image, tag, err := a.resolveImage(ctx, spec.Image)
 		if err != nil {
 			return Release{}, err
@@ -258,7 +258,7 @@ func validateSpec(s api.ReleaseSpec) error {
 		errs = append(errs, fmt.Errorf("version %q: use 1-64 letters, digits, '.', '+', '_' or '-'", s.Version))
 	}
 	switch s.Runtime {
-	case "containerd", "qemu", "process":
+	case edgeboxv1.RuntimeContainerd, edgeboxv1.RuntimeQEMU, edgeboxv1.RuntimeProcess:
 	default:
 		errs = append(errs, fmt.Errorf("runtime %q: use containerd, qemu or process", s.Runtime))
 	}

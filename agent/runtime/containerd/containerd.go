@@ -32,6 +32,7 @@ import (
 
 	"github.com/edgebox/edgebox/agent/runtime"
 	"github.com/edgebox/edgebox/errdefs"
+	edgeboxv1 "github.com/edgebox/edgebox/proto/edgebox/v1"
 )
 
 // Namespace is the containerd namespace of edgebox's containers and images.
@@ -126,7 +127,7 @@ func (d *Driver) Close() error { return d.c.Close() }
 // Client is the containerd client, for importing images.
 func (d *Driver) Client() *client.Client { return d.c }
 
-func (d *Driver) Runtime() string { return "containerd" }
+func (d *Driver) Runtime() string { return edgeboxv1.RuntimeContainerd }
 
 // Import loads images from a docker-save or OCI archive into edgebox's
 // namespace, for boxes that get images on a USB stick instead of from the

@@ -29,6 +29,7 @@ import (
 	"github.com/edgebox/edgebox/agent/runtime"
 	"github.com/edgebox/edgebox/errdefs"
 	"github.com/edgebox/edgebox/internal/atomicfile"
+	edgeboxv1 "github.com/edgebox/edgebox/proto/edgebox/v1"
 )
 
 // Config says where the driver keeps its instances.
@@ -95,7 +96,7 @@ func New(cfg Config) (*Driver, error) {
 	return &Driver{cfg: cfg, reaped: map[string]chan struct{}{}}, nil
 }
 
-func (d *Driver) Runtime() string { return "process" }
+func (d *Driver) Runtime() string { return edgeboxv1.RuntimeProcess }
 
 // record is an instance's spec on disk.
 type record struct {

@@ -127,7 +127,7 @@ func New(cfg Config) (*Driver, error) {
 	return &Driver{cfg: cfg}, nil
 }
 
-func (d *Driver) Runtime() string { return "qemu" }
+func (d *Driver) Runtime() string { return edgeboxv1.RuntimeQEMU }
 
 // Accel is the accelerator VMs run with.
 func (d *Driver) Accel() string { return d.cfg.Accel }

@@ -1,9 +1,10 @@
 package edgeboxv1
 
-// The words both sides of the Sync stream use, defined here once. The wire
-// carries them as strings (DesiredObject.kind, ObjectStatus.phase and
-// .health, Event.kind and .reason, Workload.restart); agent and console
-// use these constants, never literals of their own (vocab_test.go checks).
+// The words both sides of the Sync stream use, defined here once. The
+// wire carries them as strings (DesiredObject.kind, ObjectStatus.phase
+// and .health, Event.kind and .reason, Workload.runtime and .restart);
+// agent and console use these constants, never literals of their own
+// (vocab_test.go checks).
 // Like the messages, they are a contract: add words, never change one's
 // spelling or meaning, since boxes of several versions share a fleet.
 // This file is written by hand; protoc does not touch it.
@@ -63,6 +64,14 @@ func ValidPhase(p string) bool {
 const (
 	Healthy   = "healthy"
 	Unhealthy = "unhealthy"
+)
+
+// Runtimes a workload runs under (Workload.runtime), each served on the
+// box by the driver of that name.
+const (
+	RuntimeContainerd = "containerd" // an OCI container
+	RuntimeQEMU       = "qemu"       // a virtual machine
+	RuntimeProcess    = "process"    // a native program the box already holds
 )
 
 // Restart policies of a workload (Workload.restart); "" means

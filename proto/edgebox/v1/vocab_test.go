@@ -49,6 +49,13 @@ func vocabulary(t *testing.T) map[string][]string {
 	return words
 }
 
+// notTheWord holds the literals (file, value) that spell a word of the
+// vocabulary with another meaning.
+var notTheWord = map[[2]string]bool{
+	// The QEMU executable's name, by which the driver tells a VM process.
+	{"agent/runtime/qemu/qemu_windows.go", "qemu"}: true,
+}
+
 // TestVocabularyIsTheOnlySpelling fails when code in agent/ or console/
 // spells one of the contract's words as a literal of its own instead of
 // using the constant: a literal drifts the day the word changes on one
@@ -61,6 +68,7 @@ func TestVocabularyIsTheOnlySpelling(t *testing.T) {
 		t.Fatalf("module root not found from proto/edgebox/v1: %v", err)
 	}
 	scanned := 0
+	excused := map[[2]string]bool{}
 	for _, dir := range []string{"agent", "console"} {
 		err := filepath.WalkDir(filepath.Join(root, dir), func(path string, d fs.DirEntry, err error) error {
 			if err != nil || d.IsDir() || !strings.HasSuffix(path, ".go") || strings.HasSuffix(path, "_test.go") {
@@ -72,10 +80,15 @@ func TestVocabularyIsTheOnlySpelling(t *testing.T) {
 				return err
 			}
 			scanned++
+			rel, _ := filepath.Rel(root, path)
+			rel = filepath.ToSlash(rel)
 			for _, lit := range literalsIn(f) {
 				val, _ := strconv.Unquote(lit.Value)
+				if notTheWord[[2]string{rel, val}] {
+					excused[[2]string{rel, val}] = true
+					continue
+				}
 				if names, ok := words[val]; ok {
-					rel, _ := filepath.Rel(root, fset.Position(lit.Pos()).Filename)
 					t.Errorf("%s:%d: literal %s: use edgeboxv1.%s", rel, fset.Position(lit.Pos()).Line, lit.Value, strings.Join(names, " or edgeboxv1."))
 				}
 			}
@@ -87,6 +100,11 @@ func TestVocabularyIsTheOnlySpelling(t *testing.T) {
 	}
 	if scanned < 50 {
 		t.Fatalf("scanned %d files of agent/ and console/; the walk missed them", scanned)
+	}
+	for e := range notTheWord {
+		if !excused[e] {
+			t.Errorf("notTheWord holds %s %q, which no longer occurs there: drop it", e[0], e[1])
+		}
 	}
 }
 
