@@ -127,13 +127,13 @@ type addrBook struct {
 // limits are the admission numbers, from Config.
 type limits struct {
 	connsPerAddr, handshakesPerAddr int
-	maxPending                      int
+	maxIdle                         int
 	maxHandshakes, maxBoxHandshakes int
 }
 
 func limitsOf(cfg Config) limits {
 	return limits{connsPerAddr: cfg.MaxConnsPerAddr, handshakesPerAddr: cfg.MaxHandshakesPerAddr,
-		maxPending: cfg.MaxIdle, maxHandshakes: cfg.MaxHandshakes, maxBoxHandshakes: cfg.MaxBoxHandshakes}
+		maxIdle: cfg.MaxIdle, maxHandshakes: cfg.MaxHandshakes, maxBoxHandshakes: cfg.MaxBoxHandshakes}
 }
 
 // admission keeps the public port's books: who holds which connections
@@ -211,7 +211,7 @@ func (a *admission) admit(c net.Conn, now time.Time) (pc *portConn, evicted []*p
 		a.shed.count(shedIdleAddr, addr)
 		evicted = append(evicted, old)
 	}
-	if a.idle.n >= a.lim.maxPending {
+	if a.idle.n >= a.lim.maxIdle {
 		old := a.pickIdle(&a.idle)
 		a.drop(old)
 		a.shed.count(shedIdle, old.addr)

@@ -80,7 +80,7 @@ func (b *books) shed(reason string, want float64) {
 
 func TestAdmission(t *testing.T) {
 	t.Parallel()
-	wide := limits{connsPerAddr: 100, handshakesPerAddr: 100, maxPending: 100, maxHandshakes: 100, maxBoxHandshakes: 100}
+	wide := limits{connsPerAddr: 100, handshakesPerAddr: 100, maxIdle: 100, maxHandshakes: 100, maxBoxHandshakes: 100}
 	with := func(f func(*limits)) limits { l := wide; f(&l); return l }
 	cases := []struct {
 		name string
@@ -115,7 +115,7 @@ func TestAdmission(t *testing.T) {
 		},
 	}, {
 		name: "past MaxIdle the oldest idle connection anywhere goes",
-		lim:  with(func(l *limits) { l.maxPending = 2 }),
+		lim:  with(func(l *limits) { l.maxIdle = 2 }),
 		run: func(b *books) {
 			b.mustAdmit("a1", "10.0.0.1")
 			b.mustAdmit("b1", "10.0.0.2")
@@ -125,7 +125,7 @@ func TestAdmission(t *testing.T) {
 		},
 	}, {
 		name: "past MaxIdle the busiest address among the oldest loses one",
-		lim:  with(func(l *limits) { l.maxPending = 3 }),
+		lim:  with(func(l *limits) { l.maxIdle = 3 }),
 		run: func(b *books) {
 			b.mustAdmit("box", "10.0.0.9")
 			b.mustAdmit("a1", "10.0.0.1")
@@ -275,7 +275,7 @@ func TestAdmissionSparesConnectionsThatSpoke(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer ln.Close()
-	a := newAdmission(limits{connsPerAddr: 3, handshakesPerAddr: 10, maxPending: 10, maxHandshakes: 10, maxBoxHandshakes: 10},
+	a := newAdmission(limits{connsPerAddr: 3, handshakesPerAddr: 10, maxIdle: 10, maxHandshakes: 10, maxBoxHandshakes: 10},
 		prometheus.NewRegistry())
 	// Three connections nobody reads, as on a console too busy to; the
 	// oldest has sent its ClientHello.
