@@ -9,6 +9,9 @@
 //	apps/<tenant>/<app>/app                    -> App (JSON)
 //	apps/<tenant>/<app>/rel/<version>          -> Release (JSON)
 //	apps/<tenant>/<app>/pin/<scope>/<target>   -> Pin (JSON)
+//
+// These types are the storage format, apart from the API's: httpapi
+// converts between them (see spec.go).
 package apps
 
 import (
@@ -17,9 +20,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net"
-	"net/url"
-	"path"
 	"regexp"
 	"sort"
 	"strings"
@@ -28,7 +28,6 @@ import (
 	"github.com/opencontainers/go-digest"
 	"google.golang.org/protobuf/proto"
 
-	"github.com/edgebox/edgebox/api"
 	"github.com/edgebox/edgebox/console/desired"
 	"github.com/edgebox/edgebox/console/fleet"
 	"github.com/edgebox/edgebox/console/store"
@@ -52,7 +51,7 @@ type App struct {
 type Release struct {
 	TenantID string `json:"tenant_id"`
 	App      string `json:"app"`
-	api.ReleaseSpec
+	Spec
 	// Tag is the tag Image was resolved from, for people reading.
 	Tag       string    `json:"tag,omitempty"`
 	CreatedAt time.Time `json:"created_at"`
@@ -234,14 +233,14 @@ func (a *Apps) DeleteApp(ctx context.Context, tenant, name string) error {
 // image must be in the console's registry; a tag is resolved to its digest
 // now, so the release runs the same bytes wherever and whenever it is
 // deployed.
-func (a *Apps) CreateRelease(ctx context.Context, who fleet.Actor, app string, spec api.ReleaseSpec) (Release, error) {
+func (a *Apps) CreateRelease(ctx context.Context, who fleet.Actor, app string, spec Spec) (Release, error) {
 	if _, err := a.App(ctx, who.TenantID, app); err != nil {
 		return Release{}, err
 	}
 	if err := validateSpec(spec); err != nil {
 		return Release{}, err
 	}
-	rel := Release{TenantID: who.TenantID, App: app, ReleaseSpec: spec, CreatedAt: a.now().UTC(), CreatedBy: who.Name}
+	rel := Release{TenantID: who.TenantID, App: app, Spec: spec, CreatedAt: a.now().UTC(), CreatedBy: who.Name}
 	if spec.Runtime != edgeboxv1.RuntimeProcess {
 		image, tag, err := a.resolveImage(ctx, spec.Image)
 		if err != nil {
@@ -250,116 +249,6 @@ func (a *Apps) CreateRelease(ctx context.Context, who fleet.Actor, app string, s
 		rel.Image, rel.Tag = image, tag
 	}
 	return rel, a.create(ctx, relKey(who.TenantID, app, spec.Version), rel, "release "+app+"@"+spec.Version)
-}
-
-func validateSpec(s api.ReleaseSpec) error {
-	var errs []error
-	if !versionRE.MatchString(s.Version) {
-		errs = append(errs, fmt.Errorf("version %q: use 1-64 letters, digits, '.', '+', '_' or '-'", s.Version))
-	}
-	switch s.Runtime {
-	case edgeboxv1.RuntimeContainerd, edgeboxv1.RuntimeQEMU, edgeboxv1.RuntimeProcess:
-	default:
-		errs = append(errs, fmt.Errorf("runtime %q: use containerd, qemu or process", s.Runtime))
-	}
-	if s.Image == "" {
-		errs = append(errs, errors.New("image is required (for process: the program's path on the box)"))
-	}
-	switch s.Restart {
-	case "", edgeboxv1.RestartAlways, edgeboxv1.RestartOnFailure, edgeboxv1.RestartNever:
-	default:
-		errs = append(errs, fmt.Errorf("restart %q: use always, on-failure or never", s.Restart))
-	}
-	if s.CPUMillis < 0 || s.MemoryBytes < 0 {
-		errs = append(errs, errors.New("cpu_millis and memory_bytes cannot be negative"))
-	}
-	if len(s.Env) > 256 || len(s.Args) > 256 {
-		errs = append(errs, errors.New("at most 256 env entries and 256 args"))
-	}
-	for _, e := range s.Env {
-		if k, _, ok := strings.Cut(e, "="); !ok || k == "" || len(e) > 4096 {
-			errs = append(errs, fmt.Errorf("env %q: use NAME=value, at most 4 KiB", clipText(e, 40)))
-			break
-		}
-	}
-	for _, arg := range s.Args {
-		if len(arg) > 4096 {
-			errs = append(errs, errors.New("an arg is longer than 4 KiB"))
-			break
-		}
-	}
-	if len(s.Ports) > 64 || len(s.Keys) > 16 {
-		errs = append(errs, errors.New("at most 64 ports and 16 keys"))
-	}
-	for _, p := range s.Ports {
-		if p.Port == 0 || (p.Protocol != "" && p.Protocol != "tcp" && p.Protocol != "udp") || len(p.Name) > 63 {
-			errs = append(errs, fmt.Errorf("port %d/%s: give a port from 1 to 65535, protocol tcp or udp", p.Port, clipText(p.Protocol, 10)))
-			break
-		}
-	}
-	for i, k := range s.Keys {
-		if len(k.Labels) == 0 {
-			errs = append(errs, fmt.Errorf("key %d: say which key by its labels (bank=ICBC)", i+1))
-		} else if err := fleet.ValidateLabels(k.Labels); err != nil {
-			errs = append(errs, fmt.Errorf("key %d: %v", i+1, err))
-		}
-	}
-	for _, v := range s.Volumes {
-		if !edgeboxv1.ValidObjectName(v.Name) || !path.IsAbs(v.Path) || path.Clean(v.Path) == "/" || len(v.Path) > 1024 {
-			errs = append(errs, fmt.Errorf("volume %q at %q: give a name (lower-case letters, digits, '-') and an absolute path other than /",
-				clipText(v.Name, 40), clipText(v.Path, 60)))
-			break
-		}
-	}
-	if len(s.Probes) > 8 {
-		errs = append(errs, errors.New("at most 8 probes"))
-	}
-	for i, p := range s.Probes {
-		if err := validProbe(p); err != nil {
-			errs = append(errs, fmt.Errorf("probe %d: %v", i+1, err))
-		}
-	}
-	if err := errors.Join(errs...); err != nil {
-		return errdefs.Wrap(errdefs.ErrInvalid, err)
-	}
-	return nil
-}
-
-func validProbe(p api.Probe) error {
-	n := 0
-	if len(p.Exec) > 0 {
-		n++
-		if len(p.Exec) > 64 {
-			return errors.New("exec: at most 64 arguments")
-		}
-	}
-	if p.HTTP != "" {
-		n++
-		u, err := url.Parse(p.HTTP)
-		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || len(p.HTTP) > 2048 {
-			return fmt.Errorf("http %q: give an http:// or https:// URL", clipText(p.HTTP, 60))
-		}
-	}
-	if p.TCP != "" {
-		n++
-		if _, _, err := net.SplitHostPort(p.TCP); err != nil {
-			return fmt.Errorf("tcp %q: give host:port", clipText(p.TCP, 60))
-		}
-	}
-	if n != 1 {
-		return errors.New("give exactly one of exec, http and tcp")
-	}
-	if p.PeriodSeconds > 3600 || p.TimeoutSeconds > 600 || p.FailureThreshold > 100 || p.InitialDelay > 3600 {
-		return errors.New("period up to 3600 s, timeout up to 600 s, failure threshold up to 100, initial delay up to 3600 s")
-	}
-	return nil
-}
-
-func clipText(s string, n int) string {
-	if len(s) > n {
-		return s[:n] + "…"
-	}
-	return s
 }
 
 // resolveImage turns an operator's reference (with or without the
@@ -627,29 +516,6 @@ func (a *Apps) Effective(ctx context.Context, b fleet.Box) (map[string]Release, 
 		return nil, err
 	}
 	return c.effective(b)
-}
-
-// Workload is the desired object a release becomes on a box.
-func (r Release) Workload() *edgeboxv1.Workload {
-	return &edgeboxv1.Workload{App: r.App, Release: r.Version, Runtime: r.Runtime, Image: r.Image,
-		Env: r.Env, Args: r.Args, CpuMillis: r.CPUMillis, MemoryBytes: r.MemoryBytes, Restart: r.Restart, KeepState: r.KeepState, Probes: probes(r.Probes), Volumes: volumes(r.Volumes)}
-}
-
-func volumes(vs []api.Volume) []*edgeboxv1.Volume {
-	var out []*edgeboxv1.Volume
-	for _, v := range vs {
-		out = append(out, &edgeboxv1.Volume{Name: v.Name, Path: v.Path, ReadOnly: v.ReadOnly})
-	}
-	return out
-}
-
-func probes(ps []api.Probe) []*edgeboxv1.Probe {
-	var out []*edgeboxv1.Probe
-	for _, p := range ps {
-		out = append(out, &edgeboxv1.Probe{Exec: p.Exec, Http: p.HTTP, Tcp: p.TCP, PeriodSeconds: p.PeriodSeconds,
-			TimeoutSeconds: p.TimeoutSeconds, FailureThreshold: p.FailureThreshold, InitialDelaySeconds: p.InitialDelay})
-	}
-	return out
 }
 
 // SyncBox writes box's Workload objects for the releases it should run

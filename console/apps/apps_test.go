@@ -10,7 +10,6 @@ import (
 
 	"github.com/opencontainers/go-digest"
 
-	"github.com/edgebox/edgebox/api"
 	"github.com/edgebox/edgebox/console/desired"
 	"github.com/edgebox/edgebox/console/fleet"
 	"github.com/edgebox/edgebox/console/store/storetest"
@@ -94,7 +93,7 @@ func TestReleasesResolveTagsAndAreImmutable(t *testing.T) {
 	if _, err := a.CreateApp(ctx, admin, "clock", ""); err != nil {
 		t.Fatal(err)
 	}
-	r, err := a.CreateRelease(ctx, admin, "clock", api.ReleaseSpec{Version: "1.0", Runtime: "containerd", Image: host + "/robots/clock:1"})
+	r, err := a.CreateRelease(ctx, admin, "clock", Spec{Version: "1.0", Runtime: "containerd", Image: host + "/robots/clock:1"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -102,15 +101,15 @@ func TestReleasesResolveTagsAndAreImmutable(t *testing.T) {
 		t.Fatalf("release image %q tag %q", r.Image, r.Tag)
 	}
 	// Without the host, and by digest, it is the same image.
-	r2, err := a.CreateRelease(ctx, admin, "clock", api.ReleaseSpec{Version: "1.1", Runtime: "containerd", Image: "robots/clock@" + d1.String(),
-		Probes: []api.Probe{{HTTP: "http://127.0.0.1:8080/healthz", FailureThreshold: 2}}})
+	r2, err := a.CreateRelease(ctx, admin, "clock", Spec{Version: "1.1", Runtime: "containerd", Image: "robots/clock@" + d1.String(),
+		Probes: []Probe{{HTTP: "http://127.0.0.1:8080/healthz", FailureThreshold: 2}}})
 	if err != nil || r2.Image != r.Image {
 		t.Fatalf("by digest: %q %v", r2.Image, err)
 	}
 	if w := r2.Workload(); len(w.GetProbes()) != 1 || w.GetProbes()[0].GetHttp() != "http://127.0.0.1:8080/healthz" || w.GetProbes()[0].GetFailureThreshold() != 2 {
 		t.Fatalf("probes in the workload: %v", w.GetProbes())
 	}
-	for name, spec := range map[string]api.ReleaseSpec{
+	for name, spec := range map[string]Spec{
 		"same version":   {Version: "1.0", Runtime: "containerd", Image: host + "/robots/clock:2"},
 		"missing tag":    {Version: "3", Runtime: "containerd", Image: host + "/robots/clock:3"},
 		"other registry": {Version: "4", Runtime: "containerd", Image: "docker.io/library/busybox:1"},
@@ -119,21 +118,21 @@ func TestReleasesResolveTagsAndAreImmutable(t *testing.T) {
 		"bad version":    {Version: "../x", Runtime: "containerd", Image: host + "/robots/clock:1"},
 		"bad env":        {Version: "7", Runtime: "containerd", Image: host + "/robots/clock:1", Env: []string{"=x"}},
 		"bad restart":    {Version: "8", Runtime: "containerd", Image: host + "/robots/clock:1", Restart: "sometimes"},
-		"two checks":     {Version: "9", Runtime: "containerd", Image: host + "/robots/clock:1", Probes: []api.Probe{{HTTP: "http://x/", TCP: "x:1"}}},
-		"no check":       {Version: "10", Runtime: "containerd", Image: host + "/robots/clock:1", Probes: []api.Probe{{PeriodSeconds: 5}}},
-		"bad url":        {Version: "11", Runtime: "containerd", Image: host + "/robots/clock:1", Probes: []api.Probe{{HTTP: "ftp://x"}}},
-		"bad port":       {Version: "13", Runtime: "containerd", Image: host + "/robots/clock:1", Ports: []api.Port{{Port: 80, Protocol: "sctp"}}},
-		"key sans label": {Version: "14", Runtime: "containerd", Image: host + "/robots/clock:1", Keys: []api.KeyNeed{{}}},
-		"bad key label":  {Version: "15", Runtime: "containerd", Image: host + "/robots/clock:1", Keys: []api.KeyNeed{{Labels: map[string]string{"Bad Label": "x"}}}},
-		"volume at /":    {Version: "16", Runtime: "containerd", Image: host + "/robots/clock:1", Volumes: []api.Volume{{Name: "data", Path: "/"}}},
-		"volume name":    {Version: "17", Runtime: "containerd", Image: host + "/robots/clock:1", Volumes: []api.Volume{{Name: "../x", Path: "/data"}}},
-		"bad tcp":        {Version: "12", Runtime: "containerd", Image: host + "/robots/clock:1", Probes: []api.Probe{{TCP: "nohost"}}},
+		"two checks":     {Version: "9", Runtime: "containerd", Image: host + "/robots/clock:1", Probes: []Probe{{HTTP: "http://x/", TCP: "x:1"}}},
+		"no check":       {Version: "10", Runtime: "containerd", Image: host + "/robots/clock:1", Probes: []Probe{{PeriodSeconds: 5}}},
+		"bad url":        {Version: "11", Runtime: "containerd", Image: host + "/robots/clock:1", Probes: []Probe{{HTTP: "ftp://x"}}},
+		"bad port":       {Version: "13", Runtime: "containerd", Image: host + "/robots/clock:1", Ports: []Port{{Port: 80, Protocol: "sctp"}}},
+		"key sans label": {Version: "14", Runtime: "containerd", Image: host + "/robots/clock:1", Keys: []KeyNeed{{}}},
+		"bad key label":  {Version: "15", Runtime: "containerd", Image: host + "/robots/clock:1", Keys: []KeyNeed{{Labels: map[string]string{"Bad Label": "x"}}}},
+		"volume at /":    {Version: "16", Runtime: "containerd", Image: host + "/robots/clock:1", Volumes: []Volume{{Name: "data", Path: "/"}}},
+		"volume name":    {Version: "17", Runtime: "containerd", Image: host + "/robots/clock:1", Volumes: []Volume{{Name: "../x", Path: "/data"}}},
+		"bad tcp":        {Version: "12", Runtime: "containerd", Image: host + "/robots/clock:1", Probes: []Probe{{TCP: "nohost"}}},
 	} {
 		if _, err := a.CreateRelease(ctx, admin, "clock", spec); err == nil {
 			t.Errorf("%s: accepted", name)
 		}
 	}
-	if _, err := a.CreateRelease(ctx, admin, "nope", api.ReleaseSpec{Version: "1", Runtime: "process", Image: "/bin/true"}); !errors.Is(err, errdefs.ErrNotFound) {
+	if _, err := a.CreateRelease(ctx, admin, "nope", Spec{Version: "1", Runtime: "process", Image: "/bin/true"}); !errors.Is(err, errdefs.ErrNotFound) {
 		t.Errorf("release of a missing app: %v", err)
 	}
 	rels, err := a.Releases(ctx, fleet.DefaultTenant, "clock")
@@ -151,7 +150,7 @@ func TestPinsBoxOverSiteOverRegion(t *testing.T) {
 	a, d := newApps(t, fl)
 	a.CreateApp(ctx, admin, "clock", "")
 	for _, v := range []string{"1", "2"} {
-		if _, err := a.CreateRelease(ctx, admin, "clock", api.ReleaseSpec{Version: v, Runtime: "containerd", Image: "robots/clock:" + v}); err != nil {
+		if _, err := a.CreateRelease(ctx, admin, "clock", Spec{Version: v, Runtime: "containerd", Image: "robots/clock:" + v}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -222,7 +221,7 @@ func TestNewBoxGetsPinnedApps(t *testing.T) {
 	fl := boxes{box("bx-a", "east", "s1")}
 	a, d := newApps(t, fl)
 	a.CreateApp(ctx, admin, "clock", "")
-	a.CreateRelease(ctx, admin, "clock", api.ReleaseSpec{Version: "1", Runtime: "containerd", Image: "robots/clock:1"})
+	a.CreateRelease(ctx, admin, "clock", Spec{Version: "1", Runtime: "containerd", Image: "robots/clock:1"})
 	if _, _, err := a.Deploy(ctx, admin, "clock", "1", ScopeRegion, "east"); err != nil {
 		t.Fatal(err)
 	}

@@ -37,7 +37,7 @@ func appView(a apps.App) api.App {
 }
 
 func releaseView(r apps.Release) api.Release {
-	return api.Release{App: r.App, ReleaseSpec: r.ReleaseSpec, Tag: r.Tag, CreatedAt: r.CreatedAt, CreatedBy: r.CreatedBy}
+	return api.Release{App: r.App, ReleaseSpec: specView(r.Spec), Tag: r.Tag, CreatedAt: r.CreatedAt, CreatedBy: r.CreatedBy}
 }
 
 func pinView(p apps.Pin) *api.Pin {
@@ -107,7 +107,7 @@ func (s *server) createRelease(c *gin.Context) {
 	if !bindJSON(c, &req) {
 		return
 	}
-	r, err := s.Apps.CreateRelease(c.Request.Context(), caller(c), c.Param("app"), req)
+	r, err := s.Apps.CreateRelease(c.Request.Context(), caller(c), c.Param("app"), specFrom(req))
 	if err != nil {
 		s.fail(c, err)
 		return
