@@ -2,6 +2,7 @@ package edgebox_test
 
 import (
 	"os/exec"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -70,6 +71,62 @@ func TestDirectImportRules(t *testing.T) {
 			for _, imp := range imports {
 				if imp == r.banned || strings.HasPrefix(imp, r.banned+"/") {
 					t.Errorf("%s imports %s, which only %s may", pkg, imp, r.owner)
+				}
+			}
+		}
+	}
+}
+
+// TestConsoleLayers keeps the HTTP API at the console's edge. Each package
+// under console/ is checked on its own: what its code links (directly or
+// through other packages) and what its tests import. The root composes
+// everything, so it links httpapi and, through it, api; it still may not
+// import api itself.
+func TestConsoleLayers(t *testing.T) {
+	t.Parallel()
+	const mod = "github.com/edgebox/edgebox/"
+	rules := []struct {
+		banned string
+		// mayLink may link banned through other packages; mayImport may
+		// import it themselves. Every other console package may do
+		// neither, in its code or its tests.
+		mayLink, mayImport []string
+		why                string
+	}{
+		{mod + "api", []string{mod + "console", mod + "console/httpapi"}, []string{mod + "console/httpapi"},
+			"api's types stop at httpapi, which converts them to each package's own"},
+		// Presence, the hub, the agent service and every other service
+		// serve httpapi through interfaces it declares; none depends on
+		// it.
+		{mod + "console/httpapi", []string{mod + "console", mod + "console/httpapi"}, []string{mod + "console", mod + "console/httpapi"},
+			"services are below the HTTP API, which only the root wires to them"},
+	}
+	const format = `{{.ImportPath}}|{{join .Imports " "}}|{{join .Deps " "}}|{{join .TestImports " "}} {{join .XTestImports " "}}`
+	out, err := exec.Command("go", "list", "-f", format, "./console/...").Output()
+	if err != nil {
+		t.Fatalf("go list ./console/...: %v", err)
+	}
+	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
+	if len(lines) < 5 {
+		t.Fatalf("go list ./console/... listed %d packages; the rules below would check nothing", len(lines))
+	}
+	for _, line := range lines {
+		f := strings.Split(line, "|")
+		if len(f) != 4 {
+			t.Fatalf("go list printed %q", line)
+		}
+		pkg, imports, deps, testImports := f[0], strings.Fields(f[1]), strings.Fields(f[2]), strings.Fields(f[3])
+		for _, r := range rules {
+			var seen []string
+			switch {
+			case !slices.Contains(r.mayLink, pkg):
+				seen = slices.Concat(deps, testImports)
+			case !slices.Contains(r.mayImport, pkg):
+				seen = slices.Concat(imports, testImports)
+			}
+			for _, dep := range seen {
+				if dep == r.banned || strings.HasPrefix(dep, r.banned+"/") {
+					t.Errorf("%s imports or links %s: %s", pkg, dep, r.why)
 				}
 			}
 		}
