@@ -42,11 +42,11 @@ demo: build ## start a console on fresh data with a local enrolled agent; Ctrl-C
 bench: ## run the benchmarks, a few minutes (figures go in docs/benchmarks.md)
 	$(GO) test -run '^$$' -bench Throughput -benchtime 4x -count 3 ./tunnel/
 	$(GO) test -run '^$$' -bench Link -benchtime 2x -timeout 20m ./tunnel/
-	$(GO) test -run '^$$' -bench Fleet -benchtime 1x -timeout 20m ./internal/bench/
+	$(GO) test -run '^$$' -bench Fleet -benchtime 1x -timeout 20m ./internal/test/bench/
 	$(GO) test -run '^$$' -bench SessionCost -benchtime 1x -timeout 20m ./tunnel/
-	$(GO) test -run '^$$' -bench Sync -benchtime 1x -timeout 20m ./internal/bench/
+	$(GO) test -run '^$$' -bench Sync -benchtime 1x -timeout 20m ./internal/test/bench/
 	$(GO) test -run '^$$' -bench BoltCommit -benchtime 1x -count 3 ./console/store/
-	$(GO) test -run '^$$' -bench 'Pull|Deploy' -benchtime 1x -timeout 20m ./internal/bench/
+	$(GO) test -run '^$$' -bench 'Pull|Deploy' -benchtime 1x -timeout 20m ./internal/test/bench/
 
 fuzz: ## run each fuzz target for 30 s
 	$(GO) test -run '^$$' -fuzz FuzzReadHeader -fuzztime 30s ./tunnel/
@@ -62,7 +62,7 @@ fuzz: ## run each fuzz target for 30 s
 	$(GO) test -run '^$$' -fuzz FuzzParseUevent -fuzztime 30s ./usbhub/
 
 soak: ## 500 randomized sync histories with faults (make test runs 50), about 10 minutes
-	$(GO) test -race -count=1 -timeout 60m -run TestSyncHistory ./internal/integration/ -history-runs=500
+	$(GO) test -race -count=1 -timeout 60m -run TestSyncHistory ./internal/test/integration/ -history-runs=500
 
 clean: ## remove build output
 	rm -rf bin dist .demo

@@ -15,13 +15,13 @@ import (
 	"github.com/edgebox/edgebox/agent/runtime"
 	"github.com/edgebox/edgebox/agent/runtime/process"
 	"github.com/edgebox/edgebox/agent/runtime/runtimetest"
-	"github.com/edgebox/edgebox/internal/require"
+	"github.com/edgebox/edgebox/internal/test/require"
 	edgeboxv1 "github.com/edgebox/edgebox/proto/edgebox/v1"
 )
 
 // crashUIDs are the workload user IDs of these tests, apart from other
 // packages' tests that run at the same time (agent/runtime/process takes
-// 900000 to 939999, internal/integration 650000 to 820000): a sweep ends
+// 900000 to 939999, internal/test/integration 650000 to 820000): a sweep ends
 // every process in its range that its own state does not hold.
 const crashUIDs = 950000
 

@@ -19,7 +19,7 @@ import (
 
 	"github.com/edgebox/edgebox/agent/runtime"
 	"github.com/edgebox/edgebox/agent/runtime/runtimetest"
-	"github.com/edgebox/edgebox/internal/require"
+	"github.com/edgebox/edgebox/internal/test/require"
 	edgeboxv1 "github.com/edgebox/edgebox/proto/edgebox/v1"
 )
 
@@ -78,7 +78,7 @@ func TestConformance(t *testing.T) {
 
 // crashUIDs is the first user ID of the crash-point tests' drivers, apart
 // from the other tests' (here, and in other packages that run at the same
-// time: internal/integration's boxes take 650000 to 820000), whose
+// time: internal/test/integration's boxes take 650000 to 820000), whose
 // workloads their sweeps must not touch. Tests here that need ranges of
 // their own take the next ones, 10,000 apart.
 const crashUIDs = 900000

@@ -17,8 +17,8 @@ import (
 	"github.com/edgebox/edgebox/agent/runtime"
 	"github.com/edgebox/edgebox/api"
 	"github.com/edgebox/edgebox/images/vm"
-	"github.com/edgebox/edgebox/internal/testenv"
-	"github.com/edgebox/edgebox/internal/vmtest"
+	"github.com/edgebox/edgebox/internal/test/testenv"
+	"github.com/edgebox/edgebox/internal/test/vmtest"
 )
 
 // TestVMDeployedFromTheRegistry: a VM image pushed to the console's

@@ -34,9 +34,9 @@ import (
 	"github.com/edgebox/edgebox/agent"
 	"github.com/edgebox/edgebox/agent/runtime"
 	"github.com/edgebox/edgebox/images/pull"
-	"github.com/edgebox/edgebox/internal/ctrdtest"
-	"github.com/edgebox/edgebox/internal/testenv"
-	"github.com/edgebox/edgebox/internal/toxic"
+	"github.com/edgebox/edgebox/internal/test/ctrdtest"
+	"github.com/edgebox/edgebox/internal/test/testenv"
+	"github.com/edgebox/edgebox/internal/test/toxic"
 	"github.com/edgebox/edgebox/tunnel"
 )
 

@@ -26,7 +26,7 @@ import (
 
 	"github.com/edgebox/edgebox/agent"
 	"github.com/edgebox/edgebox/api"
-	"github.com/edgebox/edgebox/internal/testenv"
+	"github.com/edgebox/edgebox/internal/test/testenv"
 )
 
 // consoleProc is the console binary under measurement.

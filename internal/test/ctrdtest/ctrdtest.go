@@ -18,7 +18,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/edgebox/edgebox/internal/require"
+	"github.com/edgebox/edgebox/internal/test/require"
 	"github.com/google/go-containerregistry/pkg/name"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/empty"

@@ -27,7 +27,7 @@ import (
 	"github.com/edgebox/edgebox/agent/runtime"
 	"github.com/edgebox/edgebox/agent/runtime/process"
 	"github.com/edgebox/edgebox/api"
-	"github.com/edgebox/edgebox/internal/testenv"
+	"github.com/edgebox/edgebox/internal/test/testenv"
 	"github.com/edgebox/edgebox/usbhub"
 )
 

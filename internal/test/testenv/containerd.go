@@ -8,7 +8,7 @@ import (
 	"testing"
 
 	"github.com/edgebox/edgebox/agent/runtime/containerd"
-	"github.com/edgebox/edgebox/internal/ctrdtest"
+	"github.com/edgebox/edgebox/internal/test/ctrdtest"
 )
 
 // Containerd starts a containerd of the test's own and returns the

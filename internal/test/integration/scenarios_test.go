@@ -9,7 +9,7 @@ import (
 
 	"github.com/edgebox/edgebox/api"
 	"github.com/edgebox/edgebox/enroll"
-	"github.com/edgebox/edgebox/internal/testenv"
+	"github.com/edgebox/edgebox/internal/test/testenv"
 )
 
 // harnesses returns a fresh environment of each kind.

@@ -9,8 +9,8 @@ import (
 	"time"
 
 	"github.com/edgebox/edgebox/api"
-	"github.com/edgebox/edgebox/internal/ctrdtest"
-	"github.com/edgebox/edgebox/internal/testenv"
+	"github.com/edgebox/edgebox/internal/test/ctrdtest"
+	"github.com/edgebox/edgebox/internal/test/testenv"
 )
 
 // TestDeployToARegion is the one-click deploy with the built binaries: an

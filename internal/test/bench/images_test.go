@@ -31,8 +31,8 @@ import (
 	"github.com/edgebox/edgebox/agent/runtime"
 	"github.com/edgebox/edgebox/api"
 	"github.com/edgebox/edgebox/images/pull"
-	"github.com/edgebox/edgebox/internal/ctrdtest"
-	"github.com/edgebox/edgebox/internal/testenv"
+	"github.com/edgebox/edgebox/internal/test/ctrdtest"
+	"github.com/edgebox/edgebox/internal/test/testenv"
 	"github.com/edgebox/edgebox/tunnel"
 )
 

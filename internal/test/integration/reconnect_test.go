@@ -10,8 +10,8 @@ import (
 
 	"github.com/edgebox/edgebox/agent"
 	"github.com/edgebox/edgebox/api"
-	"github.com/edgebox/edgebox/internal/testenv"
-	"github.com/edgebox/edgebox/internal/toxic"
+	"github.com/edgebox/edgebox/internal/test/testenv"
+	"github.com/edgebox/edgebox/internal/test/toxic"
 	"github.com/edgebox/edgebox/tunnel"
 )
 

@@ -14,8 +14,8 @@ import (
 	"github.com/edgebox/edgebox/agent"
 	"github.com/edgebox/edgebox/agent/runtime"
 	"github.com/edgebox/edgebox/agent/runtime/fake"
-	"github.com/edgebox/edgebox/internal/testenv"
-	"github.com/edgebox/edgebox/internal/toxic"
+	"github.com/edgebox/edgebox/internal/test/testenv"
+	"github.com/edgebox/edgebox/internal/test/toxic"
 	edgeboxv1 "github.com/edgebox/edgebox/proto/edgebox/v1"
 )
 

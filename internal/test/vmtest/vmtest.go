@@ -19,7 +19,7 @@ import (
 
 	"github.com/edgebox/edgebox/agent/runtime/qemu"
 	"github.com/edgebox/edgebox/images/vm"
-	"github.com/edgebox/edgebox/internal/require"
+	"github.com/edgebox/edgebox/internal/test/require"
 )
 
 // Cmdline is the guest's kernel command line.

@@ -16,7 +16,7 @@ import (
 	"github.com/edgebox/edgebox/agent/runtime"
 	"github.com/edgebox/edgebox/agent/runtime/fake"
 	"github.com/edgebox/edgebox/api"
-	"github.com/edgebox/edgebox/internal/testenv"
+	"github.com/edgebox/edgebox/internal/test/testenv"
 	edgeboxv1 "github.com/edgebox/edgebox/proto/edgebox/v1"
 	"github.com/edgebox/edgebox/tunnel"
 )

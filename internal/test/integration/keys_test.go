@@ -18,8 +18,8 @@ import (
 	"github.com/edgebox/edgebox/agent/runtime/fake"
 	"github.com/edgebox/edgebox/agent/runtime/process"
 	"github.com/edgebox/edgebox/api"
-	"github.com/edgebox/edgebox/internal/require"
-	"github.com/edgebox/edgebox/internal/testenv"
+	"github.com/edgebox/edgebox/internal/test/require"
+	"github.com/edgebox/edgebox/internal/test/testenv"
 	"github.com/edgebox/edgebox/usbhub"
 )
 

@@ -12,8 +12,8 @@ import (
 
 	"github.com/edgebox/edgebox/agent"
 	"github.com/edgebox/edgebox/agent/runtime"
-	"github.com/edgebox/edgebox/internal/ctrdtest"
-	"github.com/edgebox/edgebox/internal/testenv"
+	"github.com/edgebox/edgebox/internal/test/ctrdtest"
+	"github.com/edgebox/edgebox/internal/test/testenv"
 )
 
 // TestDesiredWorkloadRunsInContainerd: an operator writes a Workload for a

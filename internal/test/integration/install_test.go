@@ -13,9 +13,9 @@ import (
 	"time"
 
 	"github.com/edgebox/edgebox/api"
-	"github.com/edgebox/edgebox/internal/require"
-	"github.com/edgebox/edgebox/internal/testenv"
-	"github.com/edgebox/edgebox/internal/toxic"
+	"github.com/edgebox/edgebox/internal/test/require"
+	"github.com/edgebox/edgebox/internal/test/testenv"
+	"github.com/edgebox/edgebox/internal/test/toxic"
 )
 
 // needRootAndUnshare is what the install tests need: they install a real

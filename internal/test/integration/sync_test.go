@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/edgebox/edgebox/api"
-	"github.com/edgebox/edgebox/internal/testenv"
+	"github.com/edgebox/edgebox/internal/test/testenv"
 	edgeboxv1 "github.com/edgebox/edgebox/proto/edgebox/v1"
 )
 
