@@ -13,7 +13,7 @@ import (
 	"time"
 
 	"github.com/edgebox/edgebox/agent"
-	"github.com/edgebox/edgebox/internal/require"
+	"github.com/edgebox/edgebox/internal/test/require"
 )
 
 func TestSystemdUnitPassesSystemdAnalyze(t *testing.T) {

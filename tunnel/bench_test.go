@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/edgebox/edgebox/internal/toxic"
+	"github.com/edgebox/edgebox/internal/test/toxic"
 )
 
 // sink reads exactly n bytes from each accepted conn, then answers one

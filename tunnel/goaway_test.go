@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/edgebox/edgebox/internal/toxic"
+	"github.com/edgebox/edgebox/internal/test/toxic"
 )
 
 // endings records, for each session of a client that ended, whether the

@@ -13,7 +13,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/edgebox/edgebox/internal/require"
+	"github.com/edgebox/edgebox/internal/test/require"
 )
 
 // TestSimulatedKeysHaveNodes: after MakeNodes, every simulated key has a

@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/edgebox/edgebox/internal/require"
+	"github.com/edgebox/edgebox/internal/test/require"
 )
 
 // TestListenUevents: the listener hears the kernel. This kernel has no

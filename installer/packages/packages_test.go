@@ -10,7 +10,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/edgebox/edgebox/internal/require"
+	"github.com/edgebox/edgebox/internal/test/require"
 )
 
 // buildAgent builds the agent for goos/goarch as make dist does.

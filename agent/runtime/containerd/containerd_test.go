@@ -20,7 +20,7 @@ import (
 
 	"github.com/edgebox/edgebox/agent/runtime"
 	"github.com/edgebox/edgebox/agent/runtime/runtimetest"
-	"github.com/edgebox/edgebox/internal/ctrdtest"
+	"github.com/edgebox/edgebox/internal/test/ctrdtest"
 	edgeboxv1 "github.com/edgebox/edgebox/proto/edgebox/v1"
 )
 

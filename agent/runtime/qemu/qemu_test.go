@@ -22,7 +22,7 @@ import (
 	"github.com/edgebox/edgebox/images/pull"
 	"github.com/edgebox/edgebox/images/registry"
 	"github.com/edgebox/edgebox/images/vm"
-	"github.com/edgebox/edgebox/internal/vmtest"
+	"github.com/edgebox/edgebox/internal/test/vmtest"
 	edgeboxv1 "github.com/edgebox/edgebox/proto/edgebox/v1"
 )
 
