@@ -11,13 +11,13 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	bolt "go.etcd.io/bbolt"
+	"golang.org/x/sync/errgroup"
 	"google.golang.org/grpc"
 
 	"github.com/edgebox/edgebox/console/apps"
@@ -50,6 +50,10 @@ type Config struct {
 	DataDir string
 	// Listen is the one public address, ":8443" by default.
 	Listen string
+	// Listener, when set, is the public port instead of a listener on
+	// Listen: for socket activation, and for tests that make the port fail.
+	// Run closes it when it returns.
+	Listener net.Listener
 	// PublicURL is how boxes and operators reach the console; it goes into
 	// enrollment tokens. Default: https://<this host name>:<listen port>.
 	PublicURL string
@@ -230,17 +234,24 @@ func (c *Console) publicURL(ln net.Listener) string {
 	return "https://" + net.JoinHostPort(host, port)
 }
 
-// Run opens the data directory, serves until ctx ends, then shuts down
-// in order: no new connections, sessions dropped, database closed.
+// Run opens the data directory and serves until ctx ends or one of its
+// services fails, then shuts down in order: no new connections, sessions
+// dropped, database closed. It returns nil when ctx ended it, else the
+// first failure.
 func (c *Console) Run(ctx context.Context) error {
+	if c.cfg.Listener != nil {
+		defer c.cfg.Listener.Close()
+	}
 	bdb, err := db.Open(c.cfg.DataDir)
 	if err != nil {
 		return err
 	}
 	defer bdb.Close()
-	ln, err := net.Listen("tcp", c.cfg.Listen)
-	if err != nil {
-		return fmt.Errorf("console: listen on %s: %w", c.cfg.Listen, err)
+	ln := c.cfg.Listener
+	if ln == nil {
+		if ln, err = net.Listen("tcp", c.cfg.Listen); err != nil {
+			return fmt.Errorf("console: listen on %s: %w", c.cfg.Listen, err)
+		}
 	}
 	defer ln.Close()
 	public := c.publicURL(ln)
@@ -337,22 +348,50 @@ func (c *Console) Run(ctx context.Context) error {
 	close(c.ready)
 	c.log.Info("console up", "listen", ln.Addr().String(), "url", public, "data", c.cfg.DataDir)
 
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	var wg sync.WaitGroup
-	run := func(f func()) { wg.Add(1); go func() { defer wg.Done(); f() }() }
-	desiredChanges := syncs.hub.watch(ctx, st) // before any Sync stream can start
-	run(func() { syncs.hub.run(ctx, st, desiredChanges, c.log) })
-	run(func() { p.serve(ctx) })
-	run(func() { hs.Serve(p.http) })
-	run(func() { rpc.Serve(srv.Listen(tunnel.KindRPC)) })
-	run(func() { boxRegistry.Serve(srv.Listen(tunnel.KindRegistry)) })
-	run(func() { syncs.serve(ctx, srv.Listen(tunnel.KindSync)) })
-	run(func() { c.presence.run(ctx) })
-	run(func() { compactLoop(ctx, st, c.cfg.CompactEvery, c.cfg.KeepRevisions, c.log) })
-	run(func() { appsLoop(ctx, catalogue, c.cfg.AppsSyncEvery, c.log) })
+	// The services run under one group. The first to fail ends the
+	// group's context, as the end of ctx does; a service that stops after
+	// that was asked to (http.ErrServerClosed, grpc.ErrServerStopped,
+	// net.ErrClosed), and its result is not a failure. Then they stop in
+	// this order, each once the one before no longer hands it work:
+	//  1. the public port stops accepting (ln.Close), and the API drains
+	//     its requests for up to 5 s;
+	//  2. the box registry and the agent RPC stop serving tunnel streams;
+	//  3. the tunnel server says goodbye to every box and drops its session
+	//     (its stream listeners close, which ends the sync server);
+	//  4. connection handlers, the hub, presence, compaction and app sync
+	//     end with the group's context; presence writes its last times;
+	//  5. on return, the registry, the store and the database close
+	//     (deferred above).
+	// Run returns the first failure, or nil when ctx ended it.
+	g, gctx := errgroup.WithContext(ctx)
+	failed := func(what string, err error) error {
+		if gctx.Err() != nil {
+			return nil // asked to stop, or stopped after another's failure
+		}
+		if err == nil {
+			err = errors.New("stopped by itself")
+		}
+		return fmt.Errorf("console: %s: %w", what, err)
+	}
+	loop := func(f func(context.Context)) { g.Go(func() error { f(gctx); return nil }) }
+	desiredChanges := syncs.hub.watch(gctx, st) // before any Sync stream can start
+	loop(func(ctx context.Context) { syncs.hub.run(ctx, st, desiredChanges, c.log) })
+	g.Go(func() error { return failed("public port", p.serve(gctx)) })
+	g.Go(func() error {
+		err := hs.Serve(p.http)
+		if errors.Is(err, net.ErrClosed) {
+			return nil // the port stopped handing connections; its result says why
+		}
+		return failed("HTTP API", err)
+	})
+	g.Go(func() error { return failed("agent RPC", rpc.Serve(srv.Listen(tunnel.KindRPC))) })
+	g.Go(func() error { return failed("box registry", boxRegistry.Serve(srv.Listen(tunnel.KindRegistry))) })
+	loop(func(ctx context.Context) { syncs.serve(ctx, srv.Listen(tunnel.KindSync)) })
+	loop(c.presence.run)
+	loop(func(ctx context.Context) { compactLoop(ctx, st, c.cfg.CompactEvery, c.cfg.KeepRevisions, c.log) })
+	loop(func(ctx context.Context) { appsLoop(ctx, catalogue, c.cfg.AppsSyncEvery, c.log) })
 
-	<-ctx.Done()
+	<-gctx.Done()
 	ln.Close()
 	shutdownCtx, done := context.WithTimeout(context.Background(), 5*time.Second)
 	hs.Shutdown(shutdownCtx)
@@ -361,8 +400,12 @@ func (c *Console) Run(ctx context.Context) error {
 	rpc.Stop()
 	srv.Close()
 	p.wait()
-	wg.Wait()
+	err = g.Wait()
 	c.presence.flush()
+	if err != nil {
+		c.log.Error("console stopped", "err", err)
+		return err
+	}
 	c.log.Info("console stopped")
 	return nil
 }

@@ -92,7 +92,12 @@ func newPort(ln net.Listener, a *pki.Authority, srv *tunnel.Server, adm *admissi
 	return p
 }
 
-func (p *port) serve(ctx context.Context) {
+// serve accepts until ctx ends, then returns nil. It survives errors a
+// busy or flaky host gives (out of file descriptors, aborted connections,
+// timeouts) with a back-off, and returns any other error of the listener,
+// net.ErrClosed included when ctx has not ended: the port serves nothing
+// then, and the console must not go on as if it did.
+func (p *port) serve(ctx context.Context) error {
 	defer p.http.Close()
 	logCtx, stopLog := context.WithCancel(ctx)
 	logDone := make(chan struct{})
@@ -103,8 +108,11 @@ func (p *port) serve(ctx context.Context) {
 	for {
 		c, err := p.ln.Accept()
 		if err != nil {
-			if errors.Is(err, net.ErrClosed) || ctx.Err() != nil {
-				return
+			if ctx.Err() != nil {
+				return nil // the listener was closed on purpose
+			}
+			if !acceptRetryable(err) {
+				return fmt.Errorf("console: accepting on %s: %w", p.ln.Addr(), err)
 			}
 			// Out of file descriptors, or a connection gone before it was
 			// accepted: never a reason to stop serving. Idle connections
@@ -121,7 +129,7 @@ func (p *port) serve(ctx context.Context) {
 			select {
 			case <-time.After(backoff):
 			case <-ctx.Done():
-				return
+				return nil
 			}
 			continue
 		}
@@ -188,6 +196,32 @@ func (p *port) handle(ctx context.Context, pc *portConn) {
 	if !p.http.deliver(ctx, tc) {
 		tc.Close()
 	}
+}
+
+// acceptRetryable reports whether an Accept error passes with time: a
+// timeout, an error the net package calls temporary (EMFILE, ENFILE,
+// ECONNABORTED, ECONNRESET, EINTR, …), or one of the errors Linux's
+// accept(2) passes on from the network for a single connection. Any other
+// error, net.ErrClosed first, means the listener is gone.
+func acceptRetryable(err error) bool {
+	if errors.Is(err, net.ErrClosed) {
+		return false
+	}
+	if isTimeout(err) {
+		return true
+	}
+	var tmp interface{ Temporary() bool }
+	if errors.As(err, &tmp) && tmp.Temporary() {
+		return true
+	}
+	for _, e := range []syscall.Errno{syscall.EMFILE, syscall.ENFILE, syscall.ENOBUFS, syscall.ENOMEM,
+		syscall.ECONNABORTED, syscall.EPERM, syscall.EPROTO, syscall.ENETDOWN, syscall.ENETUNREACH,
+		syscall.EHOSTUNREACH, syscall.EHOSTDOWN, syscall.ENOPROTOOPT, syscall.EOPNOTSUPP} {
+		if errors.Is(err, e) {
+			return true
+		}
+	}
+	return false
 }
 
 func isTimeout(err error) bool {

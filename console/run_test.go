@@ -1,0 +1,159 @@
+package console
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"runtime"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// breakingListener is a real TCP listener whose Accept fails for good, as
+// a listener whose socket went away does, once break_ is called.
+type breakingListener struct {
+	net.Listener
+	once  sync.Once
+	broke chan struct{}
+}
+
+var errListenerBroke = errors.New("the test broke the listener")
+
+func (l *breakingListener) break_() {
+	l.once.Do(func() { close(l.broke) })
+	// Wake the Accept that is waiting.
+	if c, err := net.Dial("tcp", l.Addr().String()); err == nil {
+		c.Close()
+	}
+}
+
+func (l *breakingListener) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	select {
+	case <-l.broke:
+		if c != nil {
+			c.Close()
+		}
+		return nil, errListenerBroke
+	default:
+	}
+	return c, err
+}
+
+// leftBehind are goroutines that libraries the console uses start and
+// never stop, whatever the caller does; goroutines does not count them.
+var leftBehind = []string{
+	// distribution's App starts an event broadcaster that App.Shutdown
+	// does not close (registry/handlers/app.go): one per registry.Open.
+	"github.com/docker/go-events.(*Broadcaster).run",
+}
+
+// goroutines counts the process's goroutines but leftBehind, and returns
+// their stacks.
+func goroutines() (int, string) {
+	buf := make([]byte, 4<<20)
+	buf = buf[:runtime.Stack(buf, true)]
+	n := 0
+	var kept []string
+next:
+	for _, g := range strings.Split(string(buf), "\n\n") {
+		for _, lb := range leftBehind {
+			if strings.Contains(g, lb) {
+				continue next
+			}
+		}
+		n++
+		kept = append(kept, g)
+	}
+	return n, strings.Join(kept, "\n\n")
+}
+
+// TestRunEndsWithItsFirstFailure runs a whole console and checks how it
+// ends: with the public listener's error when that listener fails for
+// good, with nil when its context ends, and in both cases with every
+// goroutine it started gone. It is not parallel: it counts the process's
+// goroutines.
+func TestRunEndsWithItsFirstFailure(t *testing.T) {
+	tests := []struct {
+		name    string
+		stop    func(cancel context.CancelFunc, ln *breakingListener)
+		wantErr error
+	}{
+		{"public listener fails", func(_ context.CancelFunc, ln *breakingListener) { ln.break_() }, errListenerBroke},
+		{"context ends", func(cancel context.CancelFunc, _ *breakingListener) { cancel() }, nil},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			before, _ := goroutines()
+			tcp, err := net.Listen("tcp", "127.0.0.1:0")
+			if err != nil {
+				t.Fatal(err)
+			}
+			ln := &breakingListener{Listener: tcp, broke: make(chan struct{})}
+			cfg := DefaultConfig()
+			cfg.DataDir = t.TempDir()
+			cfg.Listener = ln
+			cfg.PublicURL = "https://" + tcp.Addr().String()
+			cfg.Out = io.Discard
+			c, err := New(cfg, slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelInfo})))
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			ran := make(chan error, 1)
+			go func() { ran <- c.Run(ctx) }()
+			select {
+			case <-c.Ready():
+			case err := <-ran:
+				t.Fatalf("Run returned before the console was up: %v", err)
+			case <-time.After(30 * time.Second):
+				t.Fatal("the console is not up after 30s")
+			}
+
+			// It serves, first.
+			hc := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}}
+			defer hc.CloseIdleConnections()
+			resp, err := hc.Get("https://" + tcp.Addr().String() + "/healthz")
+			if err != nil {
+				t.Fatalf("the console does not serve: %v", err)
+			}
+			resp.Body.Close()
+			hc.CloseIdleConnections()
+
+			tt.stop(cancel, ln)
+			select {
+			case err := <-ran:
+				if tt.wantErr == nil && err != nil {
+					t.Fatalf("Run returned %v, want nil", err)
+				}
+				if tt.wantErr != nil && !errors.Is(err, tt.wantErr) {
+					t.Fatalf("Run returned %v, want %v", err, tt.wantErr)
+				}
+			case <-time.After(30 * time.Second):
+				t.Fatal("Run has not returned 30s after the stop")
+			}
+			// Nothing listens on the public port any more.
+			if conn, err := net.DialTimeout("tcp", tcp.Addr().String(), 5*time.Second); err == nil {
+				conn.Close()
+				t.Error("the public port still accepts connections after Run returned")
+			}
+
+			deadline := time.Now().Add(10 * time.Second)
+			n, all := goroutines()
+			for n > before && time.Now().Before(deadline) {
+				time.Sleep(20 * time.Millisecond)
+				n, all = goroutines()
+			}
+			if n > before {
+				t.Errorf("%d goroutines before Run, %d after it returned; all goroutines:\n%s", before, n, all)
+			}
+		})
+	}
+}
