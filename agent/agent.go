@@ -22,6 +22,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"golang.org/x/sync/errgroup"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
@@ -278,17 +279,37 @@ func (a *Agent) onSession(_ *tunnel.Session, up bool) {
 	})
 }
 
-// Run connects to the console and serves until ctx ends, or until the
-// console wiped the box: then it returns a *WipedError (ErrWiped).
+// Run connects to the console and serves until ctx ends, then returns
+// nil; until the console wiped the box: then it returns a *WipedError
+// (ErrWiped); or until one of its services failed: then it returns that
+// failure.
 func (a *Agent) Run(ctx context.Context) error {
 	if a.wipe.pending != nil {
 		return a.finishWipe(ctx)
 	}
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
+	// The services run under one group. The first to fail ends the
+	// group's context, as the end of ctx and the end of a wipe do; a
+	// service that stops after that was asked to, and its result is not a
+	// failure. Then they stop in this order:
+	//  1. the agent RPC stops serving the console (rpc.Stop);
+	//  2. the work that changes the box (reconciler, USB watch, hello,
+	//     renewal, sync) stops, and Run waits for it;
+	//  3. the tunnel client ends its session, and the wipe loop ends (both
+	//     follow the group's context), and Run waits for them;
+	//  4. the status says disconnected, and the local store closes.
+	g, gctx := errgroup.WithContext(ctx)
 	// work is what changes the box; a wipe stops it first.
-	workCtx, stopWork := context.WithCancel(ctx)
+	workCtx, stopWork := context.WithCancel(gctx)
 	defer stopWork()
+	failed := func(what string, err error) error {
+		if gctx.Err() != nil {
+			return nil // asked to stop, or stopped after another's failure
+		}
+		if err == nil {
+			err = errors.New("stopped by itself")
+		}
+		return fmt.Errorf("agent: %s: %w", what, err)
+	}
 
 	rpc := grpc.NewServer(grpc.MaxRecvMsgSize(4<<20), grpc.ReadBufferSize(0), grpc.SharedWriteBuffer(true))
 	edgeboxv1.RegisterAgentServiceServer(rpc, &agentService{version: a.cfg.Version, drivers: a.cfg.Drivers, wipe: a.askWipe})
@@ -308,46 +329,55 @@ func (a *Agent) Run(ctx context.Context) error {
 	client := edgeboxv1.NewConsoleServiceClient(console)
 
 	a.setStatus(func(*Status) {})
-	var wg, work sync.WaitGroup
-	run := func(wg *sync.WaitGroup, f func()) { wg.Add(1); go func() { defer wg.Done(); f() }() }
+	var work sync.WaitGroup
+	runWork := func(f func(context.Context)) {
+		work.Add(1)
+		g.Go(func() error { defer work.Done(); f(workCtx); return nil })
+	}
 	// Workloads come back from the local store first, whether or not the
 	// console can be reached.
-	run(&work, func() { a.reconciler.Run(workCtx) })
+	runWork(a.reconciler.Run)
 	if a.cfg.USB != nil {
 		poll := a.cfg.USBPoll
 		if poll <= 0 {
 			poll = 500 * time.Millisecond
 		}
-		run(&work, func() { a.watchUSB(workCtx, a.cfg.USB, poll) })
+		runWork(func(ctx context.Context) { a.watchUSB(ctx, a.cfg.USB, poll) })
 	}
-	run(&wg, func() { a.tc.Run(ctx) })
-	run(&wg, func() { rpc.Serve(a.tc.Listen(tunnel.KindRPC)) })
-	run(&work, func() { a.helloLoop(workCtx, client) })
-	run(&work, func() { a.renewLoop(workCtx, client) })
-	run(&work, func() { a.syncLoop(workCtx) })
-	run(&wg, func() { a.wipeLoop(ctx, func() { stopWork(); work.Wait() }) })
+	g.Go(func() error { return failed("tunnel", a.tc.Run(gctx)) })
+	g.Go(func() error { return failed("serving the console's RPCs", rpc.Serve(a.tc.Listen(tunnel.KindRPC))) })
+	runWork(func(ctx context.Context) { a.helloLoop(ctx, client) })
+	runWork(func(ctx context.Context) { a.renewLoop(ctx, client) })
+	runWork(a.syncLoop)
+	g.Go(func() error {
+		a.wipeLoop(gctx, func() { stopWork(); work.Wait() })
+		select {
+		case <-a.wipe.done:
+		default:
+			return nil // ctx ended before any wipe was asked for
+		}
+		// A finished wipe ends the agent, whatever else happened.
+		a.afterWipe(gctx)
+		return a.wipeErr()
+	})
 	a.log.Info("agent running", "console", a.creds.ConsoleURL, "name", a.creds.Name)
-	wiped := false
-	select {
-	case <-ctx.Done():
-	case <-a.wipe.done:
-		wiped = true
-		a.afterWipe(ctx)
-		cancel()
-	}
+
+	<-gctx.Done()
 	rpc.Stop()
 	stopWork()
 	work.Wait()
-	wg.Wait()
+	err = g.Wait()
 	a.setStatus(func(s *Status) { s.Connected = false })
 	a.local.Close()
-	if wiped {
-		err := a.wipeErr()
+	switch {
+	case errors.Is(err, ErrWiped) || a.wipe.active.Load() && err != nil:
 		a.log.Warn("agent stopped: wiped", "err", err)
-		return err
+	case err != nil:
+		a.log.Error("agent stopped", "err", err)
+	default:
+		a.log.Info("agent stopped")
 	}
-	a.log.Info("agent stopped")
-	return nil
+	return err
 }
 
 // helloLoop reports the host facts on every connect, and keeps asking
