@@ -1,0 +1,92 @@
+package agent_test
+
+import (
+	"context"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/edgebox/edgebox/agent"
+	"github.com/edgebox/edgebox/api"
+	"github.com/edgebox/edgebox/internal/test/testenv"
+	"github.com/edgebox/edgebox/tunnel"
+)
+
+// leftBehind are goroutines that libraries the console in this test uses
+// start and never stop; goroutines does not count them.
+var leftBehind = []string{
+	// distribution's App starts an event broadcaster that App.Shutdown
+	// does not close (registry/handlers/app.go).
+	"github.com/docker/go-events.(*Broadcaster).run",
+}
+
+// goroutines counts the process's goroutines but leftBehind, and returns
+// their stacks.
+func goroutines() (int, string) {
+	buf := make([]byte, 4<<20)
+	buf = buf[:runtime.Stack(buf, true)]
+	n := 0
+	var kept []string
+next:
+	for _, g := range strings.Split(string(buf), "\n\n") {
+		for _, lb := range leftBehind {
+			if strings.Contains(g, lb) {
+				continue next
+			}
+		}
+		n++
+		kept = append(kept, g)
+	}
+	return n, strings.Join(kept, "\n\n")
+}
+
+// TestRunStopsCleanly runs an enrolled agent against a real console until
+// the console sees it online, then ends its context: Run returns nil (the
+// wipe's ErrWiped and every other failure are the only non-nil results)
+// and every goroutine the agent started is gone. It is not parallel: it
+// counts the process's goroutines.
+func TestRunStopsCleanly(t *testing.T) {
+	h := testenv.NewInProcess(t, testenv.Options{})
+	box, err := h.Enroll(t, h.Token(t, api.TokenRequest{Region: "east", Site: "a"}), "run-test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	before, _ := goroutines()
+
+	cfg := agent.DefaultConfig(box.DataDir())
+	cfg.Version = "test"
+	cfg.Backoff = tunnel.Backoff{Min: 50 * time.Millisecond, Max: 500 * time.Millisecond}
+	a, err := agent.New(cfg, testenv.Logger(t).With("side", "agent"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	ran := make(chan error, 1)
+	go func() { ran <- a.Run(ctx) }()
+	testenv.WaitFor(t, 30*time.Second, "box online", func() bool { return testenv.BoxState(t, h, box.ID()).Online })
+
+	cancel()
+	select {
+	case err := <-ran:
+		if err != nil {
+			t.Fatalf("Run returned %v after its context ended, want nil", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("Run has not returned 30s after its context ended")
+	}
+	if st := a.Status(); st.Connected {
+		t.Errorf("status after Run returned says connected: %+v", st)
+	}
+
+	deadline := time.Now().Add(10 * time.Second)
+	n, all := goroutines()
+	for n > before && time.Now().Before(deadline) {
+		time.Sleep(20 * time.Millisecond)
+		n, all = goroutines()
+	}
+	if n > before {
+		t.Errorf("%d goroutines before the agent, %d after Run returned; all goroutines:\n%s", before, n, all)
+	}
+}
