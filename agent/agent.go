@@ -287,30 +287,6 @@ func (a *Agent) Run(ctx context.Context) error {
 	if a.wipe.pending != nil {
 		return a.finishWipe(ctx)
 	}
-	// The services run under one group. The first to fail ends the
-	// group's context, as the end of ctx and the end of a wipe do; a
-	// service that stops after that was asked to, and its result is not a
-	// failure. Then they stop in this order:
-	//  1. the agent RPC stops serving the console (rpc.Stop);
-	//  2. the work that changes the box (reconciler, USB watch, hello,
-	//     renewal, sync) stops, and Run waits for it;
-	//  3. the tunnel client ends its session, and the wipe loop ends (both
-	//     follow the group's context), and Run waits for them;
-	//  4. the status says disconnected, and the local store closes.
-	g, gctx := errgroup.WithContext(ctx)
-	// work is what changes the box; a wipe stops it first.
-	workCtx, stopWork := context.WithCancel(gctx)
-	defer stopWork()
-	failed := func(what string, err error) error {
-		if gctx.Err() != nil {
-			return nil // asked to stop, or stopped after another's failure
-		}
-		if err == nil {
-			err = errors.New("stopped by itself")
-		}
-		return fmt.Errorf("agent: %s: %w", what, err)
-	}
-
 	rpc := grpc.NewServer(grpc.MaxRecvMsgSize(4<<20), grpc.ReadBufferSize(0), grpc.SharedWriteBuffer(true))
 	edgeboxv1.RegisterAgentServiceServer(rpc, &agentService{version: a.cfg.Version, drivers: a.cfg.Drivers, wipe: a.askWipe})
 	console, err := grpc.NewClient("passthrough:///console",
@@ -327,6 +303,32 @@ func (a *Agent) Run(ctx context.Context) error {
 	}
 	defer console.Close()
 	client := edgeboxv1.NewConsoleServiceClient(console)
+
+	// The services run under one group. The first to fail ends the
+	// group's context, as the end of ctx and the end of a wipe do; a
+	// service that stops after that was asked to, and its result is not a
+	// failure. Then they stop in this order:
+	//  1. the tunnel client drops its session, which closes its stream
+	//     listeners (it follows the group's context);
+	//  2. the agent RPC stops serving the console (rpc.Stop);
+	//  3. the work that changes the box (reconciler, USB watch, hello,
+	//     renewal, sync) stops, and Run waits for it; workloads keep
+	//     running, as they do through any restart of the agent;
+	//  4. Run waits for the rest of the group (the tunnel, the wipe);
+	//  5. the status says disconnected, and the local store closes.
+	g, gctx := errgroup.WithContext(ctx)
+	// work is what changes the box; a wipe stops it first.
+	workCtx, stopWork := context.WithCancel(gctx)
+	defer stopWork()
+	failed := func(what string, err error) error {
+		if gctx.Err() != nil {
+			return nil // asked to stop, or stopped after another's failure
+		}
+		if err == nil {
+			err = errors.New("stopped by itself")
+		}
+		return fmt.Errorf("agent: %s: %w", what, err)
+	}
 
 	a.setStatus(func(*Status) {})
 	var work sync.WaitGroup
