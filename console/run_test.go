@@ -8,9 +8,11 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
 	"runtime"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -153,6 +155,38 @@ func TestRunEndsWithItsFirstFailure(t *testing.T) {
 			}
 			if n > before {
 				t.Errorf("%d goroutines before Run, %d after it returned; all goroutines:\n%s", before, n, all)
+			}
+		})
+	}
+}
+
+// TestAcceptRetryable: the port's accept loop survives what a busy host
+// gives it and stops on a listener that is gone.
+func TestAcceptRetryable(t *testing.T) {
+	t.Parallel()
+	op := func(err error) error {
+		return &net.OpError{Op: "accept", Net: "tcp", Err: os.NewSyscallError("accept4", err)}
+	}
+	tests := []struct {
+		name string
+		err  error
+		want bool
+	}{
+		{"out of file descriptors", op(syscall.EMFILE), true},
+		{"system out of file descriptors", op(syscall.ENFILE), true},
+		{"connection aborted", op(syscall.ECONNABORTED), true},
+		{"no buffer space", op(syscall.ENOBUFS), true},
+		{"timeout", op(os.ErrDeadlineExceeded), true},
+		{"closed", op(net.ErrClosed), false},
+		{"bad descriptor", op(syscall.EBADF), false},
+		{"invalid", op(syscall.EINVAL), false},
+		{"another error", errListenerBroke, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			if got := acceptRetryable(tt.err); got != tt.want {
+				t.Errorf("acceptRetryable(%v) = %v, want %v", tt.err, got, tt.want)
 			}
 		})
 	}
