@@ -21,13 +21,13 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/edgebox/edgebox/tunnel"
-
 	"github.com/edgebox/edgebox/agent"
 	"github.com/edgebox/edgebox/agent/runtime"
 	"github.com/edgebox/edgebox/agent/runtime/process"
 	"github.com/edgebox/edgebox/api"
+	"github.com/edgebox/edgebox/internal/test/require"
 	"github.com/edgebox/edgebox/internal/test/testenv"
+	"github.com/edgebox/edgebox/tunnel"
 	"github.com/edgebox/edgebox/usbhub"
 )
 
@@ -51,9 +51,7 @@ type wipeBox struct {
 // runs it, and waits until the workload holds the key.
 func startWipeBox(t *testing.T, h *testenv.InProcess, name string, firstUID int, hooks agent.Hooks) wipeBox {
 	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("the process driver runs workloads under users of their own: this test needs root")
-	}
+	require.Root(t, "the process driver, which runs workloads under users of their own,")
 	w := wipeBox{box: enrollOne(t, h, name), devRoot: t.TempDir()}
 	// The box's /dev/bus/usb: a node for the device number the hub gives.
 	os.MkdirAll(filepath.Join(w.devRoot, "001"), 0o755)
@@ -471,9 +469,7 @@ func TestWipeFinishesAfterAKill(t *testing.T) {
 // enrollment; started again, it exits the same way at once.
 func TestRevokeWithWipeOfTheAgentBinary(t *testing.T) {
 	t.Parallel()
-	if os.Geteuid() != 0 {
-		t.Skip("the process driver runs workloads under users of their own: this test needs root")
-	}
+	require.Root(t, "the process driver, which runs workloads under users of their own,")
 	h := testenv.NewBinaries(t)
 	box := enrollOne(t, h, "wipe-bin")
 	for d := box.DataDir(); d != os.TempDir() && d != "/"; d = filepath.Dir(d) {
