@@ -2,44 +2,15 @@ package agent_test
 
 import (
 	"context"
-	"runtime"
-	"strings"
 	"testing"
 	"time"
 
 	"github.com/edgebox/edgebox/agent"
 	"github.com/edgebox/edgebox/api"
+	"github.com/edgebox/edgebox/internal/test/leak"
 	"github.com/edgebox/edgebox/internal/test/testenv"
 	"github.com/edgebox/edgebox/tunnel"
 )
-
-// leftBehind are goroutines that libraries the console in this test uses
-// start and never stop; goroutines does not count them.
-var leftBehind = []string{
-	// distribution's App starts an event broadcaster that App.Shutdown
-	// does not close (registry/handlers/app.go).
-	"github.com/docker/go-events.(*Broadcaster).run",
-}
-
-// goroutines counts the process's goroutines but leftBehind, and returns
-// their stacks.
-func goroutines() (int, string) {
-	buf := make([]byte, 4<<20)
-	buf = buf[:runtime.Stack(buf, true)]
-	n := 0
-	var kept []string
-next:
-	for _, g := range strings.Split(string(buf), "\n\n") {
-		for _, lb := range leftBehind {
-			if strings.Contains(g, lb) {
-				continue next
-			}
-		}
-		n++
-		kept = append(kept, g)
-	}
-	return n, strings.Join(kept, "\n\n")
-}
 
 // TestRunStopsCleanly runs an enrolled agent against a real console until
 // the console sees it online, then ends its context: Run returns nil (the
@@ -52,7 +23,7 @@ func TestRunStopsCleanly(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	before, _ := goroutines()
+	before, _ := leak.Count()
 
 	cfg := agent.DefaultConfig(box.DataDir())
 	cfg.Version = "test"
@@ -81,10 +52,10 @@ func TestRunStopsCleanly(t *testing.T) {
 	}
 
 	deadline := time.Now().Add(10 * time.Second)
-	n, all := goroutines()
+	n, all := leak.Count()
 	for n > before && time.Now().Before(deadline) {
 		time.Sleep(20 * time.Millisecond)
-		n, all = goroutines()
+		n, all = leak.Count()
 	}
 	if n > before {
 		t.Errorf("%d goroutines before the agent, %d after Run returned; all goroutines:\n%s", before, n, all)

@@ -9,12 +9,12 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"runtime"
-	"strings"
 	"sync"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/edgebox/edgebox/internal/test/leak"
 )
 
 // breakingListener is a real TCP listener whose Accept fails for good, as
@@ -48,34 +48,6 @@ func (l *breakingListener) Accept() (net.Conn, error) {
 	return c, err
 }
 
-// leftBehind are goroutines that libraries the console uses start and
-// never stop, whatever the caller does; goroutines does not count them.
-var leftBehind = []string{
-	// distribution's App starts an event broadcaster that App.Shutdown
-	// does not close (registry/handlers/app.go): one per registry.Open.
-	"github.com/docker/go-events.(*Broadcaster).run",
-}
-
-// goroutines counts the process's goroutines but leftBehind, and returns
-// their stacks.
-func goroutines() (int, string) {
-	buf := make([]byte, 4<<20)
-	buf = buf[:runtime.Stack(buf, true)]
-	n := 0
-	var kept []string
-next:
-	for _, g := range strings.Split(string(buf), "\n\n") {
-		for _, lb := range leftBehind {
-			if strings.Contains(g, lb) {
-				continue next
-			}
-		}
-		n++
-		kept = append(kept, g)
-	}
-	return n, strings.Join(kept, "\n\n")
-}
-
 // TestRunEndsWithItsFirstFailure runs a whole console and checks how it
 // ends: with the public listener's error when that listener fails for
 // good, with nil when its context ends, and in both cases with every
@@ -92,7 +64,7 @@ func TestRunEndsWithItsFirstFailure(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			before, _ := goroutines()
+			before, _ := leak.Count()
 			tcp, err := net.Listen("tcp", "127.0.0.1:0")
 			if err != nil {
 				t.Fatal(err)
@@ -148,10 +120,10 @@ func TestRunEndsWithItsFirstFailure(t *testing.T) {
 			}
 
 			deadline := time.Now().Add(10 * time.Second)
-			n, all := goroutines()
+			n, all := leak.Count()
 			for n > before && time.Now().Before(deadline) {
 				time.Sleep(20 * time.Millisecond)
-				n, all = goroutines()
+				n, all = leak.Count()
 			}
 			if n > before {
 				t.Errorf("%d goroutines before Run, %d after it returned; all goroutines:\n%s", before, n, all)
