@@ -174,13 +174,21 @@ func (s *Bolt) Get(ctx context.Context, key string) (KV, error) {
 }
 
 func (s *Bolt) Range(ctx context.Context, prefix string, limit int) ([]KV, int64, error) {
+	return s.Scan(ctx, prefix, "", limit)
+}
+
+func (s *Bolt) Scan(ctx context.Context, prefix, after string, limit int) ([]KV, int64, error) {
 	var out []KV
 	var rev int64
 	err := s.db.View(func(tx *bolt.Tx) error {
 		rev = u64(tx.Bucket(bucketMeta).Get(keyRev))
 		c := tx.Bucket(bucketKV).Cursor()
 		p := []byte(prefix)
-		for k, v := c.Seek(p); k != nil && bytes.HasPrefix(k, p); k, v = c.Next() {
+		start := p
+		if after >= prefix {
+			start = append([]byte(after), 0) // the first key after it
+		}
+		for k, v := c.Seek(start); k != nil && bytes.HasPrefix(k, p); k, v = c.Next() {
 			if limit > 0 && len(out) == limit {
 				break
 			}

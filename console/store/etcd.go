@@ -72,11 +72,19 @@ func (s *Etcd) Get(ctx context.Context, key string) (KV, error) {
 }
 
 func (s *Etcd) Range(ctx context.Context, prefix string, limit int) ([]KV, int64, error) {
+	return s.Scan(ctx, prefix, "", limit)
+}
+
+func (s *Etcd) Scan(ctx context.Context, prefix, after string, limit int) ([]KV, int64, error) {
 	if s.closed() {
 		return nil, 0, ErrClosed
 	}
-	resp, err := s.cli.Get(ctx, s.prefix+prefix, clientv3.WithPrefix(), clientv3.WithLimit(int64(limit)),
-		clientv3.WithSort(clientv3.SortByKey, clientv3.SortAscend))
+	from := s.prefix + prefix
+	if after >= prefix {
+		from = s.prefix + after + "\x00" // the first key after it
+	}
+	resp, err := s.cli.Get(ctx, from, clientv3.WithRange(clientv3.GetPrefixRangeEnd(s.prefix+prefix)),
+		clientv3.WithLimit(int64(limit)), clientv3.WithSort(clientv3.SortByKey, clientv3.SortAscend))
 	if err != nil {
 		return nil, 0, etcdErr(err)
 	}

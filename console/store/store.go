@@ -99,6 +99,10 @@ type Store interface {
 	// Range returns the keys with prefix, in key order, at most limit of
 	// them (0: all), and the store's revision at the time.
 	Range(ctx context.Context, prefix string, limit int) ([]KV, int64, error)
+	// Scan is Range from the first key after after: it pages through a
+	// prefix, each page starting after the last key of the one before.
+	// An after below prefix starts at the prefix's first key.
+	Scan(ctx context.Context, prefix, after string, limit int) ([]KV, int64, error)
 	// Txn applies t atomically. A transaction without ops whose guards
 	// hold succeeds without a new revision.
 	Txn(ctx context.Context, t Txn) (TxnResult, error)

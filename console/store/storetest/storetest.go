@@ -166,6 +166,32 @@ func testRange(t *testing.T, s store.Store) {
 	if len(kvs) != 2 {
 		t.Fatalf("limit 2 gave %d", len(kvs))
 	}
+	// Paging with Scan: each page starts after the last key of the one
+	// before, and stays in the prefix.
+	for _, c := range []struct {
+		after string
+		limit int
+		want  string
+	}{
+		{"", 2, "[box/a/1 box/b/1]"},
+		{"box/b/1", 2, "[box/b/2]"},
+		{"box/b/2", 2, "[]"},
+		{"box/a", 0, "[box/a/1 box/b/1 box/b/2]"}, // not a key: starts at the next
+		{"a", 0, "[box/a/1 box/b/1 box/b/2]"},     // below the prefix
+		{"zzz", 0, "[]"},                          // past it
+	} {
+		kvs, _, err := s.Scan(ctx(t), "box/", c.after, c.limit)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got = got[:0]
+		for _, kv := range kvs {
+			got = append(got, kv.Key)
+		}
+		if fmt.Sprint(got) != c.want {
+			t.Errorf("scan box/ after %q limit %d: %v, want %s", c.after, c.limit, got, c.want)
+		}
+	}
 }
 
 // collect reads events from w until it has n of them.
