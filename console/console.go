@@ -274,13 +274,13 @@ func (c *Console) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	auditLog := audit.New(bdb)
 	c.fleet = fl
 	st, err := store.OpenBolt(bdb)
 	if err != nil {
 		return err
 	}
 	defer st.Close()
+	auditLog := audit.New(st, c.cfg.Clock)
 	c.desired = desired.New(st)
 
 	srv, err := tunnel.NewServer(tunnel.ServerConfig{Config: c.cfg.Tunnel, Identify: c.identify}, c.log, c.metrics)

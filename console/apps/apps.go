@@ -28,6 +28,7 @@ import (
 	"github.com/opencontainers/go-digest"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/edgebox/edgebox/console/audit"
 	"github.com/edgebox/edgebox/console/desired"
 	"github.com/edgebox/edgebox/console/fleet"
 	"github.com/edgebox/edgebox/console/store"
@@ -107,7 +108,7 @@ type Leaser interface {
 	// EnsureLeases leases one key per need to workload on box (and
 	// releases what it holds beyond), saying which needs no free key
 	// meets.
-	EnsureLeases(ctx context.Context, who fleet.Actor, box, workload string, needs []map[string]string) error
+	EnsureLeases(ctx context.Context, who audit.Actor, box, workload string, needs []map[string]string) error
 }
 
 // LeaseKeysWith makes deploys lease the keys releases need.
@@ -175,7 +176,7 @@ func (a *Apps) create(ctx context.Context, key string, v any, what string) error
 }
 
 // CreateApp adds an app to the tenant's catalogue.
-func (a *Apps) CreateApp(ctx context.Context, who fleet.Actor, name, description string) (App, error) {
+func (a *Apps) CreateApp(ctx context.Context, who audit.Actor, name, description string) (App, error) {
 	if !nameRE.MatchString(name) {
 		return App{}, errdefs.Invalid("app name %q: use 1-63 lower-case letters, digits and '-', starting and ending with a letter or digit", name)
 	}
@@ -233,7 +234,7 @@ func (a *Apps) DeleteApp(ctx context.Context, tenant, name string) error {
 // image must be in the console's registry; a tag is resolved to its digest
 // now, so the release runs the same bytes wherever and whenever it is
 // deployed.
-func (a *Apps) CreateRelease(ctx context.Context, who fleet.Actor, app string, spec Spec) (Release, error) {
+func (a *Apps) CreateRelease(ctx context.Context, who audit.Actor, app string, spec Spec) (Release, error) {
 	if _, err := a.App(ctx, who.TenantID, app); err != nil {
 		return Release{}, err
 	}
@@ -345,7 +346,7 @@ type Outcome struct {
 
 // Deploy pins app to version on scope/target and brings every box it
 // covers to its effective release. The error is about the pin only.
-func (a *Apps) Deploy(ctx context.Context, who fleet.Actor, app, version, scope, target string) (Pin, Outcome, error) {
+func (a *Apps) Deploy(ctx context.Context, who audit.Actor, app, version, scope, target string) (Pin, Outcome, error) {
 	if err := validScope(scope, target); err != nil {
 		return Pin{}, Outcome{}, err
 	}
@@ -393,7 +394,7 @@ func unjoin(err error) []error {
 
 // Undeploy removes app's pin on scope/target; the boxes it covered fall
 // back to a wider pin, or stop running the app.
-func (a *Apps) Undeploy(ctx context.Context, who fleet.Actor, app, scope, target string) (Outcome, error) {
+func (a *Apps) Undeploy(ctx context.Context, who audit.Actor, app, scope, target string) (Outcome, error) {
 	if err := validScope(scope, target); err != nil {
 		return Outcome{}, err
 	}
@@ -550,7 +551,7 @@ func (a *Apps) syncBox(ctx context.Context, b fleet.Box, c catalogue) (int, erro
 	}
 	n := 0
 	var errs []error
-	deployer := fleet.Actor{TenantID: b.TenantID, Name: "deploy"}
+	deployer := audit.Actor{TenantID: b.TenantID, Name: "deploy"}
 	// Removals first, so the keys they free can go to the apps that need
 	// them. An app's workload is named for the app; one whose app is no
 	// longer pinned here goes. Workloads put by hand (another name, or no app of

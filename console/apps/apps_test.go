@@ -10,6 +10,7 @@ import (
 
 	"github.com/opencontainers/go-digest"
 
+	"github.com/edgebox/edgebox/console/audit"
 	"github.com/edgebox/edgebox/console/desired"
 	"github.com/edgebox/edgebox/console/fleet"
 	"github.com/edgebox/edgebox/console/store/storetest"
@@ -66,7 +67,7 @@ func newApps(t *testing.T, bs boxes) (*Apps, *desired.State) {
 	return New(s, d, bs, im, []string{host, "console.example"}, slog.New(slog.NewTextHandler(io.Discard, nil))), d
 }
 
-var admin = fleet.Actor{TenantID: fleet.DefaultTenant, Name: "admin"}
+var admin = audit.Actor{TenantID: fleet.DefaultTenant, Name: "admin"}
 
 func box(id, region, site string) fleet.Box {
 	return fleet.Box{ID: id, TenantID: fleet.DefaultTenant, Region: region, Site: site, State: fleet.StateApproved}

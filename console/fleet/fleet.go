@@ -81,13 +81,6 @@ type EnrollToken struct {
 	SecretHash      []byte            `json:"secret_hash"`
 }
 
-// Actor says who asks for a change and from where, for the audit log.
-type Actor struct {
-	TenantID string
-	Name     string
-	Remote   string
-}
-
 // Fleet reads and changes boxes and tokens. It is safe for concurrent use.
 type Fleet struct {
 	db  *bolt.DB
@@ -175,7 +168,7 @@ func (s TokenSpec) Validate() error {
 
 // CreateToken records a new token and returns it; only then is its secret
 // ever known.
-func (f *Fleet) CreateToken(who Actor, spec TokenSpec, consoleURL string, caHash, keyPin [32]byte) (enroll.Token, EnrollToken, error) {
+func (f *Fleet) CreateToken(who audit.Actor, spec TokenSpec, consoleURL string, caHash, keyPin [32]byte) (enroll.Token, EnrollToken, error) {
 	if err := spec.Validate(); err != nil {
 		return enroll.Token{}, EnrollToken{}, err
 	}
@@ -221,7 +214,7 @@ func (f *Fleet) Tokens(tenant string) ([]EnrollToken, error) {
 }
 
 // RevokeToken stops a token from enrolling more boxes.
-func (f *Fleet) RevokeToken(who Actor, id string) error {
+func (f *Fleet) RevokeToken(who audit.Actor, id string) error {
 	return f.db.Update(func(tx *bolt.Tx) error {
 		var t EnrollToken
 		if err := get(tx, db.Tokens, id, &t); err != nil || t.TenantID != who.TenantID {
@@ -395,7 +388,7 @@ func (f *Fleet) IsRevoked(id string) bool {
 }
 
 // UpdateBox applies change to a tenant's box and records the action.
-func (f *Fleet) UpdateBox(who Actor, id, action, detail string, change func(*Box) error) (Box, error) {
+func (f *Fleet) UpdateBox(who audit.Actor, id, action, detail string, change func(*Box) error) (Box, error) {
 	var b Box
 	err := f.db.Update(func(tx *bolt.Tx) error {
 		if err := get(tx, db.Boxes, id, &b); err != nil || b.TenantID != who.TenantID {
@@ -419,7 +412,7 @@ func (f *Fleet) UpdateBox(who Actor, id, action, detail string, change func(*Box
 }
 
 // Revoke marks a box revoked: its certificate is refused from now on.
-func (f *Fleet) Revoke(who Actor, id string) (Box, error) {
+func (f *Fleet) Revoke(who audit.Actor, id string) (Box, error) {
 	return f.UpdateBox(who, id, "box.revoke", "", func(b *Box) error {
 		b.State = StateRevoked
 		return nil
@@ -427,7 +420,7 @@ func (f *Fleet) Revoke(who Actor, id string) (Box, error) {
 }
 
 // Approve lets a waiting box work.
-func (f *Fleet) Approve(who Actor, id string) (Box, error) {
+func (f *Fleet) Approve(who audit.Actor, id string) (Box, error) {
 	return f.UpdateBox(who, id, "box.approve", "", func(b *Box) error {
 		switch b.State {
 		case StateRevoked:
@@ -441,7 +434,7 @@ func (f *Fleet) Approve(who Actor, id string) (Box, error) {
 }
 
 // Label sets (value non-empty) or removes (value empty) labels.
-func (f *Fleet) Label(who Actor, id string, set map[string]string) (Box, error) {
+func (f *Fleet) Label(who audit.Actor, id string, set map[string]string) (Box, error) {
 	detail := make([]string, 0, len(set))
 	for k, v := range set {
 		detail = append(detail, k+"="+v)

@@ -10,6 +10,7 @@ import (
 
 	bolt "go.etcd.io/bbolt"
 
+	"github.com/edgebox/edgebox/console/audit"
 	"github.com/edgebox/edgebox/console/db"
 	"github.com/edgebox/edgebox/enroll"
 	"github.com/edgebox/edgebox/errdefs"
@@ -36,7 +37,7 @@ func openFleet(t *testing.T, dir string) (*Fleet, *bolt.DB) {
 	return f, bdb
 }
 
-var admin = Actor{TenantID: DefaultTenant, Name: "admin", Remote: "127.0.0.1"}
+var admin = audit.Actor{TenantID: DefaultTenant, Name: "admin", Remote: "127.0.0.1"}
 
 func issue(string) ([]byte, time.Time, error) { return []byte("cert"), time.Now().Add(time.Hour), nil }
 
@@ -123,7 +124,7 @@ func TestTenantsSeeOnlyTheirOwn(t *testing.T) {
 	tok, _, _ := f.CreateToken(admin, TokenSpec{Region: "east", Site: "a", TTL: time.Hour, Uses: 1},
 		"https://c:8443", sha256.Sum256([]byte("ca")), [32]byte{})
 	box, _, _ := f.Enroll(Enrollment{Token: tok, Issue: issue})
-	other := Actor{TenantID: "bank-b", Name: "eve"}
+	other := audit.Actor{TenantID: "bank-b", Name: "eve"}
 	if _, err := f.Box(other.TenantID, box.ID); !errors.Is(err, errdefs.ErrNotFound) {
 		t.Fatalf("other tenant reads box: %v", err)
 	}

@@ -38,7 +38,7 @@ const (
 // RevokeToWipe revokes a box as Revoke does, and records that its wipe was
 // asked for; RecordWipe records the box's answer. A box revoked already
 // cannot be wiped: its session is gone.
-func (f *Fleet) RevokeToWipe(who Actor, id string) (Box, error) {
+func (f *Fleet) RevokeToWipe(who audit.Actor, id string) (Box, error) {
 	return f.UpdateBox(who, id, "box.revoke", "wipe asked", func(b *Box) error {
 		if b.State == StateRevoked {
 			return errdefs.Conflict("box %s is revoked already: its session is gone, so it cannot be told to wipe itself", id)
@@ -51,7 +51,7 @@ func (f *Fleet) RevokeToWipe(who Actor, id string) (Box, error) {
 
 // RecordWipe records what became of a box's wipe in its record and in an
 // audit entry ("box.wipe") whose result is the wipe's.
-func (f *Fleet) RecordWipe(who Actor, id string, w Wipe) (Box, error) {
+func (f *Fleet) RecordWipe(who audit.Actor, id string, w Wipe) (Box, error) {
 	var b Box
 	err := f.db.Update(func(tx *bolt.Tx) error {
 		if err := get(tx, db.Boxes, id, &b); err != nil || b.TenantID != who.TenantID {

@@ -1,12 +1,14 @@
 package fleet
 
 import (
+	"context"
 	"crypto/sha256"
 	"errors"
 	"testing"
 	"time"
 
 	"github.com/edgebox/edgebox/console/audit"
+	"github.com/edgebox/edgebox/console/store"
 	"github.com/edgebox/edgebox/errdefs"
 )
 
@@ -58,7 +60,12 @@ func TestWipeIsRecorded(t *testing.T) {
 		b.Wipe.AskedAt.IsZero() || !f.IsRevoked(box.ID) {
 		t.Fatalf("after a restart: %+v %v", b.Wipe, err)
 	}
-	es, err := audit.New(bdb).List(audit.Query{TenantID: admin.TenantID, Target: box.ID})
+	st, err := store.OpenBolt(bdb)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	es, err := audit.New(st, nil).List(context.Background(), audit.Query{TenantID: admin.TenantID, Target: box.ID})
 	if err != nil {
 		t.Fatal(err)
 	}

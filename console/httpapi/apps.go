@@ -28,7 +28,7 @@ type Agents interface {
 
 func (s *server) audit(c *gin.Context, action, target, detail string) {
 	who := caller(c)
-	s.Audit.Append(audit.Entry{TenantID: who.TenantID, Actor: who.Name, Remote: who.Remote, Action: action,
+	s.record(c, audit.Entry{TenantID: who.TenantID, Actor: who.Name, Remote: who.Remote, Action: action,
 		Target: target, Result: "ok", Detail: detail})
 }
 

@@ -5,6 +5,7 @@
 package httpapi
 
 import (
+	"context"
 	"log/slog"
 	"net/http"
 	"net/http/pprof"
@@ -181,10 +182,10 @@ func (s *server) authenticate(c *gin.Context) {
 		c.AbortWithStatusJSON(http.StatusUnauthorized, api.Error{Error: err.Error()})
 		return
 	}
-	c.Set(callerKey, fleet.Actor{TenantID: rec.TenantID, Name: rec.Name, Remote: c.ClientIP()})
+	c.Set(callerKey, audit.Actor{TenantID: rec.TenantID, Name: rec.Name, Remote: c.ClientIP()})
 }
 
-func caller(c *gin.Context) fleet.Actor { return c.MustGet(callerKey).(fleet.Actor) }
+func caller(c *gin.Context) audit.Actor { return c.MustGet(callerKey).(audit.Actor) }
 
 // auditFailures records refused or failed mutating calls; successful ones
 // are audited by the change itself, in the same transaction.
@@ -198,7 +199,7 @@ func (s *server) auditFailures(c *gin.Context) {
 	if msg == "" {
 		msg = http.StatusText(c.Writer.Status())
 	}
-	s.Audit.Append(audit.Entry{TenantID: who.TenantID, Actor: who.Name, Remote: who.Remote,
+	s.record(c, audit.Entry{TenantID: who.TenantID, Actor: who.Name, Remote: who.Remote,
 		Action: c.Request.Method + " " + c.FullPath(), Target: c.Param("id"), Result: "failed: " + msg})
 }
 
@@ -434,7 +435,7 @@ func (s *server) revokeToken(c *gin.Context) {
 
 func (s *server) listAudit(c *gin.Context) {
 	limit, _ := strconv.Atoi(c.Query("limit"))
-	entries, err := s.Audit.List(audit.Query{TenantID: caller(c).TenantID, Limit: limit, Target: c.Query("target")})
+	entries, err := s.Audit.List(c.Request.Context(), audit.Query{TenantID: caller(c).TenantID, Limit: limit, Target: c.Query("target")})
 	if err != nil {
 		s.fail(c, err)
 		return
@@ -445,4 +446,13 @@ func (s *server) listAudit(c *gin.Context) {
 			Target: e.Target, Remote: e.Remote, Result: e.Result, Detail: e.Detail})
 	}
 	c.JSON(http.StatusOK, out)
+}
+
+// record appends an audit entry of its own: a refused call, a registry
+// push. A lost entry is logged, never dropped in silence; a client that
+// went away does not cancel it.
+func (s *server) record(c *gin.Context, e audit.Entry) {
+	if err := s.Audit.Append(context.WithoutCancel(c.Request.Context()), e); err != nil {
+		s.Log.Error("audit entry not written", "action", e.Action, "target", e.Target, "err", err)
+	}
 }

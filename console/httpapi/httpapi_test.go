@@ -9,11 +9,14 @@ import (
 	"testing"
 	"time"
 
+	bolt "go.etcd.io/bbolt"
+
 	"github.com/edgebox/edgebox/console/audit"
 	"github.com/edgebox/edgebox/console/auth"
 	"github.com/edgebox/edgebox/console/db"
 	"github.com/edgebox/edgebox/console/fleet"
 	"github.com/edgebox/edgebox/console/pki"
+	"github.com/edgebox/edgebox/console/store"
 )
 
 type noSessions struct{}
@@ -42,7 +45,7 @@ func newAPI(t testing.TB) (http.Handler, string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	h := New(Deps{Fleet: fl, Audit: audit.New(bdb), Tokens: toks, PKI: a, Sessions: noSessions{},
+	h := New(Deps{Fleet: fl, Audit: auditOn(t, bdb), Tokens: toks, PKI: a, Sessions: noSessions{},
 		ConsoleURL: "https://127.0.0.1:8443", BoxCertTTL: time.Hour, Metrics: http.NotFoundHandler(),
 		Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	return h, tok
@@ -89,4 +92,13 @@ func TestAPIRefusesWithoutToken(t *testing.T) {
 			t.Errorf("GET %s without a token: %d %s", p, rec.Code, rec.Body)
 		}
 	}
+}
+
+func auditOn(t testing.TB, bdb *bolt.DB) *audit.Log {
+	st, err := store.OpenBolt(bdb)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	return audit.New(st, nil)
 }

@@ -13,7 +13,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/edgebox/edgebox/console/audit"
 	"github.com/edgebox/edgebox/console/auth"
 	"github.com/edgebox/edgebox/console/db"
 	"github.com/edgebox/edgebox/console/dist"
@@ -46,7 +45,7 @@ func downloadsAPI(t *testing.T, dir string) (http.Handler, string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	h := New(Deps{Fleet: fl, Audit: audit.New(bdb), Tokens: auth.New(bdb), PKI: a, Sessions: noSessions{},
+	h := New(Deps{Fleet: fl, Audit: auditOn(t, bdb), Tokens: auth.New(bdb), PKI: a, Sessions: noSessions{},
 		ConsoleURL: testConsoleURL, BoxCertTTL: time.Hour, Metrics: http.NotFoundHandler(), Downloads: downloads,
 		Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	ca := a.CAHash()

@@ -43,6 +43,6 @@ func (s *server) registry(c *gin.Context) {
 	if st := c.Writer.Status(); st >= 300 {
 		result = "failed: " + http.StatusText(st)
 	}
-	s.Audit.Append(audit.Entry{TenantID: tenant, Actor: who, Remote: c.ClientIP(),
+	s.record(c, audit.Entry{TenantID: tenant, Actor: who, Remote: c.ClientIP(),
 		Action: m + " image manifest", Target: strings.TrimPrefix(c.Request.URL.Path, "/v2/"), Result: result})
 }

@@ -116,6 +116,6 @@ func (s *server) auditDesired(c *gin.Context, box, action, object string, rev ui
 		return
 	}
 	who := caller(c)
-	s.Audit.Append(audit.Entry{TenantID: who.TenantID, Actor: who.Name, Remote: who.Remote, Action: action,
+	s.record(c, audit.Entry{TenantID: who.TenantID, Actor: who.Name, Remote: who.Remote, Action: action,
 		Target: box, Result: "ok", Detail: object + " at revision " + strconv.FormatUint(rev, 10)})
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/gin-gonic/gin"
 
 	"github.com/edgebox/edgebox/api"
+	"github.com/edgebox/edgebox/console/audit"
 	"github.com/edgebox/edgebox/console/fleet"
 	"github.com/edgebox/edgebox/console/keys"
 	"github.com/edgebox/edgebox/errdefs"
@@ -133,7 +134,7 @@ func validKeyID(id string) bool {
 
 // releaseWiped ends the lease of a key the wiped box gave back, if the
 // key is that box's and still leased.
-func (s *server) releaseWiped(ctx context.Context, who fleet.Actor, box, id string) {
+func (s *server) releaseWiped(ctx context.Context, who audit.Actor, box, id string) {
 	k, _, err := s.Keys.Get(ctx, who.TenantID, id)
 	if err != nil || k.BoxID != box || k.Holder == "" {
 		return

@@ -24,6 +24,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/edgebox/edgebox/console/audit"
 	"github.com/edgebox/edgebox/console/desired"
 	"github.com/edgebox/edgebox/console/fleet"
 	"github.com/edgebox/edgebox/console/store"
@@ -347,7 +348,7 @@ func (r *Registry) update(ctx context.Context, tenant, id string, change func(*K
 }
 
 // Label sets (value "") or removes labels of a key.
-func (r *Registry) Label(ctx context.Context, who fleet.Actor, id string, set map[string]string) (Key, error) {
+func (r *Registry) Label(ctx context.Context, who audit.Actor, id string, set map[string]string) (Key, error) {
 	if err := fleet.ValidateLabels(set); err != nil {
 		return Key{}, err
 	}
@@ -374,7 +375,7 @@ func assignmentName(id string) string { return "ukey-" + strings.TrimPrefix(id, 
 
 // Lease gives a key to one workload on the key's box: exclusively, or
 // not at all. The box gets a UsbAssignment object.
-func (r *Registry) Lease(ctx context.Context, who fleet.Actor, id, workload string) (Key, error) {
+func (r *Registry) Lease(ctx context.Context, who audit.Actor, id, workload string) (Key, error) {
 	if !edgeboxv1.ValidObjectName(workload) {
 		return Key{}, errdefs.Invalid("workload %q is not a valid name", workload)
 	}
@@ -399,7 +400,7 @@ func (r *Registry) Lease(ctx context.Context, who fleet.Actor, id, workload stri
 }
 
 // Release ends a key's lease; the box drops the assignment.
-func (r *Registry) Release(ctx context.Context, who fleet.Actor, id string) (Key, error) {
+func (r *Registry) Release(ctx context.Context, who audit.Actor, id string) (Key, error) {
 	var was string
 	k, err := r.update(ctx, who.TenantID, id, func(k *Key) (Entry, error) {
 		if k.Holder == "" {
@@ -458,7 +459,7 @@ func needText(need map[string]string) string {
 // EnsureLeases gives workload on box one key for each need (keys it holds
 // already count first), and releases keys it holds beyond its needs. It
 // says which needs no free key on the box meets.
-func (r *Registry) EnsureLeases(ctx context.Context, who fleet.Actor, box, workload string, needs []map[string]string) error {
+func (r *Registry) EnsureLeases(ctx context.Context, who audit.Actor, box, workload string, needs []map[string]string) error {
 	ks, err := r.List(ctx, who.TenantID, Filter{Box: box})
 	if err != nil {
 		return err

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/edgebox/edgebox/console/audit"
 	"github.com/edgebox/edgebox/console/desired"
 	"github.com/edgebox/edgebox/console/fleet"
 	"github.com/edgebox/edgebox/console/store/storetest"
@@ -71,7 +72,7 @@ func TestLeaseStaysOnItsBox(t *testing.T) {
 		t.Fatal(err)
 	}
 	id := ID(boxA.ID, dev)
-	who := fleet.Actor{TenantID: fleet.DefaultTenant, Name: "op"}
+	who := audit.Actor{TenantID: fleet.DefaultTenant, Name: "op"}
 	if _, err := r.Lease(ctx, who, id, "robot"); err != nil {
 		t.Fatal(err)
 	}
