@@ -7,6 +7,7 @@ import (
 	"crypto/elliptic"
 	"crypto/rand"
 	"crypto/sha256"
+	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/json"
@@ -14,14 +15,18 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/url"
 	"os"
 	"path/filepath"
 	"time"
 
+	"golang.org/x/net/http/httpproxy"
+
 	"github.com/edgebox/edgebox/enroll"
 	"github.com/edgebox/edgebox/internal/atomicfile"
+	"github.com/edgebox/edgebox/tunnel"
 )
 
 // EnrollOptions are the optional parts of enrollment.
@@ -29,8 +34,11 @@ type EnrollOptions struct {
 	Name string // box name; the host name when empty
 	// Labels are asked for besides the token's.
 	Labels map[string]string
-	// Proxy picks the proxy for the console; nil is HTTPS_PROXY/NO_PROXY.
+	// Proxy picks the proxy for the console, http:// or https://; nil is
+	// HTTPS_PROXY/NO_PROXY.
 	Proxy func(*url.URL) (*url.URL, error)
+	// ProxyRoots verify an https:// proxy; nil uses the system's roots.
+	ProxyRoots *x509.CertPool
 	// Transport, when set, replaces the HTTP transport (tests);
 	// its TLS settings are overwritten with the token's pin.
 	Transport *http.Transport
@@ -60,16 +68,14 @@ func Enroll(ctx context.Context, dir, tokenText string, opts EnrollOptions) (Ide
 		return Identity{}, false, err
 	}
 	u, _ := enroll.ParseConsoleURL(tok.ConsoleURL)
+	pinned := enroll.PinnedTLS(tok.CAHash, u.Hostname())
 	tr := opts.Transport
 	if tr == nil {
-		tr = &http.Transport{Proxy: http.ProxyFromEnvironment}
-		if opts.Proxy != nil {
-			tr.Proxy = func(r *http.Request) (*url.URL, error) { return opts.Proxy(r.URL) }
-		}
+		tr = &http.Transport{DialTLSContext: pinnedDial(pinned, opts)}
 	} else {
 		tr = tr.Clone()
+		tr.TLSClientConfig = pinned
 	}
-	tr.TLSClientConfig = enroll.PinnedTLS(tok.CAHash, u.Hostname())
 	hc := &http.Client{Transport: tr, Timeout: 60 * time.Second}
 	defer tr.CloseIdleConnections() // one request: leave nothing open on the console
 	body, _ := json.Marshal(enroll.Request{Token: tok.String(), CSR: string(csr), Hostname: host, Name: opts.Name, Labels: opts.Labels})
@@ -153,4 +159,38 @@ func makeCSR(key *ecdsa.PrivateKey, host string) ([]byte, error) {
 		return nil, err
 	}
 	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE REQUEST", Bytes: der}), nil
+}
+
+// pinnedDial dials the console, through a proxy when one applies, and
+// checks its certificate against the token's pin. The proxy's own TLS,
+// for an https:// proxy, is verified apart from the console's: the pin
+// covers the console alone.
+func pinnedDial(pinned *tls.Config, opts EnrollOptions) func(ctx context.Context, network, addr string) (net.Conn, error) {
+	pick := opts.Proxy
+	if pick == nil {
+		env := httpproxy.FromEnvironment().ProxyFunc()
+		pick = func(u *url.URL) (*url.URL, error) { return env(u) }
+	}
+	return func(ctx context.Context, network, addr string) (net.Conn, error) {
+		proxy, err := pick(&url.URL{Scheme: "https", Host: addr})
+		if err != nil {
+			return nil, fmt.Errorf("choosing proxy: %w", err)
+		}
+		var d net.Dialer
+		var raw net.Conn
+		if proxy != nil {
+			raw, err = tunnel.DialProxy(ctx, d.DialContext, opts.ProxyRoots, proxy, "", addr)
+		} else {
+			raw, err = d.DialContext(ctx, network, addr)
+		}
+		if err != nil {
+			return nil, err
+		}
+		c := tls.Client(raw, pinned)
+		if err := c.HandshakeContext(ctx); err != nil {
+			raw.Close()
+			return nil, err
+		}
+		return c, nil
+	}
 }

@@ -3,6 +3,7 @@ package tunnel
 import (
 	"context"
 	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -24,9 +25,12 @@ type ClientConfig struct {
 	// certificate (Certificates or GetClientCertificate). Dial adds the
 	// tunnel ALPN, TLS 1.3 and a session cache for resumption.
 	TLS *tls.Config
-	// Proxy picks an HTTP CONNECT proxy; nil reads HTTPS_PROXY (or
-	// https_proxy) and NO_PROXY from the environment.
+	// Proxy picks a CONNECT proxy, http:// or https://; nil reads
+	// HTTPS_PROXY (or https_proxy) and NO_PROXY from the environment.
 	Proxy ProxyFunc
+	// ProxyRoots verifies an https:// proxy's certificate; nil uses the
+	// system's roots, as a browser behind that proxy would.
+	ProxyRoots *x509.CertPool
 	// ProxySource names the setting Proxy comes from, for errors that ask
 	// the operator to correct it (a proxy refusing its credentials), e.g.
 	// `the "proxy" setting in /var/lib/edgebox/agent.json`. With a nil
@@ -308,7 +312,7 @@ func (c *Client) dial(ctx context.Context, fresh bool) (*tls.Conn, error) {
 	}
 	var raw net.Conn
 	if proxy != nil {
-		raw, err = dialProxy(ctx, c.cfg.Dial, proxy, c.cfg.ProxySource, c.cfg.Addr)
+		raw, err = DialProxy(ctx, c.cfg.Dial, c.cfg.ProxyRoots, proxy, c.cfg.ProxySource, c.cfg.Addr)
 	} else {
 		raw, err = c.cfg.Dial(ctx, "tcp", c.cfg.Addr)
 	}

@@ -3,6 +3,8 @@ package tunnel
 import (
 	"bufio"
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/base64"
 	"errors"
 	"fmt"
@@ -35,20 +37,34 @@ func envProxySource() string {
 	return "the HTTPS_PROXY environment variable"
 }
 
-// dialProxy opens a TCP connection to addr through an HTTP proxy with
-// CONNECT, using basic auth when the proxy URL has a user. source names the
-// setting the proxy URL came from, for the operator to correct.
-func dialProxy(ctx context.Context, dial func(ctx context.Context, network, addr string) (net.Conn, error), proxy *url.URL, source, addr string) (net.Conn, error) {
-	if proxy.Scheme != "http" && proxy.Scheme != "" {
-		return nil, fmt.Errorf("tunnel: proxy %s: only http:// proxies are supported", proxy.Redacted())
+// DialProxy opens a TCP connection to addr through a proxy with CONNECT,
+// using basic auth when the proxy URL has a user. An https:// proxy is
+// reached over TLS, verified against roots (nil: the system's). source
+// names the setting the proxy URL came from, for the operator to correct.
+func DialProxy(ctx context.Context, dial func(ctx context.Context, network, addr string) (net.Conn, error), roots *x509.CertPool, proxy *url.URL, source, addr string) (net.Conn, error) {
+	port := "80"
+	switch proxy.Scheme {
+	case "http", "":
+	case "https":
+		port = "443"
+	default:
+		return nil, fmt.Errorf("tunnel: proxy %s: use an http:// or https:// proxy URL (from %s)", proxy.Redacted(), source)
 	}
 	host := proxy.Host
 	if proxy.Port() == "" {
-		host = net.JoinHostPort(proxy.Hostname(), "80")
+		host = net.JoinHostPort(proxy.Hostname(), port)
 	}
 	c, err := dial(ctx, "tcp", host)
 	if err != nil {
 		return nil, fmt.Errorf("tunnel: dial proxy %s: %w", proxy.Redacted(), err)
+	}
+	if proxy.Scheme == "https" {
+		tc := tls.Client(c, &tls.Config{ServerName: proxy.Hostname(), RootCAs: roots, MinVersion: tls.VersionTLS12})
+		if err := tc.HandshakeContext(ctx); err != nil {
+			c.Close()
+			return nil, fmt.Errorf("tunnel: TLS handshake with proxy %s: %w", proxy.Redacted(), err)
+		}
+		c = tc
 	}
 	if d, ok := ctx.Deadline(); ok {
 		c.SetDeadline(d)

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"io"
@@ -238,6 +239,48 @@ func TestThroughConnectProxyWithBasicAuth(t *testing.T) {
 		t.Fatalf("got %q", got)
 	}
 	if used.Load() == 0 {
+		t.Fatal("the proxy carried no connection")
+	}
+}
+
+func TestThroughHTTPSProxy(t *testing.T) {
+	t.Parallel()
+	p := newTestPKI(t)
+	srv := startTestServer(t, p, DefaultConfig(), "")
+	echo(t, srv.Listen(KindRPC))
+	proxy := toxic.NewTLSConnectProxy(t, "edge", "s3cret", p.leaf(t, "proxy", x509.ExtKeyUsageServerAuth))
+	for _, c := range []struct {
+		name  string
+		roots *x509.CertPool
+		want  string
+	}{
+		{"trusted", p.pool, ""},
+		{"untrusted", x509.NewCertPool(), "TLS handshake with proxy"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			cli := startTestClient(t, p, "box-1", srv.addr, func(cfg *ClientConfig) {
+				cfg.Proxy = func(*url.URL) (*url.URL, error) { return url.Parse("https://edge:s3cret@" + proxy.Addr) }
+				cfg.ProxyRoots = c.roots
+			})
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			if c.want != "" {
+				_, err := cli.dial(ctx, true)
+				if err == nil || !strings.Contains(err.Error(), c.want) {
+					t.Fatalf("dial through a proxy with an unknown certificate: %v, want %q", err, c.want)
+				}
+				return
+			}
+			conn, err := cli.Open(ctx, KindRPC, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := roundTrip(t, conn, "via https proxy"); got != "box-1:via https proxy" {
+				t.Fatalf("got %q", got)
+			}
+		})
+	}
+	if proxy.Used.Load() == 0 {
 		t.Fatal("the proxy carried no connection")
 	}
 }

@@ -66,7 +66,7 @@ and brings the binary and the service up to date.`,
 	}
 	c.Flags().StringVar(&name, "name", "", "box name (default: the host name)")
 	c.Flags().StringSliceVar(&labels, "labels", nil, "labels for the box besides the token's, k=v,…")
-	c.Flags().StringVar(&proxy, "proxy", "", "HTTP proxy for the tunnel, e.g. http://user:pass@proxy:3128 (default: HTTPS_PROXY)")
+	c.Flags().StringVar(&proxy, "proxy", "", "proxy for the tunnel and enrollment, http:// or https:// (its certificate checked against the system roots or SSL_CERT_FILE), e.g. http://user:pass@proxy:3128 (default: HTTPS_PROXY)")
 	c.Flags().DurationVar(&wait, "wait", 2*time.Minute, "how long to wait for the box to come online (0: do not wait)")
 	return c
 }

@@ -2,6 +2,7 @@ package toxic
 
 import (
 	"bufio"
+	"crypto/tls"
 	"encoding/base64"
 	"io"
 	"net"
@@ -26,6 +27,21 @@ func NewConnectProxy(t testing.TB, user, pass string) *ConnectProxy {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return startConnectProxy(t, ln, user, pass)
+}
+
+// NewTLSConnectProxy starts a proxy that clients reach over TLS (an
+// https:// proxy), presenting cert.
+func NewTLSConnectProxy(t testing.TB, user, pass string, cert tls.Certificate) *ConnectProxy {
+	t.Helper()
+	ln, err := tls.Listen("tcp", "127.0.0.1:0", &tls.Config{Certificates: []tls.Certificate{cert}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return startConnectProxy(t, ln, user, pass)
+}
+
+func startConnectProxy(t testing.TB, ln net.Listener, user, pass string) *ConnectProxy {
 	p := &ConnectProxy{Addr: ln.Addr().String()}
 	want := "Basic " + base64.StdEncoding.EncodeToString([]byte(user+":"+pass))
 	var wg sync.WaitGroup
