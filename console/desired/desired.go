@@ -8,7 +8,9 @@
 //
 // Every change to a box's objects takes the next box revision in the same
 // store transaction that writes the object, guarded by the revision key, so
-// revisions are dense per box and never reused. A delete writes a tombstone
+// revisions are dense per box and never reused. An operator's change
+// (PutBy, DeleteBy) writes its audit entry in that same transaction. A
+// delete writes a tombstone
 // that stays until the box has acknowledged its revision. Since answers
 // "everything newer than N": only the latest of each object, because each
 // object is one key.
@@ -23,9 +25,11 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 
 	"google.golang.org/protobuf/proto"
 
+	"github.com/edgebox/edgebox/console/audit"
 	"github.com/edgebox/edgebox/console/store"
 	"github.com/edgebox/edgebox/errdefs"
 	edgeboxv1 "github.com/edgebox/edgebox/proto/edgebox/v1"
@@ -48,6 +52,7 @@ type State struct {
 	// not spin on each other's compare-and-swap; the guard in the store
 	// still orders writers of several consoles sharing it.
 	locks [64]sync.Mutex
+	now   func() time.Time // audit entries' time
 }
 
 func (st *State) lock(box string) func() {
@@ -59,7 +64,7 @@ func (st *State) lock(box string) func() {
 }
 
 // New returns a State on s.
-func New(s store.Store) *State { return &State{s: s} }
+func New(s store.Store) *State { return &State{s: s, now: time.Now} }
 
 func boxPrefix(box string) string { return "desired/" + box + "/" }
 func revKey(box string) string    { return boxPrefix(box) + "rev" }
@@ -80,9 +85,29 @@ func parseRev(kv store.KV) uint64 {
 // same box.
 const maxRetries = 100
 
+// Audit actions of an operator's direct changes.
+const (
+	ActionPut    = "desired.put"
+	ActionDelete = "desired.delete"
+)
+
 // Put writes an object of box, giving it the box's next revision, which it
-// returns. The object's kind comes from its spec.
+// returns. The object's kind comes from its spec. Put writes no audit
+// entry: it is for writes that follow from a change audited where it was
+// made (an app's pin, a key's lease). An operator's own change goes
+// through PutBy.
 func (st *State) Put(ctx context.Context, box string, o *edgeboxv1.DesiredObject) (uint64, error) {
+	return st.put(ctx, nil, box, o)
+}
+
+// PutBy is Put asked by who: its audit entry (ActionPut, on box) is
+// written in the transaction that writes the object, so the object and
+// its entry land together or not at all.
+func (st *State) PutBy(ctx context.Context, who audit.Actor, box string, o *edgeboxv1.DesiredObject) (uint64, error) {
+	return st.put(ctx, &who, box, o)
+}
+
+func (st *State) put(ctx context.Context, who *audit.Actor, box string, o *edgeboxv1.DesiredObject) (uint64, error) {
 	kind := edgeboxv1.KindOf(o)
 	if kind == "" {
 		return 0, errdefs.Invalid("object %q has no spec", o.GetName())
@@ -99,16 +124,36 @@ func (st *State) Put(ctx context.Context, box string, o *edgeboxv1.DesiredObject
 	}
 	obj := proto.Clone(o).(*edgeboxv1.DesiredObject)
 	obj.Kind, obj.Deleted = kind, false
-	return st.write(ctx, box, kind, obj.GetName(), obj, false)
+	return st.write(ctx, who, box, kind, obj.GetName(), obj, false)
 }
 
 // Delete replaces an object with a tombstone; deleting a missing object is
-// a no-op that returns the current revision.
+// a no-op that returns the current revision. Like Put, it writes no audit
+// entry; an operator's own delete goes through DeleteBy.
 func (st *State) Delete(ctx context.Context, box, kind, name string) (uint64, error) {
-	return st.write(ctx, box, kind, name, &edgeboxv1.DesiredObject{Kind: kind, Name: name, Deleted: true}, true)
+	return st.write(ctx, nil, box, kind, name, &edgeboxv1.DesiredObject{Kind: kind, Name: name, Deleted: true}, true)
 }
 
-func (st *State) write(ctx context.Context, box, kind, name string, obj *edgeboxv1.DesiredObject, del bool) (uint64, error) {
+// DeleteBy is Delete asked by who, with its audit entry (ActionDelete, on
+// box) in the same transaction. Deleting a missing object changes no
+// object but is still recorded: the operator asked.
+func (st *State) DeleteBy(ctx context.Context, who audit.Actor, box, kind, name string) (uint64, error) {
+	return st.write(ctx, &who, box, kind, name, &edgeboxv1.DesiredObject{Kind: kind, Name: name, Deleted: true}, true)
+}
+
+// write gives obj the box's next revision and stores it; with who, the
+// audit entry of who's change goes in the same transaction.
+func (st *State) write(ctx context.Context, who *audit.Actor, box, kind, name string, obj *edgeboxv1.DesiredObject, del bool) (uint64, error) {
+	entry := func(rev uint64) []store.Op {
+		if who == nil {
+			return nil
+		}
+		action := ActionPut
+		if del {
+			action = ActionDelete
+		}
+		return []store.Op{audit.Op(st.now(), who.Did(action, box, kind+"/"+name+" at revision "+strconv.FormatUint(rev, 10)))}
+	}
 	defer st.lock(box)()
 	for range maxRetries {
 		var cur uint64
@@ -120,14 +165,25 @@ func (st *State) write(ctx context.Context, box, kind, name string, obj *edgebox
 		}
 		if del {
 			old, err := st.s.Get(ctx, objKey(box, kind, name))
-			if errors.Is(err, store.ErrNotFound) {
-				return cur, nil
-			} else if err != nil {
+			if err != nil && !errors.Is(err, store.ErrNotFound) {
 				return 0, err
 			}
 			var prev edgeboxv1.DesiredObject
-			if proto.Unmarshal(old.Value, &prev) == nil && prev.Deleted {
-				return cur, nil
+			if errors.Is(err, store.ErrNotFound) || proto.Unmarshal(old.Value, &prev) == nil && prev.Deleted {
+				// Nothing to delete: only the operator's request is
+				// recorded, guarded so that cur is still the revision.
+				ops := entry(cur)
+				if len(ops) == 0 {
+					return cur, nil
+				}
+				res, err := st.s.Txn(ctx, store.Txn{If: []store.Cmp{{Key: revKey(box), ModRevision: curMod}}, Then: ops})
+				if err != nil {
+					return 0, err
+				}
+				if res.Succeeded {
+					return cur, nil
+				}
+				continue
 			}
 		}
 		next := cur + 1
@@ -138,10 +194,10 @@ func (st *State) write(ctx context.Context, box, kind, name string, obj *edgebox
 		}
 		res, err := st.s.Txn(ctx, store.Txn{
 			If: []store.Cmp{{Key: revKey(box), ModRevision: curMod}},
-			Then: []store.Op{
+			Then: append([]store.Op{
 				{Key: revKey(box), Value: []byte(strconv.FormatUint(next, 10))},
 				{Key: objKey(box, kind, name), Value: raw},
-			},
+			}, entry(next)...),
 		})
 		if err != nil {
 			return 0, err

@@ -5,6 +5,7 @@ package audittest
 import (
 	"context"
 	"errors"
+	"maps"
 	"sort"
 	"strings"
 	"sync/atomic"
@@ -74,10 +75,12 @@ func Entries(t testing.TB, s store.Store) []audit.Entry {
 
 // One runs op and checks that it left exactly one new audit entry with
 // action; it returns the entry. With the store failing audit writes, op must
-// fail and leave no entry: a change never lands without its entry.
+// fail, leave no entry and change nothing else on the store: a change never
+// lands without its entry.
 func One(t testing.TB, s *Store, action string, op func() error) audit.Entry {
 	t.Helper()
 	before := len(Entries(t, s))
+	keys := revisions(t, s)
 	s.Fail(true)
 	err := op()
 	s.Fail(false)
@@ -86,6 +89,9 @@ func One(t testing.TB, s *Store, action string, op func() error) audit.Entry {
 	}
 	if n := len(Entries(t, s)); n != before {
 		t.Fatalf("%s with the audit write failing left %d entries", action, n-before)
+	}
+	if after := revisions(t, s); !maps.Equal(after, keys) {
+		t.Fatalf("%s with the audit write failing changed the store: %d keys before, %d after", action, len(keys), len(after))
 	}
 	if err := op(); err != nil {
 		t.Fatalf("%s: %v", action, err)
@@ -99,4 +105,20 @@ func One(t testing.TB, s *Store, action string, op func() error) audit.Entry {
 		t.Fatalf("%s left entry %+v", action, e)
 	}
 	return e
+}
+
+// revisions maps every key on s but the audit log's to its ModRevision.
+func revisions(t testing.TB, s store.Store) map[string]int64 {
+	t.Helper()
+	kvs, _, err := s.Range(context.Background(), "", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := make(map[string]int64, len(kvs))
+	for _, kv := range kvs {
+		if !strings.HasPrefix(kv.Key, audit.Prefix) {
+			out[kv.Key] = kv.ModRevision
+		}
+	}
+	return out
 }
