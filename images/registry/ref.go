@@ -26,7 +26,7 @@ func ParseRef(s string) (Ref, error) {
 	}
 	named, err := reference.ParseNormalizedNamed(s)
 	if err != nil {
-		return Ref{}, errdefs.Invalid("image reference %q: %v", s, err)
+		return Ref{}, errdefs.Invalid("image reference %q: %w", s, err)
 	}
 	r := refOf(named)
 	if !strings.HasPrefix(s, r.Host+"/") {

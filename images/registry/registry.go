@@ -244,7 +244,7 @@ func (r *Registry) HasManifest(ctx context.Context, repo string, dgst digest.Dig
 func (r *Registry) repository(ctx context.Context, repo string) (distribution.Repository, error) {
 	named, err := reference.WithName(repo)
 	if err != nil {
-		return nil, errdefs.Invalid("repository name %q: %v", repo, err)
+		return nil, errdefs.Invalid("repository name %q: %w", repo, err)
 	}
 	return r.ns.Repository(ctx, named)
 }

@@ -95,7 +95,7 @@ func Fetch(ctx context.Context, hc *http.Client, ref Ref, dir string, progress f
 	}
 	var m manifest
 	if err := json.Unmarshal(raw, &m); err != nil {
-		return errdefs.Invalid("manifest of %s: %v", ref.Repo, err)
+		return errdefs.Invalid("manifest of %s: %w", ref.Repo, err)
 	}
 	if m.ArtifactType != ArtifactType && m.Config.MediaType != ConfigType {
 		return errdefs.Invalid("%s@%s is not a VM image (artifact type %q); push it with 'edgebox image push-disk'", ref.Repo, ref.Digest, m.ArtifactType)
@@ -125,7 +125,7 @@ func Fetch(ctx context.Context, hc *http.Client, ref Ref, dir string, progress f
 			return fmt.Errorf("VM config: %w", err)
 		}
 		if err := json.Unmarshal(raw, &cfg); err != nil {
-			return errdefs.Invalid("VM config: %v", err)
+			return errdefs.Invalid("VM config: %w", err)
 		}
 	}
 	for _, l := range layers {

@@ -153,9 +153,9 @@ func translate(err error, format string, a ...any) error {
 	case err == nil:
 		return nil
 	case cerrdefs.IsNotFound(err):
-		return errdefs.NotFound("%s: %v", msg, err)
+		return errdefs.NotFound("%s: %w", msg, err)
 	case cerrdefs.IsAlreadyExists(err):
-		return errdefs.Conflict("%s: %v", msg, err)
+		return errdefs.Conflict("%s: %w", msg, err)
 	}
 	return fmt.Errorf("%s: %w", msg, err)
 }

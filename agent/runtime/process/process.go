@@ -175,7 +175,7 @@ func (d *Driver) Create(_ context.Context, s runtime.Spec) error {
 	if fi, err := os.Stat(w.GetImage()); err != nil || fi.IsDir() || !executable(fi) {
 		return errdefs.NotFound("process workload %s: %s is not an executable program on this box", s.Name, w.GetImage())
 	} else if err := runnableByOthers(fi); err != nil {
-		return errdefs.Invalid("process workload %s: %s %v", s.Name, w.GetImage(), err)
+		return errdefs.Invalid("process workload %s: %s %w", s.Name, w.GetImage(), err)
 	}
 	if s.Name == "" || strings.ContainsAny(s.Name, `/\`) || strings.HasPrefix(s.Name, ".") {
 		return errdefs.Invalid("process workload %q: not a name for an instance", s.Name)

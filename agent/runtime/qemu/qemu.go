@@ -303,7 +303,7 @@ func (d *Driver) Start(ctx context.Context, name string) error {
 	dir, img := d.vmDir(name), d.imageDir(in.Image)
 	var cfg vm.Config
 	if raw, err := os.ReadFile(filepath.Join(img, vm.ConfigFile)); err != nil {
-		return errdefs.NotFound("VM image of %s is gone from this box: %v", name, err)
+		return errdefs.NotFound("VM image of %s is gone from this box: %w", name, err)
 	} else if err := json.Unmarshal(raw, &cfg); err != nil {
 		return fmt.Errorf("VM image of %s: %w", name, err)
 	}
