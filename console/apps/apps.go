@@ -12,6 +12,11 @@
 //
 // These types are the storage format, apart from the API's: httpapi
 // converts between them (see spec.go).
+//
+// Each change an operator makes (an app, a release, a pin) writes its
+// audit entry in the transaction that makes it. What follows from a pin
+// (each box's Workload objects) is not audited again; the keys a deploy
+// leases are, by the key registry, as the actor "deploy".
 package apps
 
 import (
@@ -159,13 +164,14 @@ func rangeJSON[T any](ctx context.Context, s store.Store, prefix string, keep fu
 	return out, nil
 }
 
-// create writes key only if it does not exist yet.
-func (a *Apps) create(ctx context.Context, key string, v any, what string) error {
+// create writes key only if it does not exist yet, with the audit entry e.
+func (a *Apps) create(ctx context.Context, key string, v any, what string, e audit.Entry) error {
 	raw, err := json.Marshal(v)
 	if err != nil {
 		return err
 	}
-	res, err := a.s.Txn(ctx, store.Txn{If: []store.Cmp{{Key: key, ModRevision: 0}}, Then: []store.Op{{Key: key, Value: raw}}})
+	res, err := a.s.Txn(ctx, store.Txn{If: []store.Cmp{{Key: key, ModRevision: 0}},
+		Then: []store.Op{{Key: key, Value: raw}, audit.Op(a.now(), e)}})
 	if err != nil {
 		return err
 	}
@@ -184,7 +190,7 @@ func (a *Apps) CreateApp(ctx context.Context, who audit.Actor, name, description
 		return App{}, errdefs.Invalid("description is longer than 1024 bytes")
 	}
 	app := App{TenantID: who.TenantID, Name: name, Description: description, CreatedAt: a.now().UTC(), CreatedBy: who.Name}
-	return app, a.create(ctx, appKey(who.TenantID, name), app, "app "+name)
+	return app, a.create(ctx, appKey(who.TenantID, name), app, "app "+name, who.Did("app.create", name, ""))
 }
 
 // App returns one app.
@@ -207,27 +213,40 @@ func (a *Apps) Apps(ctx context.Context, tenant string) ([]App, error) {
 
 // DeleteApp removes an app and its releases; an app still pinned anywhere
 // stays.
-func (a *Apps) DeleteApp(ctx context.Context, tenant, name string) error {
-	if _, err := a.App(ctx, tenant, name); err != nil {
+func (a *Apps) DeleteApp(ctx context.Context, who audit.Actor, name string) error {
+	if _, err := a.App(ctx, who.TenantID, name); err != nil {
 		return err
 	}
-	pins, err := a.Pins(ctx, tenant, name)
+	pins, err := a.Pins(ctx, who.TenantID, name)
 	if err != nil {
 		return err
 	}
 	if len(pins) > 0 {
 		return errdefs.Conflict("app %s is deployed (%s %s); undeploy it everywhere first", name, pins[0].Scope, pins[0].Target)
 	}
-	kvs, _, err := a.s.Range(ctx, appPrefix(tenant, name), 0)
+	kvs, _, err := a.s.Range(ctx, appPrefix(who.TenantID, name), 0)
 	if err != nil {
 		return err
 	}
-	ops := make([]store.Op, 0, len(kvs))
-	for _, kv := range kvs {
-		ops = append(ops, store.Op{Key: kv.Key, Delete: true})
+	if len(kvs) == 0 {
+		return errdefs.NotFound("no app %q", name)
 	}
-	_, err = a.s.Txn(ctx, store.Txn{Then: ops})
-	return err
+	// Guarded on every key read, so that of two deletes only the one that
+	// removed the app is recorded.
+	var t store.Txn
+	for _, kv := range kvs {
+		t.If = append(t.If, store.Cmp{Key: kv.Key, ModRevision: kv.ModRevision})
+		t.Then = append(t.Then, store.Op{Key: kv.Key, Delete: true})
+	}
+	t.Then = append(t.Then, audit.Op(a.now(), who.Did("app.delete", name, "")))
+	res, err := a.s.Txn(ctx, t)
+	if err != nil {
+		return err
+	}
+	if !res.Succeeded {
+		return errdefs.Conflict("app %s changed while it was being deleted; try again", name)
+	}
+	return nil
 }
 
 // CreateRelease adds an immutable release to an app. A containerd or qemu
@@ -249,7 +268,8 @@ func (a *Apps) CreateRelease(ctx context.Context, who audit.Actor, app string, s
 		}
 		rel.Image, rel.Tag = image, tag
 	}
-	return rel, a.create(ctx, relKey(who.TenantID, app, spec.Version), rel, "release "+app+"@"+spec.Version)
+	return rel, a.create(ctx, relKey(who.TenantID, app, spec.Version), rel, "release "+app+"@"+spec.Version,
+		who.Did("release.create", app+"@"+spec.Version, rel.Image))
 }
 
 // resolveImage turns an operator's reference (with or without the
@@ -345,7 +365,8 @@ type Outcome struct {
 }
 
 // Deploy pins app to version on scope/target and brings every box it
-// covers to its effective release. The error is about the pin only.
+// covers to its effective release. The error is about the pin only: the
+// pin and its audit entry are written together; the boxes follow.
 func (a *Apps) Deploy(ctx context.Context, who audit.Actor, app, version, scope, target string) (Pin, Outcome, error) {
 	if err := validScope(scope, target); err != nil {
 		return Pin{}, Outcome{}, err
@@ -360,7 +381,8 @@ func (a *Apps) Deploy(ctx context.Context, who audit.Actor, app, version, scope,
 	}
 	pin := Pin{TenantID: who.TenantID, App: app, Scope: scope, Target: target, Version: version, At: a.now().UTC(), By: who.Name}
 	raw, _ := json.Marshal(pin)
-	if _, err := store.Put(ctx, a.s, pinKey(who.TenantID, app, scope, target), raw); err != nil {
+	if _, err := a.s.Txn(ctx, store.Txn{Then: []store.Op{{Key: pinKey(who.TenantID, app, scope, target), Value: raw},
+		audit.Op(a.now(), who.Did("app.deploy", app+"@"+version, scope+" "+target))}}); err != nil {
 		return Pin{}, Outcome{}, err
 	}
 	return pin, a.syncPinned(ctx, who.TenantID, scope, target), nil
@@ -399,13 +421,21 @@ func (a *Apps) Undeploy(ctx context.Context, who audit.Actor, app, scope, target
 		return Outcome{}, err
 	}
 	key := pinKey(who.TenantID, app, scope, target)
-	if _, err := a.s.Get(ctx, key); errors.Is(err, store.ErrNotFound) {
+	kv, err := a.s.Get(ctx, key)
+	if errors.Is(err, store.ErrNotFound) {
 		return Outcome{}, errdefs.NotFound("app %s is not pinned on %s %s", app, scope, target)
 	} else if err != nil {
 		return Outcome{}, err
 	}
-	if _, err := a.s.Txn(ctx, store.Txn{Then: []store.Op{{Key: key, Delete: true}}}); err != nil {
+	// Guarded, so that of two undeploys only the one that removed the pin
+	// is recorded.
+	res, err := a.s.Txn(ctx, store.Txn{If: []store.Cmp{{Key: key, ModRevision: kv.ModRevision}},
+		Then: []store.Op{{Key: key, Delete: true}, audit.Op(a.now(), who.Did("app.undeploy", app, scope+" "+target))}})
+	if err != nil {
 		return Outcome{}, err
+	}
+	if !res.Succeeded {
+		return Outcome{}, errdefs.Conflict("the pin of app %s on %s %s changed meanwhile; try again", app, scope, target)
 	}
 	return a.syncPinned(ctx, who.TenantID, scope, target), nil
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/edgebox/edgebox/console/audit"
 	"github.com/edgebox/edgebox/console/desired"
 	"github.com/edgebox/edgebox/console/fleet"
+	"github.com/edgebox/edgebox/console/store"
 	"github.com/edgebox/edgebox/console/store/storetest"
 	"github.com/edgebox/edgebox/errdefs"
 	edgeboxv1 "github.com/edgebox/edgebox/proto/edgebox/v1"
@@ -61,7 +62,11 @@ var (
 
 func newApps(t *testing.T, bs boxes) (*Apps, *desired.State) {
 	t.Helper()
-	s := storetest.Bolt(t)
+	return newAppsOn(t, storetest.Bolt(t), bs)
+}
+
+func newAppsOn(t *testing.T, s store.Store, bs boxes) (*Apps, *desired.State) {
+	t.Helper()
 	d := desired.New(s)
 	im := images{"robots/clock:1": d1, "robots/clock:2": d2}
 	return New(s, d, bs, im, []string{host, "console.example"}, slog.New(slog.NewTextHandler(io.Discard, nil))), d
@@ -199,7 +204,7 @@ func TestPinsBoxOverSiteOverRegion(t *testing.T) {
 	a.Undeploy(ctx, admin, "clock", ScopeSite, "s1")
 	a.Undeploy(ctx, admin, "clock", ScopeSite, "s2")
 	check("site pins removed", map[string]string{"bx-a": "1", "bx-b": "1"})
-	if err := a.DeleteApp(ctx, fleet.DefaultTenant, "clock"); !errors.Is(err, errdefs.ErrConflict) {
+	if err := a.DeleteApp(ctx, admin, "clock"); !errors.Is(err, errdefs.ErrConflict) {
 		t.Errorf("deleting a deployed app: %v", err)
 	}
 	a.Undeploy(ctx, admin, "clock", ScopeRegion, "east")
@@ -210,7 +215,7 @@ func TestPinsBoxOverSiteOverRegion(t *testing.T) {
 	if _, err := a.Undeploy(ctx, admin, "clock", ScopeRegion, "east"); !errors.Is(err, errdefs.ErrNotFound) {
 		t.Errorf("undeploying what is not deployed: %v", err)
 	}
-	if err := a.DeleteApp(ctx, fleet.DefaultTenant, "clock"); err != nil {
+	if err := a.DeleteApp(ctx, admin, "clock"); err != nil {
 		t.Errorf("deleting an app deployed nowhere: %v", err)
 	}
 }

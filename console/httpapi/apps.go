@@ -11,7 +11,6 @@ import (
 
 	"github.com/edgebox/edgebox/api"
 	"github.com/edgebox/edgebox/console/apps"
-	"github.com/edgebox/edgebox/console/audit"
 	"github.com/edgebox/edgebox/errdefs"
 	edgeboxv1 "github.com/edgebox/edgebox/proto/edgebox/v1"
 )
@@ -24,12 +23,6 @@ type Agents interface {
 	// answer until ctx ends. Without an answer, the error says why in a
 	// few words ("box offline", …), or is context.DeadlineExceeded.
 	Wipe(ctx context.Context, box, reason string) (*edgeboxv1.WipeResponse, error)
-}
-
-func (s *server) audit(c *gin.Context, action, target, detail string) {
-	who := caller(c)
-	s.record(c, audit.Entry{TenantID: who.TenantID, Actor: who.Name, Remote: who.Remote, Action: action,
-		Target: target, Result: "ok", Detail: detail})
 }
 
 func appView(a apps.App) api.App {
@@ -67,7 +60,6 @@ func (s *server) createApp(c *gin.Context) {
 		s.fail(c, err)
 		return
 	}
-	s.audit(c, "app.create", a.Name, "")
 	c.JSON(http.StatusCreated, appView(a))
 }
 
@@ -81,11 +73,10 @@ func (s *server) getApp(c *gin.Context) {
 }
 
 func (s *server) deleteApp(c *gin.Context) {
-	if err := s.Apps.DeleteApp(c.Request.Context(), caller(c).TenantID, c.Param("app")); err != nil {
+	if err := s.Apps.DeleteApp(c.Request.Context(), caller(c), c.Param("app")); err != nil {
 		s.fail(c, err)
 		return
 	}
-	s.audit(c, "app.delete", c.Param("app"), "")
 	c.Status(http.StatusNoContent)
 }
 
@@ -112,7 +103,6 @@ func (s *server) createRelease(c *gin.Context) {
 		s.fail(c, err)
 		return
 	}
-	s.audit(c, "release.create", r.App+"@"+r.Version, r.Image)
 	c.JSON(http.StatusCreated, releaseView(r))
 }
 
@@ -159,7 +149,6 @@ func (s *server) deploy(c *gin.Context) {
 		s.fail(c, err)
 		return
 	}
-	s.audit(c, "app.deploy", app+"@"+req.Version, scope+" "+target+"; boxes changed: "+strconv.Itoa(len(out.Changed)))
 	c.JSON(http.StatusOK, api.DeployResult{Pin: pinView(p), Changed: nonNil(out.Changed), Problems: out.Problems})
 }
 
@@ -174,7 +163,6 @@ func (s *server) undeploy(c *gin.Context) {
 		s.fail(c, err)
 		return
 	}
-	s.audit(c, "app.undeploy", app, scope+" "+target+"; boxes changed: "+strconv.Itoa(len(out.Changed)))
 	c.JSON(http.StatusOK, api.DeployResult{Changed: nonNil(out.Changed), Problems: out.Problems})
 }
 

@@ -65,7 +65,6 @@ func (s *server) labelKey(c *gin.Context) {
 		s.fail(c, err)
 		return
 	}
-	s.audit(c, "key.label", k.ID, "")
 	c.JSON(http.StatusOK, keyView(k))
 }
 
@@ -79,7 +78,6 @@ func (s *server) leaseKey(c *gin.Context) {
 		s.fail(c, err)
 		return
 	}
-	s.audit(c, "key.lease", k.ID, "to workload "+req.Workload+" on box "+k.BoxID)
 	c.JSON(http.StatusOK, keyView(k))
 }
 
@@ -89,7 +87,6 @@ func (s *server) releaseKey(c *gin.Context) {
 		s.fail(c, err)
 		return
 	}
-	s.audit(c, "key.release", k.ID, "on box "+k.BoxID)
 	if b, err := s.Fleet.Box(caller(c).TenantID, k.BoxID); err == nil && s.Apps != nil {
 		// An app on the box waiting for such a key gets it now.
 		s.Apps.SyncBox(c.Request.Context(), b)

@@ -3,13 +3,11 @@ package httpapi
 import (
 	"io"
 	"net/http"
-	"strconv"
 	"time"
 
 	"github.com/gin-gonic/gin"
 
 	"github.com/edgebox/edgebox/api"
-	"github.com/edgebox/edgebox/console/audit"
 	"github.com/edgebox/edgebox/console/desired"
 	"github.com/edgebox/edgebox/errdefs"
 	edgeboxv1 "github.com/edgebox/edgebox/proto/edgebox/v1"
@@ -81,8 +79,7 @@ func (s *server) putDesired(c *gin.Context) {
 		fail(c, err)
 		return
 	}
-	rev, err := s.Desired.Put(c.Request.Context(), b.ID, o)
-	s.auditDesired(c, b.ID, "desired.put", kind+"/"+name, rev, err)
+	rev, err := s.Desired.PutBy(c.Request.Context(), caller(c), b.ID, o)
 	if err != nil {
 		s.fail(c, err)
 		return
@@ -100,22 +97,10 @@ func (s *server) deleteDesired(c *gin.Context) {
 		fail(c, errdefs.Wrap(errdefs.ErrInvalid, err))
 		return
 	}
-	rev, err := s.Desired.Delete(c.Request.Context(), b.ID, kind, name)
-	s.auditDesired(c, b.ID, "desired.delete", kind+"/"+name, rev, err)
+	rev, err := s.Desired.DeleteBy(c.Request.Context(), caller(c), b.ID, kind, name)
 	if err != nil {
 		s.fail(c, err)
 		return
 	}
 	c.JSON(http.StatusOK, api.Revision{Revision: rev})
-}
-
-// auditDesired records a change of desired state; failures are recorded
-// by auditFailures.
-func (s *server) auditDesired(c *gin.Context, box, action, object string, rev uint64, err error) {
-	if err != nil {
-		return
-	}
-	who := caller(c)
-	s.record(c, audit.Entry{TenantID: who.TenantID, Actor: who.Name, Remote: who.Remote, Action: action,
-		Target: box, Result: "ok", Detail: object + " at revision " + strconv.FormatUint(rev, 10)})
 }

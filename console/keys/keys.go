@@ -6,6 +6,11 @@
 // its history: the answer to "which robot used this company's ICBC key,
 // when".
 //
+// An operator's change of a key (Label, Lease, Release, and so the leases
+// a deploy makes through EnsureLeases) writes its audit entry in the
+// transaction that changes the key. What a box reports of its own keys
+// (Report, BoxEvent) goes into the keys' history only.
+//
 // Keys in the store, per tenant:
 //
 //	keys/<tenant>/<key id>                -> Key (JSON)
@@ -316,8 +321,9 @@ func (r *Registry) Get(ctx context.Context, tenant, id string) (Key, store.KV, e
 	return k, kv, json.Unmarshal(kv.Value, &k)
 }
 
-// update changes a key if nobody changed it meanwhile.
-func (r *Registry) update(ctx context.Context, tenant, id string, change func(*Key) (Entry, error)) (Key, error) {
+// update changes a key if nobody changed it meanwhile. With act, the
+// audit entry act returns for the changed key is written with the change.
+func (r *Registry) update(ctx context.Context, tenant, id string, change func(*Key) (Entry, error), act func(Key) audit.Entry) (Key, error) {
 	for range 20 {
 		k, kv, err := r.Get(ctx, tenant, id)
 		if err != nil {
@@ -332,11 +338,11 @@ func (r *Registry) update(ctx context.Context, tenant, id string, change func(*K
 		e.Time = now
 		raw, _ := json.Marshal(k)
 		ev, _ := json.Marshal(e)
-		res, err := r.s.Txn(ctx, store.Txn{
-			If: []store.Cmp{{Key: kv.Key, ModRevision: kv.ModRevision}},
-			Then: []store.Op{{Key: kv.Key, Value: raw},
-				{Key: fmt.Sprintf("%s%020d", histPrefix(tenant, id), now.UnixNano()), Value: ev}},
-		})
+		ops := []store.Op{{Key: kv.Key, Value: raw}, {Key: fmt.Sprintf("%s%020d", histPrefix(tenant, id), now.UnixNano()), Value: ev}}
+		if act != nil {
+			ops = append(ops, audit.Op(now, act(k)))
+		}
+		res, err := r.s.Txn(ctx, store.Txn{If: []store.Cmp{{Key: kv.Key, ModRevision: kv.ModRevision}}, Then: ops})
 		if err != nil {
 			return k, err
 		}
@@ -368,7 +374,7 @@ func (r *Registry) Label(ctx context.Context, who audit.Actor, id string, set ma
 		}
 		sort.Strings(parts)
 		return Entry{Event: "label", Actor: who.Name, Detail: strings.Join(parts, ",")}, nil
-	})
+	}, func(k Key) audit.Entry { return who.Did("key.label", k.ID, "") })
 }
 
 func assignmentName(id string) string { return "ukey-" + strings.TrimPrefix(id, "k-") }
@@ -389,7 +395,7 @@ func (r *Registry) Lease(ctx context.Context, who audit.Actor, id, workload stri
 		}
 		k.Holder, k.LeasedAt, k.LeasedBy = workload, r.now().UTC(), who.Name
 		return Entry{Event: "lease", Workload: workload, Actor: who.Name}, nil
-	})
+	}, func(k Key) audit.Entry { return who.Did("key.lease", k.ID, "to workload "+workload+" on box "+k.BoxID) })
 	if err != nil {
 		return k, err
 	}
@@ -409,7 +415,7 @@ func (r *Registry) Release(ctx context.Context, who audit.Actor, id string) (Key
 		was = k.Holder
 		k.Holder, k.LeasedAt, k.LeasedBy = "", time.Time{}, ""
 		return Entry{Event: "release", Workload: was, Actor: who.Name}, nil
-	})
+	}, func(k Key) audit.Entry { return who.Did("key.release", k.ID, "on box "+k.BoxID) })
 	if err != nil {
 		return k, err
 	}
@@ -458,7 +464,8 @@ func needText(need map[string]string) string {
 
 // EnsureLeases gives workload on box one key for each need (keys it holds
 // already count first), and releases keys it holds beyond its needs. It
-// says which needs no free key on the box meets.
+// says which needs no free key on the box meets. Each lease and release
+// is who's, audited as Lease and Release are.
 func (r *Registry) EnsureLeases(ctx context.Context, who audit.Actor, box, workload string, needs []map[string]string) error {
 	ks, err := r.List(ctx, who.TenantID, Filter{Box: box})
 	if err != nil {
@@ -468,29 +475,15 @@ func (r *Registry) EnsureLeases(ctx context.Context, who audit.Actor, box, workl
 	var missing []string
 	var errs []error
 	for _, need := range needs {
-		found := ""
-		for _, k := range ks {
-			if k.Holder == workload && !used[k.ID] && matches(k, need) {
-				found = k.ID
-				break
-			}
-		}
-		if found == "" {
-			for _, k := range ks {
-				if k.Holder == "" && k.State != Absent && !used[k.ID] && matches(k, need) {
-					if _, err := r.Lease(ctx, who, k.ID, workload); err != nil {
-						continue // taken meanwhile: try the next
-					}
-					found = k.ID
-					break
-				}
-			}
-		}
-		if found == "" {
+		id, err := r.leaseFor(ctx, who, ks, used, workload, need)
+		switch {
+		case err != nil:
+			errs = append(errs, err)
+		case id == "":
 			missing = append(missing, needText(need))
-			continue
+		default:
+			used[id] = true
 		}
-		used[found] = true
 	}
 	for _, k := range ks {
 		if k.Holder == workload && !used[k.ID] {
@@ -503,6 +496,30 @@ func (r *Registry) EnsureLeases(ctx context.Context, who audit.Actor, box, workl
 		errs = append(errs, errdefs.Conflict("box %s has no free key with %s for %s", box, strings.Join(missing, "; "), workload))
 	}
 	return errors.Join(errs...)
+}
+
+// leaseFor finds workload a key of ks for need, not used yet: one it holds
+// already, else a free one it leases. It returns "" when there is none.
+func (r *Registry) leaseFor(ctx context.Context, who audit.Actor, ks []Key, used map[string]bool, workload string, need map[string]string) (string, error) {
+	for _, k := range ks {
+		if k.Holder == workload && !used[k.ID] && matches(k, need) {
+			return k.ID, nil
+		}
+	}
+	for _, k := range ks {
+		if k.Holder != "" || k.State == Absent || used[k.ID] || !matches(k, need) {
+			continue
+		}
+		_, err := r.Lease(ctx, who, k.ID, workload)
+		if errors.Is(err, errdefs.ErrConflict) || errors.Is(err, errdefs.ErrNotFound) {
+			continue // taken or gone meanwhile: try the next
+		}
+		if err != nil {
+			return "", err
+		}
+		return k.ID, nil
+	}
+	return "", nil
 }
 
 // box events of keys, as the agent names them.
@@ -526,6 +543,6 @@ func (r *Registry) BoxEvent(ctx context.Context, b fleet.Box, e *edgeboxv1.Event
 			k.Broken = true
 		}
 		return Entry{Event: event, Actor: "box", Workload: k.Holder, Detail: clean(e.GetMessage())}, nil
-	})
+	}, nil)
 	return err
 }
