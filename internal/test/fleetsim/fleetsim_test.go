@@ -1,0 +1,305 @@
+package fleetsim
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"reflect"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/edgebox/edgebox/api"
+	"github.com/edgebox/edgebox/internal/test/testenv"
+)
+
+func TestMain(m *testing.M) {
+	Main() // a fleet's child process runs here and exits
+	os.Exit(m.Run())
+}
+
+// TestFleetAcrossProcesses runs 200 real agents in 3 child processes
+// against the console binary: every box comes online and catches up with
+// its desired state, each on one session; then one child is killed and
+// only its boxes go offline in the console.
+func TestFleetAcrossProcesses(t *testing.T) {
+	const n, procs = 200, 3
+	e := testenv.NewBinaries(t)
+	admin := e.Admin()
+	tok := e.Token(t, api.TokenRequest{Region: "sim", Site: "lab", Uses: n + 10, TTL: "1h"})
+	cfg := DefaultConfig(n, tok, t.TempDir())
+	cfg.Processes = procs
+	cfg.Log = testenv.Logger(t)
+	t0 := time.Now()
+	f, err := Start(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	closed := false
+	t.Cleanup(func() {
+		if !closed {
+			f.Close()
+		}
+	})
+	t.Logf("%d boxes enrolled by %d processes in %v", n, f.Processes(), time.Since(t0).Round(time.Millisecond))
+	ids := f.IDs()
+	for i, id := range ids {
+		if id == "" {
+			t.Fatalf("box %d has no ID", i)
+		}
+	}
+
+	// Something to catch up with: one workload a box, for the fake driver.
+	targets := putDesired(t, admin, ids)
+	since, err := f.StartAgents()
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := Window{Since: since, Target: func(i int) uint64 { return targets[i] }}
+	var st Stats
+	waitFor(t, 45*time.Second, "every box online and synced", func() bool {
+		st = f.Stats(w)
+		return st.AllSynced
+	})
+	t.Logf("all %d online and synced %v after the agents started", n, st.AllSyncedAfter.Round(time.Millisecond))
+	online := onlineInConsole(t, admin)
+	for i, id := range ids {
+		if !online[id] {
+			t.Errorf("box %d (%s) is synced by its own account but not online in the console", i, id)
+		}
+	}
+
+	st = f.Stats(w)
+	if st.Synced != n || st.Up != n || st.Left != 0 {
+		t.Errorf("synced %d, up %d, left %d; want %d, %d, 0", st.Synced, st.Up, st.Left, n, n)
+	}
+	if st.Sessions != n || st.SessionsMin != 1 || st.SessionsMax != 1 || st.Dropped != 0 {
+		t.Errorf("sessions %d (per box %d to %d), dropped %d; want one a box and none dropped",
+			st.Sessions, st.SessionsMin, st.SessionsMax, st.Dropped)
+	}
+	if st.DialsMin < 1 || st.Dials != st.Sessions+st.ConnectFailures {
+		t.Errorf("dials %d (per box %d to %d), failed connects %d, sessions %d: want at least one a box, and each dial a session or a failure",
+			st.Dials, st.DialsMin, st.DialsMax, st.ConnectFailures, st.Sessions)
+	}
+	if last := st.Curve[len(st.Curve)-1]; last.Synced != n {
+		t.Errorf("the curve ends at %+v; want %d synced", last, n)
+	}
+
+	// Kill one child: its boxes, and only they, go offline in the console.
+	const victim = 1
+	first, count := f.ProcessBoxes(victim)
+	killed := time.Now()
+	if err := f.Kill(victim); err != nil {
+		t.Fatal(err)
+	}
+	var wrong []string
+	waitFor(t, 30*time.Second, "the killed process's boxes offline in the console, the others online", func() bool {
+		online := onlineInConsole(t, admin)
+		wrong = wrong[:0]
+		for i, id := range ids {
+			dead := i >= first && i < first+count
+			if online[id] == dead {
+				wrong = append(wrong, fmt.Sprintf("%d online=%v", i, online[id]))
+			}
+		}
+		return len(wrong) == 0
+	})
+	t.Logf("boxes %d–%d offline in the console %v after their process was killed", first, first+count-1, time.Since(killed).Round(time.Millisecond))
+	st = f.Stats(w)
+	if st.Left != count || st.Synced != n-count || st.Dropped != 0 || st.Sessions != n {
+		t.Errorf("after the kill: left %d, synced %d, dropped %d, sessions %d; want %d, %d, 0, %d",
+			st.Left, st.Synced, st.Dropped, st.Sessions, count, n-count, n)
+	}
+
+	closed = true
+	if err := f.Close(); err != nil {
+		t.Errorf("closing the fleet: %v", err)
+	}
+	st = f.Stats(w)
+	if st.Left != n || st.Dropped != 0 {
+		t.Errorf("after Close: left %d, dropped %d; want %d and 0", st.Left, st.Dropped, n)
+	}
+}
+
+// putDesired gives each box one workload and returns the revision each
+// must store.
+func putDesired(t *testing.T, admin *api.Client, ids []string) []uint64 {
+	t.Helper()
+	revs := make([]uint64, len(ids))
+	errs := make([]error, len(ids))
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, 8)
+	spec := json.RawMessage(`{"app":"sim","release":"1","runtime":"containerd"}`)
+	for i, id := range ids {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer wg.Done()
+			defer func() { <-sem }()
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			revs[i], errs[i] = admin.PutDesired(ctx, id, "Workload", "w", spec)
+		}()
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		t.Fatal(err)
+	}
+	return revs
+}
+
+// onlineInConsole is the set of boxes the console shows online, with
+// their hello answered.
+func onlineInConsole(t *testing.T, admin *api.Client) map[string]bool {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	bs, err := admin.Boxes(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	online := map[string]bool{}
+	for _, b := range bs {
+		if b.Online && b.AgentVersion != "" {
+			online[b.ID] = true
+		}
+	}
+	return online
+}
+
+// waitFor polls cond every 200 ms until it holds, or fails the test
+// after timeout.
+func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %v waiting for %s", timeout, what)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+func TestParseLine(t *testing.T) {
+	t.Parallel()
+	at := time.Unix(1700000000, 123)
+	tests := []struct {
+		line    string
+		want    message
+		wantErr bool
+	}{
+		{line: "id 12 bx-abc", want: message{word: "id", box: 12, text: "bx-abc"}},
+		{line: "enrolled 10", want: message{word: "enrolled", count: 10}},
+		{line: "stopping", want: message{word: "stopping"}},
+		{line: "error enrolling: boom", want: message{word: "error", text: "enrolling: boom"}},
+		{line: formatEvent(Event{At: at, Kind: Dial, Box: 10}), want: message{word: "event", ev: Event{At: at, Kind: Dial, Box: 10}}},
+		{line: formatEvent(Event{At: at, Kind: Up, Box: 19}), want: message{word: "event", ev: Event{At: at, Kind: Up, Box: 19}}},
+		{line: formatEvent(Event{At: at, Kind: Stored, Box: 11, Rev: 7}), want: message{word: "event", ev: Event{At: at, Kind: Stored, Box: 11, Rev: 7}}},
+		{line: "", wantErr: true},
+		{line: "enrolled 9", wantErr: true},                // not the child's count
+		{line: "id 20 bx-abc", wantErr: true},              // not the child's box
+		{line: "id 9 bx-abc", wantErr: true},               // nor this
+		{line: "up 1700000000000000123 20", wantErr: true}, // box out of range
+		{line: "gone 1700000000000000123 12", wantErr: true},
+		{line: "teleport 1700000000000000123 12", wantErr: true},
+		{line: "up -5 12", wantErr: true},
+		{line: "up 1700000000000000123 12 3", wantErr: true},
+		{line: "stored 1700000000000000123 12", wantErr: true},
+		{line: "stored 1700000000000000123 12 -1", wantErr: true},
+		{line: "id 12 " + strings.Repeat("x", 200), wantErr: true},
+		{line: "error " + strings.Repeat("x", maxLine), wantErr: true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.line[:min(len(tt.line), 40)], func(t *testing.T) {
+			got, err := parseLine(tt.line, 10, 10)
+			if tt.wantErr {
+				if err == nil || !errors.Is(err, errBadLine) {
+					t.Fatalf("parseLine(%q) = %+v, %v; want errBadLine", tt.line, got, err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got.word != tt.want.word || got.box != tt.want.box || got.count != tt.want.count || got.text != tt.want.text ||
+				!got.ev.At.Equal(tt.want.ev.At) || got.ev.Kind != tt.want.ev.Kind || got.ev.Box != tt.want.ev.Box || got.ev.Rev != tt.want.ev.Rev {
+				t.Fatalf("parseLine(%q) = %+v; want %+v", tt.line, got, tt.want)
+			}
+		})
+	}
+}
+
+func TestSummarize(t *testing.T) {
+	t.Parallel()
+	t0 := time.Unix(1700000000, 0)
+	at := func(ms int) time.Time { return t0.Add(time.Duration(ms) * time.Millisecond) }
+	ev := func(ms int, k Kind, box int, rev ...uint64) Event {
+		e := Event{At: at(ms), Kind: k, Box: box}
+		if len(rev) > 0 {
+			e.Rev = rev[0]
+		}
+		return e
+	}
+	// Box 0 comes up at once; box 1 fails twice first; both store rev 5.
+	cold := []Event{
+		ev(0, Dial, 0), ev(10, Up, 0), ev(20, Hello, 0), ev(30, Stored, 0, 5),
+		ev(0, Dial, 1), ev(5, ConnectFailed, 1), ev(1000, Dial, 1), ev(1005, ConnectFailed, 1),
+		ev(2000, Dial, 1), ev(2010, Up, 1), ev(2020, Hello, 1), ev(2500, Stored, 1, 5),
+	}
+	tests := []struct {
+		name   string
+		events []Event
+		w      Window
+		want   Stats
+		points []Point
+	}{{
+		name: "cold start", events: cold,
+		w: Window{Since: t0, Until: at(3000), Target: func(int) uint64 { return 5 }},
+		want: Stats{Boxes: 2, Up: 2, Synced: 2, AllSynced: true, AllSyncedAfter: 2500 * time.Millisecond,
+			Dials: 4, DialsMean: 2, DialsMin: 1, DialsMax: 3, ConnectFailures: 2, Sessions: 2, SessionsMin: 1, SessionsMax: 1},
+		points: []Point{{0, 0, 0}, {time.Second, 1, 1}, {2 * time.Second, 1, 1}, {3 * time.Second, 2, 2}},
+	}, {
+		name: "no target: synced is greeted", events: cold,
+		w: Window{Since: t0, Until: at(3000)},
+		want: Stats{Boxes: 2, Up: 2, Synced: 2, AllSynced: true, AllSyncedAfter: 2020 * time.Millisecond,
+			Dials: 4, DialsMean: 2, DialsMin: 1, DialsMax: 3, ConnectFailures: 2, Sessions: 2, SessionsMin: 1, SessionsMax: 1},
+	}, {
+		name: "not yet at the target", events: cold,
+		w: Window{Since: t0, Until: at(3000), Target: func(i int) uint64 { return uint64(5 + i) }},
+		want: Stats{Boxes: 2, Up: 2, Synced: 1,
+			Dials: 4, DialsMean: 2, DialsMin: 1, DialsMax: 3, ConnectFailures: 2, Sessions: 2, SessionsMin: 1, SessionsMax: 1},
+	}, {
+		name: "a drop after admission, and a box that left",
+		events: append(copyEvents(cold), ev(4000, Down, 0), ev(4000, Dial, 0), ev(4100, Up, 0), ev(4200, Hello, 0),
+			ev(5000, Gone, 1)),
+		w: Window{Since: at(3000), Until: at(6000)},
+		want: Stats{Boxes: 2, Left: 1, Up: 1, Synced: 1, AllSynced: true, AllSyncedAfter: 1200 * time.Millisecond,
+			Dials: 1, DialsMean: 1, DialsMin: 1, DialsMax: 1, Sessions: 1, SessionsMin: 1, SessionsMax: 1},
+	}, {
+		name: "the storm: sessions from before the window end, one admitted in it drops",
+		events: append(copyEvents(cold), ev(4000, Down, 0), ev(4000, Down, 1), ev(4500, Dial, 0), ev(4600, Up, 0),
+			ev(4700, Down, 0), ev(5000, Dial, 0), ev(5100, Up, 0), ev(5200, Hello, 0), ev(5000, Dial, 1), ev(5050, Up, 1), ev(5060, Hello, 1)),
+		w: Window{Since: at(4000), Until: at(6000)},
+		want: Stats{Boxes: 2, Up: 2, Synced: 2, AllSynced: true, AllSyncedAfter: 1200 * time.Millisecond,
+			Dials: 3, DialsMean: 1.5, DialsMin: 1, DialsMax: 2, Sessions: 3, SessionsMin: 1, SessionsMax: 2, Dropped: 1},
+	}}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got := summarize(2, copyEvents(tt.events), tt.w)
+			curve := got.Curve
+			got.Curve = nil
+			if !reflect.DeepEqual(got, tt.want) {
+				t.Errorf("got  %+v\nwant %+v", got, tt.want)
+			}
+			if tt.points != nil && fmt.Sprint(curve) != fmt.Sprint(tt.points) {
+				t.Errorf("curve %v; want %v", curve, tt.points)
+			}
+		})
+	}
+}
+
+// copyEvents copies evs, so a test's cases do not share one array.
+func copyEvents(evs []Event) []Event { return append([]Event(nil), evs...) }
