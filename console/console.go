@@ -11,18 +11,21 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
-	bolt "go.etcd.io/bbolt"
 	"golang.org/x/sync/errgroup"
-	"google.golang.org/grpc"
 
+	"github.com/edgebox/edgebox/console/agentrpc"
 	"github.com/edgebox/edgebox/console/apps"
+	"github.com/edgebox/edgebox/console/appsync"
 	"github.com/edgebox/edgebox/console/audit"
 	"github.com/edgebox/edgebox/console/auth"
+	"github.com/edgebox/edgebox/console/boxregistry"
+	"github.com/edgebox/edgebox/console/boxsync"
 	"github.com/edgebox/edgebox/console/db"
 	"github.com/edgebox/edgebox/console/desired"
 	"github.com/edgebox/edgebox/console/dist"
@@ -30,6 +33,8 @@ import (
 	"github.com/edgebox/edgebox/console/httpapi"
 	"github.com/edgebox/edgebox/console/keys"
 	"github.com/edgebox/edgebox/console/pki"
+	"github.com/edgebox/edgebox/console/port"
+	"github.com/edgebox/edgebox/console/presence"
 	"github.com/edgebox/edgebox/console/store"
 	"github.com/edgebox/edgebox/enroll"
 	"github.com/edgebox/edgebox/images/registry"
@@ -43,180 +48,368 @@ var Version = "dev"
 // CapabilityVersion is what this console understands of agents.
 const CapabilityVersion = 1
 
-// Config is the console's configuration.
-type Config struct {
-	// DataDir holds the CA, the database and everything else that must
-	// survive a restart.
-	DataDir string
-	// Listen is the one public address, ":8443" by default.
-	Listen string
-	// Listener, when set, is the public port instead of a listener on
-	// Listen: for socket activation, and for tests that make the port fail.
-	// Run closes it when it returns.
-	Listener net.Listener
-	// PublicURL is how boxes and operators reach the console; it goes into
-	// enrollment tokens. Default: https://<this host name>:<listen port>.
-	PublicURL string
-	// ExtraHosts are more names or addresses the serving certificate covers.
-	ExtraHosts []string
-	// BoxCertTTL is the lifetime of box certificates; boxes renew at two
-	// thirds of it.
-	BoxCertTTL time.Duration
-	// Tunnel are the session settings.
-	Tunnel tunnel.Config
-	// HandshakeRate and HandshakeBurst limit new box sessions per second,
-	// so 10,000 boxes returning at once do not take the API down with them.
-	HandshakeRate  float64
-	HandshakeBurst int
-	// HandshakeTimeout bounds a TLS handshake from accept to its end,
-	// against slowloris clients.
-	HandshakeTimeout time.Duration
-	// HelloTimeout bounds the wait from accept to a complete ClientHello
-	// (never longer than HandshakeTimeout). Until its ClientHello is in, a
-	// connection holds no handshake slot. It runs while the console is
-	// busy too: at 5 s a 2,000-box storm on two loaded cores lost 125
-	// boxes' connections to it (docs/benchmarks.md), so it is 10 s.
-	HelloTimeout time.Duration
-	// MaxHandshakes bounds handshakes in progress from clients that do not
-	// offer the tunnel protocol (operators, enrolling boxes, registry
-	// clients); MaxBoxHandshakes those from clients that do. Neither kind
-	// can take the other's slots; past them a ClientHello is refused.
-	MaxHandshakes    int
-	MaxBoxHandshakes int
-	// MaxConnsPerAddr bounds the connections one source address (an IPv6
-	// /64) holds open on the public port, box sessions aside, and
-	// MaxHandshakesPerAddr its handshakes in progress.
-	MaxConnsPerAddr      int
-	MaxHandshakesPerAddr int
-	// MaxIdle bounds connections that have not sent their ClientHello.
-	// Past it, or past MaxConnsPerAddr for one address, the oldest such
-	// connection is closed to make room for the new one.
-	MaxIdle int
-	// Out receives the first-start message with the admin token.
-	Out io.Writer
-	// Clock tells the time for token expiry; nil is time.Now. Tests move it.
-	Clock func() time.Time
-	// DistDir holds the agent binaries and SHA256SUMS served at /dl/ to
-	// installing boxes; empty is <DataDir>/dist.
-	DistDir string
-	// CompactEvery is how often the store forgets old history, keeping
-	// the last KeepRevisions revisions for watches that lag.
-	CompactEvery  time.Duration
-	KeepRevisions int64
-	// AppsSyncEvery is how often every box is checked against the app
-	// pins, behind the syncs that deploys and hellos make at once.
-	AppsSyncEvery time.Duration
-}
-
-// DefaultConfig returns the defaults; DataDir defaults to the user's data
-// directory.
-func DefaultConfig() Config {
-	return Config{
-		DataDir:          defaultDataDir(),
-		Listen:           ":8443",
-		BoxCertTTL:       30 * 24 * time.Hour,
-		Tunnel:           tunnel.DefaultConfig(),
-		HandshakeRate:    500,
-		HandshakeBurst:   200,
-		HandshakeTimeout: 10 * time.Second,
-		HelloTimeout:     10 * time.Second,
-		MaxHandshakes:    1024,
-		MaxBoxHandshakes: 4096,
-		Out:              os.Stdout,
-		CompactEvery:     5 * time.Minute,
-		KeepRevisions:    100_000,
-		AppsSyncEvery:    time.Minute,
-		// One address may be an office or a site's NAT with operators
-		// and boxes behind it; boxes' sessions do not count.
-		MaxConnsPerAddr:      256,
-		MaxHandshakesPerAddr: 128,
-		MaxIdle:              4096,
-	}
-}
-
-func defaultDataDir() string {
-	if d, err := os.UserConfigDir(); err == nil {
-		return filepath.Join(d, "edgebox", "console")
-	}
-	return filepath.Join(os.TempDir(), "edgebox-console")
-}
-
-// Validate reports what is wrong with c.
-func (c Config) Validate() error {
-	var errs []error
-	if c.DataDir == "" {
-		errs = append(errs, errors.New("data directory is required"))
-	}
-	if _, _, err := net.SplitHostPort(c.Listen); err != nil {
-		errs = append(errs, fmt.Errorf("listen address %q: %v", c.Listen, err))
-	}
-	if c.PublicURL != "" {
-		if _, err := enroll.ParseConsoleURL(c.PublicURL); err != nil {
-			errs = append(errs, fmt.Errorf("public URL: %v", err))
-		}
-	}
-	if c.BoxCertTTL < 5*time.Second {
-		errs = append(errs, errors.New("box certificate lifetime must be at least 5s"))
-	}
-	if c.HandshakeRate <= 0 || c.HandshakeBurst <= 0 || c.HandshakeTimeout <= 0 || c.HelloTimeout <= 0 ||
-		c.MaxHandshakes <= 0 || c.MaxBoxHandshakes <= 0 {
-		errs = append(errs, errors.New("handshake limits must be positive"))
-	}
-	if c.MaxConnsPerAddr <= 0 || c.MaxHandshakesPerAddr <= 0 || c.MaxIdle <= 0 {
-		errs = append(errs, errors.New("MaxConnsPerAddr, MaxHandshakesPerAddr and MaxIdle must be positive"))
-	}
-	if c.CompactEvery <= 0 || c.KeepRevisions <= 0 || c.AppsSyncEvery <= 0 {
-		errs = append(errs, errors.New("CompactEvery, KeepRevisions and AppsSyncEvery must be positive"))
-	}
-	if err := c.Tunnel.Validate(); err != nil {
-		errs = append(errs, err)
-	}
-	return errors.Join(errs...)
-}
-
-// Console is a running console's parts.
+// Console is the whole console: every part, built and wired by New, run
+// by Run.
 type Console struct {
-	cfg     Config
-	log     *slog.Logger
-	reg     *prometheus.Registry
-	metrics *tunnel.Metrics
-	admit   *admission // the public port's books
+	cfg   Config
+	log   *slog.Logger
+	addr  net.Addr
+	ready chan struct{} // closed when Run serves
 
-	ready chan struct{} // closed when the port listens
-	addr  net.Addr      // set before ready closes
+	// The parts, set by New and never changed.
+	tunnel  *tunnel.Server
+	desired *desired.State
+	agents  *agentrpc.Agents
+	// The services Run runs, with the HTTP API the port feeds.
+	port      *port.Port
+	api       *http.Server
+	rpc       *agentrpc.Server
+	registry  *boxregistry.Server
+	sync      *boxsync.Server
+	fleet     *fleet.Fleet
+	presence  *presence.Tracker
+	compactor *store.Compactor
+	appsync   *appsync.Loop
 
-	// Set up by Run, read after ready.
-	fleet    *fleet.Fleet
-	tunnel   *tunnel.Server
-	presence *presence
-	desired  *desired.State
+	mu      sync.Mutex     // guards state and closers
+	state   lifecycle      //
+	closers []func() error // what New opened, in order; closed last first
 }
 
-// New validates cfg; it starts nothing.
-func New(cfg Config, log *slog.Logger) (*Console, error) {
+// lifecycle is where a Console stands: built by New, running, or done
+// (Run returned or Close released it).
+type lifecycle int
+
+const (
+	built lifecycle = iota
+	running
+	done
+)
+
+// New validates cfg, opens what the console keeps (the data directory's
+// database and store, its PKI and registry, and the public port's
+// listener) and builds every part on them. It starts nothing: Run serves,
+// and releases everything when it returns; a Console that is never run is
+// released by Close. When New fails, it releases what it opened.
+func New(cfg Config, log *slog.Logger) (_ *Console, err error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("console config: %w", err)
 	}
 	if cfg.Out == nil {
 		cfg.Out = io.Discard
 	}
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	return &Console{cfg: cfg, log: log.With("component", "console"), reg: reg,
-		metrics: tunnel.NewMetrics(reg), admit: newAdmission(limitsOf(cfg), reg), ready: make(chan struct{})}, nil
+	c := &Console{cfg: cfg, log: log.With("component", "console"), ready: make(chan struct{})}
+	defer func() {
+		if err != nil {
+			c.release()
+		}
+	}()
+	// What New opens is local: files under DataDir and a listener.
+	ctx := context.Background()
+	if cfg.Listener != nil {
+		c.opened(cfg.Listener.Close)
+	}
+	bdb, err := db.Open(cfg.DataDir)
+	if err != nil {
+		return nil, err
+	}
+	c.opened(bdb.Close)
+	ln := cfg.Listener
+	if ln == nil {
+		if ln, err = net.Listen("tcp", cfg.Listen); err != nil {
+			return nil, fmt.Errorf("console: listen on %s: %w", cfg.Listen, err)
+		}
+		c.opened(ln.Close)
+	}
+	c.addr = ln.Addr()
+	public := c.publicURL(ln)
+	pu, _ := enroll.ParseConsoleURL(public)
+	hosts := append([]string{pu.Hostname(), "localhost", "127.0.0.1", "::1"}, cfg.ExtraHosts...)
+	if h, err := os.Hostname(); err == nil {
+		hosts = append(hosts, h)
+	}
+	authority, created, err := pki.Open(filepath.Join(cfg.DataDir, "pki"), dedupe(hosts))
+	if err != nil {
+		return nil, fmt.Errorf("console: PKI: %w", err)
+	}
+	if created {
+		c.log.Info("created the console CA", "dir", filepath.Join(cfg.DataDir, "pki"))
+	}
+	st, err := store.OpenBolt(bdb)
+	if err != nil {
+		return nil, err
+	}
+	c.opened(st.Close)
+	if err := db.MoveToStore(ctx, bdb, st); err != nil {
+		return nil, err
+	}
+
+	// The records: fleet, API tokens, audit log, all on the store.
+	tokens := auth.New(st)
+	if err := c.firstStart(ctx, tokens, authority, public); err != nil {
+		return nil, err
+	}
+	fl, err := fleet.New(ctx, st, cfg.Clock)
+	if err != nil {
+		return nil, err
+	}
+	auditLog := audit.New(st, cfg.Clock)
+
+	reg, err := registry.Open(ctx, filepath.Join(cfg.DataDir, "registry"), c.log)
+	if err != nil {
+		return nil, fmt.Errorf("console: %w", err)
+	}
+	c.opened(reg.Close)
+	registryHosts := dedupe([]string{pu.Host, enroll.HostPort(pu)})
+	distDir := cfg.DistDir
+	if distDir == "" {
+		distDir = filepath.Join(cfg.DataDir, "dist")
+	}
+	downloads, err := dist.Open(distDir)
+	if err != nil {
+		return nil, fmt.Errorf("console: downloads in %s: %w", distDir, err)
+	}
+	if len(downloads.Files()) == 0 {
+		c.log.Info("no agent binaries to serve; boxes cannot install with the pasted command until 'make dist' output is in the downloads directory", "dir", distDir)
+	}
+
+	// The domain: desired state, keys, apps.
+	c.desired = desired.New(st)
+	keyRegistry := keys.New(st, c.desired)
+	catalogue := apps.New(st, c.desired, fl, reg, registryHosts, keyRegistry, c.log)
+
+	// The tunnel server tells presence and the sync server of sessions.
+	// Both are set below, and sessions come only once Run serves.
+	var pres *presence.Tracker
+	var syncs *boxsync.Server
+	promReg := prometheus.NewRegistry()
+	promReg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	srv, err := tunnel.NewServer(tunnel.ServerConfig{Config: cfg.Tunnel, Identify: presence.Identify(fl),
+		OnSession: func(ev tunnel.SessionEvent) {
+			pres.OnSession(ev)
+			if !ev.Up {
+				syncs.SessionEnded(ev.BoxID, ev.Session)
+			}
+		}}, c.log, tunnel.NewMetrics(promReg))
+	if err != nil {
+		return nil, err
+	}
+	c.opened(srv.Close)
+	pres = presence.New(srv, fl, cfg.Tunnel, c.log)
+	syncs = boxsync.New(c.desired, fl.IsApproved, boxsync.KeyReports(fl, keyRegistry), srv.Listen(tunnel.KindSync), c.log)
+	c.tunnel, c.fleet, c.presence, c.sync = srv, fl, pres, syncs
+	c.agents = agentrpc.NewAgents(srv)
+	c.rpc = agentrpc.NewServer(agentrpc.Config{Fleet: fl, PKI: authority, Apps: catalogue, BoxCertTTL: cfg.BoxCertTTL,
+		Version: Version, CapabilityVersion: CapabilityVersion}, srv.Listen(tunnel.KindRPC), c.log)
+	c.registry = boxregistry.New(reg, c.desired, registryHosts, srv.Listen(tunnel.KindRegistry))
+	if c.compactor, err = store.NewCompactor(st, cfg.CompactEvery, cfg.KeepRevisions, c.log); err != nil {
+		return nil, err
+	}
+	if c.appsync, err = appsync.New(catalogue, cfg.AppsSyncEvery, c.log); err != nil {
+		return nil, err
+	}
+
+	// The public port, and the HTTP API behind it.
+	if c.port, err = port.New(ln, authority, srv, cfg.port(), promReg, c.log); err != nil {
+		return nil, err
+	}
+	c.api = &http.Server{
+		Handler: httpapi.New(httpapi.Deps{
+			Fleet: fl, Audit: auditLog, Tokens: tokens, PKI: authority, Sessions: pres, Desired: c.desired, Downloads: downloads,
+			Registry: reg, RegistryHosts: registryHosts, Apps: catalogue, Agents: c.agents, Keys: keyRegistry,
+			ConsoleURL: public, BoxCertTTL: cfg.BoxCertTTL, Log: c.log,
+			Metrics: promhttp.HandlerFor(promReg, promhttp.HandlerOpts{}),
+		}),
+		ReadHeaderTimeout: cfg.HandshakeTimeout,
+		IdleTimeout:       2 * time.Minute,
+		MaxHeaderBytes:    64 << 10,
+		ErrorLog:          slog.NewLogLogger(c.log.Handler(), slog.LevelDebug),
+	}
+	return c, nil
 }
 
-// Ready is closed once the console listens; Addr is valid then.
+// Ready is closed once Run serves.
 func (c *Console) Ready() <-chan struct{} { return c.ready }
 
 // Addr is the address the console listens on.
 func (c *Console) Addr() net.Addr { return c.addr }
 
-// Tunnel returns the tunnel server, valid after Ready.
+// Tunnel returns the tunnel server.
 func (c *Console) Tunnel() *tunnel.Server { return c.tunnel }
 
-// Desired returns the boxes' desired state, valid after Ready.
+// Desired returns the boxes' desired state.
 func (c *Console) Desired() *desired.State { return c.desired }
+
+// PingAgent calls a box's AgentService.Ping: a full round trip through the
+// tunnel, the agent's gRPC server and back.
+func (c *Console) PingAgent(ctx context.Context, boxID string, payload []byte) (*edgeboxv1.PingResponse, error) {
+	return c.agents.Ping(ctx, boxID, payload)
+}
+
+// Run serves until ctx ends or one of its services fails, then stops them
+// in order and releases what New opened. It returns nil when ctx ended it,
+// else the first failure. A Console runs once.
+func (c *Console) Run(ctx context.Context) error {
+	if err := c.begin(); err != nil {
+		return err
+	}
+	defer c.release()
+
+	// The services run under one group. The first to fail ends the
+	// group's context, as the end of ctx does. Then they stop in stages,
+	// each stage once the one before no longer hands it work:
+	//  1. the public port stops accepting and closes its listener, its
+	//     handshakes in progress end, and the HTTP API drains its
+	//     requests for up to 5 s;
+	//  2. the agent RPC, the box registry and the sync server stop
+	//     serving tunnel streams (the sync server closes every box's
+	//     stream, and its hub stops watching);
+	//  3. the tunnel server says goodbye to every box and drops its
+	//     session;
+	//  4. the fleet's revocation watch, presence, compaction and app sync
+	//     end; presence writes the last-seen times of the sessions that
+	//     ended;
+	//  5. on return, what New opened closes: the tunnel server's
+	//     listeners, the registry, the store, the database, the listener.
+	// A service returns nil when its stage's context ends; returning
+	// before that, with nil or an error, is a failure. Run returns the
+	// first failure, or nil when ctx ended it.
+	g, gctx := errgroup.WithContext(ctx)
+	edge, streams, loops := newStage(), newStage(), newStage()
+	start := func(s *stage, what string, run func(context.Context) error) {
+		s.wg.Add(1)
+		g.Go(func() error {
+			defer s.wg.Done()
+			err := run(s.ctx)
+			if err == nil && s.ctx.Err() == nil {
+				err = errors.New("stopped by itself")
+			}
+			if err != nil {
+				return fmt.Errorf("console: %s: %w", what, err)
+			}
+			return nil
+		})
+	}
+	close(c.ready)
+	c.log.Info("console up", "listen", c.addr.String(), "data", c.cfg.DataDir)
+	start(edge, "public port", c.port.Run)
+	start(edge, "HTTP API", c.serveAPI)
+	start(streams, "agent RPC", c.rpc.Run)
+	start(streams, "box registry", c.registry.Run)
+	start(streams, "sync server", c.sync.Run)
+	start(loops, "fleet", c.fleet.Run)
+	start(loops, "presence", c.presence.Run)
+	start(loops, "compaction", c.compactor.Run)
+	start(loops, "app sync", c.appsync.Run)
+
+	<-gctx.Done()
+	edge.stop()
+	streams.stop()
+	c.tunnel.Close()
+	loops.stop()
+	err := g.Wait()
+	flushCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	c.presence.Flush(flushCtx)
+	cancel()
+	if err != nil {
+		c.log.Error("console stopped", "err", err)
+		return err
+	}
+	c.log.Info("console stopped")
+	return nil
+}
+
+// Close releases what New opened, for a Console that never ran; after
+// Run it does nothing. It is an error while Run runs: end Run's context.
+func (c *Console) Close() error {
+	c.mu.Lock()
+	state := c.state
+	c.mu.Unlock()
+	if state == running {
+		return errors.New("console: Close while Run runs; end Run's context instead")
+	}
+	return c.release()
+}
+
+// begin marks the Console running, once.
+func (c *Console) begin() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.state != built {
+		return errors.New("console: Run after Run or Close; a Console runs once")
+	}
+	c.state = running
+	return nil
+}
+
+// opened notes something New opened, for release to close.
+func (c *Console) opened(close func() error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.closers = append(c.closers, close)
+}
+
+// release closes what New opened, last first, once.
+func (c *Console) release() error {
+	c.mu.Lock()
+	closers := c.closers
+	c.closers, c.state = nil, done
+	c.mu.Unlock()
+	var errs []error
+	for i := len(closers) - 1; i >= 0; i-- {
+		if err := closers[i](); err != nil && !errors.Is(err, net.ErrClosed) {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// stage is a set of services that stop together.
+type stage struct {
+	ctx    context.Context
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+}
+
+func newStage() *stage {
+	ctx, cancel := context.WithCancel(context.Background())
+	return &stage{ctx: ctx, cancel: cancel}
+}
+
+// stop ends the stage's context and waits for its services.
+func (s *stage) stop() {
+	s.cancel()
+	s.wg.Wait()
+}
+
+// serveAPI serves the HTTP API on the port's HTTP connections until ctx
+// ends, then drains its requests for up to 5 s.
+func (c *Console) serveAPI(ctx context.Context) error {
+	served := make(chan error, 1)
+	go func() { served <- c.api.Serve(c.port.HTTP()) }()
+	returned := false
+	select {
+	case err := <-served:
+		if !errors.Is(err, net.ErrClosed) {
+			c.api.Close()
+			return err
+		}
+		// The port stopped handing connections on; its own result says
+		// why. The API drains what it has when its stage stops.
+		returned = true
+		<-ctx.Done()
+	case <-ctx.Done():
+	}
+	shutdownCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := c.api.Shutdown(shutdownCtx); err != nil {
+		c.api.Close()
+	}
+	if !returned {
+		<-served
+	}
+	return nil
+}
 
 func (c *Console) publicURL(ln net.Listener) string {
 	if c.cfg.PublicURL != "" {
@@ -234,191 +427,14 @@ func (c *Console) publicURL(ln net.Listener) string {
 	return "https://" + net.JoinHostPort(host, port)
 }
 
-// Run opens the data directory and serves until ctx ends or one of its
-// services fails, then shuts down in order: no new connections, sessions
-// dropped, database closed. It returns nil when ctx ended it, else the
-// first failure.
-func (c *Console) Run(ctx context.Context) error {
-	if c.cfg.Listener != nil {
-		defer c.cfg.Listener.Close()
-	}
-	bdb, err := db.Open(c.cfg.DataDir)
-	if err != nil {
-		return err
-	}
-	defer bdb.Close()
-	ln := c.cfg.Listener
-	if ln == nil {
-		if ln, err = net.Listen("tcp", c.cfg.Listen); err != nil {
-			return fmt.Errorf("console: listen on %s: %w", c.cfg.Listen, err)
-		}
-	}
-	defer ln.Close()
-	public := c.publicURL(ln)
-	pu, _ := enroll.ParseConsoleURL(public)
-	hosts := append([]string{pu.Hostname(), "localhost", "127.0.0.1", "::1"}, c.cfg.ExtraHosts...)
-	if h, err := os.Hostname(); err == nil {
-		hosts = append(hosts, h)
-	}
-	authority, created, err := pki.Open(filepath.Join(c.cfg.DataDir, "pki"), dedupe(hosts))
-	if err != nil {
-		return fmt.Errorf("console: PKI: %w", err)
-	}
-	if created {
-		c.log.Info("created the console CA", "dir", filepath.Join(c.cfg.DataDir, "pki"))
-	}
-	if err := c.firstStart(bdb, authority, public); err != nil {
-		return err
-	}
-	fl, err := fleet.New(bdb, c.cfg.Clock)
-	if err != nil {
-		return err
-	}
-	c.fleet = fl
-	st, err := store.OpenBolt(bdb)
-	if err != nil {
-		return err
-	}
-	defer st.Close()
-	auditLog := audit.New(st, c.cfg.Clock)
-	c.desired = desired.New(st)
-
-	srv, err := tunnel.NewServer(tunnel.ServerConfig{Config: c.cfg.Tunnel, Identify: c.identify}, c.log, c.metrics)
-	if err != nil {
-		return err
-	}
-	c.tunnel = srv
-	c.presence = newPresence(srv, fl, c.cfg.Tunnel, c.log)
-
-	// gRPC's 32 KiB read buffer per connection would be most of an idle
-	// box's cost; tunnel streams are buffered already. The write buffer is
-	// shared and released after each flush.
-	rpc := grpc.NewServer(grpc.MaxRecvMsgSize(1<<20), grpc.ReadBufferSize(0), grpc.SharedWriteBuffer(true))
-	reg, err := registry.Open(ctx, filepath.Join(c.cfg.DataDir, "registry"), c.log)
-	if err != nil {
-		return fmt.Errorf("console: %w", err)
-	}
-	defer reg.Close()
-	registryHosts := dedupe([]string{pu.Host, enroll.HostPort(pu)})
-	boxRegistry := boxRegistryServer(reg, c.desired, registryHosts)
-	catalogue := apps.New(st, c.desired, fl, reg, registryHosts, c.log)
-
-	edgeboxv1.RegisterConsoleServiceServer(rpc, &consoleService{fleet: fl, pki: authority, ttl: c.cfg.BoxCertTTL,
-		log: c.log, presence: c.presence, apps: catalogue})
-	keyRegistry := keys.New(st, c.desired)
-	catalogue.LeaseKeysWith(keyRegistry)
-	syncs := newSyncServer(c.desired, fl.IsApproved, func(ctx context.Context, box string, st *edgeboxv1.SyncStatus) error {
-		return keyReports(ctx, fl, keyRegistry, box, st)
-	}, c.log)
-	srv.OnSession = func(ev tunnel.SessionEvent) {
-		c.presence.onSession(ev)
-		if !ev.Up {
-			syncs.sessionEnded(ev.BoxID, ev.Session)
-		}
-	}
-
-	distDir := c.cfg.DistDir
-	if distDir == "" {
-		distDir = filepath.Join(c.cfg.DataDir, "dist")
-	}
-	downloads, err := dist.Open(distDir)
-	if err != nil {
-		return fmt.Errorf("console: downloads in %s: %w", distDir, err)
-	}
-	if len(downloads.Files()) == 0 {
-		c.log.Info("no agent binaries to serve; boxes cannot install with the pasted command until 'make dist' output is in the downloads directory", "dir", distDir)
-	}
-
-	handler := httpapi.New(httpapi.Deps{
-		Fleet: fl, Audit: auditLog, Tokens: auth.New(bdb), PKI: authority, Sessions: c.presence, Desired: c.desired, Downloads: downloads,
-		Registry: reg, RegistryHosts: registryHosts, Apps: catalogue, Agents: agents{c}, Keys: keyRegistry,
-		ConsoleURL: public, BoxCertTTL: c.cfg.BoxCertTTL, Log: c.log,
-		Metrics: promhttp.HandlerFor(c.reg, promhttp.HandlerOpts{}),
-	})
-	p := newPort(ln, authority, srv, c.admit, c.cfg, c.log)
-	hs := &http.Server{
-		Handler:           handler,
-		ReadHeaderTimeout: c.cfg.HandshakeTimeout,
-		IdleTimeout:       2 * time.Minute,
-		MaxHeaderBytes:    64 << 10,
-		ErrorLog:          slog.NewLogLogger(c.log.Handler(), slog.LevelDebug),
-	}
-
-	c.addr = ln.Addr()
-	close(c.ready)
-	c.log.Info("console up", "listen", ln.Addr().String(), "url", public, "data", c.cfg.DataDir)
-
-	// The services run under one group. The first to fail ends the
-	// group's context, as the end of ctx does; a service that stops after
-	// that was asked to (http.ErrServerClosed, grpc.ErrServerStopped,
-	// net.ErrClosed), and its result is not a failure. Then they stop in
-	// this order, each once the one before no longer hands it work:
-	//  1. the public port stops accepting (ln.Close), and the API drains
-	//     its requests for up to 5 s;
-	//  2. the box registry and the agent RPC stop serving tunnel streams;
-	//  3. the tunnel server says goodbye to every box and drops its session
-	//     (its stream listeners close, which ends the sync server);
-	//  4. connection handlers, the hub, presence, compaction and app sync
-	//     end with the group's context; presence writes its last times;
-	//  5. on return, the registry, the store and the database close
-	//     (deferred above).
-	// Run returns the first failure, or nil when ctx ended it.
-	g, gctx := errgroup.WithContext(ctx)
-	failed := func(what string, err error) error {
-		if gctx.Err() != nil {
-			return nil // asked to stop, or stopped after another's failure
-		}
-		if err == nil {
-			err = errors.New("stopped by itself")
-		}
-		return fmt.Errorf("console: %s: %w", what, err)
-	}
-	loop := func(f func(context.Context)) { g.Go(func() error { f(gctx); return nil }) }
-	desiredChanges := syncs.hub.watch(gctx, st) // before any Sync stream can start
-	loop(func(ctx context.Context) { syncs.hub.run(ctx, st, desiredChanges, c.log) })
-	g.Go(func() error { return failed("public port", p.serve(gctx)) })
-	g.Go(func() error {
-		err := hs.Serve(p.http)
-		if errors.Is(err, net.ErrClosed) {
-			return nil // the port stopped handing connections; its result says why
-		}
-		return failed("HTTP API", err)
-	})
-	g.Go(func() error { return failed("agent RPC", rpc.Serve(srv.Listen(tunnel.KindRPC))) })
-	g.Go(func() error { return failed("box registry", boxRegistry.Serve(srv.Listen(tunnel.KindRegistry))) })
-	loop(func(ctx context.Context) { syncs.serve(ctx, srv.Listen(tunnel.KindSync)) })
-	loop(c.presence.run)
-	loop(func(ctx context.Context) { compactLoop(ctx, st, c.cfg.CompactEvery, c.cfg.KeepRevisions, c.log) })
-	loop(func(ctx context.Context) { appsLoop(ctx, catalogue, c.cfg.AppsSyncEvery, c.log) })
-
-	<-gctx.Done()
-	ln.Close()
-	shutdownCtx, done := context.WithTimeout(context.Background(), 5*time.Second)
-	hs.Shutdown(shutdownCtx)
-	done()
-	boxRegistry.Close()
-	rpc.Stop()
-	srv.Close()
-	p.wait()
-	err = g.Wait()
-	c.presence.flush()
-	if err != nil {
-		c.log.Error("console stopped", "err", err)
-		return err
-	}
-	c.log.Info("console stopped")
-	return nil
-}
-
 // firstStart creates the admin API token when there is none and prints it
 // once, with the CA fingerprint operators pin.
-func (c *Console) firstStart(bdb *bolt.DB, a *pki.Authority, public string) error {
-	toks := auth.New(bdb)
-	anyTok, err := toks.Any()
+func (c *Console) firstStart(ctx context.Context, toks *auth.Tokens, a *pki.Authority, public string) error {
+	anyTok, err := toks.Any(ctx)
 	if err != nil || anyTok {
 		return err
 	}
-	text, err := toks.Create(auth.APIToken{Name: "admin", TenantID: fleet.DefaultTenant, Role: "admin", CreatedAt: time.Now().UTC()})
+	text, err := toks.Create(ctx, auth.APIToken{Name: "admin", TenantID: fleet.DefaultTenant, Role: "admin", CreatedAt: time.Now().UTC()})
 	if err != nil {
 		return err
 	}

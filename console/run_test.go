@@ -8,9 +8,8 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"os"
+	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -132,34 +131,9 @@ func TestRunEndsWithItsFirstFailure(t *testing.T) {
 	}
 }
 
-// TestAcceptRetryable: the port's accept loop survives what a busy host
-// gives it and stops on a listener that is gone.
-func TestAcceptRetryable(t *testing.T) {
-	t.Parallel()
-	op := func(err error) error {
-		return &net.OpError{Op: "accept", Net: "tcp", Err: os.NewSyscallError("accept4", err)}
-	}
-	tests := []struct {
-		name string
-		err  error
-		want bool
-	}{
-		{"out of file descriptors", op(syscall.EMFILE), true},
-		{"system out of file descriptors", op(syscall.ENFILE), true},
-		{"connection aborted", op(syscall.ECONNABORTED), true},
-		{"no buffer space", op(syscall.ENOBUFS), true},
-		{"timeout", op(os.ErrDeadlineExceeded), true},
-		{"closed", op(net.ErrClosed), false},
-		{"bad descriptor", op(syscall.EBADF), false},
-		{"invalid", op(syscall.EINVAL), false},
-		{"another error", errListenerBroke, false},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			t.Parallel()
-			if got := acceptRetryable(tt.err); got != tt.want {
-				t.Errorf("acceptRetryable(%v) = %v, want %v", tt.err, got, tt.want)
-			}
-		})
-	}
+type testWriter struct{ t *testing.T }
+
+func (w testWriter) Write(p []byte) (int, error) {
+	w.t.Log(strings.TrimRight(string(p), "\n"))
+	return len(p), nil
 }

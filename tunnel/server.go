@@ -22,6 +22,9 @@ type ServerConfig struct {
 	Identify func(tls.ConnectionState) (string, error)
 	// Name is this side's identity in stream addresses; "console" if empty.
 	Name string
+	// OnSession, if set, is called synchronously when a session comes up
+	// and when it ends; it must not block.
+	OnSession func(SessionEvent)
 }
 
 // Validate reports the first setting that cannot work.
@@ -48,10 +51,6 @@ type Server struct {
 	log     *slog.Logger
 	metrics *Metrics
 	routes  listeners
-
-	// OnSession, when set before the first ServeConn, is called
-	// synchronously when a session comes up and when it ends.
-	OnSession func(SessionEvent)
 
 	mu       sync.Mutex // guards sessions and closed
 	sessions map[string]*Session
@@ -134,13 +133,13 @@ func (s *Server) ServeConn(ctx context.Context, conn *tls.Conn) error {
 			delete(s.sessions, boxID)
 		}
 		s.mu.Unlock()
-		if s.OnSession != nil {
-			s.OnSession(SessionEvent{BoxID: boxID, Session: sess, Up: false})
+		if s.cfg.OnSession != nil {
+			s.cfg.OnSession(SessionEvent{BoxID: boxID, Session: sess, Up: false})
 		}
 		s.wg.Done()
 	}
-	if s.OnSession != nil {
-		s.OnSession(SessionEvent{BoxID: boxID, Session: sess, Up: true})
+	if s.cfg.OnSession != nil {
+		s.cfg.OnSession(SessionEvent{BoxID: boxID, Session: sess, Up: true})
 	}
 	sess.start()
 	return nil

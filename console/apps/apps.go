@@ -116,12 +116,10 @@ type Leaser interface {
 	EnsureLeases(ctx context.Context, who audit.Actor, box, workload string, needs []map[string]string) error
 }
 
-// LeaseKeysWith makes deploys lease the keys releases need.
-func (a *Apps) LeaseKeysWith(l Leaser) { a.keys = l }
-
-// New returns the catalogue kept in s.
-func New(s store.Store, d *desired.State, boxes Boxes, images Images, registryHosts []string, log *slog.Logger) *Apps {
-	return &Apps{s: s, desired: d, boxes: boxes, images: images, hosts: registryHosts, log: log, now: time.Now}
+// New returns the catalogue kept in s. Deploys lease the keys releases
+// need with keys; with keys nil, releases' key needs are not leased.
+func New(s store.Store, d *desired.State, boxes Boxes, images Images, registryHosts []string, keys Leaser, log *slog.Logger) *Apps {
+	return &Apps{s: s, desired: d, boxes: boxes, images: images, hosts: registryHosts, keys: keys, log: log, now: time.Now}
 }
 
 var (

@@ -69,7 +69,7 @@ func newAppsOn(t *testing.T, s store.Store, bs boxes) (*Apps, *desired.State) {
 	t.Helper()
 	d := desired.New(s)
 	im := images{"robots/clock:1": d1, "robots/clock:2": d2}
-	return New(s, d, bs, im, []string{host, "console.example"}, slog.New(slog.NewTextHandler(io.Discard, nil))), d
+	return New(s, d, bs, im, []string{host, "console.example"}, nil, slog.New(slog.NewTextHandler(io.Discard, nil))), d
 }
 
 var admin = audit.Actor{TenantID: fleet.DefaultTenant, Name: "admin"}

@@ -24,23 +24,16 @@ import (
 	"github.com/edgebox/edgebox/console/fleet"
 	"github.com/edgebox/edgebox/console/keys"
 	"github.com/edgebox/edgebox/console/pki"
+	"github.com/edgebox/edgebox/console/presence"
 	"github.com/edgebox/edgebox/enroll"
 	"github.com/edgebox/edgebox/errdefs"
 	"github.com/edgebox/edgebox/images/registry"
 	"github.com/edgebox/edgebox/scripts"
 )
 
-// Presence is what the tunnel knows about a box right now.
-type Presence struct {
-	Online      bool
-	RTT         time.Duration
-	ConnectedAt time.Time
-	LastSeen    time.Time
-}
-
 // Sessions is the console's view of live tunnels.
 type Sessions interface {
-	Presence(boxID string) Presence
+	Presence(boxID string) presence.Status
 	// Drop closes a box's session and all its streams at once.
 	Drop(boxID string) bool
 }

@@ -16,13 +16,14 @@ import (
 	"github.com/edgebox/edgebox/console/db"
 	"github.com/edgebox/edgebox/console/fleet"
 	"github.com/edgebox/edgebox/console/pki"
+	"github.com/edgebox/edgebox/console/presence"
 	"github.com/edgebox/edgebox/console/store"
 )
 
 type noSessions struct{}
 
-func (noSessions) Presence(string) Presence { return Presence{} }
-func (noSessions) Drop(string) bool         { return false }
+func (noSessions) Presence(string) presence.Status { return presence.Status{} }
+func (noSessions) Drop(string) bool                { return false }
 
 // newAPI is the API on a real database and PKI, with an admin token.
 func newAPI(t testing.TB) (http.Handler, string) {

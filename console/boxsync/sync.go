@@ -1,8 +1,9 @@
-package console
+package boxsync
 
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
@@ -28,18 +29,19 @@ const (
 	syncWorkers = 32
 )
 
-// syncServer serves the tunnel's "sync" streams. A box keeps one open,
+// Server serves the tunnel's "sync" streams. A box keeps one open,
 // begun with its hello: the catch-up from its stored revision goes down it,
 // then every change as the store commits it, pushed by a small pool of
 // workers the hub wakes. Nothing reads that stream after the hello, so a
 // connected idle box costs no goroutine here: acks and status come up on
 // short streams of their own, each answered when handled. The box is the
 // one of the tunnel certificate; nothing in the messages can name another.
-type syncServer struct {
+type Server struct {
 	hub      *hub // wakes the boxes whose state changed
 	desired  *desired.State
-	approved func(box string) (bool, error)
-	usb      usbReporter // nil: USB inventories are ignored
+	approved Approved
+	status   StatusHook // nil: only the desired state takes status reports
+	l        net.Listener
 	log      *slog.Logger
 
 	mu     sync.Mutex // guards queue, boxes and closed
@@ -49,15 +51,42 @@ type syncServer struct {
 	closed bool
 }
 
-func newSyncServer(d *desired.State, approved func(string) (bool, error), usb usbReporter, log *slog.Logger) *syncServer {
-	s := &syncServer{desired: d, approved: approved, usb: usb, log: log, boxes: make(map[string]*syncConn)}
+// Approved reports whether a box may have its desired state: a box that
+// waits for an operator's approval is told so, and its stream ends.
+type Approved func(ctx context.Context, box string) (bool, error)
+
+// StatusHook takes a status report of box before the desired state
+// records it; its error refuses the report.
+type StatusHook func(ctx context.Context, box string, st *edgeboxv1.SyncStatus) error
+
+// New returns a Server of d's state on l, the tunnel's "sync" streams.
+// status may be nil. It starts nothing.
+func New(d *desired.State, approved Approved, status StatusHook, l net.Listener, log *slog.Logger) *Server {
+	log = log.With("component", "sync")
+	s := &Server{desired: d, approved: approved, status: status, l: l, log: log, boxes: make(map[string]*syncConn)}
 	s.cond = sync.NewCond(&s.mu)
-	s.hub = newHub(s.wake, s.wakeAll)
+	s.hub = newHub(d, s.wake, s.wakeAll, log)
 	return s
 }
 
+// Run watches the desired state and serves Sync streams until ctx ends,
+// then closes every stream and the listener and returns nil once each
+// stream it served has ended. If the listener fails first, it returns
+// that error, having closed everything the same way.
+func (s *Server) Run(ctx context.Context) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	// The watch starts before any Sync stream can read the state, so no
+	// change falls between a stream's first read and the hub.
+	w := s.hub.watch(ctx)
+	hubDone := make(chan struct{})
+	go func() { defer close(hubDone); s.hub.run(ctx, w) }()
+	defer func() { cancel(); <-hubDone }()
+	return s.serve(ctx)
+}
+
 // wake queues box's stream for a push, if it has one open.
-func (s *syncServer) wake(box string) {
+func (s *Server) wake(box string) {
 	s.mu.Lock()
 	sc := s.boxes[box]
 	s.mu.Unlock()
@@ -67,14 +96,14 @@ func (s *syncServer) wake(box string) {
 }
 
 // wakeAll queues every open stream.
-func (s *syncServer) wakeAll() {
+func (s *Server) wakeAll() {
 	for _, sc := range s.open() {
 		s.enqueue(sc)
 	}
 }
 
 // open returns the open streams.
-func (s *syncServer) open() []*syncConn {
+func (s *Server) open() []*syncConn {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	open := make([]*syncConn, 0, len(s.boxes))
@@ -83,10 +112,6 @@ func (s *syncServer) open() []*syncConn {
 	}
 	return open
 }
-
-// usbReporter takes what a status report says of the box's USB keys: its
-// whole inventory, and what it did to keys.
-type usbReporter func(ctx context.Context, box string, st *edgeboxv1.SyncStatus) error
 
 // syncConn is one box's open Sync stream.
 type syncConn struct {
@@ -107,9 +132,12 @@ func (c *syncConn) write(m *edgeboxv1.SyncDown) error {
 	return edgeboxv1.WriteFrame(c.conn, m)
 }
 
-// serve accepts Sync streams from l until ctx ends, and runs the workers;
-// it returns when every stream it served has ended.
-func (s *syncServer) serve(ctx context.Context, l net.Listener) {
+// serve accepts Sync streams until ctx ends or the listener fails, and
+// runs the workers; it returns when every stream it served has ended.
+func (s *Server) serve(ctx context.Context) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	l := s.l
 	var wg sync.WaitGroup
 	for range syncWorkers {
 		wg.Add(1)
@@ -126,27 +154,37 @@ func (s *syncServer) serve(ctx context.Context, l net.Listener) {
 		l.Close()
 	})
 	defer stop()
+	var failed error
 	for {
 		c, err := l.Accept()
 		if err != nil {
+			if ctx.Err() == nil {
+				failed = fmt.Errorf("sync: accepting streams: %w", err)
+			}
 			break
 		}
 		wg.Add(1)
 		go func() { defer wg.Done(); s.handle(ctx, c) }()
 	}
+	cancel() // a failed listener stops the workers and streams too
 	wg.Wait()
+	return failed
 }
 
 // handle reads a stream's first message. A hello opens the box's stream
 // (replacing any it had) and leaves it to the workers; acks and status are
 // handled until the box closes its side, and answered.
-func (s *syncServer) handle(ctx context.Context, c net.Conn) {
+func (s *Server) handle(ctx context.Context, c net.Conn) {
 	tc, ok := c.(*tunnel.Conn)
 	if !ok || tc.Peer() == "" {
 		c.Close()
 		return
 	}
 	box := tc.Peer()
+	// Until it is attached (then stop closes it), the stream closes when
+	// the server stops, not at its read deadline.
+	stop := context.AfterFunc(ctx, func() { c.Close() })
+	defer stop()
 	c.SetReadDeadline(time.Now().Add(syncHelloTimeout))
 	var first edgeboxv1.SyncUp
 	if err := edgeboxv1.ReadFrame(c, &first, maxSyncUp); err != nil {
@@ -172,7 +210,7 @@ func (s *syncServer) handle(ctx context.Context, c net.Conn) {
 // attach makes c the box's stream and has a worker catch it up. The stream
 // stays open with no goroutine of its own until a push to it fails, the
 // box says hello on another, its session ends or the server closes.
-func (s *syncServer) attach(c *tunnel.Conn, hello *edgeboxv1.SyncHello) {
+func (s *Server) attach(c *tunnel.Conn, hello *edgeboxv1.SyncHello) {
 	sc := &syncConn{box: c.Peer(), conn: c, capv: hello.GetCapabilityVersion(), last: hello.GetStoredRevision()}
 	c.ReleaseReadBuffer() // the hello was its only read
 	// Known to wake before the first read, so no change falls between them.
@@ -192,7 +230,7 @@ func (s *syncServer) attach(c *tunnel.Conn, hello *edgeboxv1.SyncHello) {
 }
 
 // stop closes sc's stream and forgets it. It is idempotent.
-func (s *syncServer) stop(sc *syncConn) {
+func (s *Server) stop(sc *syncConn) {
 	if sc.stopped.Swap(true) {
 		return
 	}
@@ -204,8 +242,9 @@ func (s *syncServer) stop(sc *syncConn) {
 	s.mu.Unlock()
 }
 
-// sessionEnded closes the Sync stream that sess carried, if any.
-func (s *syncServer) sessionEnded(box string, sess *tunnel.Session) {
+// SessionEnded closes the Sync stream that sess carried, if any. It is
+// part of the tunnel server's OnSession, and does not block.
+func (s *Server) SessionEnded(box string, sess *tunnel.Session) {
 	s.mu.Lock()
 	sc := s.boxes[box]
 	s.mu.Unlock()
@@ -217,7 +256,7 @@ func (s *syncServer) sessionEnded(box string, sess *tunnel.Session) {
 // receive handles the acks and status of one stream, first and then what
 // follows until the box closes its side, and answers with an empty message
 // or the reason it stopped.
-func (s *syncServer) receive(ctx context.Context, c *tunnel.Conn, first *edgeboxv1.SyncUp) {
+func (s *Server) receive(ctx context.Context, c *tunnel.Conn, first *edgeboxv1.SyncUp) {
 	defer c.Close()
 	box := c.Peer()
 	m := first
@@ -263,11 +302,11 @@ func publicError(err error) string {
 
 // push sends the box what changed since it was last sent anything; the
 // first push after the hello begins the stream. Hold sc.mu.
-func (s *syncServer) push(ctx context.Context, sc *syncConn) error {
+func (s *Server) push(ctx context.Context, sc *syncConn) error {
 	if sc.begun {
 		return s.catchUp(ctx, sc, false)
 	}
-	ok, err := s.approved(sc.box)
+	ok, err := s.approved(ctx, sc.box)
 	if err != nil {
 		return err
 	}
@@ -288,7 +327,7 @@ var errWaitingRoom = errors.New("the box waits for approval")
 // begin records the box's capability and its stored revision as
 // acknowledged (it has them, whether or not its last ack arrived), then
 // catches it up. Hold sc.mu.
-func (s *syncServer) begin(ctx context.Context, sc *syncConn) error {
+func (s *Server) begin(ctx context.Context, sc *syncConn) error {
 	reset, err := s.capabilityChanged(ctx, sc.box, sc.capv)
 	if err != nil {
 		return err
@@ -303,7 +342,7 @@ func (s *syncServer) begin(ctx context.Context, sc *syncConn) error {
 // catchUp sends the box everything after the revision it has, only the
 // latest of each object, in batches; or, with reset (or when the box is
 // ahead of the console), its whole state to replace its own. Hold sc.mu.
-func (s *syncServer) catchUp(ctx context.Context, sc *syncConn, reset bool) error {
+func (s *Server) catchUp(ctx context.Context, sc *syncConn, reset bool) error {
 	objs, cur, err := s.desired.Since(ctx, sc.box, sc.last)
 	if err != nil {
 		return err
@@ -351,7 +390,7 @@ func (s *syncServer) catchUp(ctx context.Context, sc *syncConn, reset bool) erro
 
 // enqueue asks a worker to push sc's changes; a box already waiting for
 // one is not queued twice.
-func (s *syncServer) enqueue(sc *syncConn) {
+func (s *Server) enqueue(sc *syncConn) {
 	if sc.queued.Swap(true) {
 		return
 	}
@@ -362,7 +401,7 @@ func (s *syncServer) enqueue(sc *syncConn) {
 }
 
 // work pushes changes to woken boxes until the server closes.
-func (s *syncServer) work(ctx context.Context) {
+func (s *Server) work(ctx context.Context) {
 	for {
 		s.mu.Lock()
 		for len(s.queue) == 0 && !s.closed {
@@ -400,7 +439,7 @@ func (s *syncServer) work(ctx context.Context) {
 // capabilityChanged records the capability version box is served with and
 // reports whether it grew, in which case the box gets its state whole: it
 // may now understand objects it was not sent before.
-func (s *syncServer) capabilityChanged(ctx context.Context, box string, capv uint32) (bool, error) {
+func (s *Server) capabilityChanged(ctx context.Context, box string, capv uint32) (bool, error) {
 	served, known, err := s.desired.ServedCapability(ctx, box)
 	if err != nil || (known && served == capv) {
 		return false, err
@@ -425,7 +464,7 @@ func understood(objs []*edgeboxv1.DesiredObject, capv uint32) []*edgeboxv1.Desir
 
 // handleUp applies one message of box: an ack or a status report. box
 // comes from the certificate, never from the message.
-func (s *syncServer) handleUp(ctx context.Context, box string, m *edgeboxv1.SyncUp) error {
+func (s *Server) handleUp(ctx context.Context, box string, m *edgeboxv1.SyncUp) error {
 	switch msg := m.GetMsg().(type) {
 	case *edgeboxv1.SyncUp_Ack:
 		if err := s.desired.Ack(ctx, box, msg.Ack.GetRevision()); err != nil {
@@ -434,8 +473,8 @@ func (s *syncServer) handleUp(ctx context.Context, box string, m *edgeboxv1.Sync
 		_, err := s.desired.PurgeTombstones(ctx, box)
 		return err
 	case *edgeboxv1.SyncUp_Status:
-		if s.usb != nil {
-			if err := s.usb(ctx, box, msg.Status); err != nil {
+		if s.status != nil {
+			if err := s.status(ctx, box, msg.Status); err != nil {
 				return err
 			}
 		}

@@ -1,4 +1,4 @@
-package console
+package agentrpc
 
 import (
 	"context"
@@ -17,11 +17,17 @@ import (
 	"github.com/edgebox/edgebox/tunnel"
 )
 
-// AgentConn returns a gRPC connection to a box's AgentService over its
+// Agents reaches the boxes' AgentService over their tunnel sessions.
+type Agents struct{ tunnel *tunnel.Server }
+
+// NewAgents returns the Agents of srv's sessions.
+func NewAgents(srv *tunnel.Server) *Agents { return &Agents{tunnel: srv} }
+
+// Conn returns a gRPC connection to a box's AgentService over its
 // tunnel. The connection follows the box across reconnects; the caller
 // closes it when done.
-func (c *Console) AgentConn(boxID string) (*grpc.ClientConn, error) {
-	srv := c.tunnel
+func (a *Agents) Conn(boxID string) (*grpc.ClientConn, error) {
+	srv := a.tunnel
 	return grpc.NewClient("passthrough:///"+boxID,
 		grpc.WithTransportCredentials(insecure.NewCredentials()), // the tunnel is the mTLS
 		grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) {
@@ -29,10 +35,10 @@ func (c *Console) AgentConn(boxID string) (*grpc.ClientConn, error) {
 		}))
 }
 
-// PingAgent calls a box's AgentService.Ping: a full round trip through the
+// Ping calls a box's AgentService.Ping: a full round trip through the
 // tunnel, the agent's gRPC server and back.
-func (c *Console) PingAgent(ctx context.Context, boxID string, payload []byte) (*edgeboxv1.PingResponse, error) {
-	conn, err := c.AgentConn(boxID)
+func (a *Agents) Ping(ctx context.Context, boxID string, payload []byte) (*edgeboxv1.PingResponse, error) {
+	conn, err := a.Conn(boxID)
 	if err != nil {
 		return nil, err
 	}
@@ -40,12 +46,9 @@ func (c *Console) PingAgent(ctx context.Context, boxID string, payload []byte) (
 	return edgeboxv1.NewAgentServiceClient(conn).Ping(ctx, &edgeboxv1.PingRequest{Payload: payload})
 }
 
-// agents reaches agents for the API.
-type agents struct{ c *Console }
-
 // Logs asks a box's agent for the end of a workload's output.
-func (a agents) Logs(ctx context.Context, box, workload string, tail uint32) (*edgeboxv1.LogsResponse, error) {
-	conn, err := a.c.AgentConn(box)
+func (a *Agents) Logs(ctx context.Context, box, workload string, tail uint32) (*edgeboxv1.LogsResponse, error) {
+	conn, err := a.Conn(box)
 	if err != nil {
 		return nil, err
 	}
@@ -66,11 +69,11 @@ func (a agents) Logs(ctx context.Context, box, workload string, tail uint32) (*e
 // ctx ends. Without an answer, the error says why in a few words, for the
 // box's record: the box is offline, its agent predates wiping, the wait
 // ran out (context.DeadlineExceeded), or what went wrong.
-func (a agents) Wipe(ctx context.Context, box, reason string) (*edgeboxv1.WipeResponse, error) {
-	if _, ok := a.c.tunnel.Session(box); !ok {
+func (a *Agents) Wipe(ctx context.Context, box, reason string) (*edgeboxv1.WipeResponse, error) {
+	if _, ok := a.tunnel.Session(box); !ok {
 		return nil, errdefs.Unavailable("box offline")
 	}
-	conn, err := a.c.AgentConn(box)
+	conn, err := a.Conn(box)
 	if err != nil {
 		return nil, err
 	}

@@ -1,4 +1,4 @@
-package console
+package port
 
 import (
 	"context"
@@ -13,13 +13,14 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/time/rate"
 
 	"github.com/edgebox/edgebox/console/pki"
 	"github.com/edgebox/edgebox/tunnel"
 )
 
-// port accepts every connection on the public port, completes its TLS
+// Port accepts every connection on the public port, completes its TLS
 // handshake under a deadline, and hands it to the tunnel or to HTTP by the
 // negotiated ALPN protocol.
 //
@@ -28,7 +29,7 @@ import (
 // handshake slot only from its ClientHello on, boxes (the tunnel ALPN) and
 // everyone else draw from separate pools, each source address has caps,
 // and connections that never speak are closed first.
-type port struct {
+type Port struct {
 	ln       net.Listener
 	tunnel   *tunnel.Server
 	http     *connListener
@@ -45,8 +46,19 @@ type port struct {
 // shedLogEvery is how often the port logs what it shed, if anything.
 const shedLogEvery = 5 * time.Second
 
-func newPort(ln net.Listener, a *pki.Authority, srv *tunnel.Server, adm *admission, cfg Config, log *slog.Logger) *port {
-	p := &port{ln: ln, tunnel: srv, cfg: cfg, log: log, adm: adm, logEvery: shedLogEvery,
+// New returns the port on ln, serving the certificate of a to everyone
+// and requiring a certificate a signed from boxes, whose sessions go to
+// srv. Its metrics are registered with reg when reg is not nil. It starts
+// nothing; Run serves, and owns ln from then on.
+func New(ln net.Listener, a *pki.Authority, srv *tunnel.Server, cfg Config, reg prometheus.Registerer, log *slog.Logger) (*Port, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("port: %w", err)
+	}
+	return newPort(ln, a, srv, newAdmission(cfg.limits(), reg), cfg, log), nil
+}
+
+func newPort(ln net.Listener, a *pki.Authority, srv *tunnel.Server, adm *admission, cfg Config, log *slog.Logger) *Port {
+	p := &Port{ln: ln, tunnel: srv, cfg: cfg, log: log, adm: adm, logEvery: shedLogEvery,
 		http:    newConnListener(ln.Addr()),
 		limiter: rate.NewLimiter(rate.Limit(cfg.HandshakeRate), cfg.HandshakeBurst),
 	}
@@ -67,15 +79,15 @@ func newPort(ln net.Listener, a *pki.Authority, srv *tunnel.Server, adm *admissi
 		GetConfigForClient: func(hello *tls.ClientHelloInfo) (*tls.Config, error) {
 			v, ok := p.hellos.Load(hello.Conn)
 			if !ok {
-				return nil, errors.New("console: connection not admitted")
+				return nil, errors.New("port: connection not admitted")
 			}
 			pc := v.(*portConn)
 			box := slices.Contains(hello.SupportedProtos, tunnel.ALPN)
 			if reason, ok := p.adm.hello(pc, box); !ok {
 				if reason == "" {
-					return nil, errors.New("console: connection closed for a newer one")
+					return nil, errors.New("port: connection closed for a newer one")
 				}
-				return nil, fmt.Errorf("console: too busy for another handshake (%s)", reason)
+				return nil, fmt.Errorf("port: too busy for another handshake (%s)", reason)
 			}
 			pc.SetDeadline(pc.start.Add(p.cfg.HandshakeTimeout))
 			if !box {
@@ -92,17 +104,27 @@ func newPort(ln net.Listener, a *pki.Authority, srv *tunnel.Server, adm *admissi
 	return p
 }
 
-// serve accepts until ctx ends, then returns nil. It survives errors a
-// busy or flaky host gives (out of file descriptors, aborted connections,
-// timeouts) with a back-off, and returns any other error of the listener,
-// net.ErrClosed included when ctx has not ended: the port serves nothing
-// then, and the console must not go on as if it did.
-func (p *port) serve(ctx context.Context) error {
+// HTTP is the listener of the connections that did not ask for the
+// tunnel, their TLS handshake done. It closes when Run returns.
+func (p *Port) HTTP() net.Listener { return p.http }
+
+// Run accepts until ctx ends, then closes the listener and returns nil.
+// It survives errors a busy or flaky host gives (out of file descriptors,
+// aborted connections, timeouts) with a back-off, and returns any other
+// error of the listener, net.ErrClosed included when ctx has not ended:
+// the port serves nothing then, and the console must not go on as if it
+// did. Either way it returns once every connection it accepted is a box
+// session, handed to HTTP or closed; then HTTP's listener closes.
+func (p *Port) Run(ctx context.Context) error {
+	ctx, cancel := context.WithCancel(ctx)
+	stopClose := context.AfterFunc(ctx, func() { p.ln.Close() })
+	defer stopClose()
 	defer p.http.Close()
-	logCtx, stopLog := context.WithCancel(ctx)
+	// On a failure too, handshakes in progress end at once.
+	defer p.wg.Wait()
 	logDone := make(chan struct{})
-	go func() { defer close(logDone); p.logShedding(logCtx) }()
-	defer func() { stopLog(); <-logDone }()
+	go func() { defer close(logDone); p.logShedding(ctx) }()
+	defer func() { cancel(); <-logDone }()
 
 	var backoff time.Duration
 	for {
@@ -112,7 +134,7 @@ func (p *port) serve(ctx context.Context) error {
 				return nil // the listener was closed on purpose
 			}
 			if !acceptRetryable(err) {
-				return fmt.Errorf("console: accepting on %s: %w", p.ln.Addr(), err)
+				return fmt.Errorf("port: accepting on %s: %w", p.ln.Addr(), err)
 			}
 			// Out of file descriptors, or a connection gone before it was
 			// accepted: never a reason to stop serving. Idle connections
@@ -152,7 +174,7 @@ func (p *port) serve(ctx context.Context) error {
 
 // logShedding sums up what was shed in one log line per logEvery until ctx
 // ends.
-func (p *port) logShedding(ctx context.Context) {
+func (p *Port) logShedding(ctx context.Context) {
 	t := time.NewTicker(p.logEvery)
 	defer t.Stop()
 	for {
@@ -165,7 +187,7 @@ func (p *port) logShedding(ctx context.Context) {
 	}
 }
 
-func (p *port) handle(ctx context.Context, pc *portConn) {
+func (p *Port) handle(ctx context.Context, pc *portConn) {
 	cc := tunnel.CorkConn(pc)
 	p.hellos.Store(cc, pc)
 	tc := tls.Server(cc, p.tls)
@@ -228,9 +250,6 @@ func isTimeout(err error) bool {
 	var ne net.Error
 	return errors.Is(err, context.DeadlineExceeded) || (errors.As(err, &ne) && ne.Timeout())
 }
-
-// wait waits for every connection handler.
-func (p *port) wait() { p.wg.Wait() }
 
 // connListener is a net.Listener fed with connections from port.
 type connListener struct {

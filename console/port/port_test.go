@@ -1,4 +1,4 @@
-package console
+package port
 
 import (
 	"bytes"
@@ -16,8 +16,10 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -31,7 +33,7 @@ import (
 // behind it and an HTTP handler that answers "ok".
 type testPort struct {
 	addr string
-	port *port
+	port *Port
 	reg  *prometheus.Registry
 	ca   *pki.Authority
 	logs *syncBuffer
@@ -57,14 +59,10 @@ func (s *syncBuffer) String() string {
 func startTestPort(t *testing.T, adjust func(*Config)) *testPort {
 	t.Helper()
 	cfg := DefaultConfig()
-	cfg.DataDir = t.TempDir()
 	if adjust != nil {
 		adjust(&cfg)
 	}
-	if err := cfg.Validate(); err != nil {
-		t.Fatal(err)
-	}
-	ca, _, err := pki.Open(cfg.DataDir, []string{"127.0.0.1"})
+	ca, _, err := pki.Open(t.TempDir(), []string{"127.0.0.1"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -81,20 +79,26 @@ func startTestPort(t *testing.T, adjust func(*Config)) *testPort {
 		t.Fatal(err)
 	}
 	reg := prometheus.NewRegistry()
-	p := newPort(ln, ca, srv, newAdmission(limitsOf(cfg), reg), cfg, log)
+	p, err := New(ln, ca, srv, cfg, reg, log)
+	if err != nil {
+		t.Fatal(err)
+	}
 	p.logEvery = 100 * time.Millisecond
 	hs := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok") })}
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
 	wg.Add(2)
-	go func() { defer wg.Done(); p.serve(ctx) }()
-	go func() { defer wg.Done(); hs.Serve(p.http) }()
+	go func() {
+		defer wg.Done()
+		if err := p.Run(ctx); err != nil {
+			t.Errorf("port: %v", err)
+		}
+	}()
+	go func() { defer wg.Done(); hs.Serve(p.HTTP()) }()
 	t.Cleanup(func() {
 		cancel()
-		ln.Close()
 		hs.Close()
 		srv.Close()
-		p.wait()
 		wg.Wait()
 	})
 	return &testPort{addr: ln.Addr().String(), port: p, reg: reg, ca: ca, logs: logs}
@@ -365,5 +369,37 @@ func TestPortLogsSheddingWithRates(t *testing.T) {
 		if !strings.Contains(logs, want) {
 			t.Errorf("the shedding line lacks %q:\n%s", want, logs)
 		}
+	}
+}
+
+// TestAcceptRetryable: the port's accept loop survives what a busy host
+// gives it and stops on a listener that is gone.
+func TestAcceptRetryable(t *testing.T) {
+	t.Parallel()
+	op := func(err error) error {
+		return &net.OpError{Op: "accept", Net: "tcp", Err: os.NewSyscallError("accept4", err)}
+	}
+	tests := []struct {
+		name string
+		err  error
+		want bool
+	}{
+		{"out of file descriptors", op(syscall.EMFILE), true},
+		{"system out of file descriptors", op(syscall.ENFILE), true},
+		{"connection aborted", op(syscall.ECONNABORTED), true},
+		{"no buffer space", op(syscall.ENOBUFS), true},
+		{"timeout", op(os.ErrDeadlineExceeded), true},
+		{"closed", op(net.ErrClosed), false},
+		{"bad descriptor", op(syscall.EBADF), false},
+		{"invalid", op(syscall.EINVAL), false},
+		{"another error", errors.New("the listener broke"), false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			if got := acceptRetryable(tt.err); got != tt.want {
+				t.Errorf("acceptRetryable(%v) = %v, want %v", tt.err, got, tt.want)
+			}
+		})
 	}
 }

@@ -1,4 +1,4 @@
-package console
+package boxsync
 
 import (
 	"context"
@@ -9,8 +9,14 @@ import (
 	edgeboxv1 "github.com/edgebox/edgebox/proto/edgebox/v1"
 )
 
-// keyReports passes what a box's status says of its USB keys to the key
-// registry: its inventory, and the events of its keys.
+// KeyReports is the StatusHook that passes what a box's status says of its
+// USB keys to the key registry: its inventory, and the events of its keys.
+func KeyReports(fl *fleet.Fleet, reg *keys.Registry) StatusHook {
+	return func(ctx context.Context, box string, st *edgeboxv1.SyncStatus) error {
+		return keyReports(ctx, fl, reg, box, st)
+	}
+}
+
 func keyReports(ctx context.Context, fl *fleet.Fleet, reg *keys.Registry, box string, st *edgeboxv1.SyncStatus) error {
 	hasKeyEvents := false
 	for _, e := range st.GetEvents() {
@@ -19,7 +25,7 @@ func keyReports(ctx context.Context, fl *fleet.Fleet, reg *keys.Registry, box st
 	if !st.GetUsbReport() && !hasKeyEvents {
 		return nil
 	}
-	b, err := fl.BoxByID(box)
+	b, err := fl.BoxByID(ctx, box)
 	if err != nil {
 		return err
 	}

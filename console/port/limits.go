@@ -1,4 +1,4 @@
-package console
+package port
 
 import (
 	"log/slog"
@@ -131,9 +131,9 @@ type limits struct {
 	maxHandshakes, maxBoxHandshakes int
 }
 
-func limitsOf(cfg Config) limits {
-	return limits{connsPerAddr: cfg.MaxConnsPerAddr, handshakesPerAddr: cfg.MaxHandshakesPerAddr,
-		maxIdle: cfg.MaxIdle, maxHandshakes: cfg.MaxHandshakes, maxBoxHandshakes: cfg.MaxBoxHandshakes}
+func (c Config) limits() limits {
+	return limits{connsPerAddr: c.MaxConnsPerAddr, handshakesPerAddr: c.MaxHandshakesPerAddr,
+		maxIdle: c.MaxIdle, maxHandshakes: c.MaxHandshakes, maxBoxHandshakes: c.MaxBoxHandshakes}
 }
 
 // admission keeps the public port's books: who holds which connections

@@ -1,10 +1,18 @@
-package console
+// Package agentrpc is the console's side of the agent⇄console gRPC
+// contract: the ConsoleService boxes call over their tunnel (hello,
+// certificate renewal), and the calls the console makes to a box's
+// AgentService (logs, wipe, ping).
+package agentrpc
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"log/slog"
+	"net"
 	"time"
 
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
@@ -19,16 +27,63 @@ import (
 	"github.com/edgebox/edgebox/tunnel"
 )
 
+// Config is what the ConsoleService needs.
+type Config struct {
+	Fleet *fleet.Fleet
+	PKI   *pki.Authority
+	Apps  *apps.Apps
+	// BoxCertTTL is the lifetime of the certificates Renew signs.
+	BoxCertTTL time.Duration
+	// Version and CapabilityVersion are the console's, told to each box
+	// in its hello.
+	Version           string
+	CapabilityVersion uint32
+}
+
+// Server serves the ConsoleService to boxes over the tunnel's "rpc"
+// streams.
+type Server struct {
+	grpc *grpc.Server
+	l    net.Listener
+}
+
+// NewServer returns the ConsoleService of cfg on l, the tunnel's "rpc"
+// streams. It starts nothing.
+func NewServer(cfg Config, l net.Listener, log *slog.Logger) *Server {
+	// gRPC's 32 KiB read buffer per connection would be most of an idle
+	// box's cost; tunnel streams are buffered already. The write buffer is
+	// shared and released after each flush.
+	g := grpc.NewServer(grpc.MaxRecvMsgSize(1<<20), grpc.ReadBufferSize(0), grpc.SharedWriteBuffer(true))
+	edgeboxv1.RegisterConsoleServiceServer(g, &consoleService{cfg: cfg, log: log.With("component", "agentrpc")})
+	return &Server{grpc: g, l: l}
+}
+
+// Run serves until ctx ends, then stops at once (closing the listener and
+// every call) and returns nil; it returns the error of a listener that
+// fails before.
+func (s *Server) Run(ctx context.Context) error {
+	served := make(chan error, 1)
+	go func() { served <- s.grpc.Serve(s.l) }()
+	select {
+	case err := <-served:
+		s.grpc.Stop()
+		if err == nil {
+			err = errors.New("stopped serving")
+		}
+		return fmt.Errorf("agent RPC: %w", err)
+	case <-ctx.Done():
+		s.grpc.Stop()
+		<-served
+		return nil
+	}
+}
+
 // consoleService answers agents. The box of every call is the one its
 // tunnel certificate names, never a field of the message.
 type consoleService struct {
 	edgeboxv1.UnimplementedConsoleServiceServer
-	fleet    *fleet.Fleet
-	pki      *pki.Authority
-	ttl      time.Duration
-	log      *slog.Logger
-	presence *presence
-	apps     *apps.Apps
+	cfg Config
+	log *slog.Logger
 }
 
 func boxOf(ctx context.Context) (string, error) {
@@ -68,7 +123,7 @@ func (s *consoleService) Hello(ctx context.Context, req *edgeboxv1.HelloRequest)
 		return nil, err
 	}
 	info := req.GetInfo()
-	b, err := s.fleet.ReportFacts(id, fleet.Facts{
+	b, err := s.cfg.Fleet.ReportFacts(ctx, id, fleet.Facts{
 		Hostname: clip(info.GetHostname()), OS: clip(info.GetOs()), Arch: clip(info.GetArch()),
 		OSVersion: clip(info.GetOsVersion()), AgentVersion: clip(info.GetAgentVersion()),
 		Capability: req.GetCapabilityVersion(), CPUs: info.GetCpus(), MemoryBytes: info.GetMemoryBytes(),
@@ -79,11 +134,11 @@ func (s *consoleService) Hello(ctx context.Context, req *edgeboxv1.HelloRequest)
 	s.log.Info("box said hello", "box_id", id, "name", b.Name, "agent_version", b.AgentVersion, "capability", b.Capability)
 	// A new box, or one back from a long absence, gets the apps pinned
 	// where it stands before its Sync stream asks.
-	if _, err := s.apps.SyncBox(ctx, b); err != nil {
+	if _, err := s.cfg.Apps.SyncBox(ctx, b); err != nil {
 		s.log.Warn("box's apps not brought up to date; the periodic sync retries", "box_id", id, "err", err)
 	}
 	return &edgeboxv1.HelloResponse{BoxId: id, Name: b.Name, Approved: b.State == fleet.StateApproved,
-		ConsoleCapabilityVersion: CapabilityVersion, ConsoleVersion: Version}, nil
+		ConsoleCapabilityVersion: s.cfg.CapabilityVersion, ConsoleVersion: s.cfg.Version}, nil
 }
 
 func (s *consoleService) Renew(ctx context.Context, req *edgeboxv1.RenewRequest) (*edgeboxv1.RenewResponse, error) {
@@ -95,11 +150,11 @@ func (s *consoleService) Renew(ctx context.Context, req *edgeboxv1.RenewRequest)
 	if err != nil {
 		return nil, s.fail("Renew", id, err)
 	}
-	certPEM, notAfter, err := s.pki.SignBox(csr, id, s.ttl)
+	certPEM, notAfter, err := s.cfg.PKI.SignBox(csr, id, s.cfg.BoxCertTTL)
 	if err != nil {
 		return nil, s.fail("Renew", id, err)
 	}
-	if err := s.fleet.Renewed(id, notAfter); err != nil {
+	if err := s.cfg.Fleet.Renewed(ctx, id, notAfter); err != nil {
 		return nil, s.fail("Renew", id, err)
 	}
 	s.log.Info("box certificate renewed", "box_id", id, "not_after", notAfter)

@@ -1,9 +1,7 @@
-package console
+package boxsync
 
 import (
 	"context"
-	"errors"
-	"fmt"
 	"io"
 	"log/slog"
 	"strings"
@@ -17,11 +15,11 @@ import (
 	edgeboxv1 "github.com/edgebox/edgebox/proto/edgebox/v1"
 )
 
-func newSyncer(t testing.TB) (*syncServer, store.Store) {
+func newSyncer(t testing.TB) (*Server, store.Store) {
 	t.Helper()
 	st := storetest.Bolt(t)
-	approved := func(string) (bool, error) { return true, nil }
-	return newSyncServer(desired.New(st), approved, nil, slog.New(slog.NewTextHandler(io.Discard, nil))), st
+	approved := func(context.Context, string) (bool, error) { return true, nil }
+	return New(desired.New(st), approved, nil, nil, slog.New(slog.NewTextHandler(io.Discard, nil))), st
 }
 
 func workloadObj(name string) *edgeboxv1.DesiredObject {
@@ -87,45 +85,17 @@ func FuzzSyncUp(f *testing.F) {
 	})
 }
 
-func TestCompactKeepsRecentHistory(t *testing.T) {
-	t.Parallel()
-	s, st := newSyncer(t)
-	ctx := context.Background()
-	for i := range 50 {
-		if _, err := s.desired.Put(ctx, "b1", workloadObj(fmt.Sprintf("w%d", i%5))); err != nil {
-			t.Fatal(err)
-		}
-	}
-	cur, _ := st.Revision(ctx)
-	to, err := compactOnce(ctx, st, 10)
-	if err != nil || to != cur-10 {
-		t.Fatalf("compacted to %d (%v), want %d", to, err, cur-10)
-	}
-	if to, err := compactOnce(ctx, st, 10); err != nil || to != 0 {
-		t.Fatalf("a second compaction with no new revisions: %d, %v", to, err)
-	}
-	w := st.Watch(ctx, "desired/", 1)
-	if r := <-w; !errors.Is(r.Err, store.ErrCompacted) {
-		t.Fatalf("watch from before the compaction: %v", r.Err)
-	}
-	// The state itself is whole.
-	live, rev, err := s.desired.Live(ctx, "b1")
-	if err != nil || len(live) != 5 || rev != 50 {
-		t.Fatalf("after compaction: %d objects at revision %d (%v)", len(live), rev, err)
-	}
-}
-
 func TestHubWatchesAgainAfterItsWatchFails(t *testing.T) {
 	t.Parallel()
-	s, st := newSyncer(t)
+	s, _ := newSyncer(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	failed := make(chan store.WatchResponse, 1)
 	failed <- store.WatchResponse{Err: store.ErrCompacted}
 	close(failed)
 	woken := make(chan string, 4)
-	h := newHub(func(box string) { woken <- box }, func() { woken <- "*" })
+	h := newHub(s.desired, func(box string) { woken <- box }, func() { woken <- "*" }, s.log)
 	done := make(chan struct{})
-	go func() { defer close(done); h.run(ctx, st, failed, s.log) }()
+	go func() { defer close(done); h.run(ctx, failed) }()
 	if got := <-woken; got != "*" { // everyone re-reads after the watch failed
 		t.Fatalf("after the watch failed, woke %q, want every box", got)
 	}

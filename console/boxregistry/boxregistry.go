@@ -1,7 +1,12 @@
-package console
+// Package boxregistry serves the console's OCI registry to boxes over
+// their tunnel's "registry" streams, under the pull policy: a box may pull
+// only the manifests its desired workloads name, and what they are made of.
+package boxregistry
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"net"
 	"net/http"
 	"time"
@@ -15,11 +20,19 @@ import (
 
 type boxKey struct{}
 
-// boxRegistryServer serves the registry to boxes over their tunnel's
-// "registry" streams: each request knows its box from the stream.
-func boxRegistryServer(reg *registry.Registry, st *desired.State, hosts []string) *http.Server {
+// Server serves the registry to boxes.
+type Server struct {
+	hs *http.Server
+	l  net.Listener
+}
+
+// New returns the server of reg on l, the tunnel's "registry" streams,
+// letting each box pull what st's workloads for it name in the registry
+// under one of hosts (the names images give the console's registry). It
+// starts nothing.
+func New(reg *registry.Registry, st *desired.State, hosts []string, l net.Listener) *Server {
 	boxOf := func(r *http.Request) string { id, _ := r.Context().Value(boxKey{}).(string); return id }
-	return &http.Server{
+	return &Server{l: l, hs: &http.Server{
 		Handler:           reg.Boxes(boxOf, pullable(st, hosts)),
 		ReadHeaderTimeout: 30 * time.Second,
 		MaxHeaderBytes:    64 << 10,
@@ -29,6 +42,25 @@ func boxRegistryServer(reg *registry.Registry, st *desired.State, hosts []string
 			}
 			return ctx
 		},
+	}}
+}
+
+// Run serves until ctx ends, then closes the listener and every
+// connection and returns nil; it returns the error of a listener that
+// fails before.
+func (s *Server) Run(ctx context.Context) error {
+	served := make(chan error, 1)
+	go func() { served <- s.hs.Serve(s.l) }()
+	select {
+	case err := <-served:
+		s.hs.Close()
+		return fmt.Errorf("box registry: %w", err)
+	case <-ctx.Done():
+		s.hs.Close()
+		if err := <-served; !errors.Is(err, http.ErrServerClosed) {
+			return fmt.Errorf("box registry: %w", err)
+		}
+		return nil
 	}
 }
 

@@ -1,0 +1,149 @@
+package console
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/edgebox/edgebox/console/port"
+	"github.com/edgebox/edgebox/enroll"
+	"github.com/edgebox/edgebox/tunnel"
+)
+
+// Config is the console's configuration.
+type Config struct {
+	// DataDir holds the CA, the database and everything else that must
+	// survive a restart.
+	DataDir string
+	// Listen is the one public address, ":8443" by default.
+	Listen string
+	// Listener, when set, is the public port instead of a listener on
+	// Listen: for socket activation, and for tests that make the port fail.
+	// The console closes it when Run returns, or on Close.
+	Listener net.Listener
+	// PublicURL is how boxes and operators reach the console; it goes into
+	// enrollment tokens. Default: https://<this host name>:<listen port>.
+	PublicURL string
+	// ExtraHosts are more names or addresses the serving certificate covers.
+	ExtraHosts []string
+	// BoxCertTTL is the lifetime of box certificates; boxes renew at two
+	// thirds of it.
+	BoxCertTTL time.Duration
+	// Tunnel are the session settings.
+	Tunnel tunnel.Config
+	// HandshakeRate and HandshakeBurst limit new box sessions per second,
+	// so 10,000 boxes returning at once do not take the API down with them.
+	HandshakeRate  float64
+	HandshakeBurst int
+	// HandshakeTimeout bounds a TLS handshake from accept to its end,
+	// against slowloris clients.
+	HandshakeTimeout time.Duration
+	// HelloTimeout bounds the wait from accept to a complete ClientHello
+	// (never longer than HandshakeTimeout). Until its ClientHello is in, a
+	// connection holds no handshake slot. It runs while the console is
+	// busy too: at 5 s a 2,000-box storm on two loaded cores lost 125
+	// boxes' connections to it (docs/benchmarks.md), so it is 10 s.
+	HelloTimeout time.Duration
+	// MaxHandshakes bounds handshakes in progress from clients that do not
+	// offer the tunnel protocol (operators, enrolling boxes, registry
+	// clients); MaxBoxHandshakes those from clients that do. Neither kind
+	// can take the other's slots; past them a ClientHello is refused.
+	MaxHandshakes    int
+	MaxBoxHandshakes int
+	// MaxConnsPerAddr bounds the connections one source address (an IPv6
+	// /64) holds open on the public port, box sessions aside, and
+	// MaxHandshakesPerAddr its handshakes in progress.
+	MaxConnsPerAddr      int
+	MaxHandshakesPerAddr int
+	// MaxIdle bounds connections that have not sent their ClientHello.
+	// Past it, or past MaxConnsPerAddr for one address, the oldest such
+	// connection is closed to make room for the new one.
+	MaxIdle int
+	// Out receives the first-start message with the admin token.
+	Out io.Writer
+	// Clock tells the time for token expiry; nil is time.Now. Tests move it.
+	Clock func() time.Time
+	// DistDir holds the agent binaries and SHA256SUMS served at /dl/ to
+	// installing boxes; empty is <DataDir>/dist.
+	DistDir string
+	// CompactEvery is how often the store forgets old history, keeping
+	// the last KeepRevisions revisions for watches that lag.
+	CompactEvery  time.Duration
+	KeepRevisions int64
+	// AppsSyncEvery is how often every box is checked against the app
+	// pins, behind the syncs that deploys and hellos make at once.
+	AppsSyncEvery time.Duration
+}
+
+// DefaultConfig returns the defaults; DataDir defaults to the user's data
+// directory.
+func DefaultConfig() Config {
+	p := port.DefaultConfig()
+	return Config{
+		DataDir:              defaultDataDir(),
+		Listen:               ":8443",
+		BoxCertTTL:           30 * 24 * time.Hour,
+		Tunnel:               tunnel.DefaultConfig(),
+		HandshakeRate:        p.HandshakeRate,
+		HandshakeBurst:       p.HandshakeBurst,
+		HandshakeTimeout:     p.HandshakeTimeout,
+		HelloTimeout:         p.HelloTimeout,
+		MaxHandshakes:        p.MaxHandshakes,
+		MaxBoxHandshakes:     p.MaxBoxHandshakes,
+		MaxConnsPerAddr:      p.MaxConnsPerAddr,
+		MaxHandshakesPerAddr: p.MaxHandshakesPerAddr,
+		MaxIdle:              p.MaxIdle,
+		Out:                  os.Stdout,
+		CompactEvery:         5 * time.Minute,
+		KeepRevisions:        100_000,
+		AppsSyncEvery:        time.Minute,
+	}
+}
+
+func defaultDataDir() string {
+	if d, err := os.UserConfigDir(); err == nil {
+		return filepath.Join(d, "edgebox", "console")
+	}
+	return filepath.Join(os.TempDir(), "edgebox-console")
+}
+
+// port is the public port's part of c.
+func (c Config) port() port.Config {
+	return port.Config{HandshakeRate: c.HandshakeRate, HandshakeBurst: c.HandshakeBurst,
+		HandshakeTimeout: c.HandshakeTimeout, HelloTimeout: c.HelloTimeout,
+		MaxHandshakes: c.MaxHandshakes, MaxBoxHandshakes: c.MaxBoxHandshakes,
+		MaxConnsPerAddr: c.MaxConnsPerAddr, MaxHandshakesPerAddr: c.MaxHandshakesPerAddr, MaxIdle: c.MaxIdle}
+}
+
+// Validate reports what is wrong with c.
+func (c Config) Validate() error {
+	var errs []error
+	if c.DataDir == "" {
+		errs = append(errs, errors.New("data directory is required"))
+	}
+	if _, _, err := net.SplitHostPort(c.Listen); err != nil {
+		errs = append(errs, fmt.Errorf("listen address %q: %v", c.Listen, err))
+	}
+	if c.PublicURL != "" {
+		if _, err := enroll.ParseConsoleURL(c.PublicURL); err != nil {
+			errs = append(errs, fmt.Errorf("public URL: %v", err))
+		}
+	}
+	if c.BoxCertTTL < 5*time.Second {
+		errs = append(errs, errors.New("box certificate lifetime must be at least 5s"))
+	}
+	if err := c.port().Validate(); err != nil {
+		errs = append(errs, err)
+	}
+	if c.CompactEvery <= 0 || c.KeepRevisions <= 0 || c.AppsSyncEvery <= 0 {
+		errs = append(errs, errors.New("CompactEvery, KeepRevisions and AppsSyncEvery must be positive"))
+	}
+	if err := c.Tunnel.Validate(); err != nil {
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
+}
