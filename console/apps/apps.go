@@ -84,8 +84,8 @@ type Pin struct {
 
 // Boxes is what apps needs of the fleet.
 type Boxes interface {
-	Boxes(tenant string) ([]fleet.Box, error)
-	Box(tenant, id string) (fleet.Box, error)
+	Boxes(ctx context.Context, tenant string) ([]fleet.Box, error)
+	Box(ctx context.Context, tenant, id string) (fleet.Box, error)
 }
 
 // Images resolves and checks image references in the console's registry.
@@ -373,7 +373,7 @@ func (a *Apps) Deploy(ctx context.Context, who audit.Actor, app, version, scope,
 		return Pin{}, Outcome{}, err
 	}
 	if scope == ScopeBox {
-		if _, err := a.boxes.Box(who.TenantID, target); err != nil {
+		if _, err := a.boxes.Box(ctx, who.TenantID, target); err != nil {
 			return Pin{}, Outcome{}, err
 		}
 	}
@@ -453,7 +453,7 @@ func covers(scope, target string, b fleet.Box) bool {
 // SyncScope brings every box scope/target covers to its effective
 // releases and returns those whose desired state changed.
 func (a *Apps) SyncScope(ctx context.Context, tenant, scope, target string) ([]string, error) {
-	boxes, err := a.boxes.Boxes(tenant)
+	boxes, err := a.boxes.Boxes(ctx, tenant)
 	if err != nil {
 		return nil, err
 	}
@@ -628,7 +628,7 @@ func (a *Apps) syncBox(ctx context.Context, b fleet.Box, c catalogue) (int, erro
 func (a *Apps) SyncAll(ctx context.Context, tenants []string) error {
 	var errs []error
 	for _, t := range tenants {
-		boxes, err := a.boxes.Boxes(t)
+		boxes, err := a.boxes.Boxes(ctx, t)
 		if err != nil {
 			errs = append(errs, err)
 			continue

@@ -24,8 +24,8 @@ var ctx = context.Background()
 // boxes is a fleet of boxes for tests.
 type boxes []fleet.Box
 
-func (bs boxes) Boxes(string) ([]fleet.Box, error) { return bs, nil }
-func (bs boxes) Box(_, id string) (fleet.Box, error) {
+func (bs boxes) Boxes(context.Context, string) ([]fleet.Box, error) { return bs, nil }
+func (bs boxes) Box(_ context.Context, _, id string) (fleet.Box, error) {
 	for _, b := range bs {
 		if b.ID == id {
 			return b, nil

@@ -1,15 +1,24 @@
 // Package db opens the console's bbolt database and keeps its schema.
 //
-// Bucket layout (schema version 1):
+// The console's records live on its store (console/store), whose bbolt
+// implementation keeps its own buckets (store_meta, store_kv, store_log) in
+// this same file. What is left to this package's layout (schema version 2):
 //
 //	meta/
 //	    schema                  -> decimal schema version
 //	tenants/<tenant id>         -> (reserved for tenant records; every record
 //	                               already names its tenant)
-//	boxes/<box id>              -> fleet.Box (JSON)
-//	tokens/<token id, hex>      -> fleet.EnrollToken (JSON; the secret only hashed)
-//	apitokens/<sha256 hex>      -> auth.APIToken (JSON)
-//	audit/<u64 big-endian seq>  -> audit.Entry (JSON), append-only
+//
+// Schema 1 also kept, until MoveToStore takes them onto the store at the
+// first start of a schema-2 console and deletes them:
+//
+//	boxes/<box id>              -> fleet.Box (JSON)         -> fleet/boxes/<box id>
+//	tokens/<token id, hex>      -> fleet.EnrollToken (JSON) -> fleet/tokens/<token id>
+//	apitokens/<sha256 hex>      -> auth.APIToken (JSON)     -> auth/tokens/<sha256 hex>
+//	audit/<u64 big-endian seq>  -> audit.Entry (JSON)       -> audit/<tenant>/… (audit.ImportOp)
+//
+// Schema 2 changes no bucket itself: it tells a console of schema 1, which
+// would find its buckets gone, to refuse the database.
 //
 // Each package owns its buckets; this one creates them and runs
 // migrations.
@@ -45,6 +54,9 @@ var migrations = []boltdb.Migration{
 		}
 		return nil
 	},
+	// Schema 2: boxes, tokens, apitokens and audit move onto the store
+	// (MoveToStore, which needs the store, so runs after Open).
+	1: func(*bolt.Tx) error { return nil },
 }
 
 // SchemaVersion is the layout this code reads and writes.

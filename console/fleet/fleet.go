@@ -1,12 +1,26 @@
 // Package fleet is the console's record of boxes and enrollment tokens:
 // who a box is, where it sits (region, site, labels), whether it is
 // approved or revoked, and the tokens that let new boxes in. Every record
-// belongs to a tenant. Records live in bbolt (see console/db); revocations
-// are also kept in memory so the tunnel can check them at every handshake
-// without a disk read.
+// belongs to a tenant and names it; keys do not, so a box is found by its
+// ID alone (BoxByID, for what a box says of itself).
+//
+// Records live on the console's store (console/store), as JSON:
+//
+//	fleet/boxes/<box id>      -> Box
+//	fleet/tokens/<token id>   -> EnrollToken (the secret only hashed)
+//	fleet/revoked/<box id>    -> the box's tenant ID; written in the
+//	                             transaction that revokes the box
+//
+// A change is read, then written in one transaction guarded on the
+// record's revision, with its audit entry (console/audit); when another
+// writer got there first, it is read and tried again. Revocations are also
+// kept in memory, so the tunnel checks them at every handshake without a
+// store read; Run keeps that set in step with the store's revoked keys, so
+// a box revoked through another console sharing the store is refused too.
 package fleet
 
 import (
+	"context"
 	"crypto/rand"
 	"encoding/base32"
 	"encoding/json"
@@ -18,10 +32,8 @@ import (
 	"sync"
 	"time"
 
-	bolt "go.etcd.io/bbolt"
-
 	"github.com/edgebox/edgebox/console/audit"
-	"github.com/edgebox/edgebox/console/db"
+	"github.com/edgebox/edgebox/console/store"
 	"github.com/edgebox/edgebox/enroll"
 	"github.com/edgebox/edgebox/errdefs"
 )
@@ -83,32 +95,160 @@ type EnrollToken struct {
 
 // Fleet reads and changes boxes and tokens. It is safe for concurrent use.
 type Fleet struct {
-	db  *bolt.DB
+	s   store.Store
 	now func() time.Time
 
-	mu      sync.RWMutex        // guards revoked
-	revoked map[string]struct{} // box IDs refused at handshake
+	// enrolling is held by the enrollment being written: enrollments
+	// spend uses of the same few tokens, so in one console they take
+	// turns rather than lose their guarded writes to each other.
+	enrolling chan struct{}
+
+	mu sync.RWMutex // guards revoked and rev
+	// revoked holds the boxes refused at handshake, each with the store
+	// revision that revoked it (or that it was first read at).
+	revoked map[string]int64
+	// rev is the revision the set is complete up to: the watch goes on
+	// from rev+1.
+	rev int64
 }
 
-// New loads the revocation set and returns a Fleet.
-func New(bdb *bolt.DB, now func() time.Time) (*Fleet, error) {
+// Keys on the store.
+const (
+	// Prefix holds every key of fleet's.
+	Prefix        = "fleet/"
+	boxesPrefix   = Prefix + "boxes/"
+	tokensPrefix  = Prefix + "tokens/"
+	RevokedPrefix = Prefix + "revoked/"
+)
+
+// BoxKey, TokenKey and RevokedKey are where a box, an enrollment token and
+// a box's revocation are kept.
+func BoxKey(id string) string     { return boxesPrefix + id }
+func TokenKey(id string) string   { return tokensPrefix + id }
+func RevokedKey(id string) string { return RevokedPrefix + id }
+
+// maxTries bounds the retries of a read-modify-write that keeps losing to
+// other writers of the same record.
+const maxTries = 50
+
+// maxTxnOps is how many records one transaction of RecordSeen writes:
+// below etcd's default limit of 128 operations (and 128 guards) per
+// transaction.
+const maxTxnOps = 100
+
+// New loads the revocation set from s and returns a Fleet; Run keeps the
+// set in step with the store. now nil is time.Now.
+func New(ctx context.Context, s store.Store, now func() time.Time) (*Fleet, error) {
 	if now == nil {
 		now = time.Now
 	}
-	f := &Fleet{db: bdb, now: now, revoked: make(map[string]struct{})}
-	err := bdb.View(func(tx *bolt.Tx) error {
-		return tx.Bucket(db.Boxes).ForEach(func(k, v []byte) error {
-			var b Box
-			if err := json.Unmarshal(v, &b); err != nil {
-				return fmt.Errorf("fleet: box %s: %w", k, err)
-			}
-			if b.State == StateRevoked {
-				f.revoked[b.ID] = struct{}{}
-			}
+	f := &Fleet{s: s, now: now, revoked: make(map[string]int64), enrolling: make(chan struct{}, 1)}
+	if err := f.load(ctx); err != nil {
+		return nil, err
+	}
+	return f, nil
+}
+
+// load reads the revocation set as the store has it now. A revocation this
+// Fleet learned after that read (its own, just written) is kept.
+func (f *Fleet) load(ctx context.Context) error {
+	kvs, rev, err := f.s.Range(ctx, RevokedPrefix, 0)
+	if err != nil {
+		return fmt.Errorf("fleet: loading revocations: %w", err)
+	}
+	next := make(map[string]int64, len(kvs))
+	for _, kv := range kvs {
+		next[strings.TrimPrefix(kv.Key, RevokedPrefix)] = kv.ModRevision
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for id, r := range f.revoked {
+		if r > rev {
+			next[id] = r
+		}
+	}
+	f.revoked, f.rev = next, rev
+	return nil
+}
+
+// Run keeps the revocation set in step with the store, so that a box
+// revoked by another console sharing the store is refused here too. It
+// follows a watch from the revision New loaded at; when the watch ends
+// (history compacted, a lost etcd connection) it loads the set again and
+// watches on. It returns nil when ctx ends, or the store's error.
+func (f *Fleet) Run(ctx context.Context) error {
+	for {
+		f.mu.RLock()
+		from := f.rev + 1
+		f.mu.RUnlock()
+		err := f.follow(ctx, f.s.Watch(ctx, RevokedPrefix, from))
+		if ctx.Err() != nil {
 			return nil
-		})
-	})
-	return f, err
+		}
+		if errors.Is(err, store.ErrClosed) {
+			return fmt.Errorf("fleet: watching revocations: %w", err)
+		}
+		if err == nil {
+			// Ended without a word, as a watch does when its store
+			// closes: ask the store whether it still works, and wait a
+			// moment before watching again, so a store that keeps ending
+			// watches is not spun on.
+			if _, err := f.s.Txn(ctx, store.Txn{}); err != nil {
+				if ctx.Err() != nil {
+					return nil
+				}
+				return fmt.Errorf("fleet: watching revocations: %w", err)
+			}
+			t := time.NewTimer(time.Second)
+			select {
+			case <-ctx.Done():
+				t.Stop()
+				return nil
+			case <-t.C:
+			}
+		}
+		if err := f.load(ctx); err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			return err
+		}
+	}
+}
+
+// follow applies a watch's events until it ends, and returns its error.
+func (f *Fleet) follow(ctx context.Context, w <-chan store.WatchResponse) error {
+	for resp := range w {
+		if resp.Err != nil {
+			return resp.Err
+		}
+		f.mu.Lock()
+		for _, ev := range resp.Events {
+			id, rev := strings.TrimPrefix(ev.KV.Key, RevokedPrefix), ev.KV.ModRevision
+			switch ev.Type {
+			case store.EventPut:
+				if _, ok := f.revoked[id]; !ok {
+					f.revoked[id] = rev
+				}
+			case store.EventDelete:
+				if f.revoked[id] < rev {
+					delete(f.revoked, id)
+				}
+			}
+			f.rev = max(f.rev, rev)
+		}
+		f.mu.Unlock()
+	}
+	return nil
+}
+
+// markRevoked records a revocation this Fleet wrote at rev.
+func (f *Fleet) markRevoked(id string, rev int64) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if _, ok := f.revoked[id]; !ok {
+		f.revoked[id] = rev
+	}
 }
 
 var (
@@ -168,7 +308,7 @@ func (s TokenSpec) Validate() error {
 
 // CreateToken records a new token and returns it; only then is its secret
 // ever known.
-func (f *Fleet) CreateToken(who audit.Actor, spec TokenSpec, consoleURL string, caHash, keyPin [32]byte) (enroll.Token, EnrollToken, error) {
+func (f *Fleet) CreateToken(ctx context.Context, who audit.Actor, spec TokenSpec, consoleURL string, caHash, keyPin [32]byte) (enroll.Token, EnrollToken, error) {
 	if err := spec.Validate(); err != nil {
 		return enroll.Token{}, EnrollToken{}, err
 	}
@@ -183,50 +323,51 @@ func (f *Fleet) CreateToken(who audit.Actor, spec TokenSpec, consoleURL string, 
 		Labels: spec.Labels, RequireApproval: spec.RequireApproval, Uses: spec.Uses,
 		ExpiresAt: now.Add(spec.TTL).UTC(), CreatedAt: now.UTC(), CreatedBy: who.Name, SecretHash: h[:],
 	}
-	err := f.db.Update(func(tx *bolt.Tx) error {
-		if err := put(tx, db.Tokens, rec.ID, rec); err != nil {
-			return err
-		}
-		return audit.AppendTx(tx, now, audit.Entry{TenantID: who.TenantID, Actor: who.Name, Remote: who.Remote,
-			Action: "token.create", Target: rec.ID, Result: "ok",
-			Detail: fmt.Sprintf("region=%s site=%s uses=%d ttl=%s approval=%t", spec.Region, spec.Site, spec.Uses, spec.TTL, spec.RequireApproval)})
+	res, err := f.s.Txn(ctx, store.Txn{
+		If: []store.Cmp{{Key: TokenKey(rec.ID)}},
+		Then: []store.Op{jsonOp(TokenKey(rec.ID), rec), audit.Op(now, who.Did("token.create", rec.ID,
+			fmt.Sprintf("region=%s site=%s uses=%d ttl=%s approval=%t", spec.Region, spec.Site, spec.Uses, spec.TTL, spec.RequireApproval)))},
 	})
-	return tok, rec, err
+	switch {
+	case err != nil:
+		return enroll.Token{}, EnrollToken{}, fmt.Errorf("fleet: creating token: %w", err)
+	case !res.Succeeded:
+		// 16 random bytes met another token's ID.
+		return enroll.Token{}, EnrollToken{}, errdefs.Conflict("token ID %s is taken; try again", rec.ID)
+	}
+	return tok, rec, nil
 }
 
 // Tokens lists a tenant's tokens, newest first.
-func (f *Fleet) Tokens(tenant string) ([]EnrollToken, error) {
-	var out []EnrollToken
-	err := f.db.View(func(tx *bolt.Tx) error {
-		return tx.Bucket(db.Tokens).ForEach(func(k, v []byte) error {
-			var t EnrollToken
-			if err := json.Unmarshal(v, &t); err != nil {
-				return err
-			}
-			if t.TenantID == tenant {
-				out = append(out, t)
-			}
-			return nil
-		})
-	})
+func (f *Fleet) Tokens(ctx context.Context, tenant string) ([]EnrollToken, error) {
+	out, err := listRecords[EnrollToken](ctx, f.s, tokensPrefix, func(t EnrollToken) bool { return t.TenantID == tenant })
 	sort.Slice(out, func(i, j int) bool { return out[i].CreatedAt.After(out[j].CreatedAt) })
 	return out, err
 }
 
 // RevokeToken stops a token from enrolling more boxes.
-func (f *Fleet) RevokeToken(who audit.Actor, id string) error {
-	return f.db.Update(func(tx *bolt.Tx) error {
+func (f *Fleet) RevokeToken(ctx context.Context, who audit.Actor, id string) error {
+	for range maxTries {
 		var t EnrollToken
-		if err := get(tx, db.Tokens, id, &t); err != nil || t.TenantID != who.TenantID {
+		rev, err := get(ctx, f.s, TokenKey(id), &t)
+		if errors.Is(err, errdefs.ErrNotFound) || err == nil && t.TenantID != who.TenantID {
 			return errdefs.NotFound("no token %q", id)
-		}
-		t.Revoked = true
-		if err := put(tx, db.Tokens, id, t); err != nil {
+		} else if err != nil {
 			return err
 		}
-		return audit.AppendTx(tx, f.now(), audit.Entry{TenantID: who.TenantID, Actor: who.Name, Remote: who.Remote,
-			Action: "token.revoke", Target: id, Result: "ok"})
-	})
+		t.Revoked = true
+		res, err := f.s.Txn(ctx, store.Txn{
+			If:   []store.Cmp{{Key: TokenKey(id), ModRevision: rev}},
+			Then: []store.Op{jsonOp(TokenKey(id), t), audit.Op(f.now(), who.Did("token.revoke", id, ""))},
+		})
+		if err != nil {
+			return fmt.Errorf("fleet: revoking token %s: %w", id, err)
+		}
+		if res.Succeeded {
+			return nil
+		}
+	}
+	return errdefs.Unavailable("token %s is changing too often; try again", id)
 }
 
 // Enrollment is what Enroll needs besides the token.
@@ -236,46 +377,61 @@ type Enrollment struct {
 	Name     string
 	Labels   map[string]string // asked for by the box; the token's win
 	Remote   string
-	// Issue signs the certificate for the new box ID; it runs inside the
-	// transaction so a token use and a certificate go together.
+	// Issue signs the certificate for the new box ID. It may be called
+	// more than once when other enrollments spend the same token at the
+	// same moment; only the certificate of the box recorded is returned.
 	Issue func(boxID string) (certPEM []byte, notAfter time.Time, err error)
 }
 
-// Enroll spends one use of a token and records a new box. The errors say,
-// for the person at the box, why a token was refused.
-func (f *Fleet) Enroll(e Enrollment) (Box, []byte, error) {
-	var box Box
-	var cert []byte
+// Enroll spends one use of a token and records a new box, in one store
+// transaction with its audit entry. The errors say, for the person at the
+// box, why a token was refused; a refusal is audited on its own.
+func (f *Fleet) Enroll(ctx context.Context, e Enrollment) (Box, []byte, error) {
+	select {
+	case f.enrolling <- struct{}{}:
+	case <-ctx.Done():
+		return Box{}, nil, ctx.Err()
+	}
 	now := f.now()
+	box, cert, err := f.enroll(ctx, e, now)
+	<-f.enrolling
+	if err != nil && errors.Is(err, errdefs.ErrPermission) {
+		// Nothing was written; the refusal is audited on its own.
+		_, aerr := f.s.Txn(ctx, store.Txn{Then: []store.Op{audit.Op(now, audit.Entry{TenantID: DefaultTenant,
+			Actor: "enroll", Remote: e.Remote, Action: "box.enroll", Target: "token:" + e.Token.IDString(), Result: err.Error()})}})
+		if aerr != nil {
+			err = errors.Join(err, fmt.Errorf("fleet: auditing the refusal: %w", aerr))
+		}
+	}
+	return box, cert, err
+}
+
+func (f *Fleet) enroll(ctx context.Context, e Enrollment, now time.Time) (Box, []byte, error) {
 	// A refusal reads as an answer to the person at the box.
 	refuse := func(why string) error { return errdefs.Permission("%s", why) }
-	err := f.db.Update(func(tx *bolt.Tx) error {
+	for range maxTries {
 		var t EnrollToken
-		if err := get(tx, db.Tokens, e.Token.IDString(), &t); err != nil {
-			return refuse("this enrollment token is not known to the console; create a new one with 'edgebox token create'")
+		trev, err := get(ctx, f.s, TokenKey(e.Token.IDString()), &t)
+		if errors.Is(err, errdefs.ErrNotFound) {
+			return Box{}, nil, refuse("this enrollment token is not known to the console; create a new one with 'edgebox token create'")
+		} else if err != nil {
+			return Box{}, nil, err
 		}
 		switch {
 		case !e.Token.SecretMatches(t.SecretHash):
-			return refuse("this enrollment token is not valid; copy it again or create a new one")
+			return Box{}, nil, refuse("this enrollment token is not valid; copy it again or create a new one")
 		case t.Revoked:
-			return refuse("this enrollment token was revoked; create a new one with 'edgebox token create'")
+			return Box{}, nil, refuse("this enrollment token was revoked; create a new one with 'edgebox token create'")
 		case !now.Before(t.ExpiresAt):
-			return refuse(fmt.Sprintf("this enrollment token expired at %s; create a new one with 'edgebox token create'", t.ExpiresAt.Format(time.RFC3339)))
+			return Box{}, nil, refuse(fmt.Sprintf("this enrollment token expired at %s; create a new one with 'edgebox token create'", t.ExpiresAt.Format(time.RFC3339)))
 		case t.Used >= t.Uses:
-			return refuse(fmt.Sprintf("this enrollment token was already used (%d of %d uses); create a new one with 'edgebox token create'", t.Used, t.Uses))
+			return Box{}, nil, refuse(fmt.Sprintf("this enrollment token was already used (%d of %d uses); create a new one with 'edgebox token create'", t.Used, t.Uses))
 		}
 		t.Used++
-		if err := put(tx, db.Tokens, t.ID, t); err != nil {
-			return err
-		}
 		id := newBoxID()
 		name := e.Name
 		if name == "" {
 			name = sanitizeName(e.Hostname, id)
-		}
-		certPEM, notAfter, err := e.Issue(id)
-		if err != nil {
-			return err
 		}
 		labels := make(map[string]string, len(e.Labels)+len(t.Labels))
 		for k, v := range e.Labels {
@@ -285,33 +441,36 @@ func (f *Fleet) Enroll(e Enrollment) (Box, []byte, error) {
 			labels[k] = v
 		}
 		if err := ValidateLabels(labels); err != nil {
-			return err
+			return Box{}, nil, err
 		}
 		if len(labels) == 0 {
 			labels = nil
 		}
-		box = Box{ID: id, TenantID: t.TenantID, Name: name, Region: t.Region, Site: t.Site,
+		certPEM, notAfter, err := e.Issue(id)
+		if err != nil {
+			return Box{}, nil, err
+		}
+		box := Box{ID: id, TenantID: t.TenantID, Name: name, Region: t.Region, Site: t.Site,
 			Labels: labels, State: StateApproved, Hostname: e.Hostname, EnrolledAt: now.UTC(),
 			TokenID: t.ID, CertNotAfter: notAfter.UTC()}
 		if t.RequireApproval {
 			box.State = StatePending
 		}
-		cert = certPEM
-		if err := put(tx, db.Boxes, id, box); err != nil {
-			return err
-		}
-		return audit.AppendTx(tx, now, audit.Entry{TenantID: t.TenantID, Actor: "box:" + id, Remote: e.Remote,
-			Action: "box.enroll", Target: id, Result: "ok",
-			Detail: fmt.Sprintf("token=%s name=%s region=%s site=%s state=%s", t.ID, name, t.Region, t.Site, box.State)})
-	})
-	if err != nil && errors.Is(err, errdefs.ErrPermission) {
-		// The enrollment rolled back; its refusal is audited on its own.
-		f.db.Update(func(tx *bolt.Tx) error {
-			return audit.AppendTx(tx, now, audit.Entry{TenantID: DefaultTenant, Actor: "enroll", Remote: e.Remote,
-				Action: "box.enroll", Target: "token:" + e.Token.IDString(), Result: err.Error()})
+		res, err := f.s.Txn(ctx, store.Txn{
+			If: []store.Cmp{{Key: TokenKey(t.ID), ModRevision: trev}, {Key: BoxKey(id)}},
+			Then: []store.Op{jsonOp(TokenKey(t.ID), t), jsonOp(BoxKey(id), box),
+				audit.Op(now, audit.Entry{TenantID: t.TenantID, Actor: "box:" + id, Remote: e.Remote,
+					Action: "box.enroll", Target: id, Result: "ok",
+					Detail: fmt.Sprintf("token=%s name=%s region=%s site=%s state=%s", t.ID, name, t.Region, t.Site, box.State)})},
 		})
+		if err != nil {
+			return Box{}, nil, fmt.Errorf("fleet: enrolling: %w", err)
+		}
+		if res.Succeeded {
+			return box, certPEM, nil
+		}
 	}
-	return box, cert, err
+	return Box{}, nil, errdefs.Unavailable("the console is busy enrolling other boxes with this token; try again")
 }
 
 func newBoxID() string {
@@ -328,40 +487,29 @@ func sanitizeName(host, id string) string {
 }
 
 // Box returns one box of a tenant.
-func (f *Fleet) Box(tenant, id string) (Box, error) {
-	var b Box
-	err := f.db.View(func(tx *bolt.Tx) error { return get(tx, db.Boxes, id, &b) })
-	if err != nil || b.TenantID != tenant {
+func (f *Fleet) Box(ctx context.Context, tenant, id string) (Box, error) {
+	b, err := f.BoxByID(ctx, id)
+	if err == nil && b.TenantID != tenant {
 		return Box{}, errdefs.NotFound("no box %q", id)
 	}
-	return b, nil
+	return b, err
 }
 
 // BoxByID returns a box whatever its tenant: for what a box itself says,
 // whose identity its certificate proved.
-func (f *Fleet) BoxByID(id string) (Box, error) {
+func (f *Fleet) BoxByID(ctx context.Context, id string) (Box, error) {
 	var b Box
-	if err := f.db.View(func(tx *bolt.Tx) error { return get(tx, db.Boxes, id, &b) }); err != nil {
+	if _, err := get(ctx, f.s, BoxKey(id), &b); errors.Is(err, errdefs.ErrNotFound) {
 		return Box{}, errdefs.NotFound("no box %q", id)
+	} else if err != nil {
+		return Box{}, err
 	}
 	return b, nil
 }
 
 // Boxes lists a tenant's boxes by name.
-func (f *Fleet) Boxes(tenant string) ([]Box, error) {
-	var out []Box
-	err := f.db.View(func(tx *bolt.Tx) error {
-		return tx.Bucket(db.Boxes).ForEach(func(k, v []byte) error {
-			var b Box
-			if err := json.Unmarshal(v, &b); err != nil {
-				return err
-			}
-			if b.TenantID == tenant {
-				out = append(out, b)
-			}
-			return nil
-		})
-	})
+func (f *Fleet) Boxes(ctx context.Context, tenant string) ([]Box, error) {
+	out, err := listRecords[Box](ctx, f.s, boxesPrefix, func(b Box) bool { return b.TenantID == tenant })
 	sort.Slice(out, func(i, j int) bool {
 		return out[i].Name < out[j].Name || out[i].Name == out[j].Name && out[i].ID < out[j].ID
 	})
@@ -370,16 +518,17 @@ func (f *Fleet) Boxes(tenant string) ([]Box, error) {
 
 // IsApproved reports whether a box is approved: enrolled, out of the
 // waiting room and not revoked.
-func (f *Fleet) IsApproved(id string) (bool, error) {
-	var b Box
-	err := f.db.View(func(tx *bolt.Tx) error { return get(tx, db.Boxes, id, &b) })
+func (f *Fleet) IsApproved(ctx context.Context, id string) (bool, error) {
+	b, err := f.BoxByID(ctx, id)
 	if err != nil {
 		return false, err
 	}
 	return b.State == StateApproved, nil
 }
 
-// IsRevoked reports whether a box is refused; it reads only memory.
+// IsRevoked reports whether a box is refused; it reads only memory. It is
+// true as soon as a Revoke of this Fleet returns, and as soon as Run sees
+// a revocation written by another console on the same store.
 func (f *Fleet) IsRevoked(id string) bool {
 	f.mu.RLock()
 	defer f.mu.RUnlock()
@@ -387,41 +536,73 @@ func (f *Fleet) IsRevoked(id string) bool {
 	return ok
 }
 
-// UpdateBox applies change to a tenant's box and records the action.
-func (f *Fleet) UpdateBox(who audit.Actor, id, action, detail string, change func(*Box) error) (Box, error) {
-	var b Box
-	err := f.db.Update(func(tx *bolt.Tx) error {
-		if err := get(tx, db.Boxes, id, &b); err != nil || b.TenantID != who.TenantID {
-			return errdefs.NotFound("no box %q", id)
+// UpdateBox applies change to a tenant's box and records the action, in
+// one store transaction. change may run more than once, when another
+// writer changed the box meanwhile.
+func (f *Fleet) UpdateBox(ctx context.Context, who audit.Actor, id, action, detail string, change func(*Box) error) (Box, error) {
+	return f.update(ctx, id, func(b *Box) (*audit.Entry, error) {
+		if b.TenantID != who.TenantID {
+			return nil, errdefs.NotFound("no box %q", id)
 		}
-		if err := change(&b); err != nil {
-			return err
+		if err := change(b); err != nil {
+			return nil, err
 		}
-		if err := put(tx, db.Boxes, id, b); err != nil {
-			return err
-		}
-		return audit.AppendTx(tx, f.now(), audit.Entry{TenantID: who.TenantID, Actor: who.Name, Remote: who.Remote,
-			Action: action, Target: id, Result: "ok", Detail: detail})
+		e := who.Did(action, id, detail)
+		return &e, nil
 	})
-	if err == nil && b.State == StateRevoked {
-		f.mu.Lock()
-		f.revoked[id] = struct{}{}
-		f.mu.Unlock()
+}
+
+// update reads a box, changes it and writes it back with the audit entry
+// change returns (none if nil), unless another writer changed the box
+// meanwhile; then it tries again. A box that becomes revoked gets its
+// revocation key in the same transaction.
+func (f *Fleet) update(ctx context.Context, id string, change func(*Box) (*audit.Entry, error)) (Box, error) {
+	for range maxTries {
+		var b Box
+		rev, err := get(ctx, f.s, BoxKey(id), &b)
+		if errors.Is(err, errdefs.ErrNotFound) {
+			return Box{}, errdefs.NotFound("no box %q", id)
+		} else if err != nil {
+			return Box{}, err
+		}
+		was := b.State
+		e, err := change(&b)
+		if err != nil {
+			return Box{}, err
+		}
+		ops := []store.Op{jsonOp(BoxKey(id), b)}
+		revoking := b.State == StateRevoked && was != StateRevoked
+		if revoking {
+			ops = append(ops, store.Op{Key: RevokedKey(id), Value: []byte(b.TenantID)})
+		}
+		if e != nil {
+			ops = append(ops, audit.Op(f.now(), *e))
+		}
+		res, err := f.s.Txn(ctx, store.Txn{If: []store.Cmp{{Key: BoxKey(id), ModRevision: rev}}, Then: ops})
+		if err != nil {
+			return Box{}, fmt.Errorf("fleet: box %s: %w", id, err)
+		}
+		if res.Succeeded {
+			if revoking {
+				f.markRevoked(id, res.Revision)
+			}
+			return b, nil
+		}
 	}
-	return b, err
+	return Box{}, errdefs.Unavailable("box %s is changing too often; try again", id)
 }
 
 // Revoke marks a box revoked: its certificate is refused from now on.
-func (f *Fleet) Revoke(who audit.Actor, id string) (Box, error) {
-	return f.UpdateBox(who, id, "box.revoke", "", func(b *Box) error {
+func (f *Fleet) Revoke(ctx context.Context, who audit.Actor, id string) (Box, error) {
+	return f.UpdateBox(ctx, who, id, "box.revoke", "", func(b *Box) error {
 		b.State = StateRevoked
 		return nil
 	})
 }
 
 // Approve lets a waiting box work.
-func (f *Fleet) Approve(who audit.Actor, id string) (Box, error) {
-	return f.UpdateBox(who, id, "box.approve", "", func(b *Box) error {
+func (f *Fleet) Approve(ctx context.Context, who audit.Actor, id string) (Box, error) {
+	return f.UpdateBox(ctx, who, id, "box.approve", "", func(b *Box) error {
 		switch b.State {
 		case StateRevoked:
 			return errdefs.Conflict("box %s is revoked; enroll it again with a new token", id)
@@ -434,13 +615,13 @@ func (f *Fleet) Approve(who audit.Actor, id string) (Box, error) {
 }
 
 // Label sets (value non-empty) or removes (value empty) labels.
-func (f *Fleet) Label(who audit.Actor, id string, set map[string]string) (Box, error) {
+func (f *Fleet) Label(ctx context.Context, who audit.Actor, id string, set map[string]string) (Box, error) {
 	detail := make([]string, 0, len(set))
 	for k, v := range set {
 		detail = append(detail, k+"="+v)
 	}
 	sort.Strings(detail)
-	return f.UpdateBox(who, id, "box.label", strings.Join(detail, ","), func(b *Box) error {
+	return f.UpdateBox(ctx, who, id, "box.label", strings.Join(detail, ","), func(b *Box) error {
 		next := make(map[string]string, len(b.Labels)+len(set))
 		for k, v := range b.Labels {
 			next[k] = v
@@ -470,69 +651,124 @@ type Facts struct {
 
 // ReportFacts stores what a box said about itself (not audited: it is the
 // box's own report, not a change by anyone). Reports from many boxes at
-// once (a fleet reconnecting) share one transaction and one fsync.
-func (f *Fleet) ReportFacts(id string, facts Facts, seen time.Time) (Box, error) {
-	var b Box
-	err := f.db.Batch(func(tx *bolt.Tx) error {
-		if err := get(tx, db.Boxes, id, &b); err != nil {
-			return errdefs.NotFound("no box %q", id)
-		}
+// once (a fleet reconnecting) share the store's commits: the bbolt store
+// applies every transaction waiting in one write and one fsync.
+func (f *Fleet) ReportFacts(ctx context.Context, id string, facts Facts, seen time.Time) (Box, error) {
+	return f.update(ctx, id, func(b *Box) (*audit.Entry, error) {
 		b.Hostname, b.OS, b.Arch, b.OSVersion = facts.Hostname, facts.OS, facts.Arch, facts.OSVersion
 		b.AgentVersion, b.Capability, b.CPUs, b.MemoryBytes = facts.AgentVersion, facts.Capability, facts.CPUs, facts.MemoryBytes
 		b.LastSeen = seen.UTC()
-		return put(tx, db.Boxes, id, b)
+		return nil, nil
 	})
-	return b, err
 }
 
-// RecordSeen stores last-seen times for many boxes in one transaction.
-func (f *Fleet) RecordSeen(seen map[string]time.Time) error {
-	if len(seen) == 0 {
-		return nil
+// RecordSeen stores last-seen times for many boxes, up to maxTxnOps boxes
+// per transaction. Boxes not on the store are skipped; a group of boxes
+// that keeps changing under it is reported in the error, and the others
+// are written still.
+func (f *Fleet) RecordSeen(ctx context.Context, seen map[string]time.Time) error {
+	ids := make([]string, 0, len(seen))
+	for id := range seen {
+		ids = append(ids, id)
 	}
-	return f.db.Update(func(tx *bolt.Tx) error {
-		for id, t := range seen {
-			var b Box
-			if get(tx, db.Boxes, id, &b) != nil {
-				continue
-			}
-			b.LastSeen = t.UTC()
-			if err := put(tx, db.Boxes, id, b); err != nil {
+	sort.Strings(ids)
+	var errs []error
+	for len(ids) > 0 {
+		n := min(len(ids), maxTxnOps)
+		if err := f.recordSeen(ctx, ids[:n], seen); err != nil {
+			if ctx.Err() != nil {
 				return err
 			}
+			errs = append(errs, err)
 		}
-		return nil
-	})
+		ids = ids[n:]
+	}
+	return errors.Join(errs...)
+}
+
+func (f *Fleet) recordSeen(ctx context.Context, ids []string, seen map[string]time.Time) error {
+	for range maxTries {
+		var t store.Txn
+		for _, id := range ids {
+			var b Box
+			rev, err := get(ctx, f.s, BoxKey(id), &b)
+			if errors.Is(err, errdefs.ErrNotFound) {
+				continue
+			} else if err != nil {
+				return err
+			}
+			b.LastSeen = seen[id].UTC()
+			t.If = append(t.If, store.Cmp{Key: BoxKey(id), ModRevision: rev})
+			t.Then = append(t.Then, jsonOp(BoxKey(id), b))
+		}
+		if len(t.Then) == 0 {
+			return nil
+		}
+		res, err := f.s.Txn(ctx, t)
+		if err != nil {
+			return fmt.Errorf("fleet: recording last-seen times: %w", err)
+		}
+		if res.Succeeded {
+			return nil
+		}
+	}
+	return errdefs.Unavailable("fleet: last-seen times of boxes %s to %s: the boxes kept changing", ids[0], ids[len(ids)-1])
 }
 
 // Renewed records a box's new certificate expiry.
-func (f *Fleet) Renewed(id string, notAfter time.Time) error {
-	return f.db.Update(func(tx *bolt.Tx) error {
-		var b Box
-		if err := get(tx, db.Boxes, id, &b); err != nil {
-			return errdefs.NotFound("no box %q", id)
-		}
+func (f *Fleet) Renewed(ctx context.Context, id string, notAfter time.Time) error {
+	_, err := f.update(ctx, id, func(b *Box) (*audit.Entry, error) {
 		b.CertNotAfter = notAfter.UTC()
-		if err := put(tx, db.Boxes, id, b); err != nil {
-			return err
-		}
-		return audit.AppendTx(tx, f.now(), audit.Entry{TenantID: b.TenantID, Actor: "box:" + id,
-			Action: "box.renew", Target: id, Result: "ok", Detail: "certificate valid until " + notAfter.UTC().Format(time.RFC3339)})
+		return &audit.Entry{TenantID: b.TenantID, Actor: "box:" + id, Action: "box.renew", Target: id, Result: "ok",
+			Detail: "certificate valid until " + notAfter.UTC().Format(time.RFC3339)}, nil
 	})
+	return err
 }
 
-func get(tx *bolt.Tx, bucket []byte, key string, v any) error {
-	raw := tx.Bucket(bucket).Get([]byte(key))
-	if raw == nil {
-		return errdefs.ErrNotFound
+// get reads key into v and returns its ModRevision; a missing key is
+// errdefs.ErrNotFound.
+func get(ctx context.Context, s store.Store, key string, v any) (int64, error) {
+	kv, err := s.Get(ctx, key)
+	if errors.Is(err, store.ErrNotFound) {
+		return 0, errdefs.ErrNotFound
+	} else if err != nil {
+		return 0, fmt.Errorf("fleet: %s: %w", key, err)
 	}
-	return json.Unmarshal(raw, v)
+	if err := json.Unmarshal(kv.Value, v); err != nil {
+		return 0, fmt.Errorf("fleet: %s: %w", key, err)
+	}
+	return kv.ModRevision, nil
 }
 
-func put(tx *bolt.Tx, bucket []byte, key string, v any) error {
+// list reads every record under prefix that keep accepts, a page at a time.
+func listRecords[T any](ctx context.Context, s store.Store, prefix string, keep func(T) bool) ([]T, error) {
+	var out []T
+	after := ""
+	for {
+		kvs, _, err := s.Scan(ctx, prefix, after, 1000)
+		if err != nil {
+			return out, fmt.Errorf("fleet: listing %s: %w", prefix, err)
+		}
+		for _, kv := range kvs {
+			var v T
+			if err := json.Unmarshal(kv.Value, &v); err != nil {
+				return out, fmt.Errorf("fleet: %s: %w", kv.Key, err)
+			}
+			if keep(v) {
+				out = append(out, v)
+			}
+		}
+		if len(kvs) < 1000 {
+			return out, nil
+		}
+		after = kvs[len(kvs)-1].Key
+	}
+}
+
+func jsonOp(key string, v any) store.Op {
 	raw, err := json.Marshal(v)
 	if err != nil {
-		return err
+		panic(err) // plain records of strings, numbers and times
 	}
-	return tx.Bucket(bucket).Put([]byte(key), raw)
+	return store.Op{Key: key, Value: raw}
 }

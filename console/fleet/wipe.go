@@ -1,14 +1,12 @@
 package fleet
 
 import (
+	"context"
 	"fmt"
 	"strings"
 	"time"
 
-	bolt "go.etcd.io/bbolt"
-
 	"github.com/edgebox/edgebox/console/audit"
-	"github.com/edgebox/edgebox/console/db"
 	"github.com/edgebox/edgebox/errdefs"
 )
 
@@ -38,8 +36,8 @@ const (
 // RevokeToWipe revokes a box as Revoke does, and records that its wipe was
 // asked for; RecordWipe records the box's answer. A box revoked already
 // cannot be wiped: its session is gone.
-func (f *Fleet) RevokeToWipe(who audit.Actor, id string) (Box, error) {
-	return f.UpdateBox(who, id, "box.revoke", "wipe asked", func(b *Box) error {
+func (f *Fleet) RevokeToWipe(ctx context.Context, who audit.Actor, id string) (Box, error) {
+	return f.UpdateBox(ctx, who, id, "box.revoke", "wipe asked", func(b *Box) error {
 		if b.State == StateRevoked {
 			return errdefs.Conflict("box %s is revoked already: its session is gone, so it cannot be told to wipe itself", id)
 		}
@@ -51,25 +49,22 @@ func (f *Fleet) RevokeToWipe(who audit.Actor, id string) (Box, error) {
 
 // RecordWipe records what became of a box's wipe in its record and in an
 // audit entry ("box.wipe") whose result is the wipe's.
-func (f *Fleet) RecordWipe(who audit.Actor, id string, w Wipe) (Box, error) {
-	var b Box
-	err := f.db.Update(func(tx *bolt.Tx) error {
-		if err := get(tx, db.Boxes, id, &b); err != nil || b.TenantID != who.TenantID {
-			return errdefs.NotFound("no box %q", id)
+func (f *Fleet) RecordWipe(ctx context.Context, who audit.Actor, id string, w Wipe) (Box, error) {
+	return f.update(ctx, id, func(b *Box) (*audit.Entry, error) {
+		if b.TenantID != who.TenantID {
+			return nil, errdefs.NotFound("no box %q", id)
 		}
 		if b.Wipe == nil || b.State != StateRevoked {
-			return errdefs.Conflict("box %s was not revoked to be wiped", id)
+			return nil, errdefs.Conflict("box %s was not revoked to be wiped", id)
 		}
+		w := w
 		w.AskedAt, w.AskedBy = b.Wipe.AskedAt, b.Wipe.AskedBy
 		w.AnsweredAt = f.now().UTC()
 		b.Wipe = &w
-		if err := put(tx, db.Boxes, id, b); err != nil {
-			return err
-		}
-		return audit.AppendTx(tx, f.now(), audit.Entry{TenantID: who.TenantID, Actor: who.Name, Remote: who.Remote,
-			Action: "box.wipe", Target: id, Result: w.Result, Detail: w.Detail()})
+		e := who.Did("box.wipe", id, w.Detail())
+		e.Result = w.Result
+		return &e, nil
 	})
-	return b, err
 }
 
 // Detail says in one line what the box did, for the audit log.

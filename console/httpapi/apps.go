@@ -181,7 +181,7 @@ func (s *server) appStatus(c *gin.Context) {
 		s.fail(c, err)
 		return
 	}
-	boxes, err := s.Fleet.Boxes(who.TenantID)
+	boxes, err := s.Fleet.Boxes(c.Request.Context(), who.TenantID)
 	if err != nil {
 		s.fail(c, err)
 		return

@@ -170,7 +170,7 @@ func (s *server) authenticate(c *gin.Context) {
 		c.AbortWithStatusJSON(http.StatusUnauthorized, api.Error{Error: "this call needs an API token: 'Authorization: Bearer <token>' (run 'edgebox login')"})
 		return
 	}
-	rec, err := s.Tokens.Check(tok)
+	rec, err := s.Tokens.Check(c.Request.Context(), tok)
 	if err != nil {
 		c.AbortWithStatusJSON(http.StatusUnauthorized, api.Error{Error: err.Error()})
 		return
@@ -210,7 +210,7 @@ func (s *server) enroll(c *gin.Context) {
 		fail(c, errdefs.Permission("this enrollment token was made by another console"))
 		return
 	}
-	box, cert, err := s.Fleet.Enroll(fleet.Enrollment{
+	box, cert, err := s.Fleet.Enroll(c.Request.Context(), fleet.Enrollment{
 		Token: tok, Hostname: req.Hostname, Name: req.Name, Labels: req.Labels, Remote: c.ClientIP(),
 		Issue: func(id string) ([]byte, time.Time, error) { return s.PKI.SignBox(csr, id, s.BoxCertTTL) },
 	})
@@ -252,11 +252,11 @@ func (s *server) findBox(c *gin.Context) (fleet.Box, bool) { return s.lookupBox(
 // there is none.
 func (s *server) lookupBox(c *gin.Context, ref string) (fleet.Box, bool) {
 	who := caller(c)
-	b, err := s.Fleet.Box(who.TenantID, ref)
+	b, err := s.Fleet.Box(c.Request.Context(), who.TenantID, ref)
 	if err == nil {
 		return b, true
 	}
-	all, lerr := s.Fleet.Boxes(who.TenantID)
+	all, lerr := s.Fleet.Boxes(c.Request.Context(), who.TenantID)
 	if lerr != nil {
 		s.fail(c, lerr)
 		return fleet.Box{}, false
@@ -279,7 +279,7 @@ func (s *server) lookupBox(c *gin.Context, ref string) (fleet.Box, bool) {
 }
 
 func (s *server) listBoxes(c *gin.Context) {
-	all, err := s.Fleet.Boxes(caller(c).TenantID)
+	all, err := s.Fleet.Boxes(c.Request.Context(), caller(c).TenantID)
 	if err != nil {
 		s.fail(c, err)
 		return
@@ -315,7 +315,7 @@ func (s *server) labelBox(c *gin.Context) {
 	if !ok {
 		return
 	}
-	b, err := s.Fleet.Label(caller(c), b.ID, req.Labels)
+	b, err := s.Fleet.Label(c.Request.Context(), caller(c), b.ID, req.Labels)
 	if err != nil {
 		s.fail(c, err)
 		return
@@ -328,7 +328,7 @@ func (s *server) approveBox(c *gin.Context) {
 	if !ok {
 		return
 	}
-	b, err := s.Fleet.Approve(caller(c), b.ID)
+	b, err := s.Fleet.Approve(c.Request.Context(), caller(c), b.ID)
 	if err != nil {
 		s.fail(c, err)
 		return
@@ -361,7 +361,7 @@ func (s *server) revokeBox(c *gin.Context) {
 		s.revokeAndWipe(c, b, timeout)
 		return
 	}
-	b, err = s.Fleet.Revoke(caller(c), b.ID)
+	b, err = s.Fleet.Revoke(c.Request.Context(), caller(c), b.ID)
 	if err != nil {
 		s.fail(c, err)
 		return
@@ -394,7 +394,7 @@ func (s *server) createToken(c *gin.Context) {
 		}
 		spec.TTL = d
 	}
-	tok, rec, err := s.Fleet.CreateToken(caller(c), spec, s.ConsoleURL, s.PKI.CAHash(), s.PKI.KeyPin())
+	tok, rec, err := s.Fleet.CreateToken(c.Request.Context(), caller(c), spec, s.ConsoleURL, s.PKI.CAHash(), s.PKI.KeyPin())
 	if err != nil {
 		s.fail(c, err)
 		return
@@ -406,7 +406,7 @@ func (s *server) createToken(c *gin.Context) {
 }
 
 func (s *server) listTokens(c *gin.Context) {
-	all, err := s.Fleet.Tokens(caller(c).TenantID)
+	all, err := s.Fleet.Tokens(c.Request.Context(), caller(c).TenantID)
 	if err != nil {
 		s.fail(c, err)
 		return
@@ -419,7 +419,7 @@ func (s *server) listTokens(c *gin.Context) {
 }
 
 func (s *server) revokeToken(c *gin.Context) {
-	if err := s.Fleet.RevokeToken(caller(c), c.Param("id")); err != nil {
+	if err := s.Fleet.RevokeToken(c.Request.Context(), caller(c), c.Param("id")); err != nil {
 		s.fail(c, err)
 		return
 	}

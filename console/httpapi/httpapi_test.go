@@ -2,6 +2,7 @@ package httpapi
 
 import (
 	"bytes"
+	"context"
 	"io"
 	"log/slog"
 	"net/http"
@@ -9,15 +10,12 @@ import (
 	"testing"
 	"time"
 
-	bolt "go.etcd.io/bbolt"
-
 	"github.com/edgebox/edgebox/console/audit"
 	"github.com/edgebox/edgebox/console/auth"
-	"github.com/edgebox/edgebox/console/db"
 	"github.com/edgebox/edgebox/console/fleet"
 	"github.com/edgebox/edgebox/console/pki"
 	"github.com/edgebox/edgebox/console/presence"
-	"github.com/edgebox/edgebox/console/store"
+	"github.com/edgebox/edgebox/console/store/storetest"
 )
 
 type noSessions struct{}
@@ -25,28 +23,24 @@ type noSessions struct{}
 func (noSessions) Presence(string) presence.Status { return presence.Status{} }
 func (noSessions) Drop(string) bool                { return false }
 
-// newAPI is the API on a real database and PKI, with an admin token.
+// newAPI is the API on a real store and PKI, with an admin token.
 func newAPI(t testing.TB) (http.Handler, string) {
 	dir := t.TempDir()
-	bdb, err := db.Open(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { bdb.Close() })
+	st := storetest.Bolt(t)
 	a, _, err := pki.Open(dir+"/pki", []string{"127.0.0.1"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	fl, err := fleet.New(bdb, nil)
+	fl, err := fleet.New(context.Background(), st, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	toks := auth.New(bdb)
-	tok, err := toks.Create(auth.APIToken{Name: "admin", TenantID: fleet.DefaultTenant, Role: "admin"})
+	toks := auth.New(st)
+	tok, err := toks.Create(context.Background(), auth.APIToken{Name: "admin", TenantID: fleet.DefaultTenant, Role: "admin"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	h := New(Deps{Fleet: fl, Audit: auditOn(t, bdb), Tokens: toks, PKI: a, Sessions: noSessions{},
+	h := New(Deps{Fleet: fl, Audit: audit.New(st, nil), Tokens: toks, PKI: a, Sessions: noSessions{},
 		ConsoleURL: "https://127.0.0.1:8443", BoxCertTTL: time.Hour, Metrics: http.NotFoundHandler(),
 		Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	return h, tok
@@ -93,13 +87,4 @@ func TestAPIRefusesWithoutToken(t *testing.T) {
 			t.Errorf("GET %s without a token: %d %s", p, rec.Code, rec.Body)
 		}
 	}
-}
-
-func auditOn(t testing.TB, bdb *bolt.DB) *audit.Log {
-	st, err := store.OpenBolt(bdb)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { st.Close() })
-	return audit.New(st, nil)
 }

@@ -1,6 +1,7 @@
 package httpapi
 
 import (
+	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"io"
@@ -13,11 +14,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/edgebox/edgebox/console/audit"
 	"github.com/edgebox/edgebox/console/auth"
-	"github.com/edgebox/edgebox/console/db"
 	"github.com/edgebox/edgebox/console/dist"
 	"github.com/edgebox/edgebox/console/fleet"
 	"github.com/edgebox/edgebox/console/pki"
+	"github.com/edgebox/edgebox/console/store/storetest"
 	"github.com/edgebox/edgebox/scripts"
 )
 
@@ -28,16 +30,12 @@ const testConsoleURL = "https://127.0.0.1:8443"
 func downloadsAPI(t *testing.T, dir string) (http.Handler, string) {
 	t.Helper()
 	data := t.TempDir()
-	bdb, err := db.Open(data)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { bdb.Close() })
+	st := storetest.Bolt(t)
 	a, _, err := pki.Open(data+"/pki", []string{"127.0.0.1"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	fl, err := fleet.New(bdb, nil)
+	fl, err := fleet.New(context.Background(), st, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -45,7 +43,7 @@ func downloadsAPI(t *testing.T, dir string) (http.Handler, string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	h := New(Deps{Fleet: fl, Audit: auditOn(t, bdb), Tokens: auth.New(bdb), PKI: a, Sessions: noSessions{},
+	h := New(Deps{Fleet: fl, Audit: audit.New(st, nil), Tokens: auth.New(st), PKI: a, Sessions: noSessions{},
 		ConsoleURL: testConsoleURL, BoxCertTTL: time.Hour, Metrics: http.NotFoundHandler(), Downloads: downloads,
 		Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	ca := a.CAHash()

@@ -87,7 +87,7 @@ func (s *server) releaseKey(c *gin.Context) {
 		s.fail(c, err)
 		return
 	}
-	if b, err := s.Fleet.Box(caller(c).TenantID, k.BoxID); err == nil && s.Apps != nil {
+	if b, err := s.Fleet.Box(c.Request.Context(), caller(c).TenantID, k.BoxID); err == nil && s.Apps != nil {
 		// An app on the box waiting for such a key gets it now.
 		s.Apps.SyncBox(c.Request.Context(), b)
 	}

@@ -25,7 +25,7 @@ func (s *server) registry(c *gin.Context) {
 		if !ok {
 			return registry.Access{}, errors.New("log in with an edgebox API token: docker login <console> -u edgebox -p <token>")
 		}
-		rec, err := s.Tokens.Check(tok)
+		rec, err := s.Tokens.Check(req.Context(), tok)
 		if err != nil {
 			return registry.Access{}, err
 		}

@@ -46,7 +46,7 @@ func wipeTimeout(s string) (time.Duration, error) {
 // the keys the box gave back, ends their leases.
 func (s *server) revokeAndWipe(c *gin.Context, b fleet.Box, timeout time.Duration) {
 	who := caller(c)
-	b, err := s.Fleet.RevokeToWipe(who, b.ID)
+	b, err := s.Fleet.RevokeToWipe(c.Request.Context(), who, b.ID)
 	if err != nil {
 		s.fail(c, err)
 		return
@@ -57,7 +57,7 @@ func (s *server) revokeAndWipe(c *gin.Context, b fleet.Box, timeout time.Duratio
 	resp, err := s.Agents.Wipe(ctx, b.ID, "revoked by "+who.Name)
 	w := wipeResult(resp, err, timeout)
 	s.Sessions.Drop(b.ID)
-	if b, err = s.Fleet.RecordWipe(who, b.ID, w); err != nil {
+	if b, err = s.Fleet.RecordWipe(context.WithoutCancel(c.Request.Context()), who, b.ID, w); err != nil {
 		s.fail(c, err)
 		return
 	}
