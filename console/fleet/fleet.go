@@ -174,45 +174,72 @@ func (f *Fleet) load(ctx context.Context) error {
 // Run keeps the revocation set in step with the store, so that a box
 // revoked by another console sharing the store is refused here too. It
 // follows a watch from the revision New loaded at; when the watch ends
-// (history compacted, a lost etcd connection) it loads the set again and
-// watches on. It returns nil when ctx ends, or the store's error.
+// (history compacted, an etcd leader lost) it loads the set again and
+// watches on, trying again with a growing pause while the store fails. It
+// returns nil when ctx ends; an error when the store is closed, or when
+// the set could not be brought up to date for StaleAfter.
 func (f *Fleet) Run(ctx context.Context) error {
+	var failing time.Time // since when nothing worked; zero while it does
+	pause := 100 * time.Millisecond
 	for {
 		f.mu.RLock()
 		from := f.rev + 1
 		f.mu.RUnlock()
 		err := f.follow(ctx, f.s.Watch(ctx, RevokedPrefix, from))
-		if ctx.Err() != nil {
-			return nil
-		}
-		if errors.Is(err, store.ErrClosed) {
-			return fmt.Errorf("fleet: watching revocations: %w", err)
-		}
-		if err == nil {
+		if err == nil && ctx.Err() == nil {
 			// Ended without a word, as a watch does when its store
-			// closes: ask the store whether it still works, and wait a
-			// moment before watching again, so a store that keeps ending
-			// watches is not spun on.
-			if _, err := f.s.Txn(ctx, store.Txn{}); err != nil {
-				if ctx.Err() != nil {
-					return nil
-				}
+			// closes: ask the store whether it still works.
+			_, err = f.s.Txn(ctx, store.Txn{})
+			if err == nil {
+				err = errors.New("the watch ended")
+			}
+		}
+		if err == nil || !errors.Is(err, store.ErrCompacted) {
+			// Not a compaction, which a load mends at once: pause before
+			// trying again, so a failing store is not spun on.
+			if ctx.Err() == nil && errors.Is(err, store.ErrClosed) {
 				return fmt.Errorf("fleet: watching revocations: %w", err)
 			}
-			t := time.NewTimer(time.Second)
-			select {
-			case <-ctx.Done():
-				t.Stop()
+			if !sleep(ctx, pause) {
 				return nil
-			case <-t.C:
 			}
+			pause = min(2*pause, 5*time.Second)
+		}
+		if ctx.Err() != nil {
+			return nil
 		}
 		if err := f.load(ctx); err != nil {
 			if ctx.Err() != nil {
 				return nil
 			}
-			return err
+			if errors.Is(err, store.ErrClosed) {
+				return err
+			}
+			if failing.IsZero() {
+				failing = time.Now()
+			} else if time.Since(failing) > StaleAfter {
+				return fmt.Errorf("%w (failing for %v: revocations by other consoles are not seen)", err, time.Since(failing).Round(time.Second))
+			}
+			continue
 		}
+		failing, pause = time.Time{}, 100*time.Millisecond
+	}
+}
+
+// StaleAfter is how long Run goes on trying while the store fails, before
+// it gives up: the revocation set may miss other consoles' revocations for
+// that long.
+const StaleAfter = time.Minute
+
+// sleep waits d or until ctx ends; it reports whether d passed.
+func sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
 	}
 }
 

@@ -482,3 +482,57 @@ func TestReportsDoNotLoseChanges(t *testing.T) {
 		t.Fatalf("after concurrent changes: %d labels, %d CPUs, last seen %v (%v)", len(b.Labels), b.CPUs, b.LastSeen, err)
 	}
 }
+
+// flaky is a real store whose watches end with an error, and whose
+// ranges fail, the first times they are asked: as an etcd that loses its
+// leader does.
+type flaky struct {
+	store.Store
+	watchFails, rangeFails atomic.Int32
+}
+
+var errNoLeader = errors.New("flaky: no leader")
+
+func (s *flaky) Watch(ctx context.Context, prefix string, from int64) <-chan store.WatchResponse {
+	if s.watchFails.Add(-1) >= 0 {
+		ch := make(chan store.WatchResponse, 1)
+		ch <- store.WatchResponse{Err: errNoLeader}
+		close(ch)
+		return ch
+	}
+	return s.Store.Watch(ctx, prefix, from)
+}
+
+func (s *flaky) Range(ctx context.Context, prefix string, limit int) ([]store.KV, int64, error) {
+	if s.rangeFails.Add(-1) >= 0 {
+		return nil, 0, errNoLeader
+	}
+	return s.Store.Range(ctx, prefix, limit)
+}
+
+// TestRunOutlastsAFailingStore: while the store fails for a while, Run
+// goes on trying and then sees the revocations it missed.
+func TestRunOutlastsAFailingStore(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := &flaky{Store: storetest.Bolt(t)}
+	here, err := New(ctx, s, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	there, err := New(ctx, s.Store, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	box := enrollBox(t, there, newToken(t, there, 1))
+	s.watchFails.Store(3)
+	s.rangeFails.Store(3)
+	run(t, here)
+	if _, err := there.Revoke(ctx, admin, box.ID); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "a revoke seen once the store works again", func() bool { return here.IsRevoked(box.ID) })
+	if s.watchFails.Load() > 0 || s.rangeFails.Load() > 0 {
+		t.Fatalf("the store's failures were not all met: %d watches and %d ranges left", s.watchFails.Load(), s.rangeFails.Load())
+	}
+}
