@@ -8,7 +8,6 @@ import (
 	"crypto/x509"
 	"fmt"
 	"io"
-	"log/slog"
 	"math/rand/v2"
 	"net"
 	"net/http"
@@ -26,6 +25,7 @@ import (
 
 	"github.com/edgebox/edgebox/agent"
 	"github.com/edgebox/edgebox/api"
+	"github.com/edgebox/edgebox/internal/test/fleetsim"
 	"github.com/edgebox/edgebox/internal/test/testenv"
 )
 
@@ -168,17 +168,6 @@ func envInt(b *testing.B, name string, def int) int {
 	return def
 }
 
-// boxDialer dials from the loopback address 127.1.x.y numbered site, so
-// a simulated fleet comes from many addresses as a real one does: the
-// console limits what one address may hold. EDGEBOX_BENCH_BOXES_PER_ADDR
-// sets how many boxes share one (8 unless set; 2000 puts a whole fleet
-// of 2,000 behind one address).
-func boxDialer(site int) func(ctx context.Context, network, addr string) (net.Conn, error) {
-	ip := net.IPv4(127, 1, byte(site/250), byte(site%250+1))
-	d := &net.Dialer{Timeout: 30 * time.Second, KeepAlive: 30 * time.Second, LocalAddr: &net.TCPAddr{IP: ip}}
-	return d.DialContext
-}
-
 // holdIdleProcess starts this test binary again as an attacker that holds
 // n idle connections to addr from 127.0.0.1–127.0.0.20 (the operator's
 // address among them), and returns what stops it.
@@ -256,6 +245,15 @@ func holdIdle(addr string, n int) {
 // says otherwise) to the console binary, reports the console's memory per
 // idle connected box, then kills the console, restarts it and reports how
 // long the fleet takes to come back and the API's latency meanwhile.
+//
+// The agents run in child processes (fleetsim), 3,000 boxes a process
+// unless EDGEBOX_BENCH_PROCS sets the number of processes; each box dials
+// from a loopback address of its own process's range, shared by
+// EDGEBOX_BENCH_BOXES_PER_ADDR boxes (8 unless set; 2000 puts a fleet of
+// 2,000 behind one address). EDGEBOX_BENCH_STORM_REVISIONS writes that
+// many revisions of each box's desired state while the console is down,
+// so that every box must catch up after the restart; the storm's "synced"
+// figures count it.
 func BenchmarkFleet(b *testing.B) {
 	n := boxCount(b, 2000)
 	for range b.N {
@@ -288,11 +286,12 @@ func startConsole(b *testing.B) (*consoleProc, []byte, *api.Client) {
 func fleet(b *testing.B, n int) {
 	c, caPEM, admin := startConsole(b)
 	defer c.kill()
-	ctx := context.Background()
-	dirs := enrollFleet(b, admin, n)
-	if b.Failed() {
-		return
-	}
+	f := startFleet(b, admin, n)
+	defer func() {
+		if err := f.Close(); err != nil {
+			b.Error(err)
+		}
+	}()
 
 	heap0, rss0 := c.settledMemory(b, 5*time.Second)
 	stack0, err := c.metric("go_memstats_stack_inuse_bytes")
@@ -305,27 +304,15 @@ func fleet(b *testing.B, n int) {
 		b.Fatal(err)
 	}
 
-	// Start n agents in this process.
-	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
-	actx, stopAgents := context.WithCancel(ctx)
-	var agents sync.WaitGroup
-	defer func() { stopAgents(); agents.Wait() }()
-	ids := make([]string, n)
-	start := time.Now()
-	perAddr := envInt(b, "EDGEBOX_BENCH_BOXES_PER_ADDR", 8)
-	for i, dir := range dirs {
-		cfg := agent.DefaultConfig(dir)
-		cfg.Dial = boxDialer(i / perAddr)
-		a, err := agent.New(cfg, quiet)
-		if err != nil {
-			b.Fatal(err)
-		}
-		ids[i] = a.Identity().BoxID
-		agents.Add(1)
-		go func() { defer agents.Done(); a.Run(actx) }()
+	// Start the n agents, in the fleet's processes.
+	start, err := f.StartAgents()
+	if err != nil {
+		b.Fatal(err)
 	}
-	waitOnline(b, admin, n, 5*time.Minute)
+	ids := f.IDs()
+	waitOnline(b, admin, n, 5*time.Minute+time.Duration(n)*20*time.Millisecond)
 	b.Logf("%d agents online in %v", n, time.Since(start).Round(time.Millisecond))
+	logFleet(b, "cold start", waitSynced(b, f, fleetsim.Window{Since: start}))
 
 	// Idle means no call in flight: the agents' gRPC connections close
 	// after 30 s without calls. Wait until the console's goroutines stop
@@ -385,7 +372,15 @@ func fleet(b *testing.B, n int) {
 
 	// The storm: kill the console, start it again, watch the fleet return
 	// while an operator keeps calling the API.
+	cpu0, cpuErr := f.CPUTime() // the simulator's, through the storm
+	killed := time.Now()
 	c.kill()
+	var targets []uint64
+	if k := envInt(b, "EDGEBOX_BENCH_STORM_REVISIONS", 0); k > 0 {
+		t0 := time.Now()
+		targets = advanceOffline(b, c.data, ids, k)
+		b.Logf("storm: %d revisions of %d boxes written while the console was down, in %v", k, n, time.Since(t0).Round(time.Millisecond))
+	}
 	restart := time.Now()
 	c.start(b)
 	var profiled sync.WaitGroup
@@ -420,8 +415,25 @@ func fleet(b *testing.B, n int) {
 	}
 	waitOnline(b, admin, n, 10*time.Minute)
 	back := time.Since(restart)
+	// Online in the console, and by the boxes' own account caught up.
+	window := fleetsim.Window{Since: killed}
+	if targets != nil {
+		window.Target = func(i int) uint64 { return targets[i] }
+	}
+	storm := waitSynced(b, f, window)
 	stdin.Close() // tells the prober to stop
 	probe.Wait()
+	if cpu1, err := f.CPUTime(); err == nil && cpuErr == nil {
+		b.ReportMetric((cpu1 - cpu0).Seconds(), "storm-sim-cpu-s")
+	}
+	if cpu, err := c.metric("process_cpu_seconds_total"); err == nil {
+		b.ReportMetric(cpu, "storm-console-cpu-s") // since its restart
+	}
+	logFleet(b, "storm from the kill", storm)
+	b.ReportMetric((storm.AllSyncedAfter - restart.Sub(killed)).Seconds(), "storm-s-all-synced")
+	b.ReportMetric(storm.DialsMean, "storm-dials/box")
+	b.ReportMetric(float64(storm.DialsMax), "storm-dials-max/box")
+	b.ReportMetric(float64(storm.Dropped), "storm-sessions-dropped")
 	var lat []time.Duration
 	for _, line := range strings.Split(probeOut.String(), "\n") {
 		if v, ok := strings.CutPrefix(line, "lat "); ok {
@@ -479,6 +491,70 @@ func enrollFleet(b *testing.B, admin *api.Client, n int) []string {
 	return dirs
 }
 
+// startFleet has n boxes enrolled by the simulator's processes, their
+// agents not yet started; the caller closes it.
+func startFleet(b *testing.B, admin *api.Client, n int) *fleetsim.Fleet {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	// A few uses more than boxes: a failed enrolment is tried again.
+	tok, err := admin.CreateToken(ctx, api.TokenRequest{Region: "bench", Site: "lab", Uses: n + n/100 + 10, TTL: "2h"})
+	if err != nil {
+		b.Fatal(err)
+	}
+	cfg := fleetsim.DefaultConfig(n, tok.Text, b.TempDir())
+	cfg.Processes = envInt(b, "EDGEBOX_BENCH_PROCS", 0)
+	cfg.BoxesPerAddr = envInt(b, "EDGEBOX_BENCH_BOXES_PER_ADDR", 8)
+	start := time.Now()
+	f, err := fleetsim.Start(cfg)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Logf("enrolled %d boxes in %v, from %d processes", n, time.Since(start).Round(time.Millisecond), f.Processes())
+	return f
+}
+
+// waitSynced waits until every box is online and synced by its own
+// account, and returns the fleet's figures over w.
+func waitSynced(b *testing.B, f *fleetsim.Fleet, w fleetsim.Window) fleetsim.Stats {
+	for deadline := time.Now().Add(10 * time.Minute); ; time.Sleep(250 * time.Millisecond) {
+		st := f.Stats(w)
+		if st.AllSynced {
+			return st
+		}
+		if time.Now().After(deadline) {
+			b.Fatalf("only %d of %d boxes online and synced after 10 minutes", st.Synced, st.Boxes)
+		}
+	}
+}
+
+// logFleet logs, on one line (a benchmark's log keeps only 10), what the
+// fleet's boxes saw: how long until all were online and synced, their
+// dials and sessions, and boxes synced against time. With
+// EDGEBOX_BENCH_CURVE naming a file, every point of the curve is added
+// to it as CSV: what, seconds, boxes up, boxes synced.
+func logFleet(b *testing.B, what string, st fleetsim.Stats) {
+	var sb strings.Builder
+	every := max(1, len(st.Curve)/20)
+	for i, p := range st.Curve {
+		if i%every == 0 || i == len(st.Curve)-1 {
+			fmt.Fprintf(&sb, " +%v:%d", p.After.Round(100*time.Millisecond), p.Synced)
+		}
+	}
+	b.Logf("%s: all %d online and synced after %v; dials per box mean %.2f, max %d; failed connects %d; sessions %d (per box %d to %d), dropped after admission %d; synced against time:%s",
+		what, st.Boxes, st.AllSyncedAfter.Round(time.Millisecond), st.DialsMean, st.DialsMax,
+		st.ConnectFailures, st.Sessions, st.SessionsMin, st.SessionsMax, st.Dropped, sb.String())
+	if p := os.Getenv("EDGEBOX_BENCH_CURVE"); p != "" {
+		out, err := os.OpenFile(p, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer out.Close()
+		for _, pt := range st.Curve {
+			fmt.Fprintf(out, "%s,%.3f,%d,%d\n", what, pt.After.Seconds(), pt.Up, pt.Synced)
+		}
+	}
+}
+
 // waitOnline polls the session gauge through the API until n boxes are
 // online.
 func waitOnline(b *testing.B, admin *api.Client, n int, timeout time.Duration) {
@@ -517,9 +593,11 @@ func fetch(b *testing.B, hc *http.Client, url string) []byte {
 	return body
 }
 
-// TestMain runs the test binary as BenchmarkFleet's API prober when the
-// benchmark starts it so.
+// TestMain runs the test binary as one of a simulated fleet's processes,
+// or as BenchmarkFleet's API prober or idle attacker, when the benchmark
+// starts it so.
 func TestMain(m *testing.M) {
+	fleetsim.Main() // a simulated fleet's process runs here and exits
 	if url := os.Getenv("EDGEBOX_PROBE_URL"); url != "" {
 		probeAPI(url)
 		os.Exit(0)
