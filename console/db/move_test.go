@@ -274,6 +274,29 @@ func TestMoveToStoreAfterACrash(t *testing.T) {
 	}
 }
 
+// TestMoveToStoreAfterABucketWent: a move cut short after some buckets
+// were moved and deleted ends as a whole one does.
+func TestMoveToStoreAfterABucketWent(t *testing.T) {
+	t.Parallel()
+	o := newOldConsole()
+	for done := 1; done < len(moves); done++ {
+		t.Run(fmt.Sprint(done, " buckets moved"), func(t *testing.T) {
+			t.Parallel()
+			ctx := context.Background()
+			bdb, st := open(t, o)
+			for _, m := range moves[:done] {
+				if err := m.run(ctx, bdb, st); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if err := MoveToStore(ctx, bdb, st); err != nil {
+				t.Fatal(err)
+			}
+			o.check(t, bdb, st)
+		})
+	}
+}
+
 // log1 returns the newest audit entry of the default tenant, checking its
 // action and target.
 func log1(ctx context.Context, st store.Store, action, target string) (audit.Entry, error) {
