@@ -13,12 +13,16 @@ type Window struct {
 	Since time.Time
 	// Until is where it ends; zero: now.
 	Until time.Time
-	// Step is the curve's resolution; zero: one second.
+	// Step is the curve's resolution; zero: one second. It is widened to
+	// keep the curve to maxPoints.
 	Step time.Duration
 	// Target is the revision box i must have stored to count as synced;
 	// nil asks for none, so synced is online with its hello answered.
 	Target func(i int) uint64
 }
+
+// maxPoints bounds a curve's length.
+const maxPoints = 10000
 
 // Point is the fleet at one moment of the window.
 type Point struct {
@@ -89,18 +93,21 @@ func summarize(n int, all []Event, w Window) Stats {
 	if w.Step <= 0 {
 		w.Step = time.Second
 	}
+	if w.Since.IsZero() && len(all) > 0 {
+		w.Since = slices.MinFunc(all, func(a, b Event) int { return a.At.Compare(b.At) }).At
+	}
+	if span := w.Until.Sub(w.Since); span/w.Step > maxPoints {
+		w.Step = span / maxPoints
+	}
 	target := func(int) uint64 { return 0 }
 	if w.Target != nil {
 		target = w.Target
 	}
 	// Events of one box at the same instant: a session comes up before
 	// its hello is answered and anything is stored on it.
-	slices.SortStableFunc(all, func(a, b Event) int {
-		return cmp.Or(a.At.Compare(b.At), cmp.Compare(a.Kind, b.Kind))
+	slices.SortFunc(all, func(a, b Event) int {
+		return cmp.Or(a.At.Compare(b.At), cmp.Compare(a.Kind, b.Kind), cmp.Compare(a.Box, b.Box))
 	})
-	if w.Since.IsZero() && len(all) > 0 {
-		w.Since = all[0].At
-	}
 
 	st := Stats{Boxes: n}
 	boxes := make([]boxState, n)
