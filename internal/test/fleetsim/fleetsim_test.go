@@ -33,6 +33,7 @@ func TestFleetAcrossProcesses(t *testing.T) {
 	cfg := DefaultConfig(n, tok, t.TempDir())
 	cfg.Processes = procs
 	cfg.Log = testenv.Logger(t)
+	fds0 := openFiles(t)
 	t0 := time.Now()
 	f, err := Start(cfg)
 	if err != nil {
@@ -65,6 +66,12 @@ func TestFleetAcrossProcesses(t *testing.T) {
 		return st.AllSynced
 	})
 	t.Logf("all %d online and synced %v after the agents started", n, st.AllSyncedAfter.Round(time.Millisecond))
+	// This process holds the children's pipes, not the boxes' files.
+	fds := openFiles(t)
+	t.Logf("open files in this process: %d before the fleet, %d with it running", fds0, fds)
+	if fds-fds0 > 30 {
+		t.Errorf("this process holds %d open files more with %d boxes running; want only its children's pipes", fds-fds0, n)
+	}
 	online := onlineInConsole(t, admin)
 	for i, id := range ids {
 		if !online[id] {
@@ -168,6 +175,16 @@ func onlineInConsole(t *testing.T, admin *api.Client) map[string]bool {
 		}
 	}
 	return online
+}
+
+// openFiles is the number of files this process holds open.
+func openFiles(t *testing.T) int {
+	t.Helper()
+	fds, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		t.Fatal(err) // Linux only, as the fleet's children are
+	}
+	return len(fds)
 }
 
 // waitFor polls cond every 200 ms until it holds, or fails the test
