@@ -379,7 +379,7 @@ func fleet(b *testing.B, n int) {
 	if k := envInt(b, "EDGEBOX_BENCH_STORM_REVISIONS", 0); k > 0 {
 		t0 := time.Now()
 		targets = advanceOffline(b, c.data, ids, k)
-		b.Logf("storm: %d revisions of %d boxes written while the console was down, in %v", k, n, time.Since(t0).Round(time.Millisecond))
+		b.Logf("storm: the desired state of %d boxes moved on by %d revisions while the console was down, in %v", n, k, time.Since(t0).Round(time.Millisecond))
 	}
 	restart := time.Now()
 	c.start(b)
