@@ -14,6 +14,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -313,6 +314,9 @@ func fleet(b *testing.B, n int) {
 	waitOnline(b, admin, n, 5*time.Minute+time.Duration(n)*20*time.Millisecond)
 	b.Logf("%d agents online in %v", n, time.Since(start).Round(time.Millisecond))
 	logFleet(b, "cold start", waitSynced(b, f, fleetsim.Window{Since: start}))
+	if files, err := f.OpenFiles(); err == nil {
+		b.ReportMetric(float64(slices.Max(files)), "sim-open-files-max/process")
+	}
 
 	// Idle means no call in flight: the agents' gRPC connections close
 	// after 30 s without calls. Wait until the console's goroutines stop

@@ -378,6 +378,25 @@ func (f *Fleet) CPUTime() (time.Duration, error) {
 	return sum, nil
 }
 
+// OpenFiles is the number of files each running child holds open, by
+// child (0 for one that ended). Linux only.
+func (f *Fleet) OpenFiles() ([]int, error) {
+	out := make([]int, len(f.children))
+	for k, c := range f.children {
+		select {
+		case <-c.exited:
+			continue
+		default:
+		}
+		fds, err := os.ReadDir("/proc/" + strconv.Itoa(c.cmd.Process.Pid) + "/fd")
+		if err != nil {
+			return nil, fmt.Errorf("fleetsim: the open files of child %d: %w", c.n, err)
+		}
+		out[k] = len(fds)
+	}
+	return out, nil
+}
+
 // Close stops every agent and child (a child that does not end within
 // two minutes is killed) and reports what went wrong in any child. It is
 // idempotent.

@@ -68,7 +68,11 @@ func TestFleetAcrossProcesses(t *testing.T) {
 	t.Logf("all %d online and synced %v after the agents started", n, st.AllSyncedAfter.Round(time.Millisecond))
 	// This process holds the children's pipes, not the boxes' files.
 	fds := openFiles(t)
-	t.Logf("open files in this process: %d before the fleet, %d with it running", fds0, fds)
+	perChild, err := f.OpenFiles()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("open files in this process: %d before the fleet, %d with it running; in its processes: %v", fds0, fds, perChild)
 	if fds-fds0 > 30 {
 		t.Errorf("this process holds %d open files more with %d boxes running; want only its children's pipes", fds-fds0, n)
 	}
