@@ -344,3 +344,48 @@ func BenchmarkStats(b *testing.B) {
 		}
 	}
 }
+
+func TestConfigValidate(t *testing.T) {
+	t.Parallel()
+	good := DefaultConfig(10, "tok", "/tmp/x")
+	tests := []struct {
+		name   string
+		change func(*Config)
+		ok     bool
+	}{
+		{"default", func(*Config) {}, true},
+		{"no boxes", func(c *Config) { c.Boxes = 0 }, false},
+		{"more processes than boxes", func(c *Config) { c.Processes = 11 }, false},
+		{"negative processes", func(c *Config) { c.Processes = -1 }, false},
+		{"no token", func(c *Config) { c.Token = "" }, false},
+		{"no dir", func(c *Config) { c.Dir = "" }, false},
+		{"no boxes per address", func(c *Config) { c.BoxesPerAddr = 0 }, false},
+		{"no enrolments at once", func(c *Config) { c.EnrollParallel = 0 }, false},
+		{"more boxes than addresses", func(c *Config) { c.Boxes, c.BoxesPerAddr = 1<<30, 1 }, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c := good
+			tt.change(&c)
+			if err := c.Validate(); (err == nil) != tt.ok {
+				t.Fatalf("Validate() = %v; want ok %v", err, tt.ok)
+			}
+		})
+	}
+}
+
+// TestStartFailsClearly: a child that cannot enroll its boxes ends, and
+// Start says which and why, leaving nothing running.
+func TestStartFailsClearly(t *testing.T) {
+	t.Parallel()
+	cfg := DefaultConfig(4, "not-a-token", t.TempDir())
+	cfg.Processes = 2
+	f, err := Start(cfg)
+	if err == nil {
+		f.Close()
+		t.Fatal("Start with a bad token succeeded")
+	}
+	if !strings.Contains(err.Error(), "ended before its boxes were enrolled") || !strings.Contains(err.Error(), "enrolling") {
+		t.Fatalf("Start: %v; want the child's enrolment error", err)
+	}
+}
