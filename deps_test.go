@@ -97,9 +97,9 @@ func TestConsoleLayers(t *testing.T) {
 	}{
 		{mod + "api", []string{mod + "console", mod + "console/httpapi"}, []string{mod + "console/httpapi"},
 			"api's types stop at httpapi, which converts them to each package's own"},
-		// Presence, the hub, the agent service and every other service
-		// serve httpapi through interfaces it declares; none depends on
-		// it.
+		// Presence (with its own Status type, not one of httpapi's), the
+		// sync server, the agent service and every other service serve
+		// httpapi through interfaces it declares; none depends on it.
 		{mod + "console/httpapi", []string{mod + "console", mod + "console/httpapi"}, []string{mod + "console", mod + "console/httpapi"},
 			"services are below the HTTP API, which only the root wires to them"},
 	}
@@ -112,12 +112,15 @@ func TestConsoleLayers(t *testing.T) {
 	if len(lines) < 5 {
 		t.Fatalf("go list ./console/... listed %d packages; the rules below would check nothing", len(lines))
 	}
+	// The services the rules are about must be there to be checked.
+	checked := map[string]bool{}
 	for _, line := range lines {
 		f := strings.Split(line, "|")
 		if len(f) != 4 {
 			t.Fatalf("go list printed %q", line)
 		}
 		pkg, imports, deps, testImports := f[0], strings.Fields(f[1]), strings.Fields(f[2]), strings.Fields(f[3])
+		checked[pkg] = true
 		for _, r := range rules {
 			var seen []string
 			switch {
@@ -131,6 +134,11 @@ func TestConsoleLayers(t *testing.T) {
 					t.Errorf("%s imports or links %s: %s", pkg, dep, r.why)
 				}
 			}
+		}
+	}
+	for _, pkg := range []string{"console/presence", "console/boxsync", "console/agentrpc", "console/port"} {
+		if !checked[mod+pkg] {
+			t.Errorf("go list ./console/... did not list %s; the rules above did not check it", mod+pkg)
 		}
 	}
 }

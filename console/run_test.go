@@ -8,6 +8,8 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -136,4 +138,100 @@ type testWriter struct{ t *testing.T }
 func (w testWriter) Write(p []byte) (int, error) {
 	w.t.Log(strings.TrimRight(string(p), "\n"))
 	return len(p), nil
+}
+
+// TestNewAndCloseReleaseWhatNewOpened: a console New could not finish, or
+// one that never ran and was closed, leaves its database, its port and a
+// listener it was given free for the next console.
+func TestNewAndCloseReleaseWhatNewOpened(t *testing.T) {
+	t.Parallel()
+	log := func(t *testing.T) *slog.Logger {
+		return slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	}
+	config := func(t *testing.T, dataDir, listen string) Config {
+		cfg := DefaultConfig()
+		cfg.DataDir, cfg.Listen, cfg.Out = dataDir, listen, io.Discard
+		return cfg
+	}
+	tests := []struct {
+		name string
+		// first makes a console that does not run and returns the address
+		// it had (or was refused).
+		first func(t *testing.T, dataDir string) string
+	}{
+		{"New fails on a taken port, after opening the database", func(t *testing.T, dataDir string) string {
+			taken, err := net.Listen("tcp", "127.0.0.1:0")
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer taken.Close()
+			_, err = New(config(t, dataDir, taken.Addr().String()), log(t))
+			if err == nil || !strings.Contains(err.Error(), "listen on") {
+				t.Fatalf("New on a taken port: %v, want a listen error", err)
+			}
+			return taken.Addr().String()
+		}},
+		{"New never run, then closed", func(t *testing.T, dataDir string) string {
+			c, err := New(config(t, dataDir, "127.0.0.1:0"), log(t))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := c.Close(); err != nil {
+				t.Fatalf("Close: %v", err)
+			}
+			if err := c.Close(); err != nil {
+				t.Fatalf("a second Close: %v", err)
+			}
+			if err := c.Run(context.Background()); err == nil {
+				t.Fatal("Run after Close returned nil")
+			}
+			return c.Addr().String()
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			dataDir := t.TempDir()
+			addr := tt.first(t, dataDir)
+			// The same database and port, at once: a port still held is
+			// "in use", a database still open waits for its lock.
+			opened := make(chan error, 1)
+			go func() {
+				c, err := New(config(t, dataDir, addr), log(t))
+				if err == nil {
+					err = c.Close()
+				}
+				opened <- err
+			}()
+			select {
+			case err := <-opened:
+				if err != nil {
+					t.Fatalf("a second console on the same data and port: %v", err)
+				}
+			case <-time.After(30 * time.Second):
+				t.Fatal("a second console on the same data is still opening after 30s: the first still holds its database")
+			}
+		})
+	}
+
+	t.Run("New fails, and closes the listener it was given", func(t *testing.T) {
+		t.Parallel()
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer ln.Close()
+		notADir := filepath.Join(t.TempDir(), "file")
+		if err := os.WriteFile(notADir, nil, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		cfg := config(t, notADir, "127.0.0.1:0")
+		cfg.Listener = ln
+		if _, err := New(cfg, log(t)); err == nil {
+			t.Fatal("New with a file for its data directory succeeded")
+		}
+		if _, err := ln.Accept(); !errors.Is(err, net.ErrClosed) {
+			t.Fatalf("Accept on the listener given to a failed New: %v, want net.ErrClosed", err)
+		}
+	})
 }

@@ -22,6 +22,7 @@ type Options struct {
 
 // InProcess is a console and its agents running in the test's process.
 type InProcess struct {
+	t       testing.TB // the test the environment lives for
 	opts    Options
 	dataDir string
 	addr    string
@@ -39,7 +40,7 @@ type InProcess struct {
 // everything stops when the test ends.
 func NewInProcess(t testing.TB, opts Options) *InProcess {
 	t.Helper()
-	e := &InProcess{opts: opts, dataDir: t.TempDir(), addr: "127.0.0.1:0"}
+	e := &InProcess{t: t, opts: opts, dataDir: t.TempDir(), addr: "127.0.0.1:0"}
 	var out bytes.Buffer
 	e.startConsole(t, &out)
 	tok, err := parseAdminToken(out.Bytes())
@@ -85,7 +86,12 @@ func (e *InProcess) startConsole(t testing.TB, out *bytes.Buffer) {
 	}
 	e.mu.Lock()
 	e.console = c
-	e.stop = func() { cancel(); <-done }
+	e.stop = func() {
+		cancel()
+		if err := <-done; err != nil {
+			e.t.Errorf("the console's Run ended with %v, want nil", err)
+		}
+	}
 	e.mu.Unlock()
 	if e.url == "" {
 		e.addr = c.Addr().String()
