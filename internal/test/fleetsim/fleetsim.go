@@ -121,7 +121,7 @@ type child struct {
 	enrolled        chan struct{} // closed when every box of the child is enrolled
 	exited          chan struct{} // closed when its pipe ended and the process was waited for
 
-	stopping bool  // it said it stops: sessions that end now are the fleet's doing
+	stopping bool  // asked to stop, or said it stops: sessions that end now are the fleet's doing
 	killed   bool  // Kill ended it
 	gone     bool  // its boxes have left (Gone recorded)
 	err      error // what it reported, or how it ended unasked
@@ -402,6 +402,11 @@ func (f *Fleet) OpenFiles() ([]int, error) {
 // idempotent.
 func (f *Fleet) Close() error {
 	f.closeOnce.Do(func() {
+		f.mu.Lock()
+		for _, c := range f.children {
+			c.stopping = true // asked: a child that ends now does not fail
+		}
+		f.mu.Unlock()
 		for _, c := range f.children {
 			c.stdin.Close()
 		}

@@ -126,12 +126,29 @@ func TestFleetAcrossProcesses(t *testing.T) {
 	}
 
 	closed = true
+	t1 := time.Now()
 	if err := f.Close(); err != nil {
 		t.Errorf("closing the fleet: %v", err)
 	}
+	t.Logf("the fleet closed in %v", time.Since(t1).Round(time.Millisecond))
 	st = f.Stats(w)
 	if st.Left != n || st.Dropped != 0 {
 		t.Errorf("after Close: left %d, dropped %d; want %d and 0", st.Left, st.Dropped, n)
+	}
+
+	// The same boxes again, enrolled already: the new fleet is the same
+	// boxes, and closed before its agents start it ends cleanly.
+	t1 = time.Now()
+	g, err := Start(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("the fleet started again, enrolled already, in %v", time.Since(t1).Round(time.Millisecond))
+	if got := g.IDs(); !reflect.DeepEqual(got, ids) {
+		t.Errorf("the same directories gave other boxes: %v; want %v", got, ids)
+	}
+	if err := g.Close(); err != nil {
+		t.Errorf("closing a fleet before its agents started: %v", err)
 	}
 }
 
