@@ -184,8 +184,26 @@ func eventually(t *testing.T, what string, cond func() bool) {
 // watch, also when the history it would have watched from is compacted.
 func TestRevokedByAnotherConsole(t *testing.T) {
 	t.Parallel()
+	for _, tc := range []struct {
+		name     string
+		newStore func(*testing.T) store.Store
+	}{
+		{"bbolt", func(t *testing.T) store.Store { return storetest.Bolt(t) }},
+		{"etcd", newEtcd},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			testRevokedByAnotherConsole(t, tc.newStore(t))
+		})
+	}
+}
+
+func testRevokedByAnotherConsole(t *testing.T, s store.Store) {
 	ctx := context.Background()
-	here, s := openFleet(t)
+	here, err := New(ctx, s, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
 	there, err := New(ctx, s, nil)
 	if err != nil {
 		t.Fatal(err)
