@@ -55,7 +55,7 @@ func newOldConsole() oldConsole {
 }
 
 // write writes o into the buckets as a schema-1 console did.
-func (o oldConsole) write(t *testing.T, bdb *bolt.DB) {
+func (o oldConsole) write(t testing.TB, bdb *bolt.DB) {
 	t.Helper()
 	err := bdb.Update(func(tx *bolt.Tx) error {
 		put := func(bucket []byte, k []byte, v any) error {
@@ -94,7 +94,7 @@ func (o oldConsole) write(t *testing.T, bdb *bolt.DB) {
 }
 
 // open returns a database in a fresh directory holding o, and a store on it.
-func open(t *testing.T, o oldConsole) (*bolt.DB, store.Store) {
+func open(t testing.TB, o oldConsole) (*bolt.DB, store.Store) {
 	t.Helper()
 	bdb, err := Open(t.TempDir())
 	if err != nil {
