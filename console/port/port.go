@@ -117,15 +117,24 @@ func (p *Port) HTTP() net.Listener { return p.http }
 // session, handed to HTTP or closed; then HTTP's listener closes.
 func (p *Port) Run(ctx context.Context) error {
 	ctx, cancel := context.WithCancel(ctx)
-	stopClose := context.AfterFunc(ctx, func() { p.ln.Close() })
-	defer stopClose()
-	defer p.http.Close()
-	// On a failure too, handshakes in progress end at once.
-	defer p.wg.Wait()
+	stopClose := context.AfterFunc(ctx, func() { p.ln.Close() }) // wakes Accept
 	logDone := make(chan struct{})
 	go func() { defer close(logDone); p.logShedding(ctx) }()
-	defer func() { cancel(); <-logDone }()
 
+	err := p.accept(ctx)
+	// On a failure too, the listener closes and handshakes in progress
+	// end at once.
+	cancel()
+	stopClose()
+	p.ln.Close()
+	<-logDone
+	p.wg.Wait()
+	p.http.Close()
+	return err
+}
+
+// accept accepts until ctx ends or the listener fails.
+func (p *Port) accept(ctx context.Context) error {
 	var backoff time.Duration
 	for {
 		c, err := p.ln.Accept()
