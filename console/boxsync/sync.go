@@ -1,3 +1,8 @@
+// Package boxsync serves the boxes' Sync streams: each box's desired
+// state, caught up from the revision it stored and then pushed as the
+// store commits changes (a hub wakes the boxes whose objects changed,
+// from one watch of the desired state), and the acks and status reports
+// boxes send up.
 package boxsync
 
 import (
