@@ -31,7 +31,7 @@ check: ## gofmt, vet, generated code in sync, go mod tidy, dependency rules, cro
 	@echo "check: vet"; $(GO) vet ./... && $(GO) vet -tags gousb ./usbhub/ ./cmd/edgebox-agent/
 	@echo "check: generated code"; $(MAKE) -s proto && git diff --exit-code -- proto/
 	@echo "check: go mod tidy"; $(GO) mod tidy && git diff --exit-code -- go.mod go.sum
-	@echo "check: dependency rules"; $(GO) test -count=1 -run TestDependencyRules .
+	@echo "check: dependency rules"; $(GO) test -count=1 -run 'TestDependencyRules|TestDirectImportRules|TestConsoleLayers' .
 	@for p in windows/amd64 windows/arm64 linux/arm64; do \
 		echo "check: build $$p"; GOOS=$${p%/*} GOARCH=$${p#*/} $(GO) build -o /dev/null ./cmd/... || exit 1; \
 	done
