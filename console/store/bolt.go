@@ -35,6 +35,9 @@ type Bolt struct {
 	once   sync.Once
 	wg     sync.WaitGroup // the committer and every watcher
 
+	closeMu  sync.Mutex // orders a watcher's wg.Add before Close's Wait
+	isClosed bool
+
 	mu      sync.Mutex    // guards changed
 	changed chan struct{} // closed and replaced after each commit
 }
@@ -87,7 +90,10 @@ func OpenBolt(db *bolt.DB) (*Bolt, error) {
 // Close stops the committer and the watchers and waits for them. It does
 // not close the bbolt database.
 func (s *Bolt) Close() error {
+	s.closeMu.Lock()
+	s.isClosed = true
 	s.once.Do(func() { close(s.closed) })
+	s.closeMu.Unlock()
 	s.wg.Wait()
 	return nil
 }
@@ -418,7 +424,15 @@ func (s *Bolt) Watch(ctx context.Context, prefix string, from int64) <-chan Watc
 		}
 		from = cur + 1
 	}
+	s.closeMu.Lock()
+	if s.isClosed {
+		s.closeMu.Unlock()
+		ch <- WatchResponse{Err: ErrClosed}
+		close(ch)
+		return ch
+	}
 	s.wg.Add(1)
+	s.closeMu.Unlock()
 	go func() {
 		defer s.wg.Done()
 		defer close(ch)

@@ -55,3 +55,46 @@ func TestBoltSurvivesReopen(t *testing.T) {
 		t.Fatalf("next revision %d, want %d", r3, r2+1)
 	}
 }
+
+// TestBoltWatchWhileClosing opens watches while the store closes: each
+// either runs until the close ends it or is refused with ErrClosed, and
+// Close waits for every one (the race detector checks the order).
+func TestBoltWatchWhileClosing(t *testing.T) {
+	t.Parallel()
+	db, err := bolt.Open(filepath.Join(t.TempDir(), "store.db"), 0o600, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	s, err := store.OpenBolt(db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	watches := make(chan (<-chan store.WatchResponse), 200)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for range 200 {
+			watches <- s.Watch(ctx, "k/", 1)
+		}
+	}()
+	s.Close()
+	<-done
+	close(watches)
+	refused := 0
+	for w := range watches {
+		for r := range w { // every channel closes
+			if r.Err != nil && !errors.Is(r.Err, store.ErrClosed) {
+				t.Fatalf("watch during close: %v", r.Err)
+			}
+			if errors.Is(r.Err, store.ErrClosed) {
+				refused++
+			}
+		}
+	}
+	if w := s.Watch(ctx, "k/", 1); !errors.Is((<-w).Err, store.ErrClosed) {
+		t.Fatal("a watch on a closed store was not refused with ErrClosed")
+	}
+	t.Logf("%d of 200 watches refused", refused)
+}
