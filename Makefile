@@ -54,10 +54,11 @@ bench: ## run the benchmarks, a few minutes (figures go in docs/benchmarks.md)
 
 fuzz: ## run each fuzz target for 30 s
 	$(GO) test -run '^$$' -fuzz FuzzReadHeader -fuzztime 30s ./tunnel/
+	$(GO) test -run '^$$' -fuzz FuzzReadVerdict -fuzztime 30s ./tunnel/
 	$(GO) test -run '^$$' -fuzz FuzzParseToken -fuzztime 30s ./enroll/
 	$(GO) test -run '^$$' -fuzz FuzzDecodeRequest -fuzztime 30s ./enroll/
 	$(GO) test -run '^$$' -fuzz FuzzAPIBodies -fuzztime 30s ./console/httpapi/
-	$(GO) test -run '^$$' -fuzz FuzzSyncUp -fuzztime 30s ./console/
+	$(GO) test -run '^$$' -fuzz FuzzSyncUp -fuzztime 30s ./console/boxsync/
 	$(GO) test -run '^$$' -fuzz FuzzSyncDown -fuzztime 30s ./agent/
 	$(GO) test -run '^$$' -fuzz FuzzParseTarget -fuzztime 30s ./images/registry/
 	$(GO) test -run '^$$' -fuzz FuzzParseRoute -fuzztime 30s ./images/registry/

@@ -195,7 +195,7 @@ func (c *Client) Run(ctx context.Context) error {
 		}
 		wait, why := r.next(e)
 		level := slog.LevelWarn
-		if e.goAway {
+		if e.goAway || e.busy > 0 {
 			level = slog.LevelInfo
 		}
 		c.log.Log(ctx, level, "tunnel down, redialling", "err", err, "why", why,
@@ -215,6 +215,10 @@ func (c *Client) Run(ctx context.Context) error {
 func (c *Client) runOnce(ctx context.Context) (ending, error) {
 	sess, err := c.connect(ctx, false)
 	if err != nil {
+		var busy *BusyError
+		if errors.As(err, &busy) {
+			return ending{busy: max(busy.RetryAfter, time.Millisecond)}, err
+		}
 		return ending{}, err
 	}
 	started, healthy := sess.Started(), false

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"sort"
+	"time"
 )
 
 // Kind names what a stream carries. The accepting side routes each stream to
@@ -155,11 +156,38 @@ func ReadHeader(r io.Reader) (Header, error) {
 }
 
 // verdict is the accepting side's one-byte answer to a header, followed for
-// refusals by a u8-length message.
+// refusals by a u8-length message. The console's answer to a box's
+// handshake may also be busy, followed by a big-endian u32: the
+// milliseconds after which the box may dial again.
 const (
 	verdictOK      byte = 0
 	verdictRefused byte = 1
+	verdictBusy    byte = 2
 )
+
+// MaxRetryAfter bounds the wait a busy console may ask of a box; a longer
+// one is read as this.
+const MaxRetryAfter = 10 * time.Minute
+
+// ErrBusy is wrapped (in a *BusyError) when the console was too busy to
+// take the session and said when to come back.
+var ErrBusy = errors.New("tunnel: the console is busy")
+
+// BusyError is the console's "not now": the box dials again after
+// RetryAfter, which the console chose (and spread) for it.
+type BusyError struct{ RetryAfter time.Duration }
+
+func (e *BusyError) Error() string {
+	return fmt.Sprintf("%v; come back in %s", ErrBusy, e.RetryAfter.Round(time.Millisecond))
+}
+
+func (e *BusyError) Unwrap() error { return ErrBusy }
+
+func writeBusy(w io.Writer, after time.Duration) error {
+	after = min(max(after, 0), MaxRetryAfter)
+	_, err := w.Write(binary.BigEndian.AppendUint32([]byte{verdictBusy}, uint32(after.Milliseconds())))
+	return err
+}
 
 // maxVerdictMsg bounds the refusal text.
 const maxVerdictMsg = 255
@@ -188,6 +216,13 @@ func readVerdict(r io.Reader) error {
 	switch b[0] {
 	case verdictOK:
 		return nil
+	case verdictBusy:
+		var ms [4]byte
+		if _, err := io.ReadFull(r, ms[:]); err != nil {
+			return fmt.Errorf("%w: %v", ErrBusy, err)
+		}
+		after := time.Duration(binary.BigEndian.Uint32(ms[:])) * time.Millisecond
+		return &BusyError{RetryAfter: min(after, MaxRetryAfter)}
 	case verdictRefused:
 		if _, err := io.ReadFull(r, b[1:2]); err != nil {
 			return fmt.Errorf("%w: %v", ErrRefused, err)

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 )
 
 var headerCases = []struct {
@@ -138,4 +139,68 @@ func ExampleReadHeader() {
 	h, err := ReadHeader(bytes.NewReader(b))
 	fmt.Println(h.Kind, h.Meta["target"], err, len(b))
 	// Output: forward 192.168.1.20:3389 <nil> 37
+}
+
+func TestVerdicts(t *testing.T) {
+	t.Parallel()
+	busy := func(after time.Duration) []byte {
+		var b bytes.Buffer
+		writeBusy(&b, after)
+		return b.Bytes()
+	}
+	refused := func(msg string) []byte {
+		var b bytes.Buffer
+		writeVerdict(&b, msg)
+		return b.Bytes()
+	}
+	for _, c := range []struct {
+		name  string
+		in    []byte
+		after time.Duration // for ErrBusy
+		want  error
+	}{
+		{"ok", []byte{verdictOK}, 0, nil},
+		{"refused", refused("revoked"), 0, ErrRefused},
+		{"busy", busy(1500 * time.Millisecond), 1500 * time.Millisecond, ErrBusy},
+		{"busy, too long a wait", busy(time.Hour), MaxRetryAfter, ErrBusy},
+		{"busy, largest number", []byte{verdictBusy, 0xff, 0xff, 0xff, 0xff}, MaxRetryAfter, ErrBusy},
+		{"busy, truncated", []byte{verdictBusy, 0, 1}, 0, ErrBusy},
+		{"unknown", []byte{9}, 0, errors.New("unknown")},
+		{"empty", nil, 0, errors.New("reading")},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			err := readVerdict(bytes.NewReader(c.in))
+			switch {
+			case c.want == nil:
+				if err != nil {
+					t.Fatalf("got %v", err)
+				}
+			case c.want == ErrBusy || c.want == ErrRefused:
+				if !errors.Is(err, c.want) {
+					t.Fatalf("got %v, want %v", err, c.want)
+				}
+				var b *BusyError
+				if got := errors.As(err, &b); got != (c.after > 0) || got && b.RetryAfter != c.after {
+					t.Fatalf("got %v (%+v), want a wait of %v", err, b, c.after)
+				}
+			default:
+				if err == nil || !strings.Contains(err.Error(), c.want.Error()) {
+					t.Fatalf("got %v, want an error saying %q", err, c.want)
+				}
+			}
+		})
+	}
+}
+
+func FuzzReadVerdict(f *testing.F) {
+	f.Add([]byte{verdictOK})
+	f.Add([]byte{verdictRefused, 3, 'a', 'b', 'c'})
+	f.Add([]byte{verdictBusy, 0, 0, 5, 220})
+	f.Fuzz(func(t *testing.T, b []byte) {
+		err := readVerdict(bytes.NewReader(b))
+		var busy *BusyError
+		if errors.As(err, &busy) && (busy.RetryAfter < 0 || busy.RetryAfter > MaxRetryAfter) {
+			t.Fatalf("a wait of %v passed the bound", busy.RetryAfter)
+		}
+	})
 }

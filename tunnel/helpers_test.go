@@ -14,6 +14,7 @@ import (
 	"net"
 	"net/url"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -77,8 +78,10 @@ type testServer struct {
 	ln      net.Listener
 	addr    string
 	revoked sync.Map
-	cancel  context.CancelFunc
-	wg      sync.WaitGroup
+	// admit, when set, is the server's admission (ServerConfig.Admit).
+	admit  atomic.Pointer[func(string) time.Duration]
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
 }
 
 func testLogger(t testing.TB) *slog.Logger {
@@ -101,6 +104,11 @@ func startTestServer(t testing.TB, p *testPKI, cfg Config, addr string) *testSer
 			return "", errors.New("box " + id + " is revoked")
 		}
 		return id, nil
+	}, Admit: func(id string) time.Duration {
+		if f := ts.admit.Load(); f != nil {
+			return (*f)(id)
+		}
+		return 0
 	}}, testLogger(t), NewMetrics(nil))
 	if err != nil {
 		t.Fatal(err)

@@ -34,6 +34,8 @@ type ending struct {
 	// goAway means the console said it was going away (shutting down)
 	// before the session ended.
 	goAway bool
+	// busy is the wait a console too busy to take the session asked for.
+	busy time.Duration
 }
 
 // redial decides how long a box waits before it dials the console again.
@@ -43,6 +45,9 @@ type ending struct {
 //     console that sheds boxes after the handshake), count as failures:
 //     full-jitter exponential backoff, Backoff.Delay(failures so far), from
 //     Backoff.Min up to Backoff.Max.
+//   - A console too busy to take the session said when to come back: the
+//     box waits that long (the console spreads the boxes it turns away),
+//     and neither failures nor flaps change: busy is not broken.
 //   - A session that ended after the console said goodbye: the console is
 //     restarting on purpose. Failures are forgotten and the box redials
 //     within the rejoin window (uniform in [0, rejoin]).
@@ -62,6 +67,8 @@ type redial struct {
 func (r *redial) next(e ending) (time.Duration, string) {
 	stable := e.up && e.lasted > r.backoff.Max
 	switch {
+	case !e.up && e.busy > 0:
+		return e.busy, "the console is busy and said when to come back"
 	case e.up && e.goAway:
 		r.fails, r.flaps = 0, 0
 		return r.jitter(r.rejoin), "the console said it was going away"

@@ -15,6 +15,7 @@ var (
 	shed       = ending{up: true, lasted: 100 * time.Millisecond}
 	longLife   = ending{up: true, lasted: 2 * time.Hour, healthy: true}
 	longQuiet  = ending{up: true, lasted: 61 * time.Second} // no round trip seen, but long
+	busy3s     = ending{busy: 3 * time.Second}
 )
 
 func TestRedialDecision(t *testing.T) {
@@ -52,6 +53,9 @@ func TestRedialDecision(t *testing.T) {
 		{"a goodbye ends the flapping",
 			[]ending{brokeShort, brokeShort, brokeShort, brokeShort, brokeShort, goodbye, brokeShort},
 			[]time.Duration{5 * s, 5 * s, 5 * s, 10 * s, 20 * s, 5 * s, 5 * s}},
+		{"a busy console's come-back time is kept, and counts as no failure",
+			[]ending{dialFailed, dialFailed, busy3s, busy3s, dialFailed, brokeShort, busy3s, brokeShort},
+			[]time.Duration{1 * s, 2 * s, 3 * s, 3 * s, 4 * s, 5 * s, 3 * s, 5 * s}},
 		{"a session longer than Backoff.Max counts as a working console",
 			[]ending{dialFailed, dialFailed, dialFailed, dialFailed, longQuiet, dialFailed},
 			[]time.Duration{1 * s, 2 * s, 4 * s, 8 * s, 5 * s, 1 * s}},
@@ -65,7 +69,14 @@ func TestRedialDecision(t *testing.T) {
 				rejoin:  DefaultRejoin,
 			}
 			for i, e := range tt.seq {
+				asked = 0
 				wait, why := r.next(e)
+				if e.busy > 0 { // the console's time, already spread by it
+					if wait != tt.ceils[i] || asked != 0 {
+						t.Fatalf("step %d (%+v, %s): wait %v (jitter drawn: %t), want the console's %v", i, e, why, wait, asked != 0, tt.ceils[i])
+					}
+					continue
+				}
 				// Full jitter: the wait is drawn uniformly from [0, ceil].
 				if got := time.Duration(asked - 1); got != tt.ceils[i] || wait != tt.ceils[i] {
 					t.Fatalf("step %d (%+v, %s): window [0, %v], want [0, %v]", i, e, why, got, tt.ceils[i])

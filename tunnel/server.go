@@ -20,6 +20,11 @@ type ServerConfig struct {
 	// error when the connection must not become a session (revoked, no
 	// identity). It is called after the handshake.
 	Identify func(tls.ConnectionState) (string, error)
+	// Admit, if set, decides whether an identified box may start a
+	// session now. It returns 0 to admit it, or how long the box should
+	// wait before it dials again: the box is told so and the connection
+	// closed, before any session work. It must not block.
+	Admit func(boxID string) (retryAfter time.Duration)
 	// Name is this side's identity in stream addresses; "console" if empty.
 	Name string
 	// OnSession, if set, is called synchronously when a session comes up
@@ -94,6 +99,14 @@ func (s *Server) ServeConn(ctx context.Context, conn *tls.Conn) error {
 		writeVerdict(conn, err.Error())
 		conn.Close()
 		return fmt.Errorf("tunnel: refusing session: %w", err)
+	}
+	if s.cfg.Admit != nil {
+		if after := s.cfg.Admit(boxID); after > 0 {
+			s.metrics.handshake("busy")
+			writeBusy(conn, after)
+			conn.Close()
+			return fmt.Errorf("tunnel: %s: %w", boxID, &BusyError{RetryAfter: after})
+		}
 	}
 	if err := writeVerdict(conn, ""); err != nil {
 		s.metrics.handshake("failed")

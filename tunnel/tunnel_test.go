@@ -285,6 +285,51 @@ func TestThroughHTTPSProxy(t *testing.T) {
 	}
 }
 
+// TestBusyConsoleSaysWhenToComeBack turns a box away twice with a wait of
+// 300 ms: the box comes back after that wait each time, not after its own
+// backoff (here pinned to 30 s), and the session then comes up.
+func TestBusyConsoleSaysWhenToComeBack(t *testing.T) {
+	t.Parallel()
+	p := newTestPKI(t)
+	srv := startTestServer(t, p, DefaultConfig(), "")
+	echo(t, srv.Listen(KindRPC))
+	var mu sync.Mutex
+	var asked []time.Time
+	admit := func(string) time.Duration {
+		mu.Lock()
+		defer mu.Unlock()
+		asked = append(asked, time.Now())
+		if len(asked) <= 2 {
+			return 300 * time.Millisecond
+		}
+		return 0
+	}
+	srv.admit.Store(&admit)
+	cli := startTestClient(t, p, "box-1", srv.addr, func(c *ClientConfig) {
+		c.Backoff = Backoff{Min: 30 * time.Second, Max: 30 * time.Second, Rand: func(n int64) int64 { return n - 1 }}
+	})
+	waitFor(t, 10*time.Second, "a session after two busy answers", func() bool { _, ok := srv.Session("box-1"); return ok })
+	mu.Lock()
+	defer mu.Unlock()
+	if len(asked) != 3 {
+		t.Fatalf("admission asked %d times, want 3", len(asked))
+	}
+	for i := 1; i < len(asked); i++ {
+		if gap := asked[i].Sub(asked[i-1]); gap < 300*time.Millisecond {
+			t.Fatalf("dial %d came %v after a busy answer that said 300ms", i+1, gap)
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	c, err := cli.Open(ctx, KindRPC, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := roundTrip(t, c, "admitted"); got != "box-1:admitted" {
+		t.Fatalf("got %q", got)
+	}
+}
+
 func TestReconnectAfterConsoleRestart(t *testing.T) {
 	t.Parallel()
 	p := newTestPKI(t)

@@ -218,7 +218,10 @@ func (p *Port) handle(ctx context.Context, pc *portConn) {
 	pc.SetDeadline(time.Time{})
 	if tc.ConnectionState().NegotiatedProtocol == tunnel.ALPN {
 		p.adm.handshakeDone(pc, true)
-		if err := p.tunnel.ServeConn(ctx, tc); err != nil {
+		if err := p.tunnel.ServeConn(ctx, tc); errors.Is(err, tunnel.ErrBusy) {
+			// Admission counts and logs these as a rate.
+			p.log.Debug("box told to come back later", "remote", pc.RemoteAddr().String(), "err", err)
+		} else if err != nil {
 			p.log.Info("box session refused", "remote", pc.RemoteAddr().String(), "err", err)
 		}
 		return
