@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/edgebox/edgebox/console/admission"
 	"github.com/edgebox/edgebox/console/port"
 	"github.com/edgebox/edgebox/enroll"
 	"github.com/edgebox/edgebox/tunnel"
@@ -77,6 +78,10 @@ type Config struct {
 	// AppsSyncEvery is how often every box is checked against the app
 	// pins, behind the syncs that deploys and hellos make at once.
 	AppsSyncEvery time.Duration
+	// Admission paces box sessions: how many may be between their
+	// handshake and their caught-up Sync stream, adapting to how fast
+	// they complete, and how the rest are told when to come back.
+	Admission admission.Config
 }
 
 // DefaultConfig returns the defaults; DataDir defaults to the user's data
@@ -101,6 +106,7 @@ func DefaultConfig() Config {
 		CompactEvery:         5 * time.Minute,
 		KeepRevisions:        100_000,
 		AppsSyncEvery:        time.Minute,
+		Admission:            admission.DefaultConfig(),
 	}
 }
 
@@ -137,6 +143,9 @@ func (c Config) Validate() error {
 		errs = append(errs, errors.New("box certificate lifetime must be at least 5s"))
 	}
 	if err := c.port().Validate(); err != nil {
+		errs = append(errs, err)
+	}
+	if err := c.Admission.Validate(); err != nil {
 		errs = append(errs, err)
 	}
 	if c.CompactEvery <= 0 || c.KeepRevisions <= 0 || c.AppsSyncEvery <= 0 {

@@ -19,6 +19,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"golang.org/x/sync/errgroup"
 
+	"github.com/edgebox/edgebox/console/admission"
 	"github.com/edgebox/edgebox/console/agentrpc"
 	"github.com/edgebox/edgebox/console/apps"
 	"github.com/edgebox/edgebox/console/appsync"
@@ -70,6 +71,7 @@ type Console struct {
 	presence  *presence.Tracker
 	compactor *store.Compactor
 	appsync   *appsync.Loop
+	admission *admission.Controller
 
 	mu      sync.Mutex     // guards state and closers
 	state   lifecycle      //
@@ -184,11 +186,17 @@ func New(cfg Config, log *slog.Logger) (_ *Console, err error) {
 	var syncs *boxsync.Server
 	promReg := prometheus.NewRegistry()
 	promReg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	// Box sessions start at the pace the console completes them.
+	if c.admission, err = admission.New(cfg.Admission, promReg, c.log); err != nil {
+		return nil, err
+	}
 	srv, err := tunnel.NewServer(tunnel.ServerConfig{Config: cfg.Tunnel, Identify: presence.Identify(fl),
+		Admit: c.admission.Admit,
 		OnSession: func(ev tunnel.SessionEvent) {
 			pres.OnSession(ev)
 			if !ev.Up {
 				syncs.SessionEnded(ev.BoxID, ev.Session)
+				c.admission.SessionEnded(ev.BoxID)
 			}
 		}}, c.log, tunnel.NewMetrics(promReg))
 	if err != nil {
@@ -196,7 +204,8 @@ func New(cfg Config, log *slog.Logger) (_ *Console, err error) {
 	}
 	c.opened(srv.Close)
 	pres = presence.New(srv, fl, cfg.Tunnel, c.log)
-	syncs = boxsync.New(c.desired, fl.IsApproved, boxsync.KeyReports(fl, keyRegistry), srv.Listen(tunnel.KindSync), c.log)
+	syncs = boxsync.New(boxsync.Config{Desired: c.desired, Approved: fl.IsApproved, Status: boxsync.KeyReports(fl, keyRegistry),
+		CaughtUp: c.admission.CaughtUp, Listener: srv.Listen(tunnel.KindSync), Log: c.log})
 	c.tunnel, c.fleet, c.presence, c.sync = srv, fl, pres, syncs
 	c.agents = agentrpc.NewAgents(srv)
 	c.rpc = agentrpc.NewServer(agentrpc.Config{Fleet: fl, PKI: authority, Apps: catalogue, BoxCertTTL: cfg.BoxCertTTL,
@@ -301,6 +310,7 @@ func (c *Console) Run(ctx context.Context) error {
 	start(loops, "presence", c.presence.Run)
 	start(loops, "compaction", c.compactor.Run)
 	start(loops, "app sync", c.appsync.Run)
+	start(loops, "admission", c.admission.Run)
 
 	<-gctx.Done()
 	edge.stop()

@@ -33,7 +33,7 @@ func TestRunEnds(t *testing.T) {
 			}
 			defer l.Close()
 			approved := func(context.Context, string) (bool, error) { return true, nil }
-			s := New(desired.New(storetest.Bolt(t)), approved, nil, l, slog.New(slog.NewTextHandler(io.Discard, nil)))
+			s := New(Config{Desired: desired.New(storetest.Bolt(t)), Approved: approved, Listener: l, Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
 			ctx, cancel := context.WithCancel(context.Background())
 			defer cancel()
 			ran := make(chan error, 1)

@@ -46,6 +46,7 @@ type Server struct {
 	desired  *desired.State
 	approved Approved
 	status   StatusHook // nil: only the desired state takes status reports
+	caughtUp func(box string)
 	l        net.Listener
 	log      *slog.Logger
 
@@ -64,13 +65,30 @@ type Approved func(ctx context.Context, box string) (bool, error)
 // records it; its error refuses the report.
 type StatusHook func(ctx context.Context, box string, st *edgeboxv1.SyncStatus) error
 
-// New returns a Server of d's state on l, the tunnel's "sync" streams.
-// status may be nil. It starts nothing.
-func New(d *desired.State, approved Approved, status StatusHook, l net.Listener, log *slog.Logger) *Server {
-	log = log.With("component", "sync")
-	s := &Server{desired: d, approved: approved, status: status, l: l, log: log, boxes: make(map[string]*syncConn)}
+// Config is what a Server serves and whom it tells.
+type Config struct {
+	Desired  *desired.State
+	Approved Approved
+	// Status, if set, takes each status report before the desired state
+	// records it.
+	Status StatusHook
+	// CaughtUp, if set, is told once a box's new stream has begun: its
+	// catch-up is written, or it was told it waits for approval. It must
+	// not block.
+	CaughtUp func(box string)
+	// Listener gives the tunnel's "sync" streams.
+	Listener net.Listener
+	Log      *slog.Logger
+}
+
+// New returns a Server of cfg.Desired's state on cfg.Listener. It starts
+// nothing.
+func New(cfg Config) *Server {
+	log := cfg.Log.With("component", "sync")
+	s := &Server{desired: cfg.Desired, approved: cfg.Approved, status: cfg.Status, caughtUp: cfg.CaughtUp,
+		l: cfg.Listener, log: log, boxes: make(map[string]*syncConn)}
 	s.cond = sync.NewCond(&s.mu)
-	s.hub = newHub(d, s.wake, s.wakeAll, log)
+	s.hub = newHub(cfg.Desired, s.wake, s.wakeAll, log)
 	return s
 }
 
@@ -427,7 +445,11 @@ func (s *Server) work(ctx context.Context) {
 			continue
 		}
 		sc.mu.Lock()
+		begun := sc.begun
 		err := s.push(ctx, sc)
+		if !begun && s.caughtUp != nil && (sc.begun || errors.Is(err, errWaitingRoom)) {
+			s.caughtUp(sc.box)
+		}
 		if err != nil && !errors.Is(err, errWaitingRoom) {
 			s.log.Info("sync push failed; closing the stream", "box_id", sc.box, "err", err)
 			sc.write(&edgeboxv1.SyncDown{Error: publicError(err)})

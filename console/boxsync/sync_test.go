@@ -19,7 +19,7 @@ func newSyncer(t testing.TB) (*Server, store.Store) {
 	t.Helper()
 	st := storetest.Bolt(t)
 	approved := func(context.Context, string) (bool, error) { return true, nil }
-	return New(desired.New(st), approved, nil, nil, slog.New(slog.NewTextHandler(io.Discard, nil))), st
+	return New(Config{Desired: desired.New(st), Approved: approved, Log: slog.New(slog.NewTextHandler(io.Discard, nil))}), st
 }
 
 func workloadObj(name string) *edgeboxv1.DesiredObject {

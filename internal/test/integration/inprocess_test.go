@@ -232,16 +232,22 @@ func TestHTTP2AndMetrics(t *testing.T) {
 	if resp.ProtoMajor != 2 {
 		t.Fatalf("API spoke %s, want HTTP/2", resp.Proto)
 	}
-	// With the admin token.
+	// With the admin token. The box's session was admitted and, once its
+	// Sync stream caught up, left admission's books.
 	tok := h.AdminToken()
 	req.Header.Set("Authorization", "Bearer "+tok)
-	resp, err = hc.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	body, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	for _, want := range []string{"edgebox_tunnel_sessions 1", `edgebox_tunnel_handshakes_total{result="ok"}`, "edgebox_tunnel_ping_rtt_seconds"} {
+	var body []byte
+	testenv.WaitFor(t, 10*time.Second, "the box's session caught up", func() bool {
+		resp, err = hc.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ = io.ReadAll(resp.Body)
+		resp.Body.Close()
+		return strings.Contains(string(body), `edgebox_admission_sessions_total{result="caught_up"} 1`)
+	})
+	for _, want := range []string{"edgebox_tunnel_sessions 1", `edgebox_tunnel_handshakes_total{result="ok"}`, "edgebox_tunnel_ping_rtt_seconds",
+		`edgebox_admission_sessions_total{result="admitted"} 1`, "edgebox_admission_in_flight 0", "edgebox_admission_limit 64"} {
 		if !strings.Contains(string(body), want) {
 			t.Errorf("metrics lack %q", want)
 		}

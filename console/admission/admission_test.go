@@ -1,0 +1,319 @@
+package admission
+
+import (
+	"fmt"
+	"io"
+	"log/slog"
+	"math"
+	"math/rand/v2"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
+)
+
+// clock is a test's time, moved by hand.
+type clock struct{ t time.Time }
+
+func (c *clock) now() time.Time      { return c.t }
+func (c *clock) add(d time.Duration) { c.t = c.t.Add(d) }
+func newClock() *clock               { return &clock{t: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)} }
+func quiet() *slog.Logger            { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
+func fixed(f float64) func() float64 { return func() float64 { return f } }
+func newTest(t *testing.T, cfg Config, reg prometheus.Registerer, c *clock) *Controller {
+	t.Helper()
+	ctl, err := New(cfg, reg, quiet())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctl.now, ctl.rand = c.now, fixed(0.5)
+	return ctl
+}
+
+func TestAdmitUpToTheLimitAndSpreadTheRest(t *testing.T) {
+	c := newClock()
+	cfg := DefaultConfig()
+	cfg.Initial, cfg.Min = 4, 1
+	reg := prometheus.NewRegistry()
+	ctl := newTest(t, cfg, reg, c)
+	ctl.rate = 10 // completions per second: one slot every 100 ms
+	for i := range 4 {
+		if w := ctl.Admit(fmt.Sprint("box-", i)); w != 0 {
+			t.Fatalf("box %d under the limit told to wait %v", i, w)
+		}
+	}
+	if w := ctl.Admit("box-0"); w != 0 {
+		t.Fatalf("a box in flight dialling again told to wait %v", w)
+	}
+	// Deferred boxes get successive slots, 100 ms apart (MinWait is 200 ms).
+	var waits []time.Duration
+	for i := range 5 {
+		waits = append(waits, ctl.Admit(fmt.Sprint("late-", i)))
+	}
+	want := []time.Duration{200 * time.Millisecond, 200 * time.Millisecond, 300 * time.Millisecond, 400 * time.Millisecond, 500 * time.Millisecond}
+	if fmt.Sprint(waits) != fmt.Sprint(want) {
+		t.Fatalf("waits %v, want %v", waits, want)
+	}
+	// The spread: ±10 % around the slot.
+	ctl.rand = fixed(0)
+	if w := ctl.Admit("late-5"); w != 540*time.Millisecond {
+		t.Fatalf("the earliest of the 6th slot: %v, want 540ms", w)
+	}
+	// Past the queue's end in time, a deferred box starts a new queue.
+	c.add(time.Minute)
+	ctl.rand = fixed(0.5)
+	if w := ctl.Admit("later"); w != 200*time.Millisecond {
+		t.Fatalf("after the queue drained: %v", w)
+	}
+	// A place given back is taken by the next box.
+	ctl.CaughtUp("box-1")
+	if w := ctl.Admit("late-0"); w != 0 {
+		t.Fatalf("a freed place was not given: %v", w)
+	}
+	if got := value(t, ctl.m.sessions.WithLabelValues("deferred")); got != 7 {
+		t.Fatalf("deferred counted %v, want 7", got)
+	}
+	if got := value(t, ctl.m.inflight); got != 4 {
+		t.Fatalf("in flight gauge %v, want 4", got)
+	}
+	// A very slow console never tells a box to wait past MaxWait.
+	ctl.rate = 1
+	for i := range 1000 {
+		if w := ctl.Admit(fmt.Sprint("storm-", i)); w > cfg.MaxWait {
+			t.Fatalf("wait %v past MaxWait", w)
+		}
+	}
+}
+
+func TestAbandonedSessionsGiveTheirPlaceBack(t *testing.T) {
+	c := newClock()
+	cfg := DefaultConfig()
+	cfg.Initial, cfg.Min = 2, 1
+	ctl := newTest(t, cfg, prometheus.NewRegistry(), c)
+	ctl.Admit("a")
+	ctl.Admit("b")
+	if ctl.Admit("c") == 0 {
+		t.Fatal("admitted past the limit")
+	}
+	ctl.SessionEnded("a") // the box left before catching up
+	ctl.SessionEnded("x") // never admitted: nothing happens
+	if ctl.Admit("c") != 0 {
+		t.Fatal("the place of a session that ended was not given back")
+	}
+	c.add(cfg.Patience + time.Second)
+	ctl.adapt() // b and c outlasted their patience
+	if s := ctl.State(); s.InFlight != 0 {
+		t.Fatalf("%d in flight after their patience", s.InFlight)
+	}
+	if got := value(t, ctl.m.abandoned.WithLabelValues("patience")); got != 2 {
+		t.Fatalf("abandoned by patience: %v", got)
+	}
+	if got := value(t, ctl.m.abandoned.WithLabelValues("session_ended")); got != 1 {
+		t.Fatalf("abandoned by session end: %v", got)
+	}
+	ctl.CaughtUp("b") // too late: already forgotten
+	if got := value(t, ctl.m.sessions.WithLabelValues("caught_up")); got != 0 {
+		t.Fatalf("a forgotten session counted as caught up")
+	}
+}
+
+func TestTheLimitFollowsCompletions(t *testing.T) {
+	c := newClock()
+	cfg := DefaultConfig()
+	cfg.Initial, cfg.Min, cfg.Max = 16, 4, 40
+	ctl := newTest(t, cfg, prometheus.NewRegistry(), c)
+	step := func(latency time.Duration, settle, defer_ int) {
+		for i := range settle {
+			ctl.Admit(fmt.Sprint("s", i))
+		}
+		c.add(latency)
+		for i := range settle {
+			ctl.CaughtUp(fmt.Sprint("s", i))
+		}
+		for range defer_ {
+			ctl.win.deferred++
+		}
+		c.add(cfg.Window - latency%cfg.Window)
+		ctl.adapt()
+	}
+	// Quick sessions, boxes held back: the limit grows with what settled.
+	step(100*time.Millisecond, 8, 5)
+	if l := ctl.State().Limit; l != 18 {
+		t.Fatalf("limit %d after a quick full window, want 18", l)
+	}
+	// Quick, but nobody held back: the limit stays.
+	step(100*time.Millisecond, 8, 0)
+	if l := ctl.State().Limit; l != 18 {
+		t.Fatalf("limit %d without pressure, want 18", l)
+	}
+	// Slow sessions: cut by a quarter, once per Target.
+	step(3*time.Second, 8, 5)
+	if l := ctl.State().Limit; l != 13 {
+		t.Fatalf("limit %d after slow sessions, want 13", l)
+	}
+	step(3*time.Second, 8, 5)
+	if l := ctl.State().Limit; l != 10 {
+		t.Fatalf("limit %d after slow sessions a Target later, want 10", l)
+	}
+	// Never under Min, never over Max.
+	for range 20 {
+		step(3*time.Second, 2, 5)
+	}
+	if l := ctl.State().Limit; l != cfg.Min {
+		t.Fatalf("limit %d, want Min %d", l, cfg.Min)
+	}
+	for range 100 {
+		step(10*time.Millisecond, 4, 5)
+	}
+	if l := ctl.State().Limit; l != cfg.Max {
+		t.Fatalf("limit %d, want Max %d", l, cfg.Max)
+	}
+}
+
+// storm simulates a console that completes capacity sessions a second,
+// shared among those in flight (each needs 1/capacity s of its time), and
+// n boxes arriving within spread. A box whose session has not caught up
+// after patience gives up, and dials again after a full-jitter backoff
+// (1 s doubling to 60 s), or after the wait a busy console told it. It
+// returns when every box caught up (or at limit), and the completions per
+// second over the run.
+func storm(t *testing.T, ctl *Controller, c *clock, n, capacity int, patience, spread, limit time.Duration) (time.Duration, float64, int) {
+	t.Helper()
+	const dt = 20 * time.Millisecond
+	type box struct {
+		next    time.Time // when it dials
+		fails   int
+		started time.Time
+		work    float64 // seconds of the console's time still needed
+		in      bool
+		done    bool
+	}
+	rnd := rand.New(rand.NewPCG(1, 2))
+	start := c.now()
+	boxes := make([]*box, n)
+	for i := range boxes {
+		boxes[i] = &box{next: start.Add(time.Duration(rnd.Int64N(int64(spread) + 1)))}
+	}
+	need := 1 / float64(capacity)
+	done, dials := 0, 0
+	var inflight []int
+	for c.now().Sub(start) < limit && done < n {
+		now := c.now()
+		for i, b := range boxes {
+			if b.done || b.in || now.Before(b.next) {
+				continue
+			}
+			dials++
+			if wait := ctl.Admit(fmt.Sprint(i)); wait > 0 {
+				b.next = now.Add(wait)
+				continue
+			}
+			b.in, b.started, b.work = true, now, need
+			inflight = append(inflight, i)
+		}
+		// Processor sharing: each in flight gets 1/k of the time.
+		if k := len(inflight); k > 0 {
+			share := dt.Seconds() / float64(k)
+			kept := inflight[:0]
+			for _, i := range inflight {
+				b := boxes[i]
+				b.work -= share
+				switch {
+				case b.work <= 0:
+					b.in, b.done = false, true
+					done++
+					ctl.CaughtUp(fmt.Sprint(i))
+				case now.Sub(b.started) > patience:
+					b.in = false
+					ctl.SessionEnded(fmt.Sprint(i))
+					max := math.Min(60, math.Pow(2, float64(b.fails)))
+					b.fails++
+					b.next = now.Add(time.Duration(rnd.Float64() * max * float64(time.Second)))
+				default:
+					kept = append(kept, i)
+				}
+			}
+			inflight = kept
+		}
+		c.add(dt)
+		if c.now().Sub(start)%ctl.cfg.Window == 0 && ctl.cfg.Max < unlimited {
+			ctl.adapt()
+		}
+	}
+	took := c.now().Sub(start)
+	return took, float64(done) / took.Seconds(), dials
+}
+
+// unlimited, as a Config's Max, makes a controller that admits everyone.
+const unlimited = 1 << 30
+
+// TestAStormConverges is the metastable failure in miniature: 3,000 boxes
+// at once at a console that completes 60 sessions a second (50 s for all),
+// and boxes that give up after 30 s. Admitting everyone, every session
+// shares the console with thousands of others and few finish in 30 s: the
+// boxes that gave up come back and share it again. Admitting by capacity,
+// all come back at close to the console's rate, with few dials each.
+func TestAStormConverges(t *testing.T) {
+	const n, capacity = 3000, 60
+	best := time.Duration(float64(n) / capacity * float64(time.Second))
+	for _, c := range []struct {
+		name      string
+		unlimited bool
+	}{{"admitting everyone", true}, {"admitting by capacity", false}} {
+		t.Run(c.name, func(t *testing.T) {
+			clk := newClock()
+			cfg := DefaultConfig()
+			if c.unlimited {
+				cfg.Initial, cfg.Max = unlimited, unlimited
+			}
+			ctl := newTest(t, cfg, prometheus.NewRegistry(), clk)
+			ctl.rand = rand.New(rand.NewPCG(3, 4)).Float64
+			took, rate, dials := storm(t, ctl, clk, n, capacity, 30*time.Second, 5*time.Second, 3*time.Minute)
+			t.Logf("%s: %v, %.1f sessions/s (capacity %d), %.2f dials per box, limit %d",
+				c.name, took, rate, capacity, float64(dials)/n, ctl.State().Limit)
+			if c.unlimited {
+				if rate > 0.5*capacity {
+					t.Fatalf("without admission the storm went at %.0f/s: the model lost its cliff", rate)
+				}
+				return
+			}
+			if took > best*3/2 || rate < 0.8*capacity*0.9 || float64(dials)/n > 3 {
+				t.Fatalf("the storm took %v (%.1f/s, %.2f dials per box), want within 1.5 × %v, at least 80 %% of %d/s, at most 3 dials per box",
+					took, rate, float64(dials)/n, best, capacity)
+			}
+		})
+	}
+}
+
+func TestConfigValidate(t *testing.T) {
+	for _, c := range []func(*Config){
+		func(c *Config) { c.Min = 0 },
+		func(c *Config) { c.Initial = c.Max + 1 },
+		func(c *Config) { c.Patience = c.Target / 2 },
+		func(c *Config) { c.Window = 0 },
+		func(c *Config) { c.MaxWait = c.MinWait / 2 },
+	} {
+		cfg := DefaultConfig()
+		c(&cfg)
+		if cfg.Validate() == nil {
+			t.Errorf("%+v passed", cfg)
+		}
+	}
+	if err := DefaultConfig().Validate(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// value reads a counter or gauge.
+func value(t *testing.T, m prometheus.Metric) float64 {
+	t.Helper()
+	var d dto.Metric
+	if err := m.Write(&d); err != nil {
+		t.Fatal(err)
+	}
+	if d.Counter != nil {
+		return d.Counter.GetValue()
+	}
+	return d.Gauge.GetValue()
+}
