@@ -3,6 +3,7 @@ package bench
 import (
 	"bufio"
 	"bytes"
+	"cmp"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
@@ -38,25 +39,44 @@ type consoleProc struct {
 }
 
 func (c *consoleProc) start(b *testing.B) []byte {
+	out := c.launch(b)
+	c.waitHealthy(b, 20*time.Second)
+	return out.Bytes()
+}
+
+// launch starts the console and returns what it will print on standard
+// output. EDGEBOX_BENCH_CONSOLE_LOG_LEVEL is its log level (error unless
+// set); EDGEBOX_BENCH_CONSOLE_ENV adds space-separated NAME=value pairs
+// to its environment (GOMAXPROCS=1 limits it to one core), after
+// EDGEBOX_BENCH_HEAP_PROFILE's and EDGEBOX_BENCH_CONSOLE_GODEBUG's GODEBUG.
+func (c *consoleProc) launch(b *testing.B) *bytes.Buffer {
+	level := cmp.Or(os.Getenv("EDGEBOX_BENCH_CONSOLE_LOG_LEVEL"), "error")
 	var out bytes.Buffer
 	c.cmd = exec.Command(filepath.Join(c.bin, "edgebox-console"), "--data", c.data, "--listen", c.addr,
-		"--public-url", c.url, "--log-level", "error")
+		"--public-url", c.url, "--log-level", level)
 	c.cmd.Stdout, c.cmd.Stderr = &out, os.Stderr
+	c.cmd.Env = os.Environ()
 	if os.Getenv("EDGEBOX_BENCH_HEAP_PROFILE") != "" {
-		c.cmd.Env = append(os.Environ(), "GODEBUG=memprofilerate=1")
+		c.cmd.Env = append(c.cmd.Env, "GODEBUG=memprofilerate=1")
 	}
 	if g := os.Getenv("EDGEBOX_BENCH_CONSOLE_GODEBUG"); g != "" {
-		c.cmd.Env = append(os.Environ(), "GODEBUG="+g)
+		c.cmd.Env = append(c.cmd.Env, "GODEBUG="+g)
 	}
+	c.cmd.Env = append(c.cmd.Env, strings.Fields(os.Getenv("EDGEBOX_BENCH_CONSOLE_ENV"))...)
 	if err := c.cmd.Start(); err != nil {
 		b.Fatal(err)
 	}
-	deadline := time.Now().Add(20 * time.Second)
+	return &out
+}
+
+// waitHealthy waits until the console's /healthz answers.
+func (c *consoleProc) waitHealthy(b *testing.B, timeout time.Duration) {
+	deadline := time.Now().Add(timeout)
 	for {
 		resp, err := c.hc.Get(c.url + "/healthz")
 		if err == nil {
 			resp.Body.Close()
-			return out.Bytes()
+			return
 		}
 		if time.Now().After(deadline) {
 			b.Fatalf("console did not start: %v", err)
@@ -255,6 +275,16 @@ func holdIdle(addr string, n int) {
 // many revisions of each box's desired state while the console is down,
 // so that every box must catch up after the restart; the storm's "synced"
 // figures count it.
+//
+// For investigating a storm: EDGEBOX_BENCH_STORM_ONLY skips the idle
+// memory figures; EDGEBOX_BENCH_STORM_TIMEOUT (a duration, 10m unless
+// set) bounds the wait for the fleet to come back, and a fleet that does
+// not is logged with its curve before the benchmark fails;
+// EDGEBOX_BENCH_CONSOLE_ENV and EDGEBOX_BENCH_CONSOLE_LOG_LEVEL reach the
+// console (GOMAXPROCS=1 limits it to one core); EDGEBOX_BENCH_SIM_LOGS
+// names a directory for the simulated agents' logs at info. The API is
+// measured from the moment the restarted console listens, and
+// storm-s-healthz is when /healthz first answered.
 func BenchmarkFleet(b *testing.B) {
 	n := boxCount(b, 2000)
 	for range b.N {
@@ -294,15 +324,20 @@ func fleet(b *testing.B, n int) {
 		}
 	}()
 
-	heap0, rss0 := c.settledMemory(b, 5*time.Second)
-	stack0, err := c.metric("go_memstats_stack_inuse_bytes")
-	if err != nil {
-		b.Fatal(err)
-	}
-	live0 := c.liveHeap(b)
-	g0, err := c.metric("go_goroutines")
-	if err != nil {
-		b.Fatal(err)
+	stormOnly := os.Getenv("EDGEBOX_BENCH_STORM_ONLY") != ""
+	var heap0, rss0, stack0, live0, g0 float64
+	var err error
+	if !stormOnly {
+		heap0, rss0 = c.settledMemory(b, 5*time.Second)
+		stack0, err = c.metric("go_memstats_stack_inuse_bytes")
+		if err != nil {
+			b.Fatal(err)
+		}
+		live0 = c.liveHeap(b)
+		g0, err = c.metric("go_goroutines")
+		if err != nil {
+			b.Fatal(err)
+		}
 	}
 
 	// Start the n agents, in the fleet's processes.
@@ -318,54 +353,9 @@ func fleet(b *testing.B, n int) {
 		b.ReportMetric(float64(slices.Max(files)), "sim-open-files-max/process")
 	}
 
-	// Idle means no call in flight: the agents' gRPC connections close
-	// after 30 s without calls. Wait until the console's goroutines stop
-	// falling.
-	idleStart := time.Now()
-	last, steady := 1e18, 0
-	for steady < 3 || time.Since(idleStart) < 40*time.Second {
-		time.Sleep(2 * time.Second)
-		g, err := c.metric("go_goroutines")
-		if err != nil {
-			b.Fatal(err)
-		}
-		if g < last {
-			last, steady = g, 0
-		} else {
-			steady++
-		}
-		if time.Since(idleStart) > 3*time.Minute {
-			break
-		}
+	if !stormOnly {
+		idleMemory(b, c, n, heap0, rss0, stack0, live0, g0)
 	}
-	b.ReportMetric((last-g0)/float64(n), "goroutines/box")
-	heap1, rss1 := c.settledMemory(b, 10*time.Second)
-	live1 := c.liveHeap(b)
-	if p := os.Getenv("EDGEBOX_BENCH_HEAP_PROFILE"); p != "" {
-		req, _ := http.NewRequest(http.MethodGet, c.url+"/debug/pprof/heap?gc=1", nil)
-		req.Header.Set("Authorization", "Bearer "+c.token)
-		if resp, err := c.hc.Do(req); err == nil {
-			body, _ := io.ReadAll(resp.Body)
-			resp.Body.Close()
-			os.WriteFile(p, body, 0o644)
-		}
-	}
-	// RSS once more, after those collections and half a minute for the
-	// runtime to hand freed pages back to the system.
-	time.Sleep(30 * time.Second)
-	_, rss2 := c.settledMemory(b, 5*time.Second)
-	stack2, err := c.metric("go_memstats_stack_inuse_bytes")
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.ReportMetric((stack2-stack0)/float64(n)/1024, "stack-KiB/box")
-	b.ReportMetric((rss2-rss0)/float64(n)/1024, "rss-after-gc-KiB/box")
-	heapPer := (heap1 - heap0) / float64(n)
-	rssPer := (rss1 - rss0) / float64(n)
-	b.ReportMetric(heapPer/1024, "heap-KiB/box")
-	b.ReportMetric((live1-live0)/float64(n)/1024, "live-heap-KiB/box")
-	b.ReportMetric(rssPer/1024, "rss-KiB/box")
-	b.ReportMetric(float64(1<<30)/rssPer, "boxes/GiB-rss")
 
 	// An attacker holding idle connections, from a process of its own,
 	// through the storm when EDGEBOX_BENCH_IDLE says how many.
@@ -386,7 +376,27 @@ func fleet(b *testing.B, n int) {
 		b.Logf("storm: the desired state of %d boxes moved on by %d revisions while the console was down, in %v", n, k, time.Since(t0).Round(time.Millisecond))
 	}
 	restart := time.Now()
-	c.start(b)
+	c.launch(b)
+	// The operator's calls come from another process, as they would, so
+	// the agents do not slow the prober itself. It starts with the
+	// console, and measures from the moment the console listens.
+	probe := exec.Command(os.Args[0])
+	probe.Env = append(os.Environ(), "EDGEBOX_PROBE_URL="+c.url, "EDGEBOX_PROBE_TOKEN="+c.token,
+		"EDGEBOX_PROBE_BOX="+ids[0], "EDGEBOX_PROBE_CA="+string(caPEM))
+	var probeOut bytes.Buffer
+	probe.Stdout = &probeOut
+	stdin, _ := probe.StdinPipe()
+	if err := probe.Start(); err != nil {
+		b.Fatal(err)
+	}
+	stormTimeout := 10 * time.Minute
+	if v := os.Getenv("EDGEBOX_BENCH_STORM_TIMEOUT"); v != "" {
+		if stormTimeout, err = time.ParseDuration(v); err != nil {
+			b.Fatalf("EDGEBOX_BENCH_STORM_TIMEOUT=%q: %v", v, err)
+		}
+	}
+	c.waitHealthy(b, stormTimeout)
+	b.ReportMetric(time.Since(restart).Seconds(), "storm-s-healthz")
 	var profiled sync.WaitGroup
 	if p := os.Getenv("EDGEBOX_BENCH_CPU_PROFILE"); p != "" {
 		// The console's CPU during the first 8 s of the storm.
@@ -406,24 +416,18 @@ func fleet(b *testing.B, n int) {
 		}()
 	}
 	defer profiled.Wait()
-	// The operator's calls come from another process, as they would, so
-	// the 2,000 agents in this one do not slow the prober itself.
-	probe := exec.Command(os.Args[0])
-	probe.Env = append(os.Environ(), "EDGEBOX_PROBE_URL="+c.url, "EDGEBOX_PROBE_TOKEN="+c.token,
-		"EDGEBOX_PROBE_BOX="+ids[0], "EDGEBOX_PROBE_CA="+string(caPEM))
-	var probeOut bytes.Buffer
-	probe.Stdout = &probeOut
-	stdin, _ := probe.StdinPipe()
-	if err := probe.Start(); err != nil {
-		b.Fatal(err)
-	}
-	waitOnline(b, admin, n, 10*time.Minute)
-	back := time.Since(restart)
 	// Online in the console, and by the boxes' own account caught up.
 	window := fleetsim.Window{Since: killed}
 	if targets != nil {
 		window.Target = func(i int) uint64 { return targets[i] }
 	}
+	if err := waitOnlineErr(admin, n, time.Until(restart.Add(stormTimeout))); err != nil {
+		logFleet(b, "storm from the kill (not converged)", f.Stats(window))
+		stdin.Close()
+		probe.Wait()
+		b.Fatal(err)
+	}
+	back := time.Since(restart)
 	storm := waitSynced(b, f, window)
 	stdin.Close() // tells the prober to stop
 	probe.Wait()
@@ -508,6 +512,7 @@ func startFleet(b *testing.B, admin *api.Client, n int) *fleetsim.Fleet {
 	cfg := fleetsim.DefaultConfig(n, tok.Text, b.TempDir())
 	cfg.Processes = envInt(b, "EDGEBOX_BENCH_PROCS", 0)
 	cfg.BoxesPerAddr = envInt(b, "EDGEBOX_BENCH_BOXES_PER_ADDR", 8)
+	cfg.LogDir = os.Getenv("EDGEBOX_BENCH_SIM_LOGS")
 	start := time.Now()
 	f, err := fleetsim.Start(cfg)
 	if err != nil {
@@ -564,6 +569,13 @@ func logFleet(b *testing.B, what string, st fleetsim.Stats) {
 // waitOnline polls the session gauge through the API until n boxes are
 // online.
 func waitOnline(b *testing.B, admin *api.Client, n int, timeout time.Duration) {
+	if err := waitOnlineErr(admin, n, timeout); err != nil {
+		b.Fatal(err)
+	}
+}
+
+// waitOnlineErr is waitOnline, with an error when the time is out.
+func waitOnlineErr(admin *api.Client, n int, timeout time.Duration) error {
 	deadline := time.Now().Add(timeout)
 	for {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -576,10 +588,10 @@ func waitOnline(b *testing.B, admin *api.Client, n int, timeout time.Duration) {
 			}
 		}
 		if err == nil && online == n {
-			return
+			return nil
 		}
 		if time.Now().After(deadline) {
-			b.Fatalf("only %d of %d boxes online after %v (%v)", online, n, timeout, err)
+			return fmt.Errorf("only %d of %d boxes online after %v (%v)", online, n, timeout, err)
 		}
 		time.Sleep(250 * time.Millisecond)
 	}
@@ -627,6 +639,16 @@ func probeAPI(url string) {
 	}
 	var stop atomic.Bool
 	go func() { io.Copy(io.Discard, os.Stdin); stop.Store(true) }()
+	// From the moment the console listens: a restarting console's port
+	// is closed while it opens its store.
+	host := strings.TrimPrefix(url, "https://")
+	for !stop.Load() {
+		if c, err := net.DialTimeout("tcp", host, time.Second); err == nil {
+			c.Close()
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 	var mu sync.Mutex
 	var wg sync.WaitGroup
 	for range 4 {
@@ -650,4 +672,57 @@ func probeAPI(url string) {
 		}()
 	}
 	wg.Wait()
+}
+
+// idleMemory reports what the console holds per idle connected box, from
+// figures taken before the boxes came.
+func idleMemory(b *testing.B, c *consoleProc, n int, heap0, rss0, stack0, live0, g0 float64) {
+	// Idle means no call in flight: the agents' gRPC connections close
+	// after 30 s without calls. Wait until the console's goroutines stop
+	// falling.
+	idleStart := time.Now()
+	last, steady := 1e18, 0
+	for steady < 3 || time.Since(idleStart) < 40*time.Second {
+		time.Sleep(2 * time.Second)
+		g, err := c.metric("go_goroutines")
+		if err != nil {
+			b.Fatal(err)
+		}
+		if g < last {
+			last, steady = g, 0
+		} else {
+			steady++
+		}
+		if time.Since(idleStart) > 3*time.Minute {
+			break
+		}
+	}
+	b.ReportMetric((last-g0)/float64(n), "goroutines/box")
+	heap1, rss1 := c.settledMemory(b, 10*time.Second)
+	live1 := c.liveHeap(b)
+	if p := os.Getenv("EDGEBOX_BENCH_HEAP_PROFILE"); p != "" {
+		req, _ := http.NewRequest(http.MethodGet, c.url+"/debug/pprof/heap?gc=1", nil)
+		req.Header.Set("Authorization", "Bearer "+c.token)
+		if resp, err := c.hc.Do(req); err == nil {
+			body, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			os.WriteFile(p, body, 0o644)
+		}
+	}
+	// RSS once more, after those collections and half a minute for the
+	// runtime to hand freed pages back to the system.
+	time.Sleep(30 * time.Second)
+	_, rss2 := c.settledMemory(b, 5*time.Second)
+	stack2, err := c.metric("go_memstats_stack_inuse_bytes")
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.ReportMetric((stack2-stack0)/float64(n)/1024, "stack-KiB/box")
+	b.ReportMetric((rss2-rss0)/float64(n)/1024, "rss-after-gc-KiB/box")
+	heapPer := (heap1 - heap0) / float64(n)
+	rssPer := (rss1 - rss0) / float64(n)
+	b.ReportMetric(heapPer/1024, "heap-KiB/box")
+	b.ReportMetric((live1-live0)/float64(n)/1024, "live-heap-KiB/box")
+	b.ReportMetric(rssPer/1024, "rss-KiB/box")
+	b.ReportMetric(float64(1<<30)/rssPer, "boxes/GiB-rss")
 }
