@@ -396,6 +396,24 @@ func (a *admission) counts() admissionCounts {
 // portMetrics are the public port's Prometheus collectors.
 type portMetrics struct {
 	shed *prometheus.CounterVec
+	// tls counts completed handshakes by pool and whether they resumed a
+	// session: after a restart, boxes should resume.
+	tls *prometheus.CounterVec
+}
+
+// handshake counts one completed handshake; m may be nil.
+func (m *portMetrics) handshake(box, resumed bool) {
+	if m == nil {
+		return
+	}
+	pool, r := "other", "no"
+	if box {
+		pool = "box"
+	}
+	if resumed {
+		r = "yes"
+	}
+	m.tls.WithLabelValues(pool, r).Inc()
 }
 
 // newPortMetrics registers the port's collectors with reg; the gauges read
@@ -404,7 +422,11 @@ func newPortMetrics(reg prometheus.Registerer, adm *admission) *portMetrics {
 	m := &portMetrics{shed: prometheus.NewCounterVec(prometheus.CounterOpts{
 		Namespace: "edgebox", Subsystem: "port", Name: "shed_total",
 		Help: "Connections the public port refused or closed early to stay available, by reason.",
-	}, []string{"reason"})}
+	}, []string{"reason"}),
+		tls: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "edgebox", Subsystem: "port", Name: "tls_handshakes_total",
+			Help: "TLS handshakes completed on the public port, by pool (box, other) and whether they resumed a session (yes, no).",
+		}, []string{"pool", "resumed"})}
 	for _, r := range shedReasons {
 		m.shed.WithLabelValues(r) // every reason shows, at zero
 	}
@@ -415,7 +437,7 @@ func newPortMetrics(reg prometheus.Registerer, adm *admission) *portMetrics {
 	}
 	const connHelp = "Anonymous connections open on the public port, by state (box sessions are not counted here)."
 	const hsHelp = "TLS handshakes in progress on the public port, by pool."
-	reg.MustRegister(m.shed,
+	reg.MustRegister(m.shed, m.tls,
 		gauge("connections", connHelp, prometheus.Labels{"state": "idle"}, func(c admissionCounts) int { return c.idle }),
 		gauge("connections", connHelp, prometheus.Labels{"state": "http"}, func(c admissionCounts) int { return c.http }),
 		gauge("handshakes", hsHelp, prometheus.Labels{"pool": "box"}, func(c admissionCounts) int { return c.boxHandshakes }),

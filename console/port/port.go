@@ -38,8 +38,9 @@ type Port struct {
 	cfg      Config
 	log      *slog.Logger
 	adm      *admission
-	logEvery time.Duration // how often shedding is summed up in the log
-	hellos   sync.Map      // the conn TLS reads → its *portConn, while its handshake runs
+	logEvery time.Duration  // how often shedding is summed up in the log
+	hellos   sync.Map       // the conn TLS reads → its *portConn, while its handshake runs
+	keys     *pki.Authority // keeps the session ticket keys
 	wg       sync.WaitGroup
 }
 
@@ -101,8 +102,28 @@ func newPort(ln net.Listener, a *pki.Authority, srv *tunnel.Server, adm *admissi
 			return tunnelTLS, nil
 		},
 	}
+	p.keys = a
+	p.rotateTicketKeys()
 	return p
 }
+
+// rotateTicketKeys sets the session ticket keys kept with the PKI, moving
+// to a new one when it is due. Kept across restarts, they let a fleet
+// redialling a restarted console resume its TLS sessions; without them
+// (an unwritable directory) Go's own keys serve, and only resumption
+// across a restart is lost.
+func (p *Port) rotateTicketKeys() {
+	keys, err := p.keys.TicketKeys(time.Now())
+	if err != nil {
+		p.log.Warn("TLS session ticket keys not kept; boxes will not resume their sessions across a restart", "err", err)
+		return
+	}
+	p.tls.SetSessionTicketKeys(keys)
+}
+
+// ticketKeyCheck is how often the port looks whether a new session
+// ticket key is due.
+const ticketKeyCheck = time.Hour
 
 // HTTP is the listener of the connections that did not ask for the
 // tunnel, their TLS handshake done. It closes when Run returns.
@@ -181,17 +202,21 @@ func (p *Port) accept(ctx context.Context) error {
 	}
 }
 
-// logShedding sums up what was shed in one log line per logEvery until ctx
-// ends.
+// logShedding sums up what was shed in one log line per logEvery, and
+// rotates the session ticket keys when due, until ctx ends.
 func (p *Port) logShedding(ctx context.Context) {
 	t := time.NewTicker(p.logEvery)
 	defer t.Stop()
+	keys := time.NewTicker(ticketKeyCheck)
+	defer keys.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
 			p.adm.shed.log(p.log, p.logEvery)
+		case <-keys.C:
+			p.rotateTicketKeys()
 		}
 	}
 }
@@ -216,7 +241,9 @@ func (p *Port) handle(ctx context.Context, pc *portConn) {
 		return
 	}
 	pc.SetDeadline(time.Time{})
-	if tc.ConnectionState().NegotiatedProtocol == tunnel.ALPN {
+	cs := tc.ConnectionState()
+	p.adm.shed.metrics.handshake(cs.NegotiatedProtocol == tunnel.ALPN, cs.DidResume)
+	if cs.NegotiatedProtocol == tunnel.ALPN {
 		p.adm.handshakeDone(pc, true)
 		if err := p.tunnel.ServeConn(ctx, tc); errors.Is(err, tunnel.ErrBusy) {
 			// Admission counts and logs these as a rate.

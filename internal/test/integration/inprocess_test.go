@@ -253,3 +253,55 @@ func TestHTTP2AndMetrics(t *testing.T) {
 		}
 	}
 }
+
+// consoleMetrics returns the console's /metrics text.
+func consoleMetrics(t *testing.T, h *testenv.InProcess) string {
+	t.Helper()
+	pool := x509.NewCertPool()
+	pool.AppendCertsFromPEM(h.CAPEM())
+	hc := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}}, Timeout: 10 * time.Second}
+	defer hc.CloseIdleConnections()
+	req, _ := http.NewRequest(http.MethodGet, h.URL()+"/metrics", nil)
+	req.Header.Set("Authorization", "Bearer "+h.AdminToken())
+	resp, err := hc.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	return string(body)
+}
+
+// TestBoxesResumeTLSAcrossARestart: the session ticket keys outlive the
+// console, so a box redialling a restarted console resumes its TLS session
+// (no certificate to verify, nothing to sign) instead of a full handshake.
+func TestBoxesResumeTLSAcrossARestart(t *testing.T) {
+	t.Parallel()
+	h := testenv.NewInProcess(t, testenv.Options{})
+	box, err := h.Enroll(t, h.Token(t, api.TokenRequest{Region: "east", Site: "a"}), "resumer")
+	if err != nil {
+		t.Fatal(err)
+	}
+	box.Start(t)
+	testenv.WaitFor(t, 10*time.Second, "online", func() bool { return testenv.BoxState(t, h, box.ID()).Online })
+	if m := consoleMetrics(t, h); !strings.Contains(m, `edgebox_port_tls_handshakes_total{pool="box",resumed="no"} 1`) {
+		t.Fatalf("the first session was not one full handshake:\n%s", grepLines(m, "tls_handshakes"))
+	}
+	h.RestartConsole(t)
+	testenv.WaitFor(t, 30*time.Second, "online after the restart", func() bool { return testenv.BoxState(t, h, box.ID()).Online })
+	if m := consoleMetrics(t, h); !strings.Contains(m, `edgebox_port_tls_handshakes_total{pool="box",resumed="yes"} 1`) ||
+		strings.Contains(m, `edgebox_port_tls_handshakes_total{pool="box",resumed="no"}`) {
+		t.Fatalf("the box did not resume its session after the restart:\n%s", grepLines(m, "tls_handshakes"))
+	}
+}
+
+// grepLines returns the lines of s that contain sub.
+func grepLines(s, sub string) string {
+	var out []string
+	for _, l := range strings.Split(s, "\n") {
+		if strings.Contains(l, sub) {
+			out = append(out, l)
+		}
+	}
+	return strings.Join(out, "\n")
+}
