@@ -95,12 +95,7 @@ func (a *Agent) syncOnce(ctx context.Context) error {
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		if err := up.run(ctx); err != nil && ctx.Err() == nil {
-			a.log.Info("sending acks and status failed", "err", err)
-			// Close alone would not wake the reader below: the console
-			// never closes its side of this stream.
-			conn.Abort()
-		}
+		up.run(ctx)
 	}()
 
 	for {
@@ -174,10 +169,23 @@ const (
 	maxAnswerBytes  = 64 << 10
 )
 
-// run sends every status, then acks and each change, until ctx ends.
-func (u *uploader) run(ctx context.Context) error {
+// Waits between tries of acks and status the console did not take: a busy
+// console (its stream backlog full, or slow to answer) is asked again
+// later on the same session, never by dropping the stream it catches the
+// box up on, which would have it redo that work.
+const (
+	upRetryMin = time.Second
+	upRetryMax = 30 * time.Second
+)
+
+// run sends every status, then acks and each change, until ctx ends. What
+// the console does not take is sent again after a wait that grows with each
+// failure in a row, with the newest ack and everything not sent.
+func (u *uploader) run(ctx context.Context) {
 	a := u.a
-	for full := true; ; full = false {
+	retry := tunnel.Backoff{Min: upRetryMin, Max: upRetryMax}
+	failures := 0
+	for full := true; ; {
 		var msgs []*edgeboxv1.SyncUp
 		u.mu.Lock()
 		if u.pending != 0 {
@@ -191,15 +199,44 @@ func (u *uploader) run(ctx context.Context) error {
 		}
 		if len(msgs) > 0 {
 			if err := a.sendUp(ctx, msgs); err != nil {
+				if ctx.Err() != nil {
+					return
+				}
 				a.reports.putBack(statuses)
-				return err
+				u.keep(msgs)
+				wait := retry.Delay(failures)
+				failures++
+				a.log.Info("the console did not take acks and status; trying again", "err", err, "in", wait.Round(time.Millisecond), "failures", failures)
+				select {
+				case <-ctx.Done():
+					return
+				case <-time.After(wait):
+				}
+				// Statuses taken are not put back: the next try sends
+				// them all, as a new stream would.
+				full = true
+				continue
 			}
+			failures = 0
 		}
+		full = false
 		select {
 		case <-ctx.Done():
-			return nil
+			return
 		case <-a.reports.wake:
 		case <-u.wake:
+		}
+	}
+}
+
+// keep puts back the ack of msgs that were not taken, unless a newer one
+// is pending.
+func (u *uploader) keep(msgs []*edgeboxv1.SyncUp) {
+	for _, m := range msgs {
+		if ack := m.GetAck(); ack != nil {
+			u.mu.Lock()
+			u.pending = max(u.pending, ack.GetRevision())
+			u.mu.Unlock()
 		}
 	}
 }

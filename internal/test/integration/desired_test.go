@@ -516,7 +516,10 @@ func TestRenewedSessionKeepsTheBoxInSync(t *testing.T) {
 	}
 }
 
-func TestRefusedStatusReopensTheSyncStream(t *testing.T) {
+// TestRefusedStatusIsSentAgain: a status the console refuses is sent again
+// whole, after a short wait, on the same session and without dropping the
+// Sync stream the box is caught up on.
+func TestRefusedStatusIsSentAgain(t *testing.T) {
 	t.Parallel()
 	h := testenv.NewInProcess(t, testenv.Options{})
 	box := enrollOne(t, h, "garbled")
@@ -539,8 +542,8 @@ func TestRefusedStatusReopensTheSyncStream(t *testing.T) {
 		t.Fatal(err)
 	}
 	testenv.WaitFor(t, 10*time.Second, "a garbled status", garbled.Load)
-	// The console refused it; the box opens its Sync stream again, so its
-	// acks and status go on.
+	// The console refused it; the box sends its acks and whole status
+	// again.
 	testenv.WaitFor(t, 10*time.Second, "ack after the refusal", func() bool { return acked(t, h, box) == rev })
 	rev, err = h.Admin().PutDesired(ctx(t), box.ID(), "Workload", "second", spec("second", "1", "containerd"))
 	if err != nil {
