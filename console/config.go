@@ -84,15 +84,24 @@ type Config struct {
 	Admission admission.Config
 }
 
+// consoleListenBacklog is how many streams of one kind may wait for the
+// console's service of that kind.
+const consoleListenBacklog = 8192
+
 // DefaultConfig returns the defaults; DataDir defaults to the user's data
 // directory.
 func DefaultConfig() Config {
 	p := port.DefaultConfig()
+	tun := tunnel.DefaultConfig()
+	// A listener of the console takes the streams of every box: a fleet
+	// sending its acks at once after a restart must not find it full, and
+	// a waiting stream costs one pointer.
+	tun.ListenBacklog = consoleListenBacklog
 	return Config{
 		DataDir:              defaultDataDir(),
 		Listen:               ":8443",
 		BoxCertTTL:           30 * 24 * time.Hour,
-		Tunnel:               tunnel.DefaultConfig(),
+		Tunnel:               tun,
 		HandshakeRate:        p.HandshakeRate,
 		HandshakeBurst:       p.HandshakeBurst,
 		HandshakeTimeout:     p.HandshakeTimeout,
