@@ -463,6 +463,16 @@ func fleet(b *testing.B, n int) {
 			}
 		}
 	}
+	// The restarted console counts from zero: how the boxes came back.
+	resumed, _ := c.metricSum(`edgebox_port_tls_handshakes_total{pool="box",resumed="yes"}`)
+	full, _ := c.metricSum(`edgebox_port_tls_handshakes_total{pool="box",resumed="no"}`)
+	deferred, _ := c.metricSum(`edgebox_admission_sessions_total{result="deferred"}`)
+	abandoned, _ := c.metricSum("edgebox_admission_abandoned_total")
+	b.ReportMetric(resumed, "storm-tls-resumed")
+	b.ReportMetric(full, "storm-tls-full")
+	b.ReportMetric(deferred, "storm-deferred")
+	b.Logf("storm: box handshakes %v resumed, %v full; sessions told to come back later %v, abandoned before catching up %v",
+		resumed, full, deferred, abandoned)
 	b.ReportMetric(back.Seconds(), "storm-s-all-online")
 	b.ReportMetric(float64(p(0.50).Microseconds())/1000, "storm-api-p50-ms")
 	b.ReportMetric(float64(p(0.99).Microseconds())/1000, "storm-api-p99-ms")
