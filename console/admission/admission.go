@@ -50,7 +50,7 @@ type Config struct {
 
 // DefaultConfig returns the defaults.
 func DefaultConfig() Config {
-	return Config{Initial: 64, Min: 8, Max: 4096, Target: 2 * time.Second, Patience: time.Minute,
+	return Config{Initial: 256, Min: 8, Max: 4096, Target: 5 * time.Second, Patience: time.Minute,
 		Window: 250 * time.Millisecond, MinWait: 200 * time.Millisecond, MaxWait: time.Minute, LogEvery: 5 * time.Second,
 		InitialRate: 200}
 }

@@ -121,7 +121,7 @@ func TestAbandonedSessionsGiveTheirPlaceBack(t *testing.T) {
 func TestTheLimitFollowsCompletions(t *testing.T) {
 	c := newClock()
 	cfg := DefaultConfig()
-	cfg.Initial, cfg.Min, cfg.Max = 16, 4, 40
+	cfg.Initial, cfg.Min, cfg.Max, cfg.Target = 16, 4, 40, 2*time.Second
 	ctl := newTest(t, cfg, prometheus.NewRegistry(), c)
 	step := func(latency time.Duration, settle, defer_ int) {
 		for i := range settle {

@@ -247,7 +247,7 @@ func TestHTTP2AndMetrics(t *testing.T) {
 		return strings.Contains(string(body), `edgebox_admission_sessions_total{result="caught_up"} 1`)
 	})
 	for _, want := range []string{"edgebox_tunnel_sessions 1", `edgebox_tunnel_handshakes_total{result="ok"}`, "edgebox_tunnel_ping_rtt_seconds",
-		`edgebox_admission_sessions_total{result="admitted"} 1`, "edgebox_admission_in_flight 0", "edgebox_admission_limit 64"} {
+		`edgebox_admission_sessions_total{result="admitted"} 1`, "edgebox_admission_in_flight 0", "edgebox_admission_limit 256"} {
 		if !strings.Contains(string(body), want) {
 			t.Errorf("metrics lack %q", want)
 		}
