@@ -36,34 +36,10 @@ type Config struct {
 	BoxCertTTL time.Duration
 	// Tunnel are the session settings.
 	Tunnel tunnel.Config
-	// HandshakeRate and HandshakeBurst limit new box sessions per second,
-	// so 10,000 boxes returning at once do not take the API down with them.
-	HandshakeRate  float64
-	HandshakeBurst int
-	// HandshakeTimeout bounds a TLS handshake from accept to its end,
-	// against slowloris clients.
-	HandshakeTimeout time.Duration
-	// HelloTimeout bounds the wait from accept to a complete ClientHello
-	// (never longer than HandshakeTimeout). Until its ClientHello is in, a
-	// connection holds no handshake slot. It runs while the console is
-	// busy too: at 5 s a 2,000-box storm on two loaded cores lost 125
-	// boxes' connections to it (docs/benchmarks.md), so it is 10 s.
-	HelloTimeout time.Duration
-	// MaxHandshakes bounds handshakes in progress from clients that do not
-	// offer the tunnel protocol (operators, enrolling boxes, registry
-	// clients); MaxBoxHandshakes those from clients that do. Neither kind
-	// can take the other's slots; past them a ClientHello is refused.
-	MaxHandshakes    int
-	MaxBoxHandshakes int
-	// MaxConnsPerAddr bounds the connections one source address (an IPv6
-	// /64) holds open on the public port, box sessions aside, and
-	// MaxHandshakesPerAddr its handshakes in progress.
-	MaxConnsPerAddr      int
-	MaxHandshakesPerAddr int
-	// MaxIdle bounds connections that have not sent their ClientHello.
-	// Past it, or past MaxConnsPerAddr for one address, the oldest such
-	// connection is closed to make room for the new one.
-	MaxIdle int
+	// Config are the public port's limits: box handshakes per second,
+	// handshake deadlines, the handshake pools of boxes and everyone else,
+	// and what one source address may hold (port.Config says each).
+	port.Config
 	// Out receives the first-start message with the admin token.
 	Out io.Writer
 	// Clock tells the time for token expiry; nil is time.Now. Tests move it.
@@ -91,31 +67,22 @@ const consoleListenBacklog = 8192
 // DefaultConfig returns the defaults; DataDir defaults to the user's data
 // directory.
 func DefaultConfig() Config {
-	p := port.DefaultConfig()
 	tun := tunnel.DefaultConfig()
 	// A listener of the console takes the streams of every box: a fleet
 	// sending its acks at once after a restart must not find it full, and
 	// a waiting stream costs one pointer.
 	tun.ListenBacklog = consoleListenBacklog
 	return Config{
-		DataDir:              defaultDataDir(),
-		Listen:               ":8443",
-		BoxCertTTL:           30 * 24 * time.Hour,
-		Tunnel:               tun,
-		HandshakeRate:        p.HandshakeRate,
-		HandshakeBurst:       p.HandshakeBurst,
-		HandshakeTimeout:     p.HandshakeTimeout,
-		HelloTimeout:         p.HelloTimeout,
-		MaxHandshakes:        p.MaxHandshakes,
-		MaxBoxHandshakes:     p.MaxBoxHandshakes,
-		MaxConnsPerAddr:      p.MaxConnsPerAddr,
-		MaxHandshakesPerAddr: p.MaxHandshakesPerAddr,
-		MaxIdle:              p.MaxIdle,
-		Out:                  os.Stdout,
-		CompactEvery:         5 * time.Minute,
-		KeepRevisions:        100_000,
-		AppsSyncEvery:        time.Minute,
-		Admission:            admission.DefaultConfig(),
+		DataDir:       defaultDataDir(),
+		Listen:        ":8443",
+		BoxCertTTL:    30 * 24 * time.Hour,
+		Tunnel:        tun,
+		Config:        port.DefaultConfig(),
+		Out:           os.Stdout,
+		CompactEvery:  5 * time.Minute,
+		KeepRevisions: 100_000,
+		AppsSyncEvery: time.Minute,
+		Admission:     admission.DefaultConfig(),
 	}
 }
 
@@ -124,14 +91,6 @@ func defaultDataDir() string {
 		return filepath.Join(d, "edgebox", "console")
 	}
 	return filepath.Join(os.TempDir(), "edgebox-console")
-}
-
-// port is the public port's part of c.
-func (c Config) port() port.Config {
-	return port.Config{HandshakeRate: c.HandshakeRate, HandshakeBurst: c.HandshakeBurst,
-		HandshakeTimeout: c.HandshakeTimeout, HelloTimeout: c.HelloTimeout,
-		MaxHandshakes: c.MaxHandshakes, MaxBoxHandshakes: c.MaxBoxHandshakes,
-		MaxConnsPerAddr: c.MaxConnsPerAddr, MaxHandshakesPerAddr: c.MaxHandshakesPerAddr, MaxIdle: c.MaxIdle}
 }
 
 // Validate reports what is wrong with c.
@@ -151,7 +110,7 @@ func (c Config) Validate() error {
 	if c.BoxCertTTL < 5*time.Second {
 		errs = append(errs, errors.New("box certificate lifetime must be at least 5s"))
 	}
-	if err := c.port().Validate(); err != nil {
+	if err := c.Config.Validate(); err != nil {
 		errs = append(errs, err)
 	}
 	if err := c.Admission.Validate(); err != nil {
