@@ -554,3 +554,46 @@ func TestRunOutlastsAFailingStore(t *testing.T) {
 		t.Fatalf("the store's failures were not all met: %d watches and %d ranges left", s.watchFails.Load(), s.rangeFails.Load())
 	}
 }
+
+// TestHelloThatChangesNothingWritesNothing: a box that reconnects and says
+// what its record already says, having been seen within the minute, costs
+// no write; new facts, or a last-seen time older than that, are written.
+func TestHelloThatChangesNothingWritesNothing(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	f, s := openFleet(t)
+	box := enrollBox(t, f, newToken(t, f, 1))
+	facts := Facts{Hostname: "h", OS: "linux", Arch: "amd64", AgentVersion: "1.2.0", Capability: 1, CPUs: 4, MemoryBytes: 8 << 30}
+	t0 := time.Now()
+	rev := func() int64 {
+		r, err := s.Revision(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r
+	}
+	for _, c := range []struct {
+		name  string
+		facts Facts
+		seen  time.Time
+		write bool
+	}{
+		{"first hello", facts, t0, true},
+		{"the same, 30 s later", facts, t0.Add(30 * time.Second), false},
+		{"the same, 59 s later", facts, t0.Add(59 * time.Second), false},
+		{"a new agent version", Facts{Hostname: "h", OS: "linux", Arch: "amd64", AgentVersion: "1.3.0", Capability: 1, CPUs: 4, MemoryBytes: 8 << 30}, t0.Add(60 * time.Second), true},
+		{"the same, 2 minutes after that", Facts{Hostname: "h", OS: "linux", Arch: "amd64", AgentVersion: "1.3.0", Capability: 1, CPUs: 4, MemoryBytes: 8 << 30}, t0.Add(3 * time.Minute), true},
+	} {
+		before := rev()
+		b, err := f.ReportFacts(ctx, box.ID, c.facts, c.seen)
+		if err != nil {
+			t.Fatalf("%s: %v", c.name, err)
+		}
+		if wrote := rev() != before; wrote != c.write {
+			t.Errorf("%s: wrote %t, want %t", c.name, wrote, c.write)
+		}
+		if b.facts() != c.facts || b.Name != box.Name {
+			t.Errorf("%s: answered %+v", c.name, b)
+		}
+	}
+}
