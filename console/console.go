@@ -196,7 +196,9 @@ func New(cfg Config, log *slog.Logger) (_ *Console, err error) {
 			pres.OnSession(ev)
 			if !ev.Up {
 				syncs.SessionEnded(ev.BoxID, ev.Session)
-				c.admission.SessionEnded(ev.BoxID)
+				if !ev.Replaced { // a box on a newer session is still in flight
+					c.admission.SessionEnded(ev.BoxID)
+				}
 			}
 		}}, c.log, tunnel.NewMetrics(promReg))
 	if err != nil {

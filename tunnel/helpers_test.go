@@ -79,7 +79,9 @@ type testServer struct {
 	addr    string
 	revoked sync.Map
 	// admit, when set, is the server's admission (ServerConfig.Admit).
-	admit  atomic.Pointer[func(string) time.Duration]
+	admit atomic.Pointer[func(string) time.Duration]
+	// events records every session event, when set.
+	events atomic.Pointer[chan SessionEvent]
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 }
@@ -104,6 +106,13 @@ func startTestServer(t testing.TB, p *testPKI, cfg Config, addr string) *testSer
 			return "", errors.New("box " + id + " is revoked")
 		}
 		return id, nil
+	}, OnSession: func(ev SessionEvent) {
+		if ch := ts.events.Load(); ch != nil {
+			select { // OnSession must not block
+			case *ch <- ev:
+			default:
+			}
+		}
 	}, Admit: func(id string) time.Duration {
 		if f := ts.admit.Load(); f != nil {
 			return (*f)(id)

@@ -45,6 +45,9 @@ type SessionEvent struct {
 	BoxID   string
 	Session *Session
 	Up      bool
+	// Replaced, when a session ended, says the box has a newer session
+	// that took its place: the box did not go away.
+	Replaced bool
 }
 
 // Server is the console side of the tunnel: it turns handshaken TLS
@@ -142,12 +145,13 @@ func (s *Server) ServeConn(ctx context.Context, conn *tls.Conn) error {
 		conn.Close()
 		s.metrics.sessionUp(-1)
 		s.mu.Lock()
-		if s.sessions[boxID] == sess {
+		replaced := s.sessions[boxID] != sess
+		if !replaced {
 			delete(s.sessions, boxID)
 		}
 		s.mu.Unlock()
 		if s.cfg.OnSession != nil {
-			s.cfg.OnSession(SessionEvent{BoxID: boxID, Session: sess, Up: false})
+			s.cfg.OnSession(SessionEvent{BoxID: boxID, Session: sess, Up: false, Replaced: replaced})
 		}
 		s.wg.Done()
 	}

@@ -375,6 +375,8 @@ func TestNewSessionReplacesOld(t *testing.T) {
 	t.Parallel()
 	p := newTestPKI(t)
 	srv := startTestServer(t, p, DefaultConfig(), "")
+	events := make(chan SessionEvent, 16)
+	srv.events.Store(&events)
 	held := make(chan net.Conn, 1)
 	l := srv.Listen(KindForward)
 	go func() {
@@ -405,12 +407,29 @@ func TestNewSessionReplacesOld(t *testing.T) {
 		t.Fatalf("stream of replaced session still open: %v", err)
 	}
 	st.Close()
+	// The old session's end says it was replaced: the box did not leave.
+	for {
+		select {
+		case ev := <-events:
+			if ev.Up {
+				continue
+			}
+			if ev.Session != oldSess || !ev.Replaced {
+				t.Fatalf("first session end: %+v, want the old session, replaced", ev)
+			}
+			return
+		case <-time.After(5 * time.Second):
+			t.Fatal("no session end reported")
+		}
+	}
 }
 
 func TestRevokedBoxIsToldAndDroppedAtOnce(t *testing.T) {
 	t.Parallel()
 	p := newTestPKI(t)
 	srv := startTestServer(t, p, DefaultConfig(), "")
+	events := make(chan SessionEvent, 16)
+	srv.events.Store(&events)
 	cli := startTestClient(t, p, "box-9", srv.addr, nil)
 	// The box may hold its session before the console has recorded it.
 	waitFor(t, 5*time.Second, "session", func() bool { _, ok := srv.Session("box-9"); return ok && cli.Session() != nil })
@@ -419,6 +438,15 @@ func TestRevokedBoxIsToldAndDroppedAtOnce(t *testing.T) {
 	srv.Drop("box-9")
 	waitFor(t, time.Second, "box to see its session end", func() bool { return cli.Session() == nil })
 	t.Logf("dropped in %v", time.Since(start))
+	// Its only session ended: not replaced.
+	for ev := range events {
+		if !ev.Up {
+			if ev.Replaced {
+				t.Fatalf("the end of a box's only session says replaced: %+v", ev)
+			}
+			break
+		}
+	}
 	// It redials and is refused with a reason.
 	_, err := cli.dial(context.Background(), false)
 	if err == nil || !strings.Contains(err.Error(), "box box-9 is revoked") {
