@@ -1,6 +1,7 @@
 package console
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -58,6 +59,22 @@ type Config struct {
 	// handshake and their caught-up Sync stream, adapting to how fast
 	// they complete, and how the rest are told when to come back.
 	Admission admission.Config
+	// Hooks are for fault-injection tests; production leaves them nil.
+	Hooks Hooks
+}
+
+// Hooks let tests slow or fail the console at precise points of a box's
+// session. Each runs in the goroutine that serves the box, with the
+// context of its call or stream, and must be safe for concurrent use.
+type Hooks struct {
+	// BeforeHello runs before the console answers a box's hello; an
+	// error fails the hello with that error.
+	BeforeHello func(ctx context.Context, box string) error
+	// BeforeSync runs before the console begins a box's new Sync stream
+	// (its catch-up), and before it handles a stream of the box's acks
+	// and status; an error ends that stream as a failure of the console
+	// would.
+	BeforeSync func(ctx context.Context, box string) error
 }
 
 // consoleListenBacklog is how many streams of one kind may wait for the

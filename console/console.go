@@ -207,11 +207,11 @@ func New(cfg Config, log *slog.Logger) (_ *Console, err error) {
 	c.opened(srv.Close)
 	pres = presence.New(srv, fl, cfg.Tunnel, c.log)
 	syncs = boxsync.New(boxsync.Config{Desired: c.desired, Approved: fl.IsApproved, Status: boxsync.KeyReports(fl, keyRegistry),
-		CaughtUp: c.admission.CaughtUp, Listener: srv.Listen(tunnel.KindSync), Log: c.log})
+		CaughtUp: c.admission.CaughtUp, Before: cfg.Hooks.BeforeSync, Listener: srv.Listen(tunnel.KindSync), Log: c.log})
 	c.tunnel, c.fleet, c.presence, c.sync = srv, fl, pres, syncs
 	c.agents = agentrpc.NewAgents(srv)
 	c.rpc = agentrpc.NewServer(agentrpc.Config{Fleet: fl, PKI: authority, Apps: catalogue, BoxCertTTL: cfg.BoxCertTTL,
-		Version: Version, CapabilityVersion: CapabilityVersion}, srv.Listen(tunnel.KindRPC), c.log)
+		Version: Version, CapabilityVersion: CapabilityVersion, BeforeHello: cfg.Hooks.BeforeHello}, srv.Listen(tunnel.KindRPC), c.log)
 	c.registry = boxregistry.New(reg, c.desired, registryHosts, srv.Listen(tunnel.KindRegistry))
 	if c.compactor, err = store.NewCompactor(st, cfg.CompactEvery, cfg.KeepRevisions, c.log); err != nil {
 		return nil, err

@@ -38,6 +38,9 @@ type Config struct {
 	// in its hello.
 	Version           string
 	CapabilityVersion uint32
+	// BeforeHello, for fault-injection tests, runs before a hello is
+	// answered; its error fails the hello. Nil in production.
+	BeforeHello func(ctx context.Context, box string) error
 }
 
 // Server serves the ConsoleService to boxes over the tunnel's "rpc"
@@ -121,6 +124,11 @@ func (s *consoleService) Hello(ctx context.Context, req *edgeboxv1.HelloRequest)
 	id, err := boxOf(ctx)
 	if err != nil {
 		return nil, err
+	}
+	if s.cfg.BeforeHello != nil {
+		if err := s.cfg.BeforeHello(ctx, id); err != nil {
+			return nil, s.fail("Hello", id, err)
+		}
 	}
 	info := req.GetInfo()
 	b, err := s.cfg.Fleet.ReportFacts(ctx, id, fleet.Facts{

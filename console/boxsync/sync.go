@@ -47,6 +47,7 @@ type Server struct {
 	approved Approved
 	status   StatusHook // nil: only the desired state takes status reports
 	caughtUp func(box string)
+	before   func(ctx context.Context, box string) error // nil but in fault-injection tests
 	l        net.Listener
 	log      *slog.Logger
 
@@ -76,6 +77,11 @@ type Config struct {
 	// catch-up is written, or it was told it waits for approval. It must
 	// not block.
 	CaughtUp func(box string)
+	// Before, for fault-injection tests, runs before a box's new stream
+	// is begun (its catch-up) and before a stream of its acks and status
+	// is handled; its error ends that stream as a failure of the console
+	// would. Nil in production.
+	Before func(ctx context.Context, box string) error
 	// Listener gives the tunnel's "sync" streams.
 	Listener net.Listener
 	Log      *slog.Logger
@@ -86,7 +92,7 @@ type Config struct {
 func New(cfg Config) *Server {
 	log := cfg.Log.With("component", "sync")
 	s := &Server{desired: cfg.Desired, approved: cfg.Approved, status: cfg.Status, caughtUp: cfg.CaughtUp,
-		l: cfg.Listener, log: log, boxes: make(map[string]*syncConn)}
+		before: cfg.Before, l: cfg.Listener, log: log, boxes: make(map[string]*syncConn)}
 	s.cond = sync.NewCond(&s.mu)
 	s.hub = newHub(cfg.Desired, s.wake, s.wakeAll, log)
 	return s
@@ -282,6 +288,14 @@ func (s *Server) SessionEnded(box string, sess *tunnel.Session) {
 func (s *Server) receive(ctx context.Context, c *tunnel.Conn, first *edgeboxv1.SyncUp) {
 	defer c.Close()
 	box := c.Peer()
+	if s.before != nil {
+		if err := s.before(ctx, box); err != nil {
+			if ctx.Err() == nil {
+				refuse(c, publicError(err))
+			}
+			return
+		}
+	}
 	m := first
 	for {
 		if err := s.handleUp(ctx, box, m); err != nil {
@@ -328,6 +342,11 @@ func publicError(err error) string {
 func (s *Server) push(ctx context.Context, sc *syncConn) error {
 	if sc.begun {
 		return s.catchUp(ctx, sc, false)
+	}
+	if s.before != nil {
+		if err := s.before(ctx, sc.box); err != nil {
+			return err
+		}
 	}
 	ok, err := s.approved(ctx, sc.box)
 	if err != nil {
