@@ -66,6 +66,12 @@ type Config struct {
 	RPCIdle time.Duration
 	// SyncRetry is the wait before a broken Sync stream is opened again.
 	SyncRetry time.Duration
+	// HelloTimeout is how long the agent waits for the console to answer
+	// its hello before it asks again.
+	HelloTimeout time.Duration
+	// UpAnswerTimeout is how long the agent waits for the console to
+	// answer a stream of acks and status before it sends them again.
+	UpAnswerTimeout time.Duration
 	// Drivers run workloads, one per runtime; none means the box runs no
 	// workloads and reports each as failed.
 	Drivers []runtime.Driver
@@ -102,7 +108,7 @@ type Hooks struct {
 func DefaultConfig(dir string) Config {
 	return Config{DataDir: dir, Version: "dev", Tunnel: tunnel.DefaultConfig(), Renew: tunnel.DefaultRenewal(),
 		PendingRecheck: 15 * time.Second, RenewRetry: time.Minute, RPCIdle: 30 * time.Second,
-		SyncRetry: time.Second, Reconcile: 10 * time.Second}
+		SyncRetry: time.Second, HelloTimeout: 30 * time.Second, UpAnswerTimeout: upAnswerTimeout, Reconcile: 10 * time.Second}
 }
 
 // Validate reports what is wrong with c.
@@ -110,8 +116,9 @@ func (c Config) Validate() error {
 	if c.DataDir == "" {
 		return errors.New("agent: data directory is required")
 	}
-	if c.PendingRecheck <= 0 || c.RenewRetry <= 0 || c.RPCIdle <= 0 || c.SyncRetry <= 0 || c.Reconcile <= 0 {
-		return errors.New("agent: PendingRecheck, RenewRetry, RPCIdle, SyncRetry and Reconcile must be positive")
+	if c.PendingRecheck <= 0 || c.RenewRetry <= 0 || c.RPCIdle <= 0 || c.SyncRetry <= 0 || c.Reconcile <= 0 ||
+		c.HelloTimeout <= 0 || c.UpAnswerTimeout <= 0 {
+		return errors.New("agent: PendingRecheck, RenewRetry, RPCIdle, SyncRetry, HelloTimeout, UpAnswerTimeout and Reconcile must be positive")
 	}
 	return c.Tunnel.Validate()
 }
@@ -413,7 +420,7 @@ func (a *Agent) helloLoop(ctx context.Context, c edgeboxv1.ConsoleServiceClient)
 }
 
 func (a *Agent) hello(ctx context.Context, c edgeboxv1.ConsoleServiceClient) (bool, error) {
-	hctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	hctx, cancel := context.WithTimeout(ctx, a.cfg.HelloTimeout)
 	defer cancel()
 	resp, err := c.Hello(hctx, &edgeboxv1.HelloRequest{CapabilityVersion: CapabilityVersion, Info: hostFacts(a.cfg.Version)})
 	if err = errgrpc.ToNative(err); err != nil {

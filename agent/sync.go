@@ -162,8 +162,9 @@ func (u *uploader) ack(rev uint64) {
 	}
 }
 
-// The console's answer to acks and status: how long the box waits for it,
-// and how large it may be (an empty message, or why they were refused).
+// The console's answer to acks and status: how long the box waits for it
+// by default (Config.UpAnswerTimeout), and how large it may be (an empty
+// message, or why they were refused).
 const (
 	upAnswerTimeout = 30 * time.Second
 	maxAnswerBytes  = 64 << 10
@@ -263,7 +264,7 @@ func (a *Agent) sendUp(ctx context.Context, msgs []*edgeboxv1.SyncUp) error {
 	if err := conn.CloseWrite(); err != nil {
 		return err
 	}
-	conn.SetReadDeadline(time.Now().Add(upAnswerTimeout))
+	conn.SetReadDeadline(time.Now().Add(a.cfg.UpAnswerTimeout))
 	var answer edgeboxv1.SyncDown
 	if err := edgeboxv1.ReadFrame(conn, &answer, maxAnswerBytes); err != nil {
 		return fmt.Errorf("waiting for the console to take acks and status: %w", err)
