@@ -55,6 +55,7 @@ bench: ## run the benchmarks, a few minutes (figures go in docs/benchmarks.md)
 fuzz: ## run each fuzz target for 30 s
 	$(GO) test -run '^$$' -fuzz FuzzReadHeader -fuzztime 30s ./tunnel/
 	$(GO) test -run '^$$' -fuzz FuzzReadVerdict -fuzztime 30s ./tunnel/
+	$(GO) test -run '^$$' -fuzz FuzzReadEarlyBusy -fuzztime 30s ./tunnel/
 	$(GO) test -run '^$$' -fuzz FuzzParseToken -fuzztime 30s ./enroll/
 	$(GO) test -run '^$$' -fuzz FuzzDecodeRequest -fuzztime 30s ./enroll/
 	$(GO) test -run '^$$' -fuzz FuzzAPIBodies -fuzztime 30s ./console/httpapi/

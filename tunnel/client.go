@@ -327,9 +327,15 @@ func (c *Client) dial(ctx context.Context, fresh bool) (*tls.Conn, error) {
 	if fresh {
 		cfg = c.fullTLS
 	}
-	tc := tls.Client(CorkConn(raw), cfg)
+	early := &earlyConn{Conn: raw}
+	tc := tls.Client(CorkConn(early), cfg)
 	if err := tc.HandshakeContext(ctx); err != nil {
 		raw.Close()
+		if busy := early.Busy(); busy != nil {
+			// Too busy to start the handshake: the console said when to
+			// come back, before either side spent any crypto.
+			return nil, fmt.Errorf("tunnel: console %s: %w", c.cfg.Addr, busy)
+		}
 		return nil, fmt.Errorf("tunnel: TLS handshake with %s: %w", c.cfg.Addr, err)
 	}
 	if tc.ConnectionState().NegotiatedProtocol != ALPN {

@@ -113,7 +113,7 @@ func startTestServer(t testing.TB, p *testPKI, cfg Config, addr string) *testSer
 			default:
 			}
 		}
-	}, Admit: func(id string) time.Duration {
+	}, Admit: func(_ context.Context, id string) time.Duration {
 		if f := ts.admit.Load(); f != nil {
 			return (*f)(id)
 		}

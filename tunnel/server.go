@@ -23,8 +23,10 @@ type ServerConfig struct {
 	// Admit, if set, decides whether an identified box may start a
 	// session now. It returns 0 to admit it, or how long the box should
 	// wait before it dials again: the box is told so and the connection
-	// closed, before any session work. It must not block.
-	Admit func(boxID string) (retryAfter time.Duration)
+	// closed, before any session work. It must not block. ctx is the one
+	// given to ServeConn, with what the caller put in it (the console's
+	// port: the place it held for the box before its handshake).
+	Admit func(ctx context.Context, boxID string) (retryAfter time.Duration)
 	// Name is this side's identity in stream addresses; "console" if empty.
 	Name string
 	// OnSession, if set, is called synchronously when a session comes up
@@ -104,7 +106,7 @@ func (s *Server) ServeConn(ctx context.Context, conn *tls.Conn) error {
 		return fmt.Errorf("tunnel: refusing session: %w", err)
 	}
 	if s.cfg.Admit != nil {
-		if after := s.cfg.Admit(boxID); after > 0 {
+		if after := s.cfg.Admit(ctx, boxID); after > 0 {
 			s.metrics.handshake("busy")
 			writeBusy(conn, after)
 			conn.Close()
