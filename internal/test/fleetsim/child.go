@@ -40,6 +40,24 @@ type spec struct {
 	// LogFile, when set, takes the agents' logs (info and above);
 	// otherwise only errors go to standard error.
 	LogFile string `json:"log_file,omitempty"`
+	// Agent changes the agents' settings.
+	Agent AgentSettings `json:"agent,omitzero"`
+}
+
+// apply sets the non-zero settings of s in cfg.
+func (s AgentSettings) apply(cfg *agent.Config) {
+	set := func(dst *time.Duration, v time.Duration) {
+		if v != 0 {
+			*dst = v
+		}
+	}
+	set(&cfg.HelloTimeout, s.HelloTimeout)
+	set(&cfg.UpAnswerTimeout, s.UpAnswerTimeout)
+	set(&cfg.PendingRecheck, s.PendingRecheck)
+	set(&cfg.SyncRetry, s.SyncRetry)
+	set(&cfg.Tunnel.PingInterval, s.PingInterval)
+	set(&cfg.Tunnel.PingTimeout, s.PingTimeout)
+	set(&cfg.Tunnel.OpenTimeout, s.OpenTimeout)
 }
 
 // Main runs this process as one of a fleet's child processes when the
@@ -193,6 +211,7 @@ func runChild(in io.Reader, out io.Writer) error {
 		box, d := s.First+j, dialers[j]
 		cfg := agent.DefaultConfig(dir)
 		cfg.Drivers = []runtime.Driver{fake.New("containerd")}
+		s.Agent.apply(&cfg)
 		cfg.Dial = func(ctx context.Context, network, addr string) (net.Conn, error) {
 			em.event(Dial, box, time.Now(), 0)
 			return d.DialContext(ctx, network, addr)

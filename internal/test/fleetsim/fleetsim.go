@@ -60,11 +60,27 @@ type Config struct {
 	EnrollParallel int
 	// Env is added to each child's environment (GOMAXPROCS, GODEBUG…).
 	Env []string
+	// Agent shortens the agents' bounds; zero fields keep the agent's
+	// defaults.
+	Agent AgentSettings
 	// LogDir, when set, takes each child's agents' logs at info level
 	// (child-<k>.log); otherwise only their errors go to standard error.
 	LogDir string
 	// Log is the parent's logger; nil discards.
 	Log *slog.Logger
+}
+
+// AgentSettings are the agent settings a test may change, for a fleet
+// that meets its bounds sooner (agent.Config and tunnel.Config say what
+// each means). Zero keeps the agent's default.
+type AgentSettings struct {
+	HelloTimeout    time.Duration `json:"hello_timeout,omitempty"`
+	UpAnswerTimeout time.Duration `json:"up_answer_timeout,omitempty"`
+	PendingRecheck  time.Duration `json:"pending_recheck,omitempty"`
+	SyncRetry       time.Duration `json:"sync_retry,omitempty"`
+	PingInterval    time.Duration `json:"ping_interval,omitempty"`
+	PingTimeout     time.Duration `json:"ping_timeout,omitempty"`
+	OpenTimeout     time.Duration `json:"open_timeout,omitempty"`
 }
 
 // DefaultConfig is a fleet of n boxes enrolled with token into dir.
@@ -151,7 +167,7 @@ func Start(cfg Config) (*Fleet, error) {
 			boxes++
 		}
 		s := spec{First: first, Boxes: boxes, Dir: cfg.Dir, Token: cfg.Token, Site: site,
-			PerAddr: cfg.BoxesPerAddr, Enroll: cfg.EnrollParallel}
+			PerAddr: cfg.BoxesPerAddr, Enroll: cfg.EnrollParallel, Agent: cfg.Agent}
 		if cfg.LogDir != "" {
 			s.LogFile = filepath.Join(cfg.LogDir, "child-"+strconv.Itoa(n)+".log")
 		}
