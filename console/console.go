@@ -221,7 +221,7 @@ func New(cfg Config, log *slog.Logger) (_ *Console, err error) {
 	}
 
 	// The public port, and the HTTP API behind it.
-	if c.port, err = port.New(ln, authority, srv, cfg.Config, promReg, c.log); err != nil {
+	if c.port, err = port.New(ln, authority, srv, c.admission, cfg.Config, promReg, c.log); err != nil {
 		return nil, err
 	}
 	c.api = &http.Server{

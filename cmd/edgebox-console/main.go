@@ -49,7 +49,8 @@ Flags:
 	fs.Var(&hosts, "host", "another name or address for the serving certificate (repeatable)")
 	fs.StringVar(&cfg.DistDir, "dist", "", "directory of agent binaries served to installing boxes (default <data>/dist; 'make dist' fills dist/)")
 	fs.DurationVar(&cfg.BoxCertTTL, "box-cert-ttl", cfg.BoxCertTTL, "lifetime of box certificates; boxes renew at two thirds")
-	fs.Float64Var(&cfg.HandshakeRate, "box-handshake-rate", cfg.HandshakeRate, "new box sessions accepted per second")
+	fs.IntVar(&cfg.Admission.Max, "box-admission-max", cfg.Admission.Max,
+		"most box sessions let in at once between their TLS handshake and their caught-up sync; the console adapts its limit below this to how fast it completes them")
 	level := fs.String("log-level", "info", "debug, info, warn or error")
 	version := fs.Bool("version", false, "print the version and exit")
 	if err := fs.Parse(os.Args[1:]); err != nil {
@@ -63,6 +64,9 @@ Flags:
 		return nil
 	}
 	cfg.ExtraHosts = hosts
+	// A smaller ceiling lowers where the limit starts and its floor too.
+	cfg.Admission.Initial = min(cfg.Admission.Initial, cfg.Admission.Max)
+	cfg.Admission.Min = min(cfg.Admission.Min, cfg.Admission.Initial)
 	var lv slog.Level
 	if err := lv.UnmarshalText([]byte(*level)); err != nil {
 		return fmt.Errorf("--log-level %q: %v", *level, err)

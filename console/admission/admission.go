@@ -1,6 +1,9 @@
 // Package admission admits box sessions at the rate the console completes
-// them. A session is in flight from its admission (after the TLS handshake)
-// until its Sync stream is caught up. The number in flight is bounded by a
+// them. A session is in flight from its admission until its Sync stream is
+// caught up. The console's port asks before the box's TLS handshake
+// (Reserve), so a box with no room costs no crypto; the tunnel asks again
+// once the handshake names the box (Admit), which takes the place held
+// for it. The number in flight is bounded by a
 // limit that adapts to measured completions: it grows while sessions catch
 // up within Target and the limit is what holds boxes back, and shrinks by a
 // quarter when they take longer or are abandoned (their session ended
@@ -46,13 +49,19 @@ type Config struct {
 	// LogEvery is how often the rates are logged while boxes are held
 	// back.
 	LogEvery time.Duration
+	// SchedTarget is the most the 99th percentile of the Go scheduler's
+	// latency (how long a runnable goroutine waits for a CPU) may be in a
+	// window before the limit shrinks; 0 leaves the scheduler out. An
+	// operator's API call waits that long several times over, so it is
+	// kept well under the second the API must answer in.
+	SchedTarget time.Duration
 }
 
 // DefaultConfig returns the defaults.
 func DefaultConfig() Config {
 	return Config{Initial: 256, Min: 8, Max: 4096, Target: 5 * time.Second, Patience: time.Minute,
 		Window: 250 * time.Millisecond, MinWait: 200 * time.Millisecond, MaxWait: time.Minute, LogEvery: 5 * time.Second,
-		InitialRate: 200}
+		InitialRate: 200, SchedTarget: 50 * time.Millisecond}
 }
 
 // Validate reports what is wrong with c.
@@ -66,6 +75,8 @@ func (c Config) Validate() error {
 		return errors.New("admission: want 0 < MinWait <= MaxWait")
 	case c.InitialRate < 1:
 		return errors.New("admission: InitialRate must be at least 1")
+	case c.SchedTarget < 0:
+		return errors.New("admission: SchedTarget must not be negative")
 	}
 	return nil
 }
@@ -79,22 +90,25 @@ type Controller struct {
 	rand func() float64
 	m    metrics
 
-	mu       sync.Mutex
-	limit    float64
-	inflight map[string]time.Time // box → when admitted
-	promised slots                // when deferred boxes were told to come back
-	rate     float64              // completions per second, smoothed
-	recent   []sample             // the last windows the console was full in
-	lastCut  time.Time            // the limit's last decrease
-	win      window               // what happened since the last adapt
-	period   window               // since the last log line
-	shedding bool                 // boxes were held back in the last log period
+	sched        func() time.Duration // scheduler latency p99 since the last call
+	mu           sync.Mutex
+	limit        float64
+	inflight     map[string]time.Time // box → when admitted
+	reserved     int                  // places held for handshakes in progress
+	promised     slots                // when deferred boxes were told to come back
+	rate         float64              // completions per second, smoothed
+	recent       []sample             // the last windows the console was full in
+	lastCut      time.Time            // the limit's last decrease
+	lastSchedCut time.Time            // its last decrease for the scheduler
+	win          window               // what happened since the last adapt
+	period       window               // since the last log line
+	shedding     bool                 // boxes were held back in the last log period
 }
 
 // window counts what happened in one adapt or log period.
 type window struct {
-	admitted, deferred, caughtUp, abandoned int
-	latencies                               []time.Duration
+	admitted, deferred, caughtUp, abandoned, failed int
+	latencies                                       []time.Duration
 }
 
 // New returns a controller; reg may be nil.
@@ -104,28 +118,109 @@ func New(cfg Config, reg prometheus.Registerer, log *slog.Logger) (*Controller, 
 	}
 	c := &Controller{cfg: cfg, log: log.With("component", "admission"), now: time.Now, rand: rand.Float64,
 		m: newMetrics(reg), limit: float64(cfg.Initial), inflight: make(map[string]time.Time),
-		rate: cfg.InitialRate}
+		rate: cfg.InitialRate, sched: newSchedLatency().p99}
 	c.m.limit.Set(c.limit)
 	return c, nil
 }
 
-// Admit says whether box may start a session now: 0 when it may, else how
-// long it should wait before it dials again. A box already in flight (a
-// redial, a renewal) keeps its place.
-func (c *Controller) Admit(box string) time.Duration {
+// Reserve is asked before a box's TLS handshake: it holds a place for the
+// session about to start, or says how long the box should wait before it
+// dials again (and holds nothing). The context it returns carries the
+// place to Admit, which takes it once the handshake names the box. The
+// caller calls release only when the session did not come up (the
+// handshake or the greeting failed): it gives the place back. A handshake
+// that fails does not shrink the limit: anyone may fail one.
+func (c *Controller) Reserve(ctx context.Context) (rctx context.Context, release func(), wait time.Duration) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	now := c.now()
-	if _, ok := c.inflight[box]; ok || len(c.inflight) < int(c.limit) {
+	if len(c.inflight)+c.reserved >= int(c.limit) {
+		return ctx, func() {}, c.defer1(now)
+	}
+	c.reserved++
+	c.m.reserved.Set(float64(c.reserved))
+	r := &reservation{c: c, at: now}
+	return context.WithValue(ctx, reservationKey{}, r), r.release, 0
+}
+
+// reservation is a place held from a box's ClientHello on.
+type reservation struct {
+	c     *Controller
+	at    time.Time
+	box   string // set when Admit took it
+	state uint8  // held, taken or released; guarded by c.mu
+}
+
+const (
+	held uint8 = iota
+	taken
+	released
+)
+
+type reservationKey struct{}
+
+// release gives the place back: the session did not come up.
+func (r *reservation) release() {
+	c := r.c
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	switch r.state {
+	case held:
+		c.reserved--
+		c.m.reserved.Set(float64(c.reserved))
+		c.win.failed++
+		c.m.abandoned.WithLabelValues("handshake_failed").Inc()
+	case taken:
+		// The box was admitted, but its session did not come up.
+		if at, ok := c.inflight[r.box]; ok && at.Equal(r.at) {
+			c.abandon(r.box, "greeting_failed")
+		}
+	}
+	r.state = released
+}
+
+// Admit says whether box may start a session now: 0 when it may, else how
+// long it should wait before it dials again. A place Reserve held for it
+// (in ctx) is taken, and counts from when it was held; a box already in
+// flight (a redial, a renewal) keeps its place.
+func (c *Controller) Admit(ctx context.Context, box string) time.Duration {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	now := c.now()
+	_, ok := c.inflight[box]
+	r, _ := ctx.Value(reservationKey{}).(*reservation)
+	if r != nil && r.c == c && r.state == held {
+		c.reserved--
+		c.m.reserved.Set(float64(c.reserved))
+		r.state, r.box = taken, box
+		if ok {
+			r.at = c.inflight[box] // the place it had; this one is given back
+		} else {
+			c.inflight[box] = r.at
+			c.m.inflight.Set(float64(len(c.inflight)))
+		}
+		c.countAdmitted()
+		return 0
+	}
+	if ok || len(c.inflight)+c.reserved < int(c.limit) {
 		if !ok {
 			c.inflight[box] = now
 			c.m.inflight.Set(float64(len(c.inflight)))
 		}
-		c.win.admitted++
-		c.period.admitted++
-		c.m.sessions.WithLabelValues("admitted").Inc()
+		c.countAdmitted()
 		return 0
 	}
+	return c.defer1(now)
+}
+
+func (c *Controller) countAdmitted() {
+	c.win.admitted++
+	c.period.admitted++
+	c.m.sessions.WithLabelValues("admitted").Inc()
+}
+
+// defer1 counts one box turned away and returns its wait. Hold c.mu.
+func (c *Controller) defer1(now time.Time) time.Duration {
 	c.win.deferred++
 	c.period.deferred++
 	c.m.sessions.WithLabelValues("deferred").Inc()
@@ -205,6 +300,10 @@ func (c *Controller) Run(ctx context.Context) error {
 // adapt ends one window: sessions past their patience are abandoned, the
 // completion rate is smoothed in, and the limit moves.
 func (c *Controller) adapt() {
+	var sched time.Duration
+	if c.cfg.SchedTarget > 0 {
+		sched = c.sched() // outside the lock: it reads the runtime's metrics
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	now := c.now()
@@ -245,7 +344,16 @@ func (c *Controller) adapt() {
 		sort.Slice(w.latencies, func(i, j int) bool { return w.latencies[i] < w.latencies[j] })
 		slow = slow || w.latencies[n*9/10] > c.cfg.Target
 	}
+	crowded := c.cfg.SchedTarget > 0 && sched > c.cfg.SchedTarget
+	c.m.sched.Set(sched.Seconds())
 	switch {
+	case crowded && now.Sub(c.lastSchedCut) >= schedCutEvery:
+		// Goroutines wait for the CPU: fewer handshakes at once, at
+		// once. The scheduler answers within a window, so this does not
+		// wait for sessions to settle as a cut for latency does.
+		c.limit = max(float64(c.cfg.Min), c.limit*0.75)
+		c.lastSchedCut = now
+	case crowded:
 	case slow && now.Sub(c.lastCut) >= c.cfg.Target:
 		// Once per Target: the effect of a cut shows only after the
 		// sessions in flight settle.
@@ -275,7 +383,8 @@ func (c *Controller) logRates() {
 		c.log.Info("box sessions admitted at the console's pace; the rest are told when to come back",
 			"admitted_per_s", round(float64(p.admitted)/secs), "deferred_per_s", round(float64(p.deferred)/secs),
 			"caught_up_per_s", round(float64(p.caughtUp)/secs), "abandoned", p.abandoned,
-			"limit", limit, "in_flight", inflight, "completion_rate_per_s", round(rate))
+			"handshakes_failed", p.failed, "limit", limit, "in_flight", inflight,
+			"completion_rate_per_s", round(rate))
 	case was:
 		c.log.Info("box sessions admitted without waiting again", "limit", limit, "in_flight", inflight)
 	}
@@ -289,6 +398,10 @@ type sample struct {
 	inflight, done int
 	took           time.Duration
 }
+
+// schedCutEvery is the least time between two cuts for the scheduler's
+// latency: long enough for handshakes in progress to drain after one.
+const schedCutEvery = time.Second
 
 // rateWindows is how many full windows the completion rate is measured
 // over: 2 s of the default 250 ms windows, enough to smooth the bursts in
@@ -315,15 +428,15 @@ func (h *slots) Pop() any {
 
 // State is a snapshot, for tests and the metrics.
 type State struct {
-	Limit, InFlight int
-	Rate            float64
+	Limit, InFlight, Handshakes int
+	Rate                        float64
 }
 
 // State returns the controller's state now.
 func (c *Controller) State() State {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return State{Limit: int(c.limit), InFlight: len(c.inflight), Rate: c.rate}
+	return State{Limit: int(c.limit), InFlight: len(c.inflight), Handshakes: c.reserved, Rate: c.rate}
 }
 
 type metrics struct {
@@ -331,6 +444,8 @@ type metrics struct {
 	abandoned *prometheus.CounterVec
 	limit     prometheus.Gauge
 	inflight  prometheus.Gauge
+	reserved  prometheus.Gauge
+	sched     prometheus.Gauge
 	rate      prometheus.Gauge
 	latency   prometheus.Histogram
 }
@@ -340,18 +455,22 @@ func newMetrics(reg prometheus.Registerer) metrics {
 		sessions: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "edgebox_admission_sessions_total",
 			Help: "Box sessions by what admission did: admitted, deferred (told when to come back), caught_up."}, []string{"result"}),
 		abandoned: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "edgebox_admission_abandoned_total",
-			Help: "Admitted box sessions that never caught up, by reason: session_ended, patience."}, []string{"reason"}),
+			Help: "Box sessions given a place that never caught up, by reason: handshake_failed, greeting_failed, session_ended, patience."}, []string{"reason"}),
 		limit: prometheus.NewGauge(prometheus.GaugeOpts{Name: "edgebox_admission_limit",
 			Help: "Box sessions allowed between admission and caught up."}),
 		inflight: prometheus.NewGauge(prometheus.GaugeOpts{Name: "edgebox_admission_in_flight",
 			Help: "Box sessions between admission and caught up."}),
+		reserved: prometheus.NewGauge(prometheus.GaugeOpts{Name: "edgebox_admission_handshakes",
+			Help: "Places held for box sessions whose TLS handshake is in progress."}),
+		sched: prometheus.NewGauge(prometheus.GaugeOpts{Name: "edgebox_admission_sched_latency_seconds",
+			Help: "99th percentile of the Go scheduler's latency in the last window, as admission saw it."}),
 		rate: prometheus.NewGauge(prometheus.GaugeOpts{Name: "edgebox_admission_completion_rate",
 			Help: "Box sessions caught up per second, smoothed: the pace deferred boxes are given."}),
 		latency: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "edgebox_admission_catch_up_seconds",
 			Help: "Time from a box session's admission until its Sync stream caught up.", Buckets: prometheus.ExponentialBuckets(0.01, 2, 14)}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.sessions, m.abandoned, m.limit, m.inflight, m.rate, m.latency)
+		reg.MustRegister(m.sessions, m.abandoned, m.limit, m.inflight, m.reserved, m.sched, m.rate, m.latency)
 	}
 	return m
 }

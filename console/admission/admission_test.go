@@ -1,11 +1,13 @@
 package admission
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"log/slog"
 	"math"
 	"math/rand/v2"
+	"sync"
 	"testing"
 	"time"
 
@@ -21,6 +23,9 @@ func (c *clock) add(d time.Duration) { c.t = c.t.Add(d) }
 func newClock() *clock               { return &clock{t: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)} }
 func quiet() *slog.Logger            { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
 func fixed(f float64) func() float64 { return func() float64 { return f } }
+
+var bg = context.Background()
+
 func newTest(t *testing.T, cfg Config, reg prometheus.Registerer, c *clock) *Controller {
 	t.Helper()
 	ctl, err := New(cfg, reg, quiet())
@@ -28,6 +33,7 @@ func newTest(t *testing.T, cfg Config, reg prometheus.Registerer, c *clock) *Con
 		t.Fatal(err)
 	}
 	ctl.now, ctl.rand = c.now, fixed(0.5)
+	ctl.sched = func() time.Duration { return 0 }
 	return ctl
 }
 
@@ -39,17 +45,17 @@ func TestAdmitUpToTheLimitAndSpreadTheRest(t *testing.T) {
 	ctl := newTest(t, cfg, reg, c)
 	ctl.rate = 10 // completions per second: one slot every 100 ms
 	for i := range 4 {
-		if w := ctl.Admit(fmt.Sprint("box-", i)); w != 0 {
+		if w := ctl.Admit(bg, fmt.Sprint("box-", i)); w != 0 {
 			t.Fatalf("box %d under the limit told to wait %v", i, w)
 		}
 	}
-	if w := ctl.Admit("box-0"); w != 0 {
+	if w := ctl.Admit(bg, "box-0"); w != 0 {
 		t.Fatalf("a box in flight dialling again told to wait %v", w)
 	}
 	// Deferred boxes get successive slots, 100 ms apart (MinWait is 200 ms).
 	var waits []time.Duration
 	for i := range 5 {
-		waits = append(waits, ctl.Admit(fmt.Sprint("late-", i)))
+		waits = append(waits, ctl.Admit(bg, fmt.Sprint("late-", i)))
 	}
 	want := []time.Duration{200 * time.Millisecond, 200 * time.Millisecond, 300 * time.Millisecond, 400 * time.Millisecond, 500 * time.Millisecond}
 	if fmt.Sprint(waits) != fmt.Sprint(want) {
@@ -57,18 +63,18 @@ func TestAdmitUpToTheLimitAndSpreadTheRest(t *testing.T) {
 	}
 	// The spread: ±10 % around the slot.
 	ctl.rand = fixed(0)
-	if w := ctl.Admit("late-5"); w != 540*time.Millisecond {
+	if w := ctl.Admit(bg, "late-5"); w != 540*time.Millisecond {
 		t.Fatalf("the earliest of the 6th slot: %v, want 540ms", w)
 	}
 	// Past the queue's end in time, a deferred box starts a new queue.
 	c.add(time.Minute)
 	ctl.rand = fixed(0.5)
-	if w := ctl.Admit("later"); w != 200*time.Millisecond {
+	if w := ctl.Admit(bg, "later"); w != 200*time.Millisecond {
 		t.Fatalf("after the queue drained: %v", w)
 	}
 	// A place given back is taken by the next box.
 	ctl.CaughtUp("box-1")
-	if w := ctl.Admit("late-0"); w != 0 {
+	if w := ctl.Admit(bg, "late-0"); w != 0 {
 		t.Fatalf("a freed place was not given: %v", w)
 	}
 	if got := value(t, ctl.m.sessions.WithLabelValues("deferred")); got != 7 {
@@ -80,7 +86,7 @@ func TestAdmitUpToTheLimitAndSpreadTheRest(t *testing.T) {
 	// A very slow console never tells a box to wait past MaxWait.
 	ctl.rate = 1
 	for i := range 1000 {
-		if w := ctl.Admit(fmt.Sprint("storm-", i)); w > cfg.MaxWait {
+		if w := ctl.Admit(bg, fmt.Sprint("storm-", i)); w > cfg.MaxWait {
 			t.Fatalf("wait %v past MaxWait", w)
 		}
 	}
@@ -91,14 +97,14 @@ func TestAbandonedSessionsGiveTheirPlaceBack(t *testing.T) {
 	cfg := DefaultConfig()
 	cfg.Initial, cfg.Min = 2, 1
 	ctl := newTest(t, cfg, prometheus.NewRegistry(), c)
-	ctl.Admit("a")
-	ctl.Admit("b")
-	if ctl.Admit("c") == 0 {
+	ctl.Admit(bg, "a")
+	ctl.Admit(bg, "b")
+	if ctl.Admit(bg, "c") == 0 {
 		t.Fatal("admitted past the limit")
 	}
 	ctl.SessionEnded("a") // the box left before catching up
 	ctl.SessionEnded("x") // never admitted: nothing happens
-	if ctl.Admit("c") != 0 {
+	if ctl.Admit(bg, "c") != 0 {
 		t.Fatal("the place of a session that ended was not given back")
 	}
 	c.add(cfg.Patience + time.Second)
@@ -125,7 +131,7 @@ func TestTheLimitFollowsCompletions(t *testing.T) {
 	ctl := newTest(t, cfg, prometheus.NewRegistry(), c)
 	step := func(latency time.Duration, settle, defer_ int) {
 		for i := range settle {
-			ctl.Admit(fmt.Sprint("s", i))
+			ctl.Admit(bg, fmt.Sprint("s", i))
 		}
 		c.add(latency)
 		for i := range settle {
@@ -205,7 +211,7 @@ func storm(t *testing.T, ctl *Controller, c *clock, n, capacity int, patience, s
 				continue
 			}
 			dials++
-			if wait := ctl.Admit(fmt.Sprint(i)); wait > 0 {
+			if wait := ctl.Admit(bg, fmt.Sprint(i)); wait > 0 {
 				b.next = now.Add(wait)
 				continue
 			}
@@ -316,4 +322,185 @@ func value(t *testing.T, m prometheus.Metric) float64 {
 		return d.Counter.GetValue()
 	}
 	return d.Gauge.GetValue()
+}
+
+// histCount and histSum read a histogram.
+func histCount(t *testing.T, m prometheus.Metric) uint64 {
+	t.Helper()
+	var d dto.Metric
+	if err := m.Write(&d); err != nil {
+		t.Fatal(err)
+	}
+	return d.Histogram.GetSampleCount()
+}
+
+func histSum(t *testing.T, m prometheus.Metric) float64 {
+	t.Helper()
+	var d dto.Metric
+	if err := m.Write(&d); err != nil {
+		t.Fatal(err)
+	}
+	return d.Histogram.GetSampleSum()
+}
+
+// TestReserveHoldsAPlaceBeforeTheHandshake follows places held at the
+// ClientHello: taken by the box's Admit, given back when the handshake
+// fails, kept for a box already in flight, and counted against the limit
+// with the sessions in flight.
+func TestReserveHoldsAPlaceBeforeTheHandshake(t *testing.T) {
+	c := newClock()
+	cfg := DefaultConfig()
+	cfg.Initial, cfg.Min = 3, 1
+	ctl := newTest(t, cfg, prometheus.NewRegistry(), c)
+
+	// One handshake comes up as box a; its place counts from the hello.
+	ctxA, releaseA, w := ctl.Reserve(bg)
+	if w != 0 {
+		t.Fatalf("the first handshake told to wait %v", w)
+	}
+	c.add(time.Second)
+	if w := ctl.Admit(ctxA, "a"); w != 0 {
+		t.Fatalf("a box whose place was held told to wait %v", w)
+	}
+	_ = releaseA // the session came up: the port gives nothing back
+	if s := ctl.State(); s.InFlight != 1 || s.Handshakes != 0 {
+		t.Fatalf("after a's admission: %+v", s)
+	}
+	c.add(time.Second)
+	ctl.CaughtUp("a")
+	if got := ctl.m.latency; histCount(t, got) != 1 || histSum(t, got) != 2 {
+		t.Fatalf("catch-up latency counted %v (sum %v), want one of 2 s from the hello", histCount(t, got), histSum(t, got))
+	}
+
+	// Three handshakes fill the limit: a fourth is told to wait before
+	// its handshake, and so is a box without a place.
+	var releases []func()
+	var ctxs []context.Context
+	for i := range 3 {
+		ctx, release, w := ctl.Reserve(bg)
+		if w != 0 {
+			t.Fatalf("handshake %d told to wait %v", i, w)
+		}
+		ctxs, releases = append(ctxs, ctx), append(releases, release)
+	}
+	if _, _, w := ctl.Reserve(bg); w == 0 {
+		t.Fatal("a handshake past the limit was not told to wait")
+	}
+	if w := ctl.Admit(bg, "no-place"); w == 0 {
+		t.Fatal("a box with no place held was admitted past the limit")
+	}
+	// A failed handshake gives its place back, and does not shrink the
+	// limit: anyone can fail a handshake.
+	releases[0]()
+	releases[0]()
+	if s := ctl.State(); s.Handshakes != 2 {
+		t.Fatalf("after a failed handshake: %+v", s)
+	}
+	if got := value(t, ctl.m.abandoned.WithLabelValues("handshake_failed")); got != 1 {
+		t.Fatalf("failed handshakes counted %v, want 1", got)
+	}
+	c.add(cfg.Target)
+	ctl.adapt()
+	if s := ctl.State(); s.Limit < 3 {
+		t.Fatalf("a failed handshake cut the limit to %d", s.Limit)
+	}
+	// A box in flight that dials again keeps its place; the one held for
+	// its handshake goes back.
+	if w := ctl.Admit(ctxs[1], "b"); w != 0 {
+		t.Fatal(w)
+	}
+	if w := ctl.Admit(ctxs[2], "b"); w != 0 {
+		t.Fatalf("a box in flight dialling again told to wait %v", w)
+	}
+	if s := ctl.State(); s.InFlight != 1 || s.Handshakes != 0 {
+		t.Fatalf("after b dialled twice: %+v", s)
+	}
+	// A box admitted whose greeting then failed gives its place back as
+	// abandoned; the release of the redial does not take it twice.
+	releases[1]()
+	if s := ctl.State(); s.InFlight != 0 {
+		t.Fatalf("after b's greeting failed: %+v", s)
+	}
+	releases[2]()
+	if got := value(t, ctl.m.abandoned.WithLabelValues("greeting_failed")); got != 1 {
+		t.Fatalf("failed greetings counted %v, want 1", got)
+	}
+}
+
+// TestTheSchedulerShrinksTheLimit: goroutines waiting past SchedTarget for
+// the CPU cut the limit by a quarter, at most once a second, and a quiet
+// scheduler lets it grow again.
+func TestTheSchedulerShrinksTheLimit(t *testing.T) {
+	c := newClock()
+	cfg := DefaultConfig()
+	cfg.Initial = 100
+	ctl := newTest(t, cfg, prometheus.NewRegistry(), c)
+	sched := 200 * time.Millisecond
+	ctl.sched = func() time.Duration { return sched }
+	var limits []int
+	for range 8 { // 2 s of windows
+		c.add(cfg.Window)
+		ctl.adapt()
+		limits = append(limits, ctl.State().Limit)
+	}
+	if want := "[75 75 75 75 56 56 56 56]"; fmt.Sprint(limits) != want {
+		t.Fatalf("limits %v, want %s", limits, want)
+	}
+	if got := value(t, ctl.m.sched); got != 0.2 {
+		t.Fatalf("scheduler latency gauge %v", got)
+	}
+	// Quiet again, with boxes held back and settling quickly: it grows.
+	sched = time.Millisecond
+	for i := range 56 {
+		ctl.Admit(bg, fmt.Sprint("q", i))
+	}
+	if w := ctl.Admit(bg, "held back"); w == 0 {
+		t.Fatal("a box past the limit was admitted")
+	}
+	for i := range 8 {
+		ctl.CaughtUp(fmt.Sprint("q", i))
+	}
+	c.add(cfg.Window)
+	ctl.adapt()
+	if got := ctl.State().Limit; got != 58 {
+		t.Fatalf("limit %d after a quiet window, want 58", got)
+	}
+}
+
+func TestPercentile(t *testing.T) {
+	buckets := []float64{0, 0.001, 0.01, 0.1, math.Inf(1)}
+	for _, c := range []struct {
+		name         string
+		counts, last []uint64
+		want         time.Duration
+	}{
+		{"nothing new", []uint64{5, 5, 5, 5}, []uint64{5, 5, 5, 5}, 0},
+		{"all quick", []uint64{0, 100, 0, 0}, []uint64{0, 0, 0, 0}, 10 * time.Millisecond},
+		{"one in a hundred slow", []uint64{0, 99, 0, 1}, []uint64{0, 0, 0, 0}, 10 * time.Millisecond},
+		{"two in a hundred slow", []uint64{0, 98, 0, 2}, []uint64{0, 0, 0, 0}, 100 * time.Millisecond},
+		{"only the new ones count", []uint64{0, 1000, 10, 0}, []uint64{0, 1000, 0, 0}, 100 * time.Millisecond},
+		{"past the last bound", []uint64{0, 0, 0, 3}, []uint64{0, 0, 0, 0}, 100 * time.Millisecond},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			if got := percentile(c.counts, c.last, buckets, 0.99); got != c.want {
+				t.Fatalf("got %v, want %v", got, c.want)
+			}
+		})
+	}
+}
+
+// TestSchedLatencyReadsTheRuntime reads the real histogram: a reading
+// after goroutines were scheduled is a duration, and never negative.
+func TestSchedLatencyReadsTheRuntime(t *testing.T) {
+	s := newSchedLatency()
+	s.p99()
+	var wg sync.WaitGroup
+	for range 100 {
+		wg.Add(1)
+		go func() { defer wg.Done(); time.Sleep(time.Millisecond) }()
+	}
+	wg.Wait()
+	if d := s.p99(); d <= 0 || d > time.Minute {
+		t.Fatalf("scheduler latency p99 %v after 100 goroutines ran", d)
+	}
 }

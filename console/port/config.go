@@ -12,10 +12,6 @@ import (
 
 // Config are the port's admission limits.
 type Config struct {
-	// HandshakeRate and HandshakeBurst limit new box sessions per second,
-	// so 10,000 boxes returning at once do not take the API down with them.
-	HandshakeRate  float64
-	HandshakeBurst int
 	// HandshakeTimeout bounds a TLS handshake from accept to its end,
 	// against slowloris clients.
 	HandshakeTimeout time.Duration
@@ -45,8 +41,6 @@ type Config struct {
 // DefaultConfig returns the defaults.
 func DefaultConfig() Config {
 	return Config{
-		HandshakeRate:    500,
-		HandshakeBurst:   200,
 		HandshakeTimeout: 10 * time.Second,
 		HelloTimeout:     10 * time.Second,
 		MaxHandshakes:    1024,
@@ -62,7 +56,7 @@ func DefaultConfig() Config {
 // Validate reports what is wrong with c.
 func (c Config) Validate() error {
 	var errs []error
-	if c.HandshakeRate <= 0 || c.HandshakeBurst <= 0 || c.HandshakeTimeout <= 0 || c.HelloTimeout <= 0 ||
+	if c.HandshakeTimeout <= 0 || c.HelloTimeout <= 0 ||
 		c.MaxHandshakes <= 0 || c.MaxBoxHandshakes <= 0 {
 		errs = append(errs, errors.New("handshake limits must be positive"))
 	}

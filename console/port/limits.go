@@ -1,6 +1,7 @@
 package port
 
 import (
+	"context"
 	"log/slog"
 	"net"
 	"net/netip"
@@ -68,6 +69,14 @@ type portConn struct {
 	box       bool  // its handshake slot is from the box pool
 	all, mine links // places in the admission's and its address's idle lists
 	book      *addrBook
+
+	// Used by the goroutine that serves the connection only: the place
+	// the port's Gate holds for a box's session during its handshake (the
+	// context that carries it, derived from serving, the port's own), and
+	// how to give it back.
+	serving  context.Context
+	admitted context.Context
+	release  func()
 }
 
 // Close gives the connection's place back and closes it.

@@ -14,7 +14,6 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"golang.org/x/time/rate"
 
 	"github.com/edgebox/edgebox/console/pki"
 	"github.com/edgebox/edgebox/tunnel"
@@ -34,7 +33,7 @@ type Port struct {
 	tunnel   *tunnel.Server
 	http     *connListener
 	tls      *tls.Config
-	limiter  *rate.Limiter
+	gate     Gate
 	cfg      Config
 	log      *slog.Logger
 	adm      *admission
@@ -44,24 +43,34 @@ type Port struct {
 	wg       sync.WaitGroup
 }
 
+// Gate admits box sessions before their TLS handshake
+// (console/admission's Controller is the console's).
+type Gate interface {
+	// Reserve holds a place for a box session about to handshake and
+	// returns a context that carries it to the tunnel's Admit, or says how
+	// long the box should wait before it dials again. release gives the
+	// place back when the session does not come up.
+	Reserve(ctx context.Context) (rctx context.Context, release func(), wait time.Duration)
+}
+
 // shedLogEvery is how often the port logs what it shed, if anything.
 const shedLogEvery = 5 * time.Second
 
 // New returns the port on ln, serving the certificate of a to everyone
 // and requiring a certificate a signed from boxes, whose sessions go to
-// srv. Its metrics are registered with reg when reg is not nil. It starts
-// nothing; Run serves, and owns ln from then on.
-func New(ln net.Listener, a *pki.Authority, srv *tunnel.Server, cfg Config, reg prometheus.Registerer, log *slog.Logger) (*Port, error) {
+// srv once gate lets their handshake start. Its metrics are registered
+// with reg when reg is not nil. It starts nothing; Run serves, and owns ln
+// from then on.
+func New(ln net.Listener, a *pki.Authority, srv *tunnel.Server, gate Gate, cfg Config, reg prometheus.Registerer, log *slog.Logger) (*Port, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("port: %w", err)
 	}
-	return newPort(ln, a, srv, newAdmission(cfg.limits(), reg), cfg, log), nil
+	return newPort(ln, a, srv, gate, newAdmission(cfg.limits(), reg), cfg, log), nil
 }
 
-func newPort(ln net.Listener, a *pki.Authority, srv *tunnel.Server, adm *admission, cfg Config, log *slog.Logger) *Port {
-	p := &Port{ln: ln, tunnel: srv, cfg: cfg, log: log, adm: adm, logEvery: shedLogEvery,
-		http:    newConnListener(ln.Addr()),
-		limiter: rate.NewLimiter(rate.Limit(cfg.HandshakeRate), cfg.HandshakeBurst),
+func newPort(ln net.Listener, a *pki.Authority, srv *tunnel.Server, gate Gate, adm *admission, cfg Config, log *slog.Logger) *Port {
+	p := &Port{ln: ln, tunnel: srv, gate: gate, cfg: cfg, log: log, adm: adm, logEvery: shedLogEvery,
+		http: newConnListener(ln.Addr()),
 	}
 	apiTLS := &tls.Config{
 		MinVersion:   tls.VersionTLS13,
@@ -94,11 +103,16 @@ func newPort(ln net.Listener, a *pki.Authority, srv *tunnel.Server, adm *admissi
 			if !box {
 				return apiTLS, nil
 			}
-			// Box sessions queue here, before any expensive crypto, so a
-			// reconnect storm cannot crowd out operators.
-			if err := p.limiter.Wait(hello.Context()); err != nil {
-				return nil, err
+			// Box sessions are admitted here, before any expensive crypto,
+			// at the pace the console completes them; the rest are told
+			// when to come back, so a reconnect storm cannot crowd out
+			// operators or the boxes already in.
+			ctx, release, wait := p.gate.Reserve(pc.serving)
+			if wait > 0 {
+				tunnel.WriteEarlyBusy(pc.Conn, wait)
+				return nil, fmt.Errorf("port: box told to come back in %s: %w", wait.Round(time.Millisecond), errEarlyBusy)
 			}
+			pc.admitted, pc.release = ctx, release
 			return tunnelTLS, nil
 		},
 	}
@@ -223,6 +237,7 @@ func (p *Port) logShedding(ctx context.Context) {
 
 func (p *Port) handle(ctx context.Context, pc *portConn) {
 	cc := tunnel.CorkConn(pc)
+	pc.serving = ctx
 	p.hellos.Store(cc, pc)
 	tc := tls.Server(cc, p.tls)
 	hctx, cancel := context.WithDeadline(ctx, pc.start.Add(p.cfg.HandshakeTimeout))
@@ -233,10 +248,15 @@ func (p *Port) handle(ctx context.Context, pc *portConn) {
 	cancel()
 	p.hellos.Delete(cc)
 	if err != nil {
+		if pc.release != nil {
+			pc.release()
+		}
 		if ctx.Err() == nil && isTimeout(err) {
 			p.adm.timedOutIdle(pc)
 		}
-		p.log.Debug("TLS handshake failed", "remote", pc.RemoteAddr().String(), "err", err)
+		if !errors.Is(err, errEarlyBusy) {
+			p.log.Debug("TLS handshake failed", "remote", pc.RemoteAddr().String(), "err", err)
+		}
 		pc.Close()
 		return
 	}
@@ -245,7 +265,15 @@ func (p *Port) handle(ctx context.Context, pc *portConn) {
 	p.adm.shed.metrics.handshake(cs.NegotiatedProtocol == tunnel.ALPN, cs.DidResume)
 	if cs.NegotiatedProtocol == tunnel.ALPN {
 		p.adm.handshakeDone(pc, true)
-		if err := p.tunnel.ServeConn(ctx, tc); errors.Is(err, tunnel.ErrBusy) {
+		sctx := ctx
+		if pc.admitted != nil {
+			sctx = pc.admitted
+		}
+		err := p.tunnel.ServeConn(sctx, tc)
+		if err != nil && pc.release != nil {
+			pc.release()
+		}
+		if errors.Is(err, tunnel.ErrBusy) {
 			// Admission counts and logs these as a rate.
 			p.log.Debug("box told to come back later", "remote", pc.RemoteAddr().String(), "err", err)
 		} else if err != nil {
@@ -258,6 +286,9 @@ func (p *Port) handle(ctx context.Context, pc *portConn) {
 		tc.Close()
 	}
 }
+
+// errEarlyBusy ends the TLS handshake of a box told to come back later.
+var errEarlyBusy = errors.New("no room for another box session now")
 
 // acceptRetryable reports whether an Accept error passes with time: a
 // timeout, an error the net package calls temporary (EMFILE, ENFILE,

@@ -9,6 +9,7 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
+	"encoding/binary"
 	"encoding/pem"
 	"errors"
 	"fmt"
@@ -25,6 +26,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	boxgate "github.com/edgebox/edgebox/console/admission"
 	"github.com/edgebox/edgebox/console/pki"
 	"github.com/edgebox/edgebox/tunnel"
 )
@@ -37,6 +39,7 @@ type testPort struct {
 	reg  *prometheus.Registry
 	ca   *pki.Authority
 	logs *syncBuffer
+	gate *boxgate.Controller
 }
 
 type syncBuffer struct {
@@ -58,6 +61,13 @@ func (s *syncBuffer) String() string {
 
 func startTestPort(t *testing.T, adjust func(*Config)) *testPort {
 	t.Helper()
+	return startGatedPort(t, adjust, boxgate.DefaultConfig())
+}
+
+// startGatedPort starts a port whose box sessions the admission
+// controller of acfg lets in, before their handshake and at the tunnel.
+func startGatedPort(t *testing.T, adjust func(*Config), acfg boxgate.Config) *testPort {
+	t.Helper()
 	cfg := DefaultConfig()
 	if adjust != nil {
 		adjust(&cfg)
@@ -68,9 +78,14 @@ func startTestPort(t *testing.T, adjust func(*Config)) *testPort {
 	}
 	logs := &syncBuffer{}
 	log := slog.New(slog.NewTextHandler(io.MultiWriter(logs, testWriter{t}), &slog.HandlerOptions{Level: slog.LevelInfo}))
+	reg := prometheus.NewRegistry()
+	gate, err := boxgate.New(acfg, reg, log)
+	if err != nil {
+		t.Fatal(err)
+	}
 	srv, err := tunnel.NewServer(tunnel.ServerConfig{Config: tunnel.DefaultConfig(), Identify: func(cs tls.ConnectionState) (string, error) {
 		return pki.BoxID(cs.PeerCertificates[0])
-	}}, log, nil)
+	}, Admit: gate.Admit}, log, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -78,8 +93,7 @@ func startTestPort(t *testing.T, adjust func(*Config)) *testPort {
 	if err != nil {
 		t.Fatal(err)
 	}
-	reg := prometheus.NewRegistry()
-	p, err := New(ln, ca, srv, cfg, reg, log)
+	p, err := New(ln, ca, srv, gate, cfg, reg, log)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -101,7 +115,7 @@ func startTestPort(t *testing.T, adjust func(*Config)) *testPort {
 		srv.Close()
 		wg.Wait()
 	})
-	return &testPort{addr: ln.Addr().String(), port: p, reg: reg, ca: ca, logs: logs}
+	return &testPort{addr: ln.Addr().String(), port: p, reg: reg, ca: ca, logs: logs, gate: gate}
 }
 
 type testWriter struct{ t *testing.T }
@@ -401,5 +415,56 @@ func TestAcceptRetryable(t *testing.T) {
 				t.Errorf("acceptRetryable(%v) = %v, want %v", tt.err, got, tt.want)
 			}
 		})
+	}
+}
+
+// TestPortGateTurnsBoxesAwayBeforeTheHandshake fills the gate with one box
+// session that has not caught up: the next box is told when to come back
+// before any crypto, an operator still gets in, a box whose handshake
+// fails gives its place back, and once the first box caught up the next
+// one gets in.
+func TestPortGateTurnsBoxesAwayBeforeTheHandshake(t *testing.T) {
+	acfg := boxgate.DefaultConfig()
+	acfg.Initial, acfg.Min, acfg.Max = 1, 1, 1
+	tp := startGatedPort(t, nil, acfg)
+	if err := tp.box(t, "127.0.0.2"); err != nil {
+		t.Fatalf("the first box: %v", err)
+	}
+	if s := tp.gate.State(); s.InFlight != 1 || s.Handshakes != 0 {
+		t.Fatalf("after the first box: %+v", s)
+	}
+
+	c := tp.stallAfterHello(t, "127.0.0.3", tunnel.ALPN)
+	c.SetReadDeadline(time.Now().Add(5 * time.Second))
+	answer := make([]byte, len("\x00edgebox-busy")+4)
+	if _, err := io.ReadFull(c, answer); err != nil {
+		t.Fatalf("no answer before TLS: %v", err)
+	}
+	if !bytes.HasPrefix(answer, []byte("\x00edgebox-busy")) || binary.BigEndian.Uint32(answer[len(answer)-4:]) == 0 {
+		t.Fatalf("answer %q, want the busy answer with a wait", answer)
+	}
+	if err := tp.get("127.0.0.3"); err != nil {
+		t.Fatalf("an operator while boxes are turned away: %v", err)
+	}
+
+	tp.gate.CaughtUp("bx-porttest")
+	// A handshake that starts and fails gives its place back.
+	stalled := tp.stallAfterHello(t, "127.0.0.4", tunnel.ALPN)
+	waitGate(t, tp.gate, "a place held for the stalled handshake", func(s boxgate.State) bool { return s.Handshakes == 1 })
+	stalled.Close()
+	waitGate(t, tp.gate, "the place given back", func(s boxgate.State) bool { return s.Handshakes == 0 })
+	if err := tp.box(t, "127.0.0.5"); err != nil {
+		t.Fatalf("a box once there was room: %v", err)
+	}
+}
+
+func waitGate(t *testing.T, g *boxgate.Controller, what string, ok func(boxgate.State) bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !ok(g.State()) {
+		if time.Now().After(deadline) {
+			t.Fatalf("waiting for %s: %+v", what, g.State())
+		}
+		time.Sleep(5 * time.Millisecond)
 	}
 }
