@@ -53,6 +53,7 @@ var (
 )
 
 type txnReq struct {
+	ctx  context.Context // a request whose ctx ended before its commit is dropped
 	t    Txn
 	res  TxnResult
 	err  error
@@ -245,7 +246,7 @@ func (s *Bolt) Txn(ctx context.Context, t Txn) (TxnResult, error) {
 	if err := validate(t); err != nil {
 		return TxnResult{}, err
 	}
-	r := &txnReq{t: t, done: make(chan struct{})}
+	r := &txnReq{ctx: ctx, t: t, done: make(chan struct{})}
 	select {
 	case s.reqs <- r:
 	case <-s.closed:
@@ -253,9 +254,10 @@ func (s *Bolt) Txn(ctx context.Context, t Txn) (TxnResult, error) {
 	case <-ctx.Done():
 		return TxnResult{}, ctx.Err()
 	}
-	// Once queued, the transaction is committed or failed; waiting for the
-	// answer is not cut short by ctx, so a caller never mistakes a committed
-	// write for a lost one. Only a store that closed before the committer
+	// Once queued, the transaction is committed, failed, or dropped unwritten
+	// because ctx ended before its commit began; waiting for the answer is
+	// not cut short by ctx, so a caller never mistakes a committed write
+	// for a lost one. Only a store that closed before the committer
 	// took it leaves it unanswered, and then it was not written.
 	select {
 	case <-r.done:
@@ -289,8 +291,25 @@ func (s *Bolt) commitLoop() {
 				break fill
 			}
 		}
-		s.commit(batch)
+		s.commit(dropGone(batch))
 	}
+}
+
+// dropGone answers the requests whose caller stopped waiting before their
+// commit began (a box's hello after its session ended) without writing
+// them, and returns the rest: under a backlog, no commit is spent on work
+// nobody waits for. Their callers learn they were not written.
+func dropGone(batch []*txnReq) []*txnReq {
+	kept := batch[:0]
+	for _, r := range batch {
+		if err := r.ctx.Err(); err != nil {
+			r.err = fmt.Errorf("store: not written, its caller is gone: %w", err)
+			close(r.done)
+			continue
+		}
+		kept = append(kept, r)
+	}
+	return kept
 }
 
 func (s *Bolt) failPending() {
@@ -308,6 +327,9 @@ func (s *Bolt) failPending() {
 // commit applies a batch in one bbolt transaction, each with its own
 // revision.
 func (s *Bolt) commit(batch []*txnReq) {
+	if len(batch) == 0 {
+		return
+	}
 	wrote := false
 	err := s.db.Update(func(tx *bolt.Tx) error {
 		meta, kvb, logb := tx.Bucket(bucketMeta), tx.Bucket(bucketKV), tx.Bucket(bucketLog)
