@@ -15,6 +15,8 @@ type Metrics struct {
 	refused    *prometheus.CounterVec
 	bytes      *prometheus.CounterVec
 	rtt        prometheus.Histogram
+	late       prometheus.Counter
+	dead       prometheus.Counter
 
 	bytesIn, bytesOut prometheus.Counter
 }
@@ -47,11 +49,19 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Help:    "Round trip of tunnel pings.",
 			Buckets: []float64{.001, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10},
 		}),
+		late: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: "edgebox", Subsystem: "tunnel", Name: "pings_late_total",
+			Help: "Pings answered after PingTimeout, or not at all, on sessions that stayed up because the link still showed life.",
+		}),
+		dead: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: "edgebox", Subsystem: "tunnel", Name: "links_dead_total",
+			Help: "Sessions closed because the link was silent for DeadAfter while a ping was unanswered.",
+		}),
 	}
 	m.bytesIn = m.bytes.WithLabelValues("in")
 	m.bytesOut = m.bytes.WithLabelValues("out")
 	if reg != nil {
-		reg.MustRegister(m.sessions, m.handshakes, m.streams, m.refused, m.bytes, m.rtt)
+		reg.MustRegister(m.sessions, m.handshakes, m.streams, m.refused, m.bytes, m.rtt, m.late, m.dead)
 	}
 	return m
 }
@@ -95,5 +105,17 @@ func (m *Metrics) countBytes(read, written int) {
 func (m *Metrics) observeRTT(d time.Duration) {
 	if m != nil {
 		m.rtt.Observe(d.Seconds())
+	}
+}
+
+func (m *Metrics) pingLate() {
+	if m != nil {
+		m.late.Inc()
+	}
+}
+
+func (m *Metrics) linkDead() {
+	if m != nil {
+		m.dead.Inc()
 	}
 }

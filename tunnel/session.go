@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -47,6 +48,14 @@ type Session struct {
 
 	rtt      atomic.Int64 // last ping round trip in ns
 	lastTrip atomic.Int64 // unix ns of the last successful round trip
+	// heard is when the link last delivered anything: every read of the
+	// connection when the session runs over watchReads, else ping answers.
+	heard *readClock
+	// unanswered is the monotonic time (see monoNow) the oldest ping not
+	// yet answered went out, 0 when every ping was answered. A ping that
+	// gave up without an answer leaves it set: the next one continues the
+	// run.
+	unanswered atomic.Int64
 	// healthy is set once a round trip succeeded after the handshake: a
 	// ping was answered, or a stream we opened was accepted.
 	healthy atomic.Bool
@@ -66,12 +75,15 @@ type Session struct {
 
 	closeOnce sync.Once
 	done      chan struct{} // closed when the session is closed
-	// wg counts the accept loop, stream header readers and the armed ping
-	// timer (from arming until its tick ends, or until Close stops it).
+	// wg counts the accept loop, stream header readers and each armed
+	// timer: ping and dead check (from arming until its function returns,
+	// or until Close stops it).
 	wg sync.WaitGroup
 
-	mu        sync.Mutex // guards pingTimer arming against Close
+	mu        sync.Mutex // guards arming pingTimer and deadTimer against Close
 	pingTimer *time.Timer
+	// deadTimer runs deadCheck; it is armed while a ping is unanswered.
+	deadTimer *time.Timer
 	onEnd     func() // set before start; runs once, after the session ended
 }
 
@@ -79,7 +91,8 @@ func newSession(ys *yamux.Session, self, peer string, cfg Config, routes router,
 	s := &Session{
 		peer: peer, self: self, ys: ys, cfg: cfg, routes: routes,
 		log: log, metrics: m, started: time.Now(),
-		done: make(chan struct{}),
+		done:  make(chan struct{}),
+		heard: newReadClock(),
 	}
 	s.lastTrip.Store(s.started.UnixNano()) // the handshake was a round trip
 	s.lastIO.Store(s.started.UnixNano())
@@ -141,6 +154,13 @@ func (s *Session) RTT() time.Duration { return time.Duration(s.rtt.Load()) }
 // succeeded: the handshake or a ping.
 func (s *Session) LastRoundTrip() time.Time { return time.Unix(0, s.lastTrip.Load()) }
 
+// LastHeard returns when the link last delivered anything: stream data, a
+// window update, a ping or a ping's answer, late or not. A slow far side
+// is heard from even while its answers to pings are late.
+func (s *Session) LastHeard() time.Time {
+	return time.Now().Add(-s.heard.silence(monoNow()))
+}
+
 // NumStreams returns the number of open streams.
 func (s *Session) NumStreams() int { return s.ys.NumStreams() }
 
@@ -148,12 +168,13 @@ func (s *Session) NumStreams() int { return s.ys.NumStreams() }
 func (s *Session) Done() <-chan struct{} { return s.done }
 
 // Ping sends one application ping and waits for its answer, at most
-// Config.PingTimeout.
+// Config.DeadAfter.
 func (s *Session) Ping() (time.Duration, error) {
 	rtt, err := s.ys.Ping()
 	if err != nil {
 		return 0, fmt.Errorf("tunnel: ping %s: %w", s.peer, err)
 	}
+	s.heard.mark()
 	s.rtt.Store(int64(rtt))
 	s.lastTrip.Store(time.Now().UnixNano())
 	s.healthy.Store(true)
@@ -167,8 +188,10 @@ func (s *Session) Close() error {
 	s.closeOnce.Do(func() {
 		close(s.done)
 		s.mu.Lock()
-		if s.pingTimer != nil && s.pingTimer.Stop() {
-			s.wg.Done() // the timer will not fire: its tick never runs
+		for _, t := range []*time.Timer{s.pingTimer, s.deadTimer} {
+			if t != nil && t.Stop() {
+				s.wg.Done() // the timer will not fire: its function never runs
+			}
 		}
 		s.mu.Unlock()
 		s.ys.Close()
@@ -182,19 +205,43 @@ func (s *Session) Close() error {
 }
 
 // pingTick runs from the ping timer: one ping, then the timer is armed
-// again, or the session is closed when the ping failed.
+// again. A ping answered late, or not at all while the link still shows
+// life, ends nothing: the next ping follows at once when this one got no
+// answer. Whether the link is dead is deadCheck's to say.
 func (s *Session) pingTick() {
 	defer s.wg.Done()
-	if _, err := s.Ping(); err != nil {
-		select {
-		case <-s.done:
-		default:
-			s.log.Warn("link dead, closing session", "peer", s.peer, "err", err)
-			go s.Close() // Close waits for this tick
-		}
+	s.unanswered.CompareAndSwap(0, monoNow())
+	s.armDeadCheck(s.deadDue())
+	rtt, err := s.Ping()
+	select {
+	case <-s.done:
 		return
+	default:
 	}
-	if now := time.Now(); s.renewDue != nil && s.renewable(now) {
+	next := s.cfg.PingInterval
+	switch {
+	case err == nil:
+		s.unanswered.Store(0)
+		s.disarmDeadCheck()
+		if rtt > s.cfg.PingTimeout {
+			s.metrics.pingLate()
+			s.log.Debug("ping answered late", "peer", s.peer, "rtt", rtt.Round(time.Millisecond))
+		}
+	case errors.Is(err, yamux.ErrSessionShutdown):
+		return // the connection broke; the accept loop closes the session
+	case s.deadDue() <= 0:
+		// Silent all along: deadCheck, armed for now, is closing the
+		// session. Should something arrive first, it keeps pinging.
+		next = 0
+	default:
+		// No answer within DeadAfter (or the ping could not leave), yet
+		// the link is alive: something else arrived.
+		s.metrics.pingLate()
+		s.log.Debug("ping not answered, but the link is alive; pinging again", "peer", s.peer,
+			"err", err, "silent_for", s.heard.silence(monoNow()).Round(time.Millisecond))
+		next = 0
+	}
+	if now := time.Now(); err == nil && s.renewDue != nil && s.renewable(now) {
 		s.triedAt.Store(now.UnixNano())
 		select {
 		case s.renewDue <- struct{}{}:
@@ -209,8 +256,130 @@ func (s *Session) pingTick() {
 	default:
 	}
 	s.wg.Add(1)
-	s.pingTimer.Reset(s.cfg.PingInterval)
+	s.pingTimer.Reset(next)
 }
+
+// deadDue returns how long until the link, if it stays silent, is dead:
+// DeadAfter after its last byte, and no sooner than PingTimeout after the
+// oldest unanswered ping went out (a ping sent late, by a starved
+// process, still gets its time). It is 0 or less once that has passed.
+func (s *Session) deadDue() time.Duration {
+	now := monoNow()
+	due := s.heard.last.Load() + int64(s.cfg.DeadAfter)
+	if since := s.unanswered.Load(); since != 0 {
+		due = max(due, since+int64(s.cfg.PingTimeout))
+	}
+	return time.Duration(due - now)
+}
+
+// deadCheck runs from the dead timer while a ping is unanswered: it closes
+// the session when the link has been silent for DeadAfter, or looks again
+// when that would be.
+func (s *Session) deadCheck() {
+	defer s.wg.Done()
+	select {
+	case <-s.done:
+		return
+	default:
+	}
+	since := s.unanswered.Load()
+	if since == 0 {
+		return // answered meanwhile
+	}
+	if due := s.deadDue(); due > 0 {
+		s.armDeadCheck(due)
+		return
+	}
+	now := monoNow()
+	silent, unanswered := s.heard.silence(now), time.Duration(now-since)
+	s.metrics.linkDead()
+	s.log.Warn("link dead, closing session", "peer", s.peer,
+		"silent_for", silent.Round(time.Millisecond), "ping_unanswered_for", unanswered.Round(time.Millisecond))
+	go s.Close() // Close waits for this check
+}
+
+// armDeadCheck (re)arms the dead timer to fire in d, unless the session
+// is closed.
+func (s *Session) armDeadCheck(d time.Duration) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	select {
+	case <-s.done:
+		return
+	default:
+	}
+	if s.deadTimer == nil {
+		s.wg.Add(1)
+		s.deadTimer = time.AfterFunc(d, s.deadCheck)
+		return
+	}
+	if !s.deadTimer.Reset(d) {
+		s.wg.Add(1) // it had fired or was stopped: a new run is pending
+	}
+}
+
+// disarmDeadCheck stops the dead timer, once every ping was answered.
+func (s *Session) disarmDeadCheck() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.deadTimer != nil && s.deadTimer.Stop() {
+		s.wg.Done()
+	}
+}
+
+// monoBase anchors monoNow: readings of the monotonic clock, so that a
+// box whose wall clock is stepped (NTP, an RTC that was wrong) neither
+// drops a live session nor keeps a dead one.
+var monoBase = time.Now()
+
+// monoNow returns nanoseconds on the monotonic clock, always above 0.
+func monoNow() int64 { return int64(time.Since(monoBase)) + 1 }
+
+// readClock records when a connection last delivered bytes.
+type readClock struct {
+	last atomic.Int64 // monoNow of the last read that returned bytes
+}
+
+func newReadClock() *readClock {
+	c := &readClock{}
+	c.mark()
+	return c
+}
+
+func (c *readClock) mark() { c.last.Store(monoNow()) }
+
+// silence returns how long before now (a monoNow reading) the last bytes
+// arrived.
+func (c *readClock) silence(now int64) time.Duration {
+	return time.Duration(now - c.last.Load())
+}
+
+// heardConn is the connection a session's yamux reads from, with a clock
+// of its last read: whatever frame arrives, the link is alive.
+type heardConn struct {
+	net.Conn
+	clock *readClock
+}
+
+// watchReads wraps the connection handed to yamux so that the session
+// knows when the link last delivered anything; give the result to the
+// session with Session.hears. A read costs one clock reading more.
+func watchReads(c net.Conn) *heardConn {
+	return &heardConn{Conn: c, clock: newReadClock()}
+}
+
+func (c *heardConn) Read(p []byte) (int, error) {
+	n, err := c.Conn.Read(p)
+	if n > 0 {
+		c.clock.mark()
+	}
+	return n, err
+}
+
+// hears makes the session judge the link by every read of c, the
+// connection its yamux reads from; call it before start. Without it only
+// ping answers count as life.
+func (s *Session) hears(c *heardConn) { s.heard = c.clock }
 
 func (s *Session) acceptLoop() {
 	sem := make(chan struct{}, s.cfg.PendingHeaders)
