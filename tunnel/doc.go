@@ -13,8 +13,13 @@
 //
 //	c, err := server.Open(ctx, boxID, tunnel.KindRPC, nil) // on the console
 //
-// Liveness is an application ping with a deadline on both sides, so a
-// half-open link is noticed within Config.PingInterval+Config.PingTimeout.
+// Liveness: both sides ping, and judge the link by what it delivers. A
+// ping answered after Config.PingTimeout is late, counted and logged, and
+// ends nothing: a console slowed by a storm of reconnecting boxes must not
+// send them all back to dial again. A session is dead when nothing at all
+// (stream data, window update, ping, late answer) has arrived for
+// Config.DeadAfter while a ping is unanswered, so a half-open link is
+// noticed within DeadAfter of its last byte (25 s by default).
 // The box side redials forever with TLS session resumption, through an
 // HTTP CONNECT proxy when its settings or the environment name one. Failed
 // dials back off exponentially with full jitter (1 s to 60 s); after the
