@@ -290,12 +290,14 @@ func (c *Client) connect(ctx context.Context, fresh bool) (*Session, error) {
 	if err != nil {
 		return nil, err
 	}
-	ys, err := yamux.Client(yamuxConn(conn), c.cfg.yamux())
+	hc := watchReads(yamuxConn(conn))
+	ys, err := yamux.Client(hc, c.cfg.yamux())
 	if err != nil {
 		conn.Close()
 		return nil, err
 	}
 	sess := newSession(ys, c.cfg.Name, "console", c.cfg.Config, &c.routes, c.log, nil)
+	sess.hears(hc)
 	sess.renewal = c.cfg.Renew
 	sess.renewDue = make(chan struct{}, 1)
 	sess.hearsGoodbye = true

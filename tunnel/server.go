@@ -119,12 +119,14 @@ func (s *Server) ServeConn(ctx context.Context, conn *tls.Conn) error {
 		return fmt.Errorf("tunnel: greeting %s: %w", boxID, err)
 	}
 	conn.SetWriteDeadline(time.Time{})
-	ys, err := yamux.Server(yamuxConn(conn), s.cfg.yamux())
+	hc := watchReads(yamuxConn(conn))
+	ys, err := yamux.Server(hc, s.cfg.yamux())
 	if err != nil {
 		conn.Close()
 		return err
 	}
 	sess := newSession(ys, s.cfg.Name, boxID, s.cfg.Config, &s.routes, s.log, s.metrics)
+	sess.hears(hc)
 
 	s.mu.Lock()
 	if s.closed {
