@@ -88,9 +88,11 @@ func (p *Tracker) Presence(id string) Status {
 		defer p.mu.Unlock()
 		return Status{LastSeen: p.seen[id]}
 	}
-	last := s.LastRoundTrip()
+	// Anything the box sent says it is there, a late ping answer too; a
+	// session silent for DeadAfter is about to be closed as dead.
+	last := s.LastHeard()
 	return Status{
-		Online:      time.Since(last) < 2*p.cfg.PingInterval+p.cfg.PingTimeout,
+		Online:      time.Since(last) < p.cfg.DeadAfter,
 		RTT:         s.RTT(),
 		ConnectedAt: s.Started(),
 		LastSeen:    last,
@@ -122,7 +124,7 @@ func (p *Tracker) Run(ctx context.Context) error {
 func (p *Tracker) Flush(ctx context.Context) {
 	for _, s := range p.srv.Sessions() {
 		p.mu.Lock()
-		p.seen[s.Peer()] = s.LastRoundTrip()
+		p.seen[s.Peer()] = s.LastHeard()
 		p.mu.Unlock()
 	}
 	p.mu.Lock()
