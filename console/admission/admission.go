@@ -49,11 +49,14 @@ type Config struct {
 	// LogEvery is how often the rates are logged while boxes are held
 	// back.
 	LogEvery time.Duration
+	// Handshakes and MinHandshakes bound the TLS handshakes in progress:
+	// where their limit starts, and its floor.
+	Handshakes, MinHandshakes int
 	// SchedTarget is the most the 99th percentile of the Go scheduler's
 	// latency (how long a runnable goroutine waits for a CPU) may be in a
-	// window before the limit shrinks; 0 leaves the scheduler out. An
-	// operator's API call waits that long several times over, so it is
-	// kept well under the second the API must answer in.
+	// window before the handshake limit shrinks; 0 leaves the scheduler
+	// out. An operator's API call waits that long several times over, so
+	// it is kept well under the second the API must answer in.
 	SchedTarget time.Duration
 }
 
@@ -61,7 +64,7 @@ type Config struct {
 func DefaultConfig() Config {
 	return Config{Initial: 256, Min: 8, Max: 4096, Target: 5 * time.Second, Patience: time.Minute,
 		Window: 250 * time.Millisecond, MinWait: 200 * time.Millisecond, MaxWait: time.Minute, LogEvery: 5 * time.Second,
-		InitialRate: 200, SchedTarget: 50 * time.Millisecond}
+		InitialRate: 200, Handshakes: 64, MinHandshakes: 4, SchedTarget: 50 * time.Millisecond}
 }
 
 // Validate reports what is wrong with c.
@@ -75,6 +78,8 @@ func (c Config) Validate() error {
 		return errors.New("admission: want 0 < MinWait <= MaxWait")
 	case c.InitialRate < 1:
 		return errors.New("admission: InitialRate must be at least 1")
+	case c.MinHandshakes < 1 || c.Handshakes < c.MinHandshakes:
+		return errors.New("admission: want 1 <= MinHandshakes <= Handshakes")
 	case c.SchedTarget < 0:
 		return errors.New("admission: SchedTarget must not be negative")
 	}
@@ -95,11 +100,12 @@ type Controller struct {
 	limit        float64
 	inflight     map[string]time.Time // box → when admitted
 	reserved     int                  // places held for handshakes in progress
+	hlimit       float64              // the limit on those
 	promised     slots                // when deferred boxes were told to come back
 	rate         float64              // completions per second, smoothed
 	recent       []sample             // the last windows the console was full in
 	lastCut      time.Time            // the limit's last decrease
-	lastSchedCut time.Time            // its last decrease for the scheduler
+	lastSchedCut time.Time            // the handshake limit's last decrease
 	win          window               // what happened since the last adapt
 	period       window               // since the last log line
 	shedding     bool                 // boxes were held back in the last log period
@@ -108,6 +114,7 @@ type Controller struct {
 // window counts what happened in one adapt or log period.
 type window struct {
 	admitted, deferred, caughtUp, abandoned, failed int
+	handshakesFull                                  int // boxes turned away for the handshake limit
 	latencies                                       []time.Duration
 }
 
@@ -118,8 +125,9 @@ func New(cfg Config, reg prometheus.Registerer, log *slog.Logger) (*Controller, 
 	}
 	c := &Controller{cfg: cfg, log: log.With("component", "admission"), now: time.Now, rand: rand.Float64,
 		m: newMetrics(reg), limit: float64(cfg.Initial), inflight: make(map[string]time.Time),
-		rate: cfg.InitialRate, sched: newSchedLatency().p99}
+		rate: cfg.InitialRate, sched: newSchedLatency().p99, hlimit: float64(cfg.Handshakes)}
 	c.m.limit.Set(c.limit)
+	c.m.hlimit.Set(c.hlimit)
 	return c, nil
 }
 
@@ -135,6 +143,10 @@ func (c *Controller) Reserve(ctx context.Context) (rctx context.Context, release
 	defer c.mu.Unlock()
 	now := c.now()
 	if len(c.inflight)+c.reserved >= int(c.limit) {
+		return ctx, func() {}, c.defer1(now)
+	}
+	if c.reserved >= int(c.hlimit) {
+		c.win.handshakesFull++
 		return ctx, func() {}, c.defer1(now)
 	}
 	c.reserved++
@@ -344,16 +356,20 @@ func (c *Controller) adapt() {
 		sort.Slice(w.latencies, func(i, j int) bool { return w.latencies[i] < w.latencies[j] })
 		slow = slow || w.latencies[n*9/10] > c.cfg.Target
 	}
+	// The handshake limit follows the scheduler. It answers within a
+	// window, so a cut does not wait for sessions to settle as one of the
+	// session limit does.
 	crowded := c.cfg.SchedTarget > 0 && sched > c.cfg.SchedTarget
 	c.m.sched.Set(sched.Seconds())
 	switch {
 	case crowded && now.Sub(c.lastSchedCut) >= schedCutEvery:
-		// Goroutines wait for the CPU: fewer handshakes at once, at
-		// once. The scheduler answers within a window, so this does not
-		// wait for sessions to settle as a cut for latency does.
-		c.limit = max(float64(c.cfg.Min), c.limit*0.75)
+		c.hlimit = max(float64(c.cfg.MinHandshakes), c.hlimit*0.75)
 		c.lastSchedCut = now
-	case crowded:
+	case !crowded && w.handshakesFull > 0:
+		c.hlimit = min(c.limit, c.hlimit+max(1, float64(w.admitted)/4))
+	}
+	c.m.hlimit.Set(c.hlimit)
+	switch {
 	case slow && now.Sub(c.lastCut) >= c.cfg.Target:
 		// Once per Target: the effect of a cut shows only after the
 		// sessions in flight settle.
@@ -428,15 +444,15 @@ func (h *slots) Pop() any {
 
 // State is a snapshot, for tests and the metrics.
 type State struct {
-	Limit, InFlight, Handshakes int
-	Rate                        float64
+	Limit, InFlight, Handshakes, HandshakeLimit int
+	Rate                                        float64
 }
 
 // State returns the controller's state now.
 func (c *Controller) State() State {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return State{Limit: int(c.limit), InFlight: len(c.inflight), Handshakes: c.reserved, Rate: c.rate}
+	return State{Limit: int(c.limit), InFlight: len(c.inflight), Handshakes: c.reserved, HandshakeLimit: int(c.hlimit), Rate: c.rate}
 }
 
 type metrics struct {
@@ -445,6 +461,7 @@ type metrics struct {
 	limit     prometheus.Gauge
 	inflight  prometheus.Gauge
 	reserved  prometheus.Gauge
+	hlimit    prometheus.Gauge
 	sched     prometheus.Gauge
 	rate      prometheus.Gauge
 	latency   prometheus.Histogram
@@ -462,6 +479,8 @@ func newMetrics(reg prometheus.Registerer) metrics {
 			Help: "Box sessions between admission and caught up."}),
 		reserved: prometheus.NewGauge(prometheus.GaugeOpts{Name: "edgebox_admission_handshakes",
 			Help: "Places held for box sessions whose TLS handshake is in progress."}),
+		hlimit: prometheus.NewGauge(prometheus.GaugeOpts{Name: "edgebox_admission_handshake_limit",
+			Help: "Box TLS handshakes allowed in progress at once, following the scheduler's latency."}),
 		sched: prometheus.NewGauge(prometheus.GaugeOpts{Name: "edgebox_admission_sched_latency_seconds",
 			Help: "99th percentile of the Go scheduler's latency in the last window, as admission saw it."}),
 		rate: prometheus.NewGauge(prometheus.GaugeOpts{Name: "edgebox_admission_completion_rate",
@@ -470,7 +489,7 @@ func newMetrics(reg prometheus.Registerer) metrics {
 			Help: "Time from a box session's admission until its Sync stream caught up.", Buckets: prometheus.ExponentialBuckets(0.01, 2, 14)}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.sessions, m.abandoned, m.limit, m.inflight, m.reserved, m.sched, m.rate, m.latency)
+		reg.MustRegister(m.sessions, m.abandoned, m.limit, m.inflight, m.reserved, m.hlimit, m.sched, m.rate, m.latency)
 	}
 	return m
 }

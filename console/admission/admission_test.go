@@ -427,10 +427,11 @@ func TestReserveHoldsAPlaceBeforeTheHandshake(t *testing.T) {
 	}
 }
 
-// TestTheSchedulerShrinksTheLimit: goroutines waiting past SchedTarget for
-// the CPU cut the limit by a quarter, at most once a second, and a quiet
-// scheduler lets it grow again.
-func TestTheSchedulerShrinksTheLimit(t *testing.T) {
+// TestTheSchedulerShrinksTheHandshakeLimit: goroutines waiting past
+// SchedTarget for the CPU cut the handshake limit by a quarter, at most
+// once a second, and leave the session limit alone; a quiet scheduler
+// lets handshakes held back by their limit grow it again.
+func TestTheSchedulerShrinksTheHandshakeLimit(t *testing.T) {
 	c := newClock()
 	cfg := DefaultConfig()
 	cfg.Initial = 100
@@ -441,29 +442,31 @@ func TestTheSchedulerShrinksTheLimit(t *testing.T) {
 	for range 8 { // 2 s of windows
 		c.add(cfg.Window)
 		ctl.adapt()
-		limits = append(limits, ctl.State().Limit)
+		limits = append(limits, ctl.State().HandshakeLimit)
 	}
-	if want := "[75 75 75 75 56 56 56 56]"; fmt.Sprint(limits) != want {
-		t.Fatalf("limits %v, want %s", limits, want)
+	if want := "[48 48 48 48 36 36 36 36]"; fmt.Sprint(limits) != want {
+		t.Fatalf("handshake limits %v, want %s", limits, want)
+	}
+	if got := ctl.State().Limit; got != 100 {
+		t.Fatalf("the session limit moved to %d", got)
 	}
 	if got := value(t, ctl.m.sched); got != 0.2 {
 		t.Fatalf("scheduler latency gauge %v", got)
 	}
-	// Quiet again, with boxes held back and settling quickly: it grows.
+	// Quiet again, with handshakes held back by their limit: it grows.
 	sched = time.Millisecond
-	for i := range 56 {
-		ctl.Admit(bg, fmt.Sprint("q", i))
+	for i := range 36 {
+		if _, _, w := ctl.Reserve(bg); w != 0 {
+			t.Fatalf("handshake %d told to wait %v", i, w)
+		}
 	}
-	if w := ctl.Admit(bg, "held back"); w == 0 {
-		t.Fatal("a box past the limit was admitted")
-	}
-	for i := range 8 {
-		ctl.CaughtUp(fmt.Sprint("q", i))
+	if _, _, w := ctl.Reserve(bg); w == 0 {
+		t.Fatal("a handshake past the handshake limit was let in")
 	}
 	c.add(cfg.Window)
 	ctl.adapt()
-	if got := ctl.State().Limit; got != 58 {
-		t.Fatalf("limit %d after a quiet window, want 58", got)
+	if got := ctl.State().HandshakeLimit; got != 37 {
+		t.Fatalf("handshake limit %d after a quiet window, want 37", got)
 	}
 }
 
