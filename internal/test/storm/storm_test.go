@@ -34,25 +34,28 @@ func TestMain(m *testing.M) {
 	os.Exit(m.Run())
 }
 
-// The storm, at a small scale. The console answers at most capacity
-// hellos, Sync beginnings and acks-and-status streams a second (workers ×
-// 1/cost), each kept waiting in one queue; the boxes wait bound for a
-// hello or an acks answer. Every box needs a hello, a Sync beginning and
-// a few acks-and-status answers: about 1,500 answers for 300 boxes, 9 s of
-// the console's work. The boxes arrive at once, and if all were admitted,
-// their first requests alone would wait over 5 s in the queue, past
-// bound: each box gives up and asks again while the console still does
-// the work of the request it gave up, so the queue never drains (about
-// 170 hellos a second asked again against 160 answers a second).
+// The storm, at a small scale. The console answers at most 80 hellos,
+// Sync beginnings and acks-and-status streams a second (workers ÷ cost),
+// in the order they came, with at most maxQueue waiting; the boxes wait
+// bound for a hello or an acks answer, and ask again recheck after a
+// hello that failed. Every box needs a hello, a Sync beginning and a few
+// acks-and-status answers: about 1,300 answers for 300 boxes, 16 s of the
+// console's work. The boxes arrive at once. If all were admitted, their
+// first requests alone (900) would wait up to 11 s, far past bound: only
+// the first ~40 hellos are answered in time, and the other boxes ask again
+// while the console still does the work of what they gave up on, about
+// 150 hellos a second against 80 answers: the queue never drains.
 const (
 	boxes     = 300
 	processes = 2 // 150 agents a child process: their goroutines stay under the race detector's 8,128
 	workers   = 4
-	cost      = 25 * time.Millisecond
+	cost      = 50 * time.Millisecond
+	maxQueue  = 1000 // past it, answers are refused at once, as by a busy console
 	bound     = 1500 * time.Millisecond
-	// deadline is generous: a storm the console takes at its pace ends
-	// in about 10–30 s here, one that collapsed never does.
-	deadline = 2 * time.Minute
+	recheck   = 250 * time.Millisecond
+	// deadline is generous: a storm the console takes at its pace ended
+	// in 23 s here (29–80 s with -race), one that collapsed never does.
+	deadline = 3 * time.Minute
 )
 
 // TestStorm starts a fleet of boxes all at once against a console slowed
@@ -61,7 +64,7 @@ const (
 // no session the console admitted may end, and the API must answer every
 // call throughout.
 func TestStorm(t *testing.T) {
-	slow := newSlowConsole(workers, cost)
+	slow := newSlowConsole(workers, maxQueue, cost)
 	env := testenv.NewInProcess(t, testenv.Options{Console: func(c *console.Config) {
 		c.Hooks.BeforeHello = slow.answer
 		c.Hooks.BeforeSync = slow.answer
@@ -79,9 +82,10 @@ func TestStorm(t *testing.T) {
 	cfg.Log = testenv.Logger(t)
 	cfg.Agent = fleetsim.AgentSettings{
 		HelloTimeout: bound, UpAnswerTimeout: bound,
-		// A box that was not answered asks again soon, as a fleet with the
-		// default bounds does against a console 20 times larger.
-		PendingRecheck: 250 * time.Millisecond, SyncRetry: 250 * time.Millisecond,
+		// Bounds 20 times shorter than the agent's (30 s), and a box that
+		// was not answered asks again soon: a few hundred boxes meet them
+		// as thousands meet the agent's own.
+		PendingRecheck: recheck, SyncRetry: recheck,
 		PingInterval: 2 * time.Second, PingTimeout: 10 * time.Second,
 	}
 	t0 := time.Now()
@@ -115,20 +119,28 @@ func TestStorm(t *testing.T) {
 	})
 	// The console holds each box's acknowledgement of its state.
 	var notAcked []string
-	if synced {
-		synced = waitUntil(deadline-time.Since(since), func() bool {
-			notAcked = unacked(t, env.Console(), ids, targets)
-			return len(notAcked) == 0
-		})
-	}
+	acked := synced && waitUntil(deadline-time.Since(since), func() bool {
+		notAcked = unacked(t, env.Console(), ids, targets)
+		return len(notAcked) == 0
+	})
 	took := time.Since(since)
 	probes := prober.stop()
 	st = f.Stats(w)
-	logStorm(t, st, slow.stats().minus(served0), probes, took)
+	done := slow.stats().minus(served0)
+	logStorm(t, st, done, probes, took)
 
-	if !synced {
-		t.Errorf("the fleet did not converge within %v: %d of %d boxes online and synced, %d sessions up; acks the console has not taken: %d (%s)",
-			deadline, st.Synced, boxes, st.Up, len(notAcked), first(notAcked, 5))
+	switch {
+	case !synced:
+		t.Errorf("the fleet did not converge within %v: %d of %d boxes online and synced, %d sessions up",
+			deadline, st.Synced, boxes, st.Up)
+	case !acked:
+		t.Errorf("the console did not take every box's acknowledgement within %v: %d missing (%s)",
+			deadline, len(notAcked), first(notAcked, 5))
+	}
+	// Every box's hello and Sync beginning waited for the slowed console:
+	// otherwise it slowed nothing, and the storm proves nothing.
+	if done.answered < 2*boxes {
+		t.Errorf("the slowed console gave %d answers; want at least a hello and a Sync beginning a box (%d)", done.answered, 2*boxes)
 	}
 	if st.Dropped != 0 {
 		t.Errorf("%d sessions the console admitted were dropped; want none", st.Dropped)
@@ -160,42 +172,67 @@ func admissionConfig(none bool) admission.Config {
 
 // slowConsole is a console of small capacity: workers answer the boxes'
 // hellos, Sync beginnings and acks in the order they came, each taking
-// cost. Like the console's own work (a hello's store transaction is done
-// though its box stopped waiting), work once queued is done even when the
-// box has given up on it; the hello then fails at once on its ended call.
+// cost, with at most maxQueue waiting. Like the console's own work (a
+// hello's store transaction is done though its box stopped waiting), work
+// once queued is done even when the box has given up on it; the hello
+// then fails at once on its ended call.
 type slowConsole struct {
-	slots chan struct{} // a token a worker; FIFO for those waiting
-	cost  time.Duration
-	done  chan struct{} // closed by close: every answer returns at once
-	once  sync.Once
+	slots    chan struct{} // a token a worker; FIFO for those waiting
+	maxQueue int
+	cost     time.Duration
+	done     chan struct{} // closed by close: every answer returns at once
+	once     sync.Once
 
-	mu     sync.Mutex // guards counts
-	counts counts
+	mu      sync.Mutex // guards waiting and counts
+	waiting int
+	counts  counts
 }
 
 // counts are what the slow console did.
 type counts struct {
-	answered, late int           // answers given; hellos whose caller had given up by then
-	maxWait        time.Duration // the longest an answer waited for a worker
+	answered, late, refused int           // answers given; hellos whose caller had given up by then; refused, the queue full
+	maxWait                 time.Duration // the longest an answer waited for a worker
+	maxWaiting              int           // the longest the queue was
 }
 
 func (c counts) minus(o counts) counts {
-	return counts{answered: c.answered - o.answered, late: c.late - o.late, maxWait: c.maxWait}
+	return counts{answered: c.answered - o.answered, late: c.late - o.late, refused: c.refused - o.refused,
+		maxWait: c.maxWait, maxWaiting: c.maxWaiting}
 }
 
-func newSlowConsole(workers int, cost time.Duration) *slowConsole {
-	return &slowConsole{slots: make(chan struct{}, workers), cost: cost, done: make(chan struct{})}
+func newSlowConsole(workers, maxQueue int, cost time.Duration) *slowConsole {
+	return &slowConsole{slots: make(chan struct{}, workers), maxQueue: maxQueue, cost: cost, done: make(chan struct{})}
 }
 
-// errStopped fails what waits when the test ends.
-var errStopped = errors.New("the test's slow console stopped")
+var (
+	// errStopped fails what waits when the test ends.
+	errStopped = errors.New("the test's slow console stopped")
+	// errBusy refuses what finds the queue full.
+	errBusy = errors.New("the test's slow console is busy")
+)
 
 // answer is the console's hook before each answer to box.
 func (s *slowConsole) answer(ctx context.Context, box string) error {
+	s.mu.Lock()
+	if s.waiting >= s.maxQueue {
+		s.counts.refused++
+		s.mu.Unlock()
+		return errBusy
+	}
+	s.waiting++
+	s.counts.maxWaiting = max(s.counts.maxWaiting, s.waiting)
+	s.mu.Unlock()
 	start := time.Now()
+	got := false
 	select {
 	case s.slots <- struct{}{}:
+		got = true
 	case <-s.done:
+	}
+	s.mu.Lock()
+	s.waiting--
+	s.mu.Unlock()
+	if !got {
 		return errStopped
 	}
 	defer func() { <-s.slots }()
@@ -344,12 +381,15 @@ func logStorm(t *testing.T, st fleetsim.Stats, c counts, p probes, took time.Dur
 			fmt.Fprintf(&curve, " %.0fs:%d/%d", pt.After.Seconds(), pt.Up, pt.Synced)
 		}
 	}
-	t.Logf("storm of %d boxes (admission off: %v): all online and synced %v after the agents started (all=%v), checked over %v",
-		boxes, *noAdmission, st.AllSyncedAfter.Round(time.Millisecond), st.AllSynced, took.Round(time.Millisecond))
+	all := "not all online and synced"
+	if st.AllSynced {
+		all = fmt.Sprintf("all online and synced %v after the agents started", st.AllSyncedAfter.Round(time.Millisecond))
+	}
+	t.Logf("storm of %d boxes (admission off: %v): %s; watched for %v", boxes, *noAdmission, all, took.Round(time.Millisecond))
 	t.Logf("dials %d (per box mean %.2f, max %d), failed connects %d, sessions %d (per box %d–%d), dropped after admission %d",
 		st.Dials, st.DialsMean, st.DialsMax, st.ConnectFailures, st.Sessions, st.SessionsMin, st.SessionsMax, st.Dropped)
-	t.Logf("slowed console: %d answers (%.0f/s over the storm), %d hellos answered after their box gave up, longest wait for a worker %v",
-		c.answered, float64(c.answered)/took.Seconds(), c.late, c.maxWait.Round(time.Millisecond))
+	t.Logf("slowed console: %d answers (%.0f/s over the storm), %d hellos answered after their box gave up, %d refused with the queue full; longest queue %d, longest wait for a worker %v",
+		c.answered, float64(c.answered)/took.Seconds(), c.late, c.refused, c.maxWaiting, c.maxWait.Round(time.Millisecond))
 	t.Logf("API: %d calls, %d failed, latency p50 %v p99 %v max %v", p.calls, len(p.errs),
 		quantile(p.latencies, 0.5), quantile(p.latencies, 0.99), quantile(p.latencies, 1))
 	t.Logf("boxes up/synced since the agents started:%s", curve.String())
