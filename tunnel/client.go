@@ -83,6 +83,7 @@ type Client struct {
 	cfg     ClientConfig
 	tls     *tls.Config
 	fullTLS *tls.Config // tls without resumption
+	tickets *ticketCache
 	log     *slog.Logger
 	routes  listeners
 
@@ -132,10 +133,12 @@ func NewClient(cfg ClientConfig, log *slog.Logger) (*Client, error) {
 	if t.ClientSessionCache == nil {
 		t.ClientSessionCache = tls.NewLRUClientSessionCache(4)
 	}
+	tickets := &ticketCache{ClientSessionCache: t.ClientSessionCache}
+	t.ClientSessionCache = tickets
 	full := t.Clone()
 	full.ClientSessionCache = nil
 	return &Client{
-		cfg: cfg, tls: t, fullTLS: full, log: log.With("component", "tunnel"),
+		cfg: cfg, tls: t, fullTLS: full, tickets: tickets, log: log.With("component", "tunnel"),
 		routes: listeners{self: cfg.Name, backlog: cfg.ListenBacklog},
 		ready:  make(chan struct{}),
 	}, nil
@@ -307,6 +310,33 @@ func (c *Client) connect(ctx context.Context, fresh bool) (*Session, error) {
 	return sess, nil
 }
 
+// ticketCache keeps the box's session tickets through a busy answer
+// before TLS. crypto/tls forgets the ticket it offered when a handshake
+// fails (a bad ticket must not be offered again); a console that said
+// "come back later" found nothing wrong with it, and the box's next dial
+// should resume as cheaply as this one would have.
+type ticketCache struct {
+	tls.ClientSessionCache
+	mu  sync.Mutex
+	cur *earlyConn // the connection of the handshake in progress
+}
+
+func (t *ticketCache) dialing(c *earlyConn) {
+	t.mu.Lock()
+	t.cur = c
+	t.mu.Unlock()
+}
+
+func (t *ticketCache) Put(key string, cs *tls.ClientSessionState) {
+	t.mu.Lock()
+	cur := t.cur
+	t.mu.Unlock()
+	if cs == nil && cur != nil && cur.Busy() != nil {
+		return
+	}
+	t.ClientSessionCache.Put(key, cs)
+}
+
 // dial opens the TLS connection, through a proxy when one applies. With
 // fresh, the handshake is a full one.
 func (c *Client) dial(ctx context.Context, fresh bool) (*tls.Conn, error) {
@@ -331,7 +361,10 @@ func (c *Client) dial(ctx context.Context, fresh bool) (*tls.Conn, error) {
 	}
 	early := &earlyConn{Conn: raw}
 	tc := tls.Client(CorkConn(early), cfg)
-	if err := tc.HandshakeContext(ctx); err != nil {
+	c.tickets.dialing(early)
+	err = tc.HandshakeContext(ctx)
+	c.tickets.dialing(nil)
+	if err != nil {
 		raw.Close()
 		if busy := early.Busy(); busy != nil {
 			// Too busy to start the handshake: the console said when to

@@ -2,10 +2,13 @@ package tunnel
 
 import (
 	"bytes"
+	"context"
+	"crypto/tls"
 	"errors"
 	"io"
 	"net"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -85,10 +88,11 @@ func TestEarlyConnPassesTLSThrough(t *testing.T) {
 }
 
 // TestBusyBeforeTLSSaysWhenToComeBack puts a front before the console that
-// answers the first two dials with the busy answer before TLS, as a
-// console's port does when it has no room for another handshake: the box
-// comes back after the wait it was told each time, not after its own
-// backoff (pinned to 30 s here), and the third dial brings the session up.
+// answers two dials with the busy answer before TLS, as a console's port
+// does when it has no room for another handshake. The box's first session
+// comes up, then it is dropped: the box comes back after the wait it was
+// told each time, not after its own backoff (pinned to 30 s here), and the
+// dial after the busy answers resumes the TLS session the first one made.
 func TestBusyBeforeTLSSaysWhenToComeBack(t *testing.T) {
 	t.Parallel()
 	p := newTestPKI(t)
@@ -116,7 +120,7 @@ func TestBusyBeforeTLSSaysWhenToComeBack(t *testing.T) {
 			dials = append(dials, time.Now())
 			n := len(dials)
 			mu.Unlock()
-			if n <= 2 {
+			if n == 2 || n == 3 {
 				// The ClientHello arrives; the answer replaces the
 				// ServerHello.
 				c.SetReadDeadline(time.Now().Add(5 * time.Second))
@@ -137,17 +141,41 @@ func TestBusyBeforeTLSSaysWhenToComeBack(t *testing.T) {
 	}()
 	cli := startTestClient(t, p, "box-1", front.Addr().String(), func(c *ClientConfig) {
 		c.Backoff = Backoff{Min: 30 * time.Second, Max: 30 * time.Second, Rand: func(n int64) int64 { return n - 1 }}
+		c.Rejoin = time.Millisecond
 	})
-	waitFor(t, 10*time.Second, "a session after two busy answers", func() bool { _, ok := srv.Session("box-1"); return ok })
-	waitFor(t, 10*time.Second, "the box's side of the session", func() bool { return cli.Session() != nil })
+	waitFor(t, 10*time.Second, "the first session", func() bool { return cli.Session() != nil })
+	// A stream round trip makes the session healthy: its end is redialled
+	// at once, not after the backoff.
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	st, err := cli.Open(ctx, KindRPC, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	roundTrip(t, st, "hello")
+	st.Close()
+	var resumed atomic.Bool
+	cli.tls.VerifyConnection = func(cs tls.ConnectionState) error {
+		resumed.Store(cs.DidResume)
+		return nil
+	}
+	first := cli.Session()
+	srv.Drop("box-1")
+	waitFor(t, 10*time.Second, "a session after two busy answers", func() bool {
+		s := cli.Session()
+		return s != nil && s != first
+	})
 	mu.Lock()
 	defer mu.Unlock()
-	if len(dials) != 3 {
-		t.Fatalf("the box dialled %d times, want 3", len(dials))
+	if len(dials) != 4 {
+		t.Fatalf("the box dialled %d times, want 4", len(dials))
 	}
-	for i := 1; i < len(dials); i++ {
+	for i := 2; i < len(dials); i++ {
 		if gap := dials[i].Sub(dials[i-1]); gap < 300*time.Millisecond {
 			t.Fatalf("dial %d came %v after a busy answer that said 300ms", i+1, gap)
 		}
+	}
+	if !resumed.Load() {
+		t.Fatal("the dial after the busy answers made a full handshake: the box forgot its session ticket")
 	}
 }
