@@ -317,6 +317,10 @@ type TokenSpec struct {
 }
 
 // Validate checks the spec.
+// MaxTokenUses bounds how many boxes one enrollment token may enroll: a
+// region's whole fleet, installed from one pasted command.
+const MaxTokenUses = 100000
+
 func (s TokenSpec) Validate() error {
 	if err := ValidatePlace("region", s.Region); err != nil {
 		return err
@@ -327,8 +331,8 @@ func (s TokenSpec) Validate() error {
 	if s.TTL < time.Minute || s.TTL > 30*24*time.Hour {
 		return errdefs.Invalid("token lifetime %v: use 1m to 720h", s.TTL)
 	}
-	if s.Uses < 1 || s.Uses > 10000 {
-		return errdefs.Invalid("token uses %d: use 1 to 10000", s.Uses)
+	if s.Uses < 1 || s.Uses > MaxTokenUses {
+		return errdefs.Invalid("token uses %d: use 1 to %d", s.Uses, MaxTokenUses)
 	}
 	return ValidateLabels(s.Labels)
 }
