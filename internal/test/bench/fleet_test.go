@@ -285,6 +285,12 @@ func holdIdle(addr string, n int) {
 // names a directory for the simulated agents' logs at info. The API is
 // measured from the moment the restarted console listens, and
 // storm-s-healthz is when /healthz first answered.
+//
+// EDGEBOX_BENCH_STORM_IDLE=N holds N idle anonymous connections to the
+// console's port from this process (127.2.x.y, 64 an address), from just
+// before the kill to the storm's end, each opened again
+// EDGEBOX_BENCH_STORM_IDLE_PAUSE to twice that (1s unless set) after the
+// console closes it; the log says how many were held and closed.
 func BenchmarkFleet(b *testing.B) {
 	n := boxCount(b, 2000)
 	for range b.N {
@@ -364,6 +370,24 @@ func fleet(b *testing.B, n int) {
 		defer stop()
 	}
 
+	// A hostile client in this process holding idle connections, from
+	// just before the kill to the storm's end, when
+	// EDGEBOX_BENCH_STORM_IDLE says how many.
+	var idle *idleHolder
+	if n := envInt(b, "EDGEBOX_BENCH_STORM_IDLE", 0); n > 0 {
+		pause := time.Second
+		if v := os.Getenv("EDGEBOX_BENCH_STORM_IDLE_PAUSE"); v != "" {
+			if pause, err = time.ParseDuration(v); err != nil || pause <= 0 {
+				b.Fatalf("EDGEBOX_BENCH_STORM_IDLE_PAUSE=%q: want a positive duration", v)
+			}
+		}
+		if idle, err = startIdleHolder(c.addr, n, pause); err != nil {
+			b.Fatal(err)
+		}
+		defer idle.stop()
+		idle.waitTried(time.Minute)
+	}
+
 	// The storm: kill the console, start it again, watch the fleet return
 	// while an operator keeps calling the API.
 	cpu0, cpuErr := f.CPUTime() // the simulator's, through the storm
@@ -376,6 +400,9 @@ func fleet(b *testing.B, n int) {
 		b.Logf("storm: the desired state of %d boxes moved on by %d revisions while the console was down, in %v", n, k, time.Since(t0).Round(time.Millisecond))
 	}
 	restart := time.Now()
+	if idle != nil {
+		idle.markRestart()
+	}
 	c.launch(b)
 	// The operator's calls come from another process, as they would, so
 	// the agents do not slow the prober itself. It starts with the
@@ -423,14 +450,25 @@ func fleet(b *testing.B, n int) {
 	}
 	if err := waitOnlineErr(admin, n, time.Until(restart.Add(stormTimeout))); err != nil {
 		logFleet(b, "storm from the kill (not converged)", f.Stats(window))
+		if idle != nil {
+			b.Log(idle.figures(killed, restart, time.Now()))
+		}
 		stdin.Close()
 		probe.Wait()
 		b.Fatal(err)
 	}
 	back := time.Since(restart)
 	storm := waitSynced(b, f, window)
+	stormEnd := time.Now()
 	stdin.Close() // tells the prober to stop
 	probe.Wait()
+	var idleFig idleFigures
+	if idle != nil {
+		// Only once the prober has stopped: closing the connections is
+		// no part of the storm.
+		idle.stop()
+		idleFig = idle.figures(killed, restart, stormEnd)
+	}
 	if cpu1, err := f.CPUTime(); err == nil && cpuErr == nil {
 		b.ReportMetric((cpu1 - cpu0).Seconds(), "storm-sim-cpu-s")
 	}
@@ -456,11 +494,16 @@ func fleet(b *testing.B, n int) {
 	p := func(q float64) time.Duration { return lat[min(len(lat)-1, int(q*float64(len(lat))))] }
 	if shed, err := c.metricSum("edgebox_port_shed_total"); err == nil {
 		b.ReportMetric(shed, "storm-shed-conns") // refused or closed early by the port's limits
+		// On one line: a benchmark's log keeps only 10.
+		var reasons []string
 		for _, r := range []string{"addr_connections", "idle_evicted_addr", "idle_evicted", "hello_timeout",
 			"addr_handshakes", "handshakes", "box_handshakes", "accept_error"} {
 			if n, _ := c.metricSum(`edgebox_port_shed_total{reason="` + r + `"}`); n > 0 {
-				b.Logf("shed by the port during the storm: %s %v", r, n)
+				reasons = append(reasons, fmt.Sprintf("%s %v", r, n))
 			}
+		}
+		if len(reasons) > 0 {
+			b.Logf("shed by the port during the storm: %s", strings.Join(reasons, ", "))
 		}
 	}
 	// The restarted console counts from zero: how the boxes came back.
@@ -473,6 +516,12 @@ func fleet(b *testing.B, n int) {
 	b.ReportMetric(deferred, "storm-deferred")
 	b.Logf("storm: box handshakes %v resumed, %v full; sessions told to come back later %v, abandoned before catching up %v",
 		resumed, full, deferred, abandoned)
+	if idle != nil {
+		b.Log(idleFig)
+		b.ReportMetric(idleFig.HeldMean, "storm-idle-held-mean")
+		b.ReportMetric(float64(idleFig.Closed), "storm-idle-closed")
+		b.ReportMetric(float64(idleFig.Reopened), "storm-idle-reopened")
+	}
 	b.ReportMetric(back.Seconds(), "storm-s-all-online")
 	b.ReportMetric(float64(p(0.50).Microseconds())/1000, "storm-api-p50-ms")
 	b.ReportMetric(float64(p(0.99).Microseconds())/1000, "storm-api-p99-ms")
