@@ -374,14 +374,14 @@ func fleet(b *testing.B, n int) {
 	// just before the kill to the storm's end, when
 	// EDGEBOX_BENCH_STORM_IDLE says how many.
 	var idle *idleHolder
-	if n := envInt(b, "EDGEBOX_BENCH_STORM_IDLE", 0); n > 0 {
+	if k := envInt(b, "EDGEBOX_BENCH_STORM_IDLE", 0); k > 0 {
 		pause := time.Second
 		if v := os.Getenv("EDGEBOX_BENCH_STORM_IDLE_PAUSE"); v != "" {
 			if pause, err = time.ParseDuration(v); err != nil || pause <= 0 {
 				b.Fatalf("EDGEBOX_BENCH_STORM_IDLE_PAUSE=%q: want a positive duration", v)
 			}
 		}
-		if idle, err = startIdleHolder(c.addr, n, pause); err != nil {
+		if idle, err = startIdleHolder(c.addr, k, pause); err != nil {
 			b.Fatal(err)
 		}
 		defer idle.stop()
@@ -459,15 +459,14 @@ func fleet(b *testing.B, n int) {
 	}
 	back := time.Since(restart)
 	storm := waitSynced(b, f, window)
-	stormEnd := time.Now()
-	stdin.Close() // tells the prober to stop
-	probe.Wait()
 	var idleFig idleFigures
 	if idle != nil {
-		// Only once the prober has stopped: closing the connections is
-		// no part of the storm.
-		idle.stop()
-		idleFig = idle.figures(killed, restart, stormEnd)
+		idleFig = idle.figures(killed, restart, time.Now())
+	}
+	stdin.Close() // tells the prober to stop
+	probe.Wait()
+	if idle != nil {
+		idle.stop() // once the prober has stopped: closing them is no part of the storm
 	}
 	if cpu1, err := f.CPUTime(); err == nil && cpuErr == nil {
 		b.ReportMetric((cpu1 - cpu0).Seconds(), "storm-sim-cpu-s")

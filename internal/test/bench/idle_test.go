@@ -229,7 +229,8 @@ type idleFigures struct {
 }
 
 // figures adds up the samples: the connections open at killed, and from
-// restart to end.
+// restart to end; its counts since the restart are those of the moment it
+// is called, so call it at end.
 func (h *idleHolder) figures(killed, restart, end time.Time) idleFigures {
 	h.mu.Lock()
 	samples := append([]idleSample(nil), h.samples...)
