@@ -49,22 +49,13 @@ type Config struct {
 	// LogEvery is how often the rates are logged while boxes are held
 	// back.
 	LogEvery time.Duration
-	// Handshakes and MinHandshakes bound the TLS handshakes in progress:
-	// where their limit starts, and its floor.
-	Handshakes, MinHandshakes int
-	// SchedTarget is the most the 99th percentile of the Go scheduler's
-	// latency (how long a runnable goroutine waits for a CPU) may be in a
-	// window before the handshake limit shrinks; 0 leaves the scheduler
-	// out. An operator's API call waits that long several times over, so
-	// it is kept well under the second the API must answer in.
-	SchedTarget time.Duration
 }
 
 // DefaultConfig returns the defaults.
 func DefaultConfig() Config {
 	return Config{Initial: 256, Min: 8, Max: 4096, Target: 5 * time.Second, Patience: time.Minute,
 		Window: 250 * time.Millisecond, MinWait: 200 * time.Millisecond, MaxWait: time.Minute, LogEvery: 5 * time.Second,
-		InitialRate: 200, Handshakes: 64, MinHandshakes: 4, SchedTarget: 50 * time.Millisecond}
+		InitialRate: 200}
 }
 
 // Validate reports what is wrong with c.
@@ -78,10 +69,6 @@ func (c Config) Validate() error {
 		return errors.New("admission: want 0 < MinWait <= MaxWait")
 	case c.InitialRate < 1:
 		return errors.New("admission: InitialRate must be at least 1")
-	case c.MinHandshakes < 1 || c.Handshakes < c.MinHandshakes:
-		return errors.New("admission: want 1 <= MinHandshakes <= Handshakes")
-	case c.SchedTarget < 0:
-		return errors.New("admission: SchedTarget must not be negative")
 	}
 	return nil
 }
@@ -95,26 +82,22 @@ type Controller struct {
 	rand func() float64
 	m    metrics
 
-	sched        func() time.Duration // scheduler latency p99 since the last call
-	mu           sync.Mutex
-	limit        float64
-	inflight     map[string]time.Time // box → when admitted
-	reserved     int                  // places held for handshakes in progress
-	hlimit       float64              // the limit on those
-	promised     slots                // when deferred boxes were told to come back
-	rate         float64              // completions per second, smoothed
-	recent       []sample             // the last windows the console was full in
-	lastCut      time.Time            // the limit's last decrease
-	lastSchedCut time.Time            // the handshake limit's last decrease
-	win          window               // what happened since the last adapt
-	period       window               // since the last log line
-	shedding     bool                 // boxes were held back in the last log period
+	mu       sync.Mutex
+	limit    float64
+	inflight map[string]time.Time // box → when admitted
+	reserved int                  // places held for handshakes in progress
+	promised slots                // when deferred boxes were told to come back
+	rate     float64              // completions per second, smoothed
+	recent   []sample             // the last windows the console was full in
+	lastCut  time.Time            // the limit's last decrease
+	win      window               // what happened since the last adapt
+	period   window               // since the last log line
+	shedding bool                 // boxes were held back in the last log period
 }
 
 // window counts what happened in one adapt or log period.
 type window struct {
 	admitted, deferred, caughtUp, abandoned, failed int
-	handshakesFull                                  int // boxes turned away for the handshake limit
 	latencies                                       []time.Duration
 }
 
@@ -125,9 +108,8 @@ func New(cfg Config, reg prometheus.Registerer, log *slog.Logger) (*Controller, 
 	}
 	c := &Controller{cfg: cfg, log: log.With("component", "admission"), now: time.Now, rand: rand.Float64,
 		m: newMetrics(reg), limit: float64(cfg.Initial), inflight: make(map[string]time.Time),
-		rate: cfg.InitialRate, sched: newSchedLatency().p99, hlimit: float64(cfg.Handshakes)}
+		rate: cfg.InitialRate}
 	c.m.limit.Set(c.limit)
-	c.m.hlimit.Set(c.hlimit)
 	return c, nil
 }
 
@@ -143,10 +125,6 @@ func (c *Controller) Reserve(ctx context.Context) (rctx context.Context, release
 	defer c.mu.Unlock()
 	now := c.now()
 	if len(c.inflight)+c.reserved >= int(c.limit) {
-		return ctx, func() {}, c.defer1(now)
-	}
-	if c.reserved >= int(c.hlimit) {
-		c.win.handshakesFull++
 		return ctx, func() {}, c.defer1(now)
 	}
 	c.reserved++
@@ -312,10 +290,6 @@ func (c *Controller) Run(ctx context.Context) error {
 // adapt ends one window: sessions past their patience are abandoned, the
 // completion rate is smoothed in, and the limit moves.
 func (c *Controller) adapt() {
-	var sched time.Duration
-	if c.cfg.SchedTarget > 0 {
-		sched = c.sched() // outside the lock: it reads the runtime's metrics
-	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	now := c.now()
@@ -326,28 +300,32 @@ func (c *Controller) adapt() {
 	}
 	w := c.win
 	c.win = window{}
-	// The rate a full console completes, over the last rateWindows
-	// windows it was full in (boxes were held back): a console with room
-	// completes only what comes, which says nothing of what it could.
-	// By Little's law, the sessions in flight over the time each takes:
-	// unlike counting completions, it holds when sessions admitted
-	// together complete together, in bursts.
-	if w.deferred > 0 && len(w.latencies) > 0 {
+	// The rate the console completes sessions at when it is full: the
+	// limit over the time a session takes, over the last rateWindows
+	// windows in which sessions completed (Little's law, with the limit
+	// for the sessions in flight; unlike counting completions, it holds
+	// when sessions admitted together complete together, in bursts).
+	// With room to spare, sessions are quick and the rate high: a box told
+	// to wait comes back early rather than late, and a box that comes
+	// back early to a full console is told again before any handshake,
+	// which costs little, while one that comes back late leaves the
+	// console idle.
+	if len(w.latencies) > 0 {
 		var total time.Duration
 		for _, l := range w.latencies {
 			total += l
 		}
-		c.recent = append(c.recent, sample{inflight: len(c.inflight), done: len(w.latencies), took: total})
+		c.recent = append(c.recent, sample{done: len(w.latencies), took: total})
 		if len(c.recent) > rateWindows {
 			c.recent = c.recent[1:]
 		}
-		var in, done int
+		var done int
 		var took time.Duration
 		for _, r := range c.recent {
-			in, done, took = in+r.inflight, done+r.done, took+r.took
+			done, took = done+r.done, took+r.took
 		}
 		if took > 0 {
-			c.rate = max(1, float64(in)/float64(len(c.recent))/(took.Seconds()/float64(done)))
+			c.rate = max(1, c.limit/(took.Seconds()/float64(done)))
 		}
 	}
 
@@ -356,19 +334,6 @@ func (c *Controller) adapt() {
 		sort.Slice(w.latencies, func(i, j int) bool { return w.latencies[i] < w.latencies[j] })
 		slow = slow || w.latencies[n*9/10] > c.cfg.Target
 	}
-	// The handshake limit follows the scheduler. It answers within a
-	// window, so a cut does not wait for sessions to settle as one of the
-	// session limit does.
-	crowded := c.cfg.SchedTarget > 0 && sched > c.cfg.SchedTarget
-	c.m.sched.Set(sched.Seconds())
-	switch {
-	case crowded && now.Sub(c.lastSchedCut) >= schedCutEvery:
-		c.hlimit = max(float64(c.cfg.MinHandshakes), c.hlimit*0.75)
-		c.lastSchedCut = now
-	case !crowded && w.handshakesFull > 0:
-		c.hlimit = min(c.limit, c.hlimit+max(1, float64(w.admitted)/4))
-	}
-	c.m.hlimit.Set(c.hlimit)
 	switch {
 	case slow && now.Sub(c.lastCut) >= c.cfg.Target:
 		// Once per Target: the effect of a cut shows only after the
@@ -408,18 +373,13 @@ func (c *Controller) logRates() {
 
 func round(f float64) float64 { return float64(int(f*10+0.5)) / 10 }
 
-// sample is one full window: sessions in flight at its end, and those that
-// caught up in it with the time they took.
+// sample is one window's sessions that caught up, with the time they took.
 type sample struct {
-	inflight, done int
-	took           time.Duration
+	done int
+	took time.Duration
 }
 
-// schedCutEvery is the least time between two cuts for the scheduler's
-// latency: long enough for handshakes in progress to drain after one.
-const schedCutEvery = time.Second
-
-// rateWindows is how many full windows the completion rate is measured
+// rateWindows is how many windows with completions the rate is measured
 // over: 2 s of the default 250 ms windows, enough to smooth the bursts in
 // which sessions admitted together complete.
 const rateWindows = 8
@@ -444,15 +404,15 @@ func (h *slots) Pop() any {
 
 // State is a snapshot, for tests and the metrics.
 type State struct {
-	Limit, InFlight, Handshakes, HandshakeLimit int
-	Rate                                        float64
+	Limit, InFlight, Handshakes int
+	Rate                        float64
 }
 
 // State returns the controller's state now.
 func (c *Controller) State() State {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return State{Limit: int(c.limit), InFlight: len(c.inflight), Handshakes: c.reserved, HandshakeLimit: int(c.hlimit), Rate: c.rate}
+	return State{Limit: int(c.limit), InFlight: len(c.inflight), Handshakes: c.reserved, Rate: c.rate}
 }
 
 type metrics struct {
@@ -461,8 +421,6 @@ type metrics struct {
 	limit     prometheus.Gauge
 	inflight  prometheus.Gauge
 	reserved  prometheus.Gauge
-	hlimit    prometheus.Gauge
-	sched     prometheus.Gauge
 	rate      prometheus.Gauge
 	latency   prometheus.Histogram
 }
@@ -479,17 +437,13 @@ func newMetrics(reg prometheus.Registerer) metrics {
 			Help: "Box sessions between admission and caught up."}),
 		reserved: prometheus.NewGauge(prometheus.GaugeOpts{Name: "edgebox_admission_handshakes",
 			Help: "Places held for box sessions whose TLS handshake is in progress."}),
-		hlimit: prometheus.NewGauge(prometheus.GaugeOpts{Name: "edgebox_admission_handshake_limit",
-			Help: "Box TLS handshakes allowed in progress at once, following the scheduler's latency."}),
-		sched: prometheus.NewGauge(prometheus.GaugeOpts{Name: "edgebox_admission_sched_latency_seconds",
-			Help: "99th percentile of the Go scheduler's latency in the last window, as admission saw it."}),
 		rate: prometheus.NewGauge(prometheus.GaugeOpts{Name: "edgebox_admission_completion_rate",
 			Help: "Box sessions caught up per second, smoothed: the pace deferred boxes are given."}),
 		latency: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "edgebox_admission_catch_up_seconds",
 			Help: "Time from a box session's admission until its Sync stream caught up.", Buckets: prometheus.ExponentialBuckets(0.01, 2, 14)}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.sessions, m.abandoned, m.limit, m.inflight, m.reserved, m.hlimit, m.sched, m.rate, m.latency)
+		reg.MustRegister(m.sessions, m.abandoned, m.limit, m.inflight, m.reserved, m.rate, m.latency)
 	}
 	return m
 }

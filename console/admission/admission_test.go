@@ -7,7 +7,6 @@ import (
 	"log/slog"
 	"math"
 	"math/rand/v2"
-	"sync"
 	"testing"
 	"time"
 
@@ -33,7 +32,6 @@ func newTest(t *testing.T, cfg Config, reg prometheus.Registerer, c *clock) *Con
 		t.Fatal(err)
 	}
 	ctl.now, ctl.rand = c.now, fixed(0.5)
-	ctl.sched = func() time.Duration { return 0 }
 	return ctl
 }
 
@@ -424,86 +422,5 @@ func TestReserveHoldsAPlaceBeforeTheHandshake(t *testing.T) {
 	releases[2]()
 	if got := value(t, ctl.m.abandoned.WithLabelValues("greeting_failed")); got != 1 {
 		t.Fatalf("failed greetings counted %v, want 1", got)
-	}
-}
-
-// TestTheSchedulerShrinksTheHandshakeLimit: goroutines waiting past
-// SchedTarget for the CPU cut the handshake limit by a quarter, at most
-// once a second, and leave the session limit alone; a quiet scheduler
-// lets handshakes held back by their limit grow it again.
-func TestTheSchedulerShrinksTheHandshakeLimit(t *testing.T) {
-	c := newClock()
-	cfg := DefaultConfig()
-	cfg.Initial = 100
-	ctl := newTest(t, cfg, prometheus.NewRegistry(), c)
-	sched := 200 * time.Millisecond
-	ctl.sched = func() time.Duration { return sched }
-	var limits []int
-	for range 8 { // 2 s of windows
-		c.add(cfg.Window)
-		ctl.adapt()
-		limits = append(limits, ctl.State().HandshakeLimit)
-	}
-	if want := "[48 48 48 48 36 36 36 36]"; fmt.Sprint(limits) != want {
-		t.Fatalf("handshake limits %v, want %s", limits, want)
-	}
-	if got := ctl.State().Limit; got != 100 {
-		t.Fatalf("the session limit moved to %d", got)
-	}
-	if got := value(t, ctl.m.sched); got != 0.2 {
-		t.Fatalf("scheduler latency gauge %v", got)
-	}
-	// Quiet again, with handshakes held back by their limit: it grows.
-	sched = time.Millisecond
-	for i := range 36 {
-		if _, _, w := ctl.Reserve(bg); w != 0 {
-			t.Fatalf("handshake %d told to wait %v", i, w)
-		}
-	}
-	if _, _, w := ctl.Reserve(bg); w == 0 {
-		t.Fatal("a handshake past the handshake limit was let in")
-	}
-	c.add(cfg.Window)
-	ctl.adapt()
-	if got := ctl.State().HandshakeLimit; got != 37 {
-		t.Fatalf("handshake limit %d after a quiet window, want 37", got)
-	}
-}
-
-func TestPercentile(t *testing.T) {
-	buckets := []float64{0, 0.001, 0.01, 0.1, math.Inf(1)}
-	for _, c := range []struct {
-		name         string
-		counts, last []uint64
-		want         time.Duration
-	}{
-		{"nothing new", []uint64{5, 5, 5, 5}, []uint64{5, 5, 5, 5}, 0},
-		{"all quick", []uint64{0, 100, 0, 0}, []uint64{0, 0, 0, 0}, 10 * time.Millisecond},
-		{"one in a hundred slow", []uint64{0, 99, 0, 1}, []uint64{0, 0, 0, 0}, 10 * time.Millisecond},
-		{"two in a hundred slow", []uint64{0, 98, 0, 2}, []uint64{0, 0, 0, 0}, 100 * time.Millisecond},
-		{"only the new ones count", []uint64{0, 1000, 10, 0}, []uint64{0, 1000, 0, 0}, 100 * time.Millisecond},
-		{"past the last bound", []uint64{0, 0, 0, 3}, []uint64{0, 0, 0, 0}, 100 * time.Millisecond},
-	} {
-		t.Run(c.name, func(t *testing.T) {
-			if got := percentile(c.counts, c.last, buckets, 0.99); got != c.want {
-				t.Fatalf("got %v, want %v", got, c.want)
-			}
-		})
-	}
-}
-
-// TestSchedLatencyReadsTheRuntime reads the real histogram: a reading
-// after goroutines were scheduled is a duration, and never negative.
-func TestSchedLatencyReadsTheRuntime(t *testing.T) {
-	s := newSchedLatency()
-	s.p99()
-	var wg sync.WaitGroup
-	for range 100 {
-		wg.Add(1)
-		go func() { defer wg.Done(); time.Sleep(time.Millisecond) }()
-	}
-	wg.Wait()
-	if d := s.p99(); d <= 0 || d > time.Minute {
-		t.Fatalf("scheduler latency p99 %v after 100 goroutines ran", d)
 	}
 }
