@@ -40,7 +40,8 @@ type Config struct {
 	Patience time.Duration
 	// Window is how often the limit adapts and expired sessions go.
 	Window time.Duration
-	// MinWait and MaxWait bound the wait a deferred box is told.
+	// MinWait and MaxWait bound the wait a deferred box is told, before it
+	// is spread by ±10 %.
 	MinWait, MaxWait time.Duration
 	// InitialRate is the completion rate (sessions a second) assumed
 	// until one is measured. Too high costs a few boxes an extra dial;
@@ -54,7 +55,7 @@ type Config struct {
 // DefaultConfig returns the defaults.
 func DefaultConfig() Config {
 	return Config{Initial: 256, Min: 8, Max: 4096, Target: 5 * time.Second, Patience: time.Minute,
-		Window: 250 * time.Millisecond, MinWait: 200 * time.Millisecond, MaxWait: time.Minute, LogEvery: 5 * time.Second,
+		Window: 250 * time.Millisecond, MinWait: 200 * time.Millisecond, MaxWait: 30 * time.Second, LogEvery: 5 * time.Second,
 		InitialRate: 200}
 }
 
@@ -87,7 +88,7 @@ type Controller struct {
 	inflight map[string]time.Time // box → when admitted
 	reserved int                  // places held for handshakes in progress
 	promised slots                // when deferred boxes were told to come back
-	rate     float64              // completions per second, smoothed
+	rate     float64              // completions per second at the limit
 	recent   []sample             // the last windows the console was full in
 	lastCut  time.Time            // the limit's last decrease
 	win      window               // what happened since the last adapt
@@ -221,8 +222,11 @@ func (c *Controller) defer1(now time.Time) time.Duration {
 		heap.Pop(&c.promised)
 	}
 	ahead := float64(len(c.promised) + 1)
-	wait := time.Duration(ahead / c.rate * (0.9 + 0.2*c.rand()) * float64(time.Second))
+	wait := time.Duration(ahead / c.rate * float64(time.Second))
 	wait = min(max(wait, c.cfg.MinWait), c.cfg.MaxWait)
+	// Spread after the bounds, so boxes held to MaxWait do not all come
+	// back in the same instant.
+	wait = time.Duration(float64(wait) * (0.9 + 0.2*c.rand()))
 	if len(c.promised) < maxPromised {
 		heap.Push(&c.promised, now.Add(wait))
 	}

@@ -8,6 +8,7 @@ import (
 	"sort"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -77,6 +78,22 @@ type portConn struct {
 	serving  context.Context
 	admitted context.Context
 	release  func()
+	// cpu is the port's handshake slots while this connection holds one:
+	// from its ClientHello until its first write (the server's flight).
+	cpu atomic.Pointer[chan struct{}]
+}
+
+// Write gives back the handshake's CPU slot, if held, and writes.
+func (c *portConn) Write(b []byte) (int, error) {
+	c.computed()
+	return c.Conn.Write(b)
+}
+
+// computed gives back the handshake's CPU slot, if held.
+func (c *portConn) computed() {
+	if ch := c.cpu.Swap(nil); ch != nil {
+		<-*ch
+	}
 }
 
 // Close gives the connection's place back and closes it.

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"net/netip"
+	"runtime"
 	"slices"
 	"sync"
 	"syscall"
@@ -34,6 +35,7 @@ type Port struct {
 	http     *connListener
 	tls      *tls.Config
 	gate     Gate
+	cpu      chan struct{} // a slot for each box handshake computing now
 	cfg      Config
 	log      *slog.Logger
 	adm      *admission
@@ -71,6 +73,7 @@ func New(ln net.Listener, a *pki.Authority, srv *tunnel.Server, gate Gate, cfg C
 func newPort(ln net.Listener, a *pki.Authority, srv *tunnel.Server, gate Gate, adm *admission, cfg Config, log *slog.Logger) *Port {
 	p := &Port{ln: ln, tunnel: srv, gate: gate, cfg: cfg, log: log, adm: adm, logEvery: shedLogEvery,
 		http: newConnListener(ln.Addr()),
+		cpu:  make(chan struct{}, handshakeCPU()),
 	}
 	apiTLS := &tls.Config{
 		MinVersion:   tls.VersionTLS13,
@@ -113,6 +116,17 @@ func newPort(ln net.Listener, a *pki.Authority, srv *tunnel.Server, gate Gate, a
 				return nil, fmt.Errorf("port: box told to come back in %s: %w", wait.Round(time.Millisecond), errEarlyBusy)
 			}
 			pc.admitted, pc.release = ctx, release
+			// The expensive part of a box's handshake, from here to its
+			// first flight, runs a few at a time: the others wait blocked,
+			// not runnable, so operators' requests and the sessions
+			// already in never queue behind thousands of handshakes for
+			// the CPU. It ends in milliseconds, so the wait is short.
+			select {
+			case p.cpu <- struct{}{}:
+				pc.cpu.Store(&p.cpu)
+			case <-hello.Context().Done():
+				return nil, hello.Context().Err()
+			}
 			return tunnelTLS, nil
 		},
 	}
@@ -138,6 +152,11 @@ func (p *Port) rotateTicketKeys() {
 // ticketKeyCheck is how often the port looks whether a new session
 // ticket key is due.
 const ticketKeyCheck = time.Hour
+
+// handshakeCPU is how many box handshakes compute at once: two for each
+// CPU the console may use, so one waits on the network while the other
+// computes.
+func handshakeCPU() int { return max(2, 2*runtime.GOMAXPROCS(0)) }
 
 // HTTP is the listener of the connections that did not ask for the
 // tunnel, their TLS handshake done. It closes when Run returns.
@@ -246,6 +265,7 @@ func (p *Port) handle(ctx context.Context, pc *portConn) {
 	pc.SetDeadline(pc.start.Add(min(p.cfg.HelloTimeout, p.cfg.HandshakeTimeout)))
 	err := tc.HandshakeContext(hctx)
 	cancel()
+	pc.computed()
 	p.hellos.Delete(cc)
 	if err != nil {
 		if pc.release != nil {

@@ -468,3 +468,28 @@ func waitGate(t *testing.T, g *boxgate.Controller, what string, ok func(boxgate.
 		time.Sleep(5 * time.Millisecond)
 	}
 }
+
+// TestPortBoxHandshakesComputeAFewAtATime holds every CPU slot: a box's
+// handshake waits at its ClientHello, is not refused, and goes on once a
+// slot is free, giving it back after its flight.
+func TestPortBoxHandshakesComputeAFewAtATime(t *testing.T) {
+	tp := startTestPort(t, nil)
+	slots := cap(tp.port.cpu)
+	for range slots {
+		tp.port.cpu <- struct{}{}
+	}
+	done := make(chan error, 1)
+	go func() { done <- tp.box(t, "127.0.0.2") }()
+	select {
+	case err := <-done:
+		t.Fatalf("a box handshake went on with every slot held: %v", err)
+	case <-time.After(300 * time.Millisecond):
+	}
+	<-tp.port.cpu
+	if err := <-done; err != nil {
+		t.Fatalf("the box once a slot was free: %v", err)
+	}
+	if n := len(tp.port.cpu); n != slots-1 {
+		t.Fatalf("%d slots held after the handshake, want the %d the test holds", n, slots-1)
+	}
+}
