@@ -2,13 +2,11 @@ package fleetsim
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
 	"reflect"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -54,7 +52,10 @@ func TestFleetAcrossProcesses(t *testing.T) {
 	}
 
 	// Something to catch up with: one workload a box, for the fake driver.
-	targets := putDesired(t, admin, ids)
+	targets, err := PutWorkloads(admin, ids, "sim")
+	if err != nil {
+		t.Fatal(err)
+	}
 	since, err := f.StartAgents()
 	if err != nil {
 		t.Fatal(err)
@@ -150,33 +151,6 @@ func TestFleetAcrossProcesses(t *testing.T) {
 	if err := g.Close(); err != nil {
 		t.Errorf("closing a fleet before its agents started: %v", err)
 	}
-}
-
-// putDesired gives each box one workload and returns the revision each
-// must store.
-func putDesired(t *testing.T, admin *api.Client, ids []string) []uint64 {
-	t.Helper()
-	revs := make([]uint64, len(ids))
-	errs := make([]error, len(ids))
-	var wg sync.WaitGroup
-	sem := make(chan struct{}, 8)
-	spec := json.RawMessage(`{"app":"sim","release":"1","runtime":"containerd"}`)
-	for i, id := range ids {
-		wg.Add(1)
-		sem <- struct{}{}
-		go func() {
-			defer wg.Done()
-			defer func() { <-sem }()
-			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-			defer cancel()
-			revs[i], errs[i] = admin.PutDesired(ctx, id, "Workload", "w", spec)
-		}()
-	}
-	wg.Wait()
-	if err := errors.Join(errs...); err != nil {
-		t.Fatal(err)
-	}
-	return revs
 }
 
 // onlineInConsole is the set of boxes the console shows online, with

@@ -5,7 +5,6 @@ package storm
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -100,7 +99,10 @@ func TestStorm(t *testing.T) {
 	})
 	ids := f.IDs()
 	t.Logf("%d boxes enrolled by %d processes in %v", boxes, f.Processes(), time.Since(t0).Round(time.Millisecond))
-	targets := putDesired(t, admin, ids)
+	targets, err := fleetsim.PutWorkloads(admin, ids, "storm")
+	if err != nil {
+		t.Fatal(err)
+	}
 
 	// The storm: every agent starts at once; the operator calls the API
 	// throughout.
@@ -310,33 +312,6 @@ func startProber(admin *api.Client) *prober {
 func (p *prober) stop() probes {
 	p.cancel()
 	return <-p.done
-}
-
-// putDesired gives each box one workload, for the fake driver, and returns
-// the revision each must store.
-func putDesired(t *testing.T, admin *api.Client, ids []string) []uint64 {
-	t.Helper()
-	revs := make([]uint64, len(ids))
-	errs := make([]error, len(ids))
-	var wg sync.WaitGroup
-	sem := make(chan struct{}, 8)
-	spec := json.RawMessage(`{"app":"storm","release":"1","runtime":"containerd"}`)
-	for i, id := range ids {
-		wg.Add(1)
-		sem <- struct{}{}
-		go func() {
-			defer wg.Done()
-			defer func() { <-sem }()
-			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-			defer cancel()
-			revs[i], errs[i] = admin.PutDesired(ctx, id, "Workload", "w", spec)
-		}()
-	}
-	wg.Wait()
-	if err := errors.Join(errs...); err != nil {
-		t.Fatal(err)
-	}
-	return revs
 }
 
 // unacked lists the boxes whose acknowledgement of their target revision
