@@ -311,9 +311,11 @@ func (c *Client) connect(ctx context.Context, fresh bool) (*Session, error) {
 }
 
 // ticketCache keeps the box's session tickets through a busy answer
-// before TLS. crypto/tls forgets the ticket it offered when a handshake
-// fails (a bad ticket must not be offered again); a console that said
-// "come back later" found nothing wrong with it, and the box's next dial
+// before TLS, and through a handshake the link broke off. crypto/tls
+// forgets the ticket it offered when a handshake fails (a bad ticket must
+// not be offered again, and the server says so with an alert); a console
+// that said "come back later", or a handshake cut by a deadline while the
+// console was busy, found nothing wrong with it, and the box's next dial
 // should resume as cheaply as this one would have.
 type ticketCache struct {
 	tls.ClientSessionCache
@@ -331,7 +333,7 @@ func (t *ticketCache) Put(key string, cs *tls.ClientSessionState) {
 	t.mu.Lock()
 	cur := t.cur
 	t.mu.Unlock()
-	if cs == nil && cur != nil && cur.Busy() != nil {
+	if cs == nil && cur != nil && cur.keepsTicket() {
 		return
 	}
 	t.ClientSessionCache.Put(key, cs)

@@ -60,13 +60,20 @@ type earlyConn struct {
 	mu      sync.Mutex
 	checked bool
 	busy    error
+	broke   bool // a read failed: the link, not TLS, ended the handshake
 }
 
 func (c *earlyConn) Read(p []byte) (int, error) {
 	c.mu.Lock()
 	if c.checked {
 		c.mu.Unlock()
-		return c.Conn.Read(p)
+		n, err := c.Conn.Read(p)
+		if err != nil {
+			c.mu.Lock()
+			c.broke = true
+			c.mu.Unlock()
+		}
+		return n, err
 	}
 	defer c.mu.Unlock()
 	if len(p) == 0 {
@@ -74,6 +81,7 @@ func (c *earlyConn) Read(p []byte) (int, error) {
 	}
 	n, err := c.Conn.Read(p[:1])
 	if n == 0 {
+		c.broke = err != nil
 		return 0, err
 	}
 	c.checked = true
@@ -82,6 +90,16 @@ func (c *earlyConn) Read(p []byte) (int, error) {
 	}
 	c.busy = readEarlyBusy(c.Conn)
 	return 0, c.busy
+}
+
+// keepsTicket reports whether the handshake ended for a reason that says
+// nothing against the session ticket it offered: the console's busy
+// answer, or a link that failed (a deadline, a reset) rather than a TLS
+// alert.
+func (c *earlyConn) keepsTicket() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.busy != nil || c.broke
 }
 
 // Busy returns the console's busy answer, if that is what it sent.

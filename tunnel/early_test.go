@@ -179,3 +179,68 @@ func TestBusyBeforeTLSSaysWhenToComeBack(t *testing.T) {
 		t.Fatal("the dial after the busy answers made a full handshake: the box forgot its session ticket")
 	}
 }
+
+// TestTicketKeptWhenTheLinkCutsTheHandshake cuts two dials after their
+// ClientHello, as a console too busy to answer before the box's deadline
+// does: the dial after them still resumes the box's TLS session. A ticket
+// is forgotten only when TLS itself refuses the handshake.
+func TestTicketKeptWhenTheLinkCutsTheHandshake(t *testing.T) {
+	t.Parallel()
+	p := newTestPKI(t)
+	srv := startTestServer(t, p, DefaultConfig(), "")
+	echo(t, srv.Listen(KindRPC))
+	front, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var (
+		dials atomic.Int32
+		wg    sync.WaitGroup
+	)
+	t.Cleanup(func() { front.Close(); wg.Wait() })
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for {
+			c, err := front.Accept()
+			if err != nil {
+				return
+			}
+			if n := dials.Add(1); n == 2 || n == 3 {
+				c.SetReadDeadline(time.Now().Add(5 * time.Second))
+				c.Read(make([]byte, 4096))
+				c.Close()
+				continue
+			}
+			back, err := net.Dial("tcp", srv.addr)
+			if err != nil {
+				c.Close()
+				continue
+			}
+			wg.Add(2)
+			go func() { defer wg.Done(); io.Copy(back, c); back.Close() }()
+			go func() { defer wg.Done(); io.Copy(c, back); c.Close() }()
+		}
+	}()
+	cli := startTestClient(t, p, "box-1", front.Addr().String(), func(c *ClientConfig) {
+		c.Backoff = Backoff{Min: 10 * time.Millisecond, Max: 50 * time.Millisecond}
+	})
+	waitFor(t, 10*time.Second, "the first session", func() bool { return cli.Session() != nil })
+	var resumed atomic.Bool
+	cli.tls.VerifyConnection = func(cs tls.ConnectionState) error {
+		resumed.Store(cs.DidResume)
+		return nil
+	}
+	first := cli.Session()
+	srv.Drop("box-1")
+	waitFor(t, 10*time.Second, "a session after two cut handshakes", func() bool {
+		s := cli.Session()
+		return s != nil && s != first
+	})
+	if n := dials.Load(); n != 4 {
+		t.Fatalf("the box dialled %d times, want 4", n)
+	}
+	if !resumed.Load() {
+		t.Fatal("the dial after the cut handshakes made a full handshake: the box forgot its session ticket")
+	}
+}

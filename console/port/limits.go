@@ -41,10 +41,13 @@ const (
 	shedBoxHandshakes = "box_handshakes"
 	// shedAcceptError: accept failed for want of file descriptors.
 	shedAcceptError = "accept_error"
+	// shedBoxCPU: a box admitted waited past cpuWait for a handshake
+	// slot and was told to come back soon.
+	shedBoxCPU = "box_cpu"
 )
 
 var shedReasons = []string{shedAddrConns, shedIdleAddr, shedIdle, shedHelloTimeout,
-	shedAddrHandshakes, shedHandshakes, shedBoxHandshakes, shedAcceptError}
+	shedAddrHandshakes, shedHandshakes, shedBoxHandshakes, shedAcceptError, shedBoxCPU}
 
 // connState is where a connection on the public port stands.
 type connState uint8

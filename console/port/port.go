@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math/rand/v2"
 	"net"
 	"net/netip"
 	"runtime"
@@ -120,10 +121,20 @@ func newPort(ln net.Listener, a *pki.Authority, srv *tunnel.Server, gate Gate, a
 			// first flight, runs a few at a time: the others wait blocked,
 			// not runnable, so operators' requests and the sessions
 			// already in never queue behind thousands of handshakes for
-			// the CPU. It ends in milliseconds, so the wait is short.
+			// the CPU. A box that waits too long is told to come back
+			// soon rather than failed: a failed handshake would cost it
+			// its session ticket, and the next one a full handshake.
+			t := time.NewTimer(cpuWait)
+			defer t.Stop()
 			select {
 			case p.cpu <- struct{}{}:
 				pc.cpu.Store(&p.cpu)
+			case <-t.C:
+				pc.admitted, pc.release = nil, nil
+				release()
+				p.adm.shed.count(shedBoxCPU, pc.addr)
+				tunnel.WriteEarlyBusy(pc.Conn, cpuWait/2+rand.N(cpuWait))
+				return nil, fmt.Errorf("port: box told to come back: %w", errEarlyBusy)
 			case <-hello.Context().Done():
 				return nil, hello.Context().Err()
 			}
@@ -153,10 +164,14 @@ func (p *Port) rotateTicketKeys() {
 // ticket key is due.
 const ticketKeyCheck = time.Hour
 
-// handshakeCPU is how many box handshakes compute at once: two for each
-// CPU the console may use, so one waits on the network while the other
-// computes.
-func handshakeCPU() int { return max(2, 2*runtime.GOMAXPROCS(0)) }
+// handshakeCPU is how many box handshakes compute at once: four for each
+// CPU the console may use, as a handshake's goroutine also waits for its
+// turn on the CPU while it holds its slot.
+func handshakeCPU() int { return 4 * runtime.GOMAXPROCS(0) }
+
+// cpuWait bounds a box's wait for a handshake slot; past it the box is
+// told to come back in 1 to 3 s.
+const cpuWait = 2 * time.Second
 
 // HTTP is the listener of the connections that did not ask for the
 // tunnel, their TLS handshake done. It closes when Run returns.

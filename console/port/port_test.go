@@ -471,7 +471,8 @@ func waitGate(t *testing.T, g *boxgate.Controller, what string, ok func(boxgate.
 
 // TestPortBoxHandshakesComputeAFewAtATime holds every CPU slot: a box's
 // handshake waits at its ClientHello, is not refused, and goes on once a
-// slot is free, giving it back after its flight.
+// slot is free, giving it back after its flight; a box that waits past
+// cpuWait is told to come back soon instead, and its place goes back.
 func TestPortBoxHandshakesComputeAFewAtATime(t *testing.T) {
 	tp := startTestPort(t, nil)
 	slots := cap(tp.port.cpu)
@@ -492,4 +493,19 @@ func TestPortBoxHandshakesComputeAFewAtATime(t *testing.T) {
 	if n := len(tp.port.cpu); n != slots-1 {
 		t.Fatalf("%d slots held after the handshake, want the %d the test holds", n, slots-1)
 	}
+
+	// No failed handshake for a box kept waiting: it would lose its
+	// session ticket, and its next handshake would be a full one.
+	tp.port.cpu <- struct{}{}
+	c := tp.stallAfterHello(t, "127.0.0.3", tunnel.ALPN)
+	c.SetReadDeadline(time.Now().Add(cpuWait + 5*time.Second))
+	answer := make([]byte, len("\x00edgebox-busy")+4)
+	if _, err := io.ReadFull(c, answer); err != nil {
+		t.Fatalf("no answer before TLS to a box kept waiting: %v", err)
+	}
+	wait := time.Duration(binary.BigEndian.Uint32(answer[len(answer)-4:])) * time.Millisecond
+	if !bytes.HasPrefix(answer, []byte("\x00edgebox-busy")) || wait < cpuWait/2 || wait > 3*cpuWait/2 {
+		t.Fatalf("answer %q (come back in %v), want the busy answer with a short wait", answer, wait)
+	}
+	waitGate(t, tp.gate, "the place given back", func(s boxgate.State) bool { return s.Handshakes == 0 })
 }
