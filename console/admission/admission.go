@@ -98,8 +98,9 @@ type Controller struct {
 
 // window counts what happened in one adapt or log period.
 type window struct {
-	admitted, deferred, caughtUp, abandoned, failed int
-	latencies                                       []time.Duration
+	admitted, deferred, caughtUp, abandoned int
+	failed                                  int // handshakes that gave their place back; counted per log period
+	latencies                               []time.Duration
 }
 
 // New returns a controller; reg may be nil.
@@ -126,13 +127,16 @@ func (c *Controller) Reserve(ctx context.Context) (rctx context.Context, release
 	defer c.mu.Unlock()
 	now := c.now()
 	if len(c.inflight)+c.reserved >= int(c.limit) {
-		return ctx, func() {}, c.defer1(now)
+		return ctx, noRelease, c.defer1(now)
 	}
 	c.reserved++
 	c.m.reserved.Set(float64(c.reserved))
 	r := &reservation{c: c, at: now}
 	return context.WithValue(ctx, reservationKey{}, r), r.release, 0
 }
+
+// noRelease is the release of a box told to wait: it holds nothing.
+func noRelease() {}
 
 // reservation is a place held from a box's ClientHello on.
 type reservation struct {
@@ -159,7 +163,7 @@ func (r *reservation) release() {
 	case held:
 		c.reserved--
 		c.m.reserved.Set(float64(c.reserved))
-		c.win.failed++
+		c.period.failed++
 		c.m.abandoned.WithLabelValues("handshake_failed").Inc()
 	case taken:
 		// The box was admitted, but its session did not come up.

@@ -352,7 +352,7 @@ func TestReserveHoldsAPlaceBeforeTheHandshake(t *testing.T) {
 	ctl := newTest(t, cfg, prometheus.NewRegistry(), c)
 
 	// One handshake comes up as box a; its place counts from the hello.
-	ctxA, releaseA, w := ctl.Reserve(bg)
+	ctxA, _, w := ctl.Reserve(bg) // the session comes up: the port gives nothing back
 	if w != 0 {
 		t.Fatalf("the first handshake told to wait %v", w)
 	}
@@ -360,7 +360,6 @@ func TestReserveHoldsAPlaceBeforeTheHandshake(t *testing.T) {
 	if w := ctl.Admit(ctxA, "a"); w != 0 {
 		t.Fatalf("a box whose place was held told to wait %v", w)
 	}
-	_ = releaseA // the session came up: the port gives nothing back
 	if s := ctl.State(); s.InFlight != 1 || s.Handshakes != 0 {
 		t.Fatalf("after a's admission: %+v", s)
 	}
@@ -394,8 +393,8 @@ func TestReserveHoldsAPlaceBeforeTheHandshake(t *testing.T) {
 	if s := ctl.State(); s.Handshakes != 2 {
 		t.Fatalf("after a failed handshake: %+v", s)
 	}
-	if got := value(t, ctl.m.abandoned.WithLabelValues("handshake_failed")); got != 1 {
-		t.Fatalf("failed handshakes counted %v, want 1", got)
+	if got := value(t, ctl.m.abandoned.WithLabelValues("handshake_failed")); got != 1 || ctl.period.failed != 1 {
+		t.Fatalf("failed handshakes counted %v, in the log's period %d, want 1", got, ctl.period.failed)
 	}
 	c.add(cfg.Target)
 	ctl.adapt()

@@ -94,6 +94,9 @@ func (c *portConn) Write(b []byte) (int, error) {
 
 // computed gives back the handshake's CPU slot, if held.
 func (c *portConn) computed() {
+	if c.cpu.Load() == nil {
+		return // the common case, every write of a session: a load only
+	}
 	if ch := c.cpu.Swap(nil); ch != nil {
 		<-*ch
 	}
