@@ -7,6 +7,7 @@ import (
 	"errors"
 	"io"
 	"net"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -87,18 +88,13 @@ func TestEarlyConnPassesTLSThrough(t *testing.T) {
 	}
 }
 
-// TestBusyBeforeTLSSaysWhenToComeBack puts a front before the console that
-// answers two dials with the busy answer before TLS, as a console's port
-// does when it has no room for another handshake. The box's first session
-// comes up, then it is dropped: the box comes back after the wait it was
-// told each time, not after its own backoff (pinned to 30 s here), and the
-// dial after the busy answers resumes the TLS session the first one made.
-func TestBusyBeforeTLSSaysWhenToComeBack(t *testing.T) {
-	t.Parallel()
-	p := newTestPKI(t)
-	srv := startTestServer(t, p, DefaultConfig(), "")
-	echo(t, srv.Listen(KindRPC))
-	front, err := net.Listen("tcp", "127.0.0.1:0")
+// front listens before srv and counts the dials it takes. For each dial n
+// (from 1) that answer says it handles, the front reads the ClientHello
+// and hands the connection to answer, which ends it; the others it
+// splices to srv. It returns its address and the dials' times so far.
+func front(t *testing.T, srv *testServer, handles func(n int) bool, answer func(net.Conn)) (string, func() []time.Time) {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -107,12 +103,12 @@ func TestBusyBeforeTLSSaysWhenToComeBack(t *testing.T) {
 		dials []time.Time
 		wg    sync.WaitGroup
 	)
-	t.Cleanup(func() { front.Close(); wg.Wait() })
+	t.Cleanup(func() { ln.Close(); wg.Wait() })
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
 		for {
-			c, err := front.Accept()
+			c, err := ln.Accept()
 			if err != nil {
 				return
 			}
@@ -120,12 +116,10 @@ func TestBusyBeforeTLSSaysWhenToComeBack(t *testing.T) {
 			dials = append(dials, time.Now())
 			n := len(dials)
 			mu.Unlock()
-			if n == 2 || n == 3 {
-				// The ClientHello arrives; the answer replaces the
-				// ServerHello.
+			if handles(n) {
 				c.SetReadDeadline(time.Now().Add(5 * time.Second))
 				c.Read(make([]byte, 4096))
-				WriteEarlyBusy(c, 300*time.Millisecond)
+				answer(c)
 				c.Close()
 				continue
 			}
@@ -139,13 +133,20 @@ func TestBusyBeforeTLSSaysWhenToComeBack(t *testing.T) {
 			go func() { defer wg.Done(); io.Copy(c, back); c.Close() }()
 		}
 	}()
-	cli := startTestClient(t, p, "box-1", front.Addr().String(), func(c *ClientConfig) {
-		c.Backoff = Backoff{Min: 30 * time.Second, Max: 30 * time.Second, Rand: func(n int64) int64 { return n - 1 }}
-		c.Rejoin = time.Millisecond
-	})
+	return ln.Addr().String(), func() []time.Time {
+		mu.Lock()
+		defer mu.Unlock()
+		return slices.Clone(dials)
+	}
+}
+
+// dropAndResume waits for cli's first session, makes it healthy with a
+// stream round trip (its end is then redialled at once, not after the
+// backoff), has srv drop box, and waits for the next one: it reports
+// whether that one resumed the first's TLS session.
+func dropAndResume(t *testing.T, srv *testServer, cli *Client, box string) bool {
+	t.Helper()
 	waitFor(t, 10*time.Second, "the first session", func() bool { return cli.Session() != nil })
-	// A stream round trip makes the session healthy: its end is redialled
-	// at once, not after the backoff.
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	st, err := cli.Open(ctx, KindRPC, nil)
@@ -160,22 +161,42 @@ func TestBusyBeforeTLSSaysWhenToComeBack(t *testing.T) {
 		return nil
 	}
 	first := cli.Session()
-	srv.Drop("box-1")
-	waitFor(t, 10*time.Second, "a session after two busy answers", func() bool {
+	srv.Drop(box)
+	waitFor(t, 10*time.Second, "a session after the refused dials", func() bool {
 		s := cli.Session()
 		return s != nil && s != first
 	})
-	mu.Lock()
-	defer mu.Unlock()
-	if len(dials) != 4 {
-		t.Fatalf("the box dialled %d times, want 4", len(dials))
+	return resumed.Load()
+}
+
+// TestBusyBeforeTLSSaysWhenToComeBack puts a front before the console that
+// answers two dials with the busy answer before TLS, as a console's port
+// does when it has no room for another handshake. The box's first session
+// comes up, then it is dropped: the box comes back after the wait it was
+// told each time, not after its own backoff (pinned to 30 s here), and the
+// dial after the busy answers resumes the TLS session the first one made.
+func TestBusyBeforeTLSSaysWhenToComeBack(t *testing.T) {
+	t.Parallel()
+	p := newTestPKI(t)
+	srv := startTestServer(t, p, DefaultConfig(), "")
+	echo(t, srv.Listen(KindRPC))
+	addr, dials := front(t, srv, func(n int) bool { return n == 2 || n == 3 },
+		func(c net.Conn) { WriteEarlyBusy(c, 300*time.Millisecond) }) // in place of the ServerHello
+	cli := startTestClient(t, p, "box-1", addr, func(c *ClientConfig) {
+		c.Backoff = Backoff{Min: 30 * time.Second, Max: 30 * time.Second, Rand: func(n int64) int64 { return n - 1 }}
+		c.Rejoin = time.Millisecond
+	})
+	resumed := dropAndResume(t, srv, cli, "box-1")
+	d := dials()
+	if len(d) != 4 {
+		t.Fatalf("the box dialled %d times, want 4", len(d))
 	}
-	for i := 2; i < len(dials); i++ {
-		if gap := dials[i].Sub(dials[i-1]); gap < 300*time.Millisecond {
+	for i := 2; i < len(d); i++ {
+		if gap := d[i].Sub(d[i-1]); gap < 300*time.Millisecond {
 			t.Fatalf("dial %d came %v after a busy answer that said 300ms", i+1, gap)
 		}
 	}
-	if !resumed.Load() {
+	if !resumed {
 		t.Fatal("the dial after the busy answers made a full handshake: the box forgot its session ticket")
 	}
 }
@@ -189,58 +210,15 @@ func TestTicketKeptWhenTheLinkCutsTheHandshake(t *testing.T) {
 	p := newTestPKI(t)
 	srv := startTestServer(t, p, DefaultConfig(), "")
 	echo(t, srv.Listen(KindRPC))
-	front, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var (
-		dials atomic.Int32
-		wg    sync.WaitGroup
-	)
-	t.Cleanup(func() { front.Close(); wg.Wait() })
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		for {
-			c, err := front.Accept()
-			if err != nil {
-				return
-			}
-			if n := dials.Add(1); n == 2 || n == 3 {
-				c.SetReadDeadline(time.Now().Add(5 * time.Second))
-				c.Read(make([]byte, 4096))
-				c.Close()
-				continue
-			}
-			back, err := net.Dial("tcp", srv.addr)
-			if err != nil {
-				c.Close()
-				continue
-			}
-			wg.Add(2)
-			go func() { defer wg.Done(); io.Copy(back, c); back.Close() }()
-			go func() { defer wg.Done(); io.Copy(c, back); c.Close() }()
-		}
-	}()
-	cli := startTestClient(t, p, "box-1", front.Addr().String(), func(c *ClientConfig) {
+	addr, dials := front(t, srv, func(n int) bool { return n == 2 || n == 3 }, func(net.Conn) {})
+	cli := startTestClient(t, p, "box-1", addr, func(c *ClientConfig) {
 		c.Backoff = Backoff{Min: 10 * time.Millisecond, Max: 50 * time.Millisecond}
 	})
-	waitFor(t, 10*time.Second, "the first session", func() bool { return cli.Session() != nil })
-	var resumed atomic.Bool
-	cli.tls.VerifyConnection = func(cs tls.ConnectionState) error {
-		resumed.Store(cs.DidResume)
-		return nil
-	}
-	first := cli.Session()
-	srv.Drop("box-1")
-	waitFor(t, 10*time.Second, "a session after two cut handshakes", func() bool {
-		s := cli.Session()
-		return s != nil && s != first
-	})
-	if n := dials.Load(); n != 4 {
+	resumed := dropAndResume(t, srv, cli, "box-1")
+	if n := len(dials()); n != 4 {
 		t.Fatalf("the box dialled %d times, want 4", n)
 	}
-	if !resumed.Load() {
+	if !resumed {
 		t.Fatal("the dial after the cut handshakes made a full handshake: the box forgot its session ticket")
 	}
 }
