@@ -127,24 +127,9 @@ func (s *Server) ServeConn(ctx context.Context, conn *tls.Conn) error {
 	}
 	sess := newSession(ys, s.cfg.Name, boxID, s.cfg.Config, &s.routes, s.log, s.metrics)
 	sess.hears(hc)
-
-	s.mu.Lock()
-	if s.closed {
-		s.mu.Unlock()
-		ys.Close()
-		return ErrClosed
-	}
-	old := s.sessions[boxID]
-	s.sessions[boxID] = sess
-	s.wg.Add(1)
-	s.mu.Unlock()
-
-	if old != nil {
-		s.log.Info("box reconnected, replacing its old session", "box_id", boxID)
-		old.Close()
-	}
-	s.metrics.handshake("ok")
-	s.metrics.sessionUp(1)
+	// Set before the session is published: from then on Drop, a
+	// replacement or Close may end it, and its end must give back what
+	// Close waits for.
 	sess.onEnd = func() {
 		conn.Close()
 		s.metrics.sessionUp(-1)
@@ -159,6 +144,24 @@ func (s *Server) ServeConn(ctx context.Context, conn *tls.Conn) error {
 		}
 		s.wg.Done()
 	}
+
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		ys.Close()
+		return ErrClosed
+	}
+	old := s.sessions[boxID]
+	s.sessions[boxID] = sess
+	s.wg.Add(1)
+	s.metrics.sessionUp(1) // before anyone can end it and count it down
+	s.mu.Unlock()
+
+	if old != nil {
+		s.log.Info("box reconnected, replacing its old session", "box_id", boxID)
+		old.Close()
+	}
+	s.metrics.handshake("ok")
 	if s.cfg.OnSession != nil {
 		s.cfg.OnSession(SessionEvent{BoxID: boxID, Session: sess, Up: true})
 	}
