@@ -10,7 +10,7 @@ GO_PROTOC_GEN_GO_GRPC=google.golang.org/grpc/cmd/protoc-gen-go-grpc@v1.6.2
 # containerd, runc and busybox-static for the containerd driver's tests
 # (they start their own daemon); QEMU for the qemu driver's; libusb for
 # the hub power switching built with -tags gousb.
-APT_PACKAGES="protobuf-compiler libprotobuf-dev systemd lintian rpm curl util-linux ca-certificates containerd runc busybox-static qemu-system-x86 qemu-utils libusb-1.0-0-dev pkg-config"
+APT_PACKAGES="protobuf-compiler libprotobuf-dev systemd lintian rpm curl util-linux ca-certificates containerd runc busybox-static qemu-system-x86 qemu-utils libusb-1.0-0-dev pkg-config containernetworking-plugins iproute2"
 
 missing=""
 for p in $APT_PACKAGES; do
