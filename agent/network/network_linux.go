@@ -67,11 +67,12 @@ func New(cfg Config, log *slog.Logger) (*Network, error) {
 	if err := writeFileAtomic(filepath.Join(cfg.StateDir, "edgebox.conflist"), conf); err != nil {
 		return nil, fmt.Errorf("network: writing the CNI configuration: %w", err)
 	}
+	quietLockChecker()
 	c, err := gocni.New(
 		gocni.WithPluginDir(cfg.PluginDirs),
 		gocni.WithMinNetworkCount(2),
+		gocni.WithConfListBytes(conf), // first, so its interface is eth0
 		gocni.WithLoNetwork,
-		gocni.WithConfListBytes(conf),
 	)
 	if err != nil {
 		return nil, fmt.Errorf("network: loading the CNI configuration: %w", err)
@@ -144,12 +145,18 @@ func (n *Network) Detach(ctx context.Context, id, netnsPath string, ports []Port
 	if netnsPath != "" && !isNetns(netnsPath) {
 		netnsPath = "" // the plugins then release what is outside the namespace
 	}
+	ids := map[string]bool{id: true}
+	leases, err := n.leases()
+	if err != nil {
+		return fmt.Errorf("network: detaching %s: %w", id, err)
+	}
 	if err := n.cni.Remove(ctx, id, netnsPath, gocni.WithCapabilityPortMap(portMappings(ports))); err != nil {
 		return fmt.Errorf("network: detaching %s: %w", id, err)
 	}
 	// With no namespace the bridge plugin releases the address but keeps
-	// its NAT rules; remove what is still there.
-	if err := n.removeLeftovers(ctx, map[string]bool{id: true}); err != nil {
+	// its NAT rules, and the firewall plugin needs libcni's cache entry;
+	// remove what is still there.
+	if err := n.removeLeftovers(ctx, ids, addrsOf(leases, ids)); err != nil {
 		return fmt.Errorf("network: detaching %s: %w", id, err)
 	}
 	n.log.Info("workload detached", "workload", id)

@@ -5,14 +5,15 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 
-	"github.com/containernetworking/cni/libcni"
 	gocni "github.com/containerd/go-cni"
+	"github.com/containernetworking/cni/libcni"
 )
 
 // Sweep removes the network state of every workload keep says is gone:
@@ -21,8 +22,8 @@ import (
 // forwarding rules, libcni cache entries and its namespace under NetnsDir.
 // The agent runs it at start, before attaching anything, so that a kill -9
 // of the agent or the box leaks no address and no rule. It does not run
-// concurrently with Attach or Detach. Errors on one workload are logged
-// and do not stop the others; the first is returned.
+// concurrently with Attach or Detach. A failure on one workload does not
+// stop the others; all are returned, joined.
 func (n *Network) Sweep(ctx context.Context, keep func(id string) bool) error {
 	atts, err := n.cachedAttachments()
 	if err != nil {
@@ -62,16 +63,9 @@ func (n *Network) Sweep(ctx context.Context, keep func(id string) bool) error {
 		return nil
 	}
 
-	var first error
-	note := func(id string, err error) {
-		if err == nil {
-			return
-		}
-		n.log.Warn("sweeping a gone workload", "workload", id, "err", err)
-		if first == nil {
-			first = err
-		}
-	}
+	// The plugins undo what they can; with part of their state lost (no
+	// cache entry, no namespace) some of them fail, which is expected, and
+	// what they could not remove is removed below.
 	for id := range stale {
 		netns, ports := "", []gocni.PortMapping(nil)
 		if a, ok := atts[id]; ok {
@@ -83,14 +77,21 @@ func (n *Network) Sweep(ctx context.Context, keep func(id string) bool) error {
 				netns = p
 			}
 		}
-		note(id, n.cni.Remove(ctx, id, netns, gocni.WithCapabilityPortMap(ports)))
+		if err := n.cni.Remove(ctx, id, netns, gocni.WithCapabilityPortMap(ports)); err != nil {
+			n.log.Info("the plugins could not detach a gone workload; removing its state directly", "workload", id, "err", err)
+		}
 	}
-	note("", n.removeLeftovers(ctx, stale))
+	var errs []error
+	if err := n.removeLeftovers(ctx, stale, addrsOf(leases, stale)); err != nil {
+		errs = append(errs, err)
+	}
 	for id := range stale {
-		note(id, RemoveNetns(n.NetnsPath(id)))
+		if err := RemoveNetns(n.NetnsPath(id)); err != nil {
+			errs = append(errs, err)
+		}
 	}
 	n.log.Info("swept gone workloads", "count", len(stale))
-	return first
+	return errors.Join(errs...)
 }
 
 // attachment is one libcni cache entry of this network.
@@ -148,17 +149,29 @@ func (n *Network) leases() (map[string]string, error) {
 	return out, nil
 }
 
+// addrsOf are the leased addresses of ids.
+func addrsOf(leases map[string]string, ids map[string]bool) map[string]bool {
+	addrs := map[string]bool{}
+	for ip, id := range leases {
+		if ids[id] {
+			addrs[ip] = true
+		}
+	}
+	return addrs
+}
+
 // removeLeftovers removes what the plugins left of the workloads in ids:
 // their leases, their rules in the nat table (the bridge's masquerading
 // and portmap's forwarding, both marked with a comment naming the
 // network and the id), rules of the filter table naming their addresses
-// (the firewall plugin's), and their libcni cache entries.
-func (n *Network) removeLeftovers(ctx context.Context, ids map[string]bool) error {
+// (the firewall plugin's; addrs are the addresses they held before the
+// plugins ran, which may have released the leases), and their libcni
+// cache entries.
+func (n *Network) removeLeftovers(ctx context.Context, ids, addrs map[string]bool) error {
 	leases, err := n.leases()
 	if err != nil {
 		return err
 	}
-	addrs := map[string]bool{}
 	for ip, id := range leases {
 		if ids[id] {
 			addrs[ip] = true
@@ -225,12 +238,14 @@ func (n *Network) removeRules(ctx context.Context, ids, addrs map[string]bool) e
 		return err
 	}
 	var del, chains []string
+	seen := map[string]bool{}
 	for _, line := range nat {
 		if !ids[n.ruleID(line)] {
 			continue
 		}
 		del = append(del, "-D"+strings.TrimPrefix(line, "-A"))
-		if f := strings.Fields(line); len(f) >= 2 && f[len(f)-2] == "-j" && isWorkloadChain(f[len(f)-1]) {
+		if f := strings.Fields(line); len(f) >= 2 && f[len(f)-2] == "-j" && isWorkloadChain(f[len(f)-1]) && !seen[f[len(f)-1]] {
+			seen[f[len(f)-1]] = true
 			chains = append(chains, f[len(f)-1])
 		}
 	}
