@@ -229,6 +229,21 @@ func (n *testNet) state(t *testing.T, id string, res Result) []string {
 	return found
 }
 
+// left is what is still there of a detached workload. The kernel
+// removes the veth pair of a namespace that went in the background after
+// its last reference, so it waits for that, up to a deadline.
+func (n *testNet) left(t *testing.T, id string, res Result) []string {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		found := n.state(t, id, res)
+		if len(found) == 0 || time.Now().After(deadline) {
+			return found
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
 // TestWorkloadReachesInternetAndPublishesPort is the path of a robot: it
 // fetches a page from a server in the "internet" namespace through the
 // bridge and NAT, answers on its published port from the "LAN"
@@ -269,7 +284,7 @@ func TestWorkloadReachesInternetAndPublishesPort(t *testing.T) {
 	if err := n.Detach(context.Background(), id, ns, ports); err != nil {
 		t.Fatalf("Detach: %v", err)
 	}
-	if left := n.state(t, id, res); len(left) > 0 {
+	if left := n.left(t, id, res); len(left) > 0 {
 		t.Fatalf("after Detach these are left:\n%s", strings.Join(left, "\n"))
 	}
 	if _, err := get(lan, fmt.Sprintf("%s:%d", lanBox, hostPort)); err == nil {
@@ -340,7 +355,7 @@ func TestSweepAfterCrash(t *testing.T) {
 		t.Fatalf("Sweep: %v", err)
 	}
 	for _, w := range ws[:3] {
-		if left := n.state(t, w.id, w.res); len(left) > 0 {
+		if left := n.left(t, w.id, w.res); len(left) > 0 {
 			t.Errorf("after Sweep, %s left:\n%s", w.id, strings.Join(left, "\n"))
 		}
 		if _, err := os.Stat(w.ns); err == nil {
@@ -400,5 +415,60 @@ func TestNetnsCrashSafe(t *testing.T) {
 	}
 	if _, err := CreateNetns(dir, "../escape"); err == nil {
 		t.Fatal("CreateNetns accepted a name with a slash")
+	}
+}
+
+// TestConcurrentAttachAndDetachWithoutNamespace attaches workloads at
+// once (each gets its own address) and detaches them after their
+// namespaces went, as when a container's shim was killed: nothing of
+// them is left.
+func TestConcurrentAttachAndDetachWithoutNamespace(t *testing.T) {
+	t.Parallel()
+	n := newTestNet(t)
+	ctx := context.Background()
+	const count = 6
+	type attached struct {
+		id, ns string
+		ports  []Port
+		res    Result
+		err    error
+	}
+	out := make([]attached, count)
+	done := make(chan int)
+	for i := range count {
+		go func() {
+			a := &out[i]
+			a.id = fmt.Sprintf("w%d", i)
+			a.ports = []Port{{HostPort: 23000 + int(n.seq)*count + i, ContainerPort: 80}}
+			a.ns, a.err = CreateNetns(n.cfg.NetnsDir, a.id)
+			if a.err == nil {
+				a.res, a.err = n.Attach(ctx, a.id, a.ns, a.ports)
+			}
+			done <- i
+		}()
+	}
+	for range count {
+		<-done
+	}
+	seen := map[netip.Addr]string{}
+	for _, a := range out {
+		if a.err != nil {
+			t.Fatalf("Attach %s: %v", a.id, a.err)
+		}
+		if other, ok := seen[a.res.IP]; ok {
+			t.Fatalf("%s and %s both got %s", a.id, other, a.res.IP)
+		}
+		seen[a.res.IP] = a.id
+	}
+	for _, a := range out {
+		if err := RemoveNetns(a.ns); err != nil {
+			t.Fatal(err)
+		}
+		if err := n.Detach(ctx, a.id, a.ns, a.ports); err != nil {
+			t.Fatalf("Detach %s after its namespace went: %v", a.id, err)
+		}
+		if left := n.left(t, a.id, a.res); len(left) > 0 {
+			t.Fatalf("after Detach, %s left:\n%s", a.id, strings.Join(left, "\n"))
+		}
 	}
 }
