@@ -7,15 +7,22 @@
 // limit that adapts to measured completions: it grows while sessions catch
 // up within Target and the limit is what holds boxes back, and shrinks by a
 // quarter when they take longer or are abandoned (their session ended
-// before catching up, or they outlasted Patience). A box that is not
-// admitted is told when to come back: behind every box still due back, at
-// the measured completion rate, spread by ±10 %, so a storm of boxes
-// returns at the pace the console can take them instead of all at once
-// again.
+// before catching up, or they outlasted Patience).
+//
+// A box that finds no room waits for one in a queue, first come first
+// served, when the queue ahead of it drains within QueueWait at the
+// measured completion rate; the next place that frees goes to it, so the
+// console never idles while boxes wait. A box beyond that is told when to
+// come back: behind every box queued or still due back, at the measured
+// rate, less half the queue's wait, spread by ±10 %. Boxes so come back
+// while the queue still holds work, and one that comes back early waits
+// in the queue instead of dialling again; a storm of boxes returns at the
+// pace the console can take them instead of all at once again.
 package admission
 
 import (
 	"container/heap"
+	"container/list"
 	"context"
 	"errors"
 	"log/slog"
@@ -43,6 +50,11 @@ type Config struct {
 	// MinWait and MaxWait bound the wait a deferred box is told, before it
 	// is spread by ±10 %.
 	MinWait, MaxWait time.Duration
+	// QueueWait bounds how long a box waits in the queue for a place
+	// (less if its handshake has less time left); QueueMax bounds how
+	// many wait at once.
+	QueueWait time.Duration
+	QueueMax  int
 	// InitialRate is the completion rate (sessions a second) assumed
 	// until one is measured. Too high costs a few boxes an extra dial;
 	// too low leaves the console idle while boxes wait, so it errs high.
@@ -55,8 +67,8 @@ type Config struct {
 // DefaultConfig returns the defaults.
 func DefaultConfig() Config {
 	return Config{Initial: 256, Min: 8, Max: 4096, Target: 5 * time.Second, Patience: time.Minute,
-		Window: 250 * time.Millisecond, MinWait: 200 * time.Millisecond, MaxWait: 30 * time.Second, LogEvery: 5 * time.Second,
-		InitialRate: 200}
+		Window: 250 * time.Millisecond, MinWait: 200 * time.Millisecond, MaxWait: 60 * time.Second, LogEvery: 5 * time.Second,
+		InitialRate: 200, QueueWait: 4 * time.Second, QueueMax: 8192}
 }
 
 // Validate reports what is wrong with c.
@@ -68,6 +80,8 @@ func (c Config) Validate() error {
 		return errors.New("admission: Target, Window and LogEvery must be positive, Patience at least Target")
 	case c.MinWait <= 0 || c.MaxWait < c.MinWait:
 		return errors.New("admission: want 0 < MinWait <= MaxWait")
+	case c.QueueWait < 0 || c.QueueMax < 0:
+		return errors.New("admission: QueueWait and QueueMax must not be negative")
 	case c.InitialRate < 1:
 		return errors.New("admission: InitialRate must be at least 1")
 	}
@@ -87,8 +101,12 @@ type Controller struct {
 	limit    float64
 	inflight map[string]time.Time // box → when admitted
 	reserved int                  // places held for handshakes in progress
+	queue    list.List            // of *waiter: boxes waiting for a place, first first
 	promised slots                // when deferred boxes were told to come back
-	rate     float64              // completions per second at the limit
+	tail     time.Time            // the last slot given within MaxWait
+	rate     float64              // completions per second while full
+	measured bool                 // rate is measured, not InitialRate
+	accrued  time.Time            // when the places taken were last added to the window
 	recent   []sample             // the last windows the console was full in
 	lastCut  time.Time            // the limit's last decrease
 	win      window               // what happened since the last adapt
@@ -98,8 +116,12 @@ type Controller struct {
 
 // window counts what happened in one adapt or log period.
 type window struct {
+	start                                   time.Time
+	full                                    bool // a box found no room
 	admitted, deferred, caughtUp, abandoned int
-	failed                                  int // handshakes that gave their place back; counted per log period
+	queued                                  int     // boxes that waited in the queue
+	placeSecs                               float64 // places taken, integrated over the window
+	failed                                  int     // handshakes that gave their place back; counted per log period
 	latencies                               []time.Duration
 }
 
@@ -111,28 +133,113 @@ func New(cfg Config, reg prometheus.Registerer, log *slog.Logger) (*Controller, 
 	c := &Controller{cfg: cfg, log: log.With("component", "admission"), now: time.Now, rand: rand.Float64,
 		m: newMetrics(reg), limit: float64(cfg.Initial), inflight: make(map[string]time.Time),
 		rate: cfg.InitialRate}
+	c.win.start = c.now()
 	c.m.limit.Set(c.limit)
 	return c, nil
 }
 
 // Reserve is asked before a box's TLS handshake: it holds a place for the
-// session about to start, or says how long the box should wait before it
-// dials again (and holds nothing). The context it returns carries the
+// session about to start, waiting up to patience (and QueueWait) in the
+// queue for one, or says how long the box should wait before it dials
+// again (and holds nothing). The wait in the queue ends early, with a
+// wait to tell the box, when ctx ends. The context it returns carries the
 // place to Admit, which takes it once the handshake names the box. The
 // caller calls release only when the session did not come up (the
 // handshake or the greeting failed): it gives the place back. A handshake
 // that fails does not shrink the limit: anyone may fail one.
-func (c *Controller) Reserve(ctx context.Context) (rctx context.Context, release func(), wait time.Duration) {
+func (c *Controller) Reserve(ctx context.Context, patience time.Duration) (rctx context.Context, release func(), wait time.Duration) {
+	r, w, wait := c.enter(patience)
+	if w != nil {
+		t := time.NewTimer(min(patience, c.cfg.QueueWait))
+		select {
+		case <-w.granted:
+		case <-t.C:
+		case <-ctx.Done():
+		}
+		t.Stop()
+		r, wait = c.leave(w)
+	}
+	if r == nil {
+		return ctx, noRelease, wait
+	}
+	return context.WithValue(ctx, reservationKey{}, r), r.release, 0
+}
+
+// enter gives a box at its ClientHello a place now (r), a place in the
+// queue (w), or the wait to tell it.
+func (c *Controller) enter(patience time.Duration) (r *reservation, w *waiter, wait time.Duration) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	now := c.now()
-	if len(c.inflight)+c.reserved >= int(c.limit) {
-		return ctx, noRelease, c.defer1(now)
+	if c.queue.Len() == 0 && c.room() {
+		return c.hold(now), nil, 0
 	}
+	c.win.full = true
+	ahead := float64(c.queue.Len() + 1)
+	if c.queue.Len() >= c.cfg.QueueMax ||
+		time.Duration(ahead/c.rate*float64(time.Second)) > min(patience, c.cfg.QueueWait) {
+		return nil, nil, c.defer1(now)
+	}
+	w = &waiter{granted: make(chan struct{})}
+	w.elem = c.queue.PushBack(w)
+	c.m.queued.Set(float64(c.queue.Len()))
+	c.win.queued++
+	c.period.queued++
+	c.m.sessions.WithLabelValues("queued").Inc()
+	return nil, w, 0
+}
+
+// leave takes w out of the queue: with its place if it was given one,
+// else with the wait to tell the box.
+func (c *Controller) leave(w *waiter) (*reservation, time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if w.r != nil {
+		return w.r, 0
+	}
+	c.queue.Remove(w.elem)
+	c.m.queued.Set(float64(c.queue.Len()))
+	return nil, c.defer1(c.now())
+}
+
+// waiter is a box in the queue; r is its place once given.
+type waiter struct {
+	elem    *list.Element
+	granted chan struct{}
+	r       *reservation
+}
+
+// room says whether another session fits under the limit. Hold c.mu.
+func (c *Controller) room() bool { return len(c.inflight)+c.reserved < int(c.limit) }
+
+// accrue adds the places taken until now to the window's place-seconds.
+// Hold c.mu; call it before the places taken change.
+func (c *Controller) accrue(now time.Time) {
+	if now.After(c.accrued) {
+		if !c.accrued.IsZero() {
+			c.win.placeSecs += float64(len(c.inflight)+c.reserved) * now.Sub(c.accrued).Seconds()
+		}
+		c.accrued = now
+	}
+}
+
+// hold takes a place for a handshake about to start. Hold c.mu.
+func (c *Controller) hold(now time.Time) *reservation {
+	c.accrue(now)
 	c.reserved++
 	c.m.reserved.Set(float64(c.reserved))
-	r := &reservation{c: c, at: now}
-	return context.WithValue(ctx, reservationKey{}, r), r.release, 0
+	return &reservation{c: c, at: now}
+}
+
+// handOut gives the places that are free to the boxes at the head of the
+// queue. Hold c.mu; call it wherever a place may have freed.
+func (c *Controller) handOut() {
+	for c.queue.Len() > 0 && c.room() {
+		w := c.queue.Remove(c.queue.Front()).(*waiter)
+		w.r = c.hold(c.now())
+		close(w.granted)
+	}
+	c.m.queued.Set(float64(c.queue.Len()))
 }
 
 // noRelease is the release of a box told to wait: it holds nothing.
@@ -161,10 +268,12 @@ func (r *reservation) release() {
 	defer c.mu.Unlock()
 	switch r.state {
 	case held:
+		c.accrue(c.now())
 		c.reserved--
 		c.m.reserved.Set(float64(c.reserved))
 		c.period.failed++
 		c.m.abandoned.WithLabelValues("handshake_failed").Inc()
+		c.handOut()
 	case taken:
 		// The box was admitted, but its session did not come up.
 		if at, ok := c.inflight[r.box]; ok && at.Equal(r.at) {
@@ -184,12 +293,14 @@ func (c *Controller) Admit(ctx context.Context, box string) time.Duration {
 	now := c.now()
 	_, ok := c.inflight[box]
 	r, _ := ctx.Value(reservationKey{}).(*reservation)
+	c.accrue(now)
 	if r != nil && r.c == c && r.state == held {
 		c.reserved--
 		c.m.reserved.Set(float64(c.reserved))
 		r.state, r.box = taken, box
 		if ok {
 			r.at = c.inflight[box] // the place it had; this one is given back
+			c.handOut()
 		} else {
 			c.inflight[box] = r.at
 			c.m.inflight.Set(float64(len(c.inflight)))
@@ -197,7 +308,7 @@ func (c *Controller) Admit(ctx context.Context, box string) time.Duration {
 		c.countAdmitted()
 		return 0
 	}
-	if ok || len(c.inflight)+c.reserved < int(c.limit) {
+	if ok || (c.queue.Len() == 0 && c.room()) {
 		if !ok {
 			c.inflight[box] = now
 			c.m.inflight.Set(float64(len(c.inflight)))
@@ -205,6 +316,7 @@ func (c *Controller) Admit(ctx context.Context, box string) time.Duration {
 		c.countAdmitted()
 		return 0
 	}
+	c.win.full = true
 	return c.defer1(now)
 }
 
@@ -219,15 +331,35 @@ func (c *Controller) defer1(now time.Time) time.Duration {
 	c.win.deferred++
 	c.period.deferred++
 	c.m.sessions.WithLabelValues("deferred").Inc()
-	// The box's slot: behind every box still due back, at the rate the
-	// console completes sessions now (a slot given while the rate was
-	// lower does not hold back those given after).
+	// The box's slot, at the rate the console completes sessions now:
+	// behind every box queued or still due back (a slot given while the
+	// rate was lower does not hold back those given after), or right
+	// after the last slot given and the queue, whichever is sooner (slots
+	// given while the rate was higher left no gap before the next). The
+	// box is told to come back half the queue's wait before it, so it
+	// comes while the queue still holds work, and waits there if early.
 	for len(c.promised) > 0 && !c.promised[0].After(now) {
 		heap.Pop(&c.promised)
 	}
-	ahead := float64(len(c.promised) + 1)
-	wait := time.Duration(ahead / c.rate * float64(time.Second))
-	wait = min(max(wait, c.cfg.MinWait), c.cfg.MaxWait)
+	per := time.Duration(float64(time.Second) / c.rate)
+	// The queue's boxes served before this one: no more than QueueWait
+	// holds (the rest will leave it and be told slots of their own).
+	queued := min(time.Duration(c.queue.Len())*per, c.cfg.QueueWait)
+	slot := now.Add(time.Duration(len(c.promised)+1)*per + queued)
+	if next := later(c.tail, now.Add(queued)).Add(per); next.Before(slot) {
+		slot = next
+	}
+	// Until the rate is measured, no box is told a slot further than the
+	// queue's wait: one guessed too low would leave the console idle
+	// when its time comes, and the box cannot be told sooner.
+	horizon := c.cfg.MaxWait
+	if !c.measured {
+		horizon = max(c.cfg.MinWait, c.cfg.QueueWait)
+	}
+	if slot.Sub(now) <= horizon {
+		c.tail = later(c.tail, slot)
+	}
+	wait := min(max(slot.Sub(now)-c.cfg.QueueWait/2, c.cfg.MinWait), horizon)
 	// Spread after the bounds, so boxes held to MaxWait do not all come
 	// back in the same instant.
 	wait = time.Duration(float64(wait) * (0.9 + 0.2*c.rand()))
@@ -246,9 +378,12 @@ func (c *Controller) CaughtUp(box string) {
 	if !ok {
 		return
 	}
+	now := c.now()
+	c.accrue(now)
 	delete(c.inflight, box)
 	c.m.inflight.Set(float64(len(c.inflight)))
-	lat := c.now().Sub(at)
+	c.handOut()
+	lat := now.Sub(at)
 	c.win.caughtUp++
 	c.period.caughtUp++
 	c.win.latencies = append(c.win.latencies, lat)
@@ -269,8 +404,10 @@ func (c *Controller) SessionEnded(box string) {
 
 // abandon forgets an in-flight box. Hold c.mu.
 func (c *Controller) abandon(box, why string) {
+	c.accrue(c.now())
 	delete(c.inflight, box)
 	c.m.inflight.Set(float64(len(c.inflight)))
+	c.handOut()
 	c.win.abandoned++
 	c.period.abandoned++
 	c.m.abandoned.WithLabelValues(why).Inc()
@@ -306,34 +443,33 @@ func (c *Controller) adapt() {
 			c.abandon(box, "patience")
 		}
 	}
+	c.accrue(now)
 	w := c.win
-	c.win = window{}
-	// The rate the console completes sessions at when it is full: the
-	// limit over the time a session takes, over the last rateWindows
-	// windows in which sessions completed (Little's law, with the limit
-	// for the sessions in flight; unlike counting completions, it holds
-	// when sessions admitted together complete together, in bursts).
-	// With room to spare, sessions are quick and the rate high: a box told
-	// to wait comes back early rather than late, and a box that comes
-	// back early to a full console is told again before any handshake,
-	// which costs little, while one that comes back late leaves the
-	// console idle.
-	if len(w.latencies) > 0 {
-		var total time.Duration
+	c.win = window{start: now}
+	// The rate the console completes sessions at, by Little's law: the
+	// places taken on average over the time a session takes, over the
+	// last rateWindows windows in which boxes found no room, so the
+	// console's pace is measured, not the boxes'. Unlike counting
+	// completions, it holds when sessions admitted together complete
+	// together, in bursts. Windows of a storm's first moments, before any
+	// session could finish, are left out.
+	if w.full && now.After(w.start) && (w.caughtUp > 0 || len(c.recent) > 0) {
+		var took time.Duration
 		for _, l := range w.latencies {
-			total += l
+			took += l
 		}
-		c.recent = append(c.recent, sample{done: len(w.latencies), took: total})
+		c.recent = append(c.recent, sample{span: now.Sub(w.start), placeSecs: w.placeSecs, done: len(w.latencies), took: took})
 		if len(c.recent) > rateWindows {
 			c.recent = c.recent[1:]
 		}
-		var done int
-		var took time.Duration
+		var sum sample
 		for _, r := range c.recent {
-			done, took = done+r.done, took+r.took
+			sum.span, sum.placeSecs, sum.done, sum.took = sum.span+r.span, sum.placeSecs+r.placeSecs, sum.done+r.done, sum.took+r.took
 		}
-		if took > 0 {
-			c.rate = max(1, c.limit/(took.Seconds()/float64(done)))
+		if len(c.recent) >= minRateWindows && sum.done >= minRateSessions && sum.took > 0 {
+			places := sum.placeSecs / sum.span.Seconds()
+			c.rate = max(1, places/(sum.took.Seconds()/float64(sum.done)))
+			c.measured = true
 		}
 	}
 
@@ -348,29 +484,31 @@ func (c *Controller) adapt() {
 		// sessions in flight settle.
 		c.limit = max(float64(c.cfg.Min), c.limit*0.75)
 		c.lastCut = now
-	case !slow && w.deferred > 0:
+	case !slow && w.full:
 		// The limit held boxes back and sessions were quick: try more,
 		// in step with how many settled.
 		c.limit = min(float64(c.cfg.Max), c.limit+max(1, float64(w.caughtUp)/4))
 	}
 	c.m.limit.Set(c.limit)
 	c.m.rate.Set(c.rate)
+	c.handOut()
 }
 
 // logRates logs one line for the last period while boxes are being held
 // back, and one when that stops.
 func (c *Controller) logRates() {
 	c.mu.Lock()
-	p, limit, inflight, rate := c.period, int(c.limit), len(c.inflight), c.rate
+	p, limit, inflight, rate, queued := c.period, int(c.limit), len(c.inflight), c.rate, c.queue.Len()
 	c.period = window{}
 	was := c.shedding
-	c.shedding = p.deferred > 0
+	c.shedding = p.deferred > 0 || p.queued > 0
 	c.mu.Unlock()
 	secs := c.cfg.LogEvery.Seconds()
 	switch {
-	case p.deferred > 0:
-		c.log.Info("box sessions admitted at the console's pace; the rest are told when to come back",
-			"admitted_per_s", round(float64(p.admitted)/secs), "deferred_per_s", round(float64(p.deferred)/secs),
+	case c.shedding:
+		c.log.Info("box sessions admitted at the console's pace; the rest wait in the queue or are told when to come back",
+			"admitted_per_s", round(float64(p.admitted)/secs), "queued_per_s", round(float64(p.queued)/secs),
+			"deferred_per_s", round(float64(p.deferred)/secs), "queue", queued,
 			"caught_up_per_s", round(float64(p.caughtUp)/secs), "abandoned", p.abandoned,
 			"handshakes_failed", p.failed, "limit", limit, "in_flight", inflight,
 			"completion_rate_per_s", round(rate))
@@ -379,18 +517,34 @@ func (c *Controller) logRates() {
 	}
 }
 
-func round(f float64) float64 { return float64(int(f*10+0.5)) / 10 }
-
-// sample is one window's sessions that caught up, with the time they took.
-type sample struct {
-	done int
-	took time.Duration
+// later returns the later of a and b.
+func later(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
 }
 
-// rateWindows is how many windows with completions the rate is measured
-// over: 2 s of the default 250 ms windows, enough to smooth the bursts in
-// which sessions admitted together complete.
-const rateWindows = 8
+func round(f float64) float64 { return float64(int(f*10+0.5)) / 10 }
+
+// sample is one full window: its length, the places taken integrated
+// over it, and the sessions that caught up in it with the time they took.
+type sample struct {
+	span      time.Duration
+	placeSecs float64
+	done      int
+	took      time.Duration
+}
+
+// rateWindows is how many full windows the rate is measured over: 5 s of
+// the default 250 ms windows, enough to smooth the bursts in which
+// sessions admitted together complete; minRateSpan is the least time it
+// is measured over.
+const (
+	rateWindows     = 20
+	minRateWindows  = 2
+	minRateSessions = 16
+)
 
 // maxPromised bounds the slots remembered; past it, boxes are still told a
 // wait, behind the ones remembered.
@@ -412,15 +566,15 @@ func (h *slots) Pop() any {
 
 // State is a snapshot, for tests and the metrics.
 type State struct {
-	Limit, InFlight, Handshakes int
-	Rate                        float64
+	Limit, InFlight, Handshakes, Queued int
+	Rate                                float64
 }
 
 // State returns the controller's state now.
 func (c *Controller) State() State {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return State{Limit: int(c.limit), InFlight: len(c.inflight), Handshakes: c.reserved, Rate: c.rate}
+	return State{Limit: int(c.limit), InFlight: len(c.inflight), Handshakes: c.reserved, Queued: c.queue.Len(), Rate: c.rate}
 }
 
 type metrics struct {
@@ -429,6 +583,7 @@ type metrics struct {
 	limit     prometheus.Gauge
 	inflight  prometheus.Gauge
 	reserved  prometheus.Gauge
+	queued    prometheus.Gauge
 	rate      prometheus.Gauge
 	latency   prometheus.Histogram
 }
@@ -436,7 +591,7 @@ type metrics struct {
 func newMetrics(reg prometheus.Registerer) metrics {
 	m := metrics{
 		sessions: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "edgebox_admission_sessions_total",
-			Help: "Box sessions by what admission did: admitted, deferred (told when to come back), caught_up."}, []string{"result"}),
+			Help: "Box sessions by what admission did: admitted, queued (waited for a place), deferred (told when to come back), caught_up."}, []string{"result"}),
 		abandoned: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "edgebox_admission_abandoned_total",
 			Help: "Box sessions given a place that never caught up, by reason: handshake_failed, greeting_failed, session_ended, patience."}, []string{"reason"}),
 		limit: prometheus.NewGauge(prometheus.GaugeOpts{Name: "edgebox_admission_limit",
@@ -445,13 +600,15 @@ func newMetrics(reg prometheus.Registerer) metrics {
 			Help: "Box sessions between admission and caught up."}),
 		reserved: prometheus.NewGauge(prometheus.GaugeOpts{Name: "edgebox_admission_handshakes",
 			Help: "Places held for box sessions whose TLS handshake is in progress."}),
+		queued: prometheus.NewGauge(prometheus.GaugeOpts{Name: "edgebox_admission_queued",
+			Help: "Boxes waiting in the queue for a place, their ClientHello in."}),
 		rate: prometheus.NewGauge(prometheus.GaugeOpts{Name: "edgebox_admission_completion_rate",
-			Help: "Box sessions caught up per second, smoothed: the pace deferred boxes are given."}),
+			Help: "Box sessions caught up per second while boxes found no room: the pace queued and deferred boxes are given."}),
 		latency: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "edgebox_admission_catch_up_seconds",
 			Help: "Time from a box session's admission until its Sync stream caught up.", Buckets: prometheus.ExponentialBuckets(0.01, 2, 14)}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.sessions, m.abandoned, m.limit, m.inflight, m.reserved, m.rate, m.latency)
+		reg.MustRegister(m.sessions, m.abandoned, m.limit, m.inflight, m.reserved, m.queued, m.rate, m.latency)
 	}
 	return m
 }

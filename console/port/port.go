@@ -51,9 +51,10 @@ type Port struct {
 type Gate interface {
 	// Reserve holds a place for a box session about to handshake and
 	// returns a context that carries it to the tunnel's Admit, or says how
-	// long the box should wait before it dials again. release gives the
-	// place back when the session does not come up.
-	Reserve(ctx context.Context) (rctx context.Context, release func(), wait time.Duration)
+	// long the box should wait before it dials again. It may wait up to
+	// patience for a place to free. release gives the place back when the
+	// session does not come up.
+	Reserve(ctx context.Context, patience time.Duration) (rctx context.Context, release func(), wait time.Duration)
 }
 
 // shedLogEvery is how often the port logs what it shed, if anything.
@@ -108,10 +109,12 @@ func newPort(ln net.Listener, a *pki.Authority, srv *tunnel.Server, gate Gate, a
 				return apiTLS, nil
 			}
 			// Box sessions are admitted here, before any expensive crypto,
-			// at the pace the console completes them; the rest are told
-			// when to come back, so a reconnect storm cannot crowd out
-			// operators or the boxes already in.
-			ctx, release, wait := p.gate.Reserve(pc.serving)
+			// at the pace the console completes them; the rest wait for a
+			// place, as long as their handshake leaves time for, or are
+			// told when to come back, so a reconnect storm cannot crowd
+			// out operators or the boxes already in.
+			patience := time.Until(pc.start.Add(p.cfg.HandshakeTimeout)) - cpuWait - handshakeWork
+			ctx, release, wait := p.gate.Reserve(pc.serving, max(0, patience))
 			if wait > 0 {
 				tunnel.WriteEarlyBusy(pc.Conn, wait)
 				return nil, fmt.Errorf("port: box told to come back in %s: %w", wait.Round(time.Millisecond), errEarlyBusy)
@@ -168,6 +171,10 @@ const ticketKeyCheck = time.Hour
 // CPU the console may use, as a handshake's goroutine also waits for its
 // turn on the CPU while it holds its slot.
 func handshakeCPU() int { return 4 * runtime.GOMAXPROCS(0) }
+
+// handshakeWork is the time a box's handshake is left for its crypto and
+// its first flights, after any wait for a place and a slot.
+const handshakeWork = 2 * time.Second
 
 // cpuWait bounds a box's wait for a handshake slot; past it the box is
 // told to come back in 1 to 3 s.

@@ -189,10 +189,16 @@ func (tp *testPort) get(ip string) error {
 // and reports whether the console greeted it.
 func (tp *testPort) box(t *testing.T, ip string) error {
 	t.Helper()
+	return tp.boxAs(t, ip, "bx-porttest")
+}
+
+// boxAs is box with the box's ID.
+func (tp *testPort) boxAs(t *testing.T, ip, id string) error {
+	t.Helper()
 	key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	der, _ := x509.CreateCertificateRequest(rand.Reader, &x509.CertificateRequest{Subject: pkix.Name{CommonName: "box"}}, key)
 	csr, _ := x509.ParseCertificateRequest(der)
-	pemCert, _, err := tp.ca.SignBox(csr, "bx-porttest", time.Hour)
+	pemCert, _, err := tp.ca.SignBox(csr, id, time.Hour)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -426,6 +432,7 @@ func TestAcceptRetryable(t *testing.T) {
 func TestPortGateTurnsBoxesAwayBeforeTheHandshake(t *testing.T) {
 	acfg := boxgate.DefaultConfig()
 	acfg.Initial, acfg.Min, acfg.Max = 1, 1, 1
+	acfg.QueueWait = 0 // no box waits for a place
 	tp := startGatedPort(t, nil, acfg)
 	if err := tp.box(t, "127.0.0.2"); err != nil {
 		t.Fatalf("the first box: %v", err)
@@ -455,6 +462,32 @@ func TestPortGateTurnsBoxesAwayBeforeTheHandshake(t *testing.T) {
 	waitGate(t, tp.gate, "the place given back", func(s boxgate.State) bool { return s.Handshakes == 0 })
 	if err := tp.box(t, "127.0.0.5"); err != nil {
 		t.Fatalf("a box once there was room: %v", err)
+	}
+}
+
+// TestPortQueuesABoxUntilAPlaceFrees: with the gate full, a box's
+// ClientHello waits for the next place instead of being turned away, and
+// the box gets in on its first dial once the session ahead of it caught
+// up.
+func TestPortQueuesABoxUntilAPlaceFrees(t *testing.T) {
+	acfg := boxgate.DefaultConfig()
+	acfg.Initial, acfg.Min, acfg.Max = 1, 1, 1
+	tp := startGatedPort(t, nil, acfg)
+	if err := tp.boxAs(t, "127.0.0.2", "bx-first"); err != nil {
+		t.Fatalf("the first box: %v", err)
+	}
+	second := make(chan error, 1)
+	go func() { second <- tp.boxAs(t, "127.0.0.3", "bx-second") }()
+	waitGate(t, tp.gate, "the second box in the queue", func(s boxgate.State) bool { return s.Queued == 1 })
+	if err := tp.get("127.0.0.3"); err != nil {
+		t.Fatalf("an operator while a box waits: %v", err)
+	}
+	tp.gate.CaughtUp("bx-first")
+	if err := <-second; err != nil {
+		t.Fatalf("the queued box, once the first caught up: %v", err)
+	}
+	if s := tp.gate.State(); s.InFlight != 1 || s.Queued != 0 || s.Handshakes != 0 {
+		t.Fatalf("after the queued box came in: %+v", s)
 	}
 }
 
