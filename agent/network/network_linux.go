@@ -11,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 
 	gocni "github.com/containerd/go-cni"
 
@@ -27,6 +28,11 @@ type Network struct {
 	subnet netip.Prefix
 	cni    gocni.CNI
 	log    *slog.Logger
+
+	// mu guards attaching: the workloads in Attach and the host ports
+	// they publish, which libcni's cache shows only once they are done.
+	mu        sync.Mutex
+	attaching map[string][]Port
 }
 
 // Result is what a workload got from Attach.
@@ -80,7 +86,13 @@ func New(cfg Config, log *slog.Logger) (*Network, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &Network{cfg: cfg, subnet: subnet, cni: c, log: log.With("component", "network", "network", cfg.Name)}, nil
+	return &Network{
+		cfg:       cfg,
+		subnet:    subnet,
+		cni:       c,
+		log:       log.With("component", "network", "network", cfg.Name),
+		attaching: map[string][]Port{},
+	}, nil
 }
 
 // Config is the network's configuration, defaults filled in.
@@ -92,8 +104,8 @@ func (n *Network) NetnsPath(id string) string { return filepath.Join(n.cfg.Netns
 
 // Attach gives workload id an address on the bridge inside the namespace
 // at netnsPath, with NAT for outbound traffic and ports published. On
-// failure nothing is left attached. Attaching an id twice without Detach
-// is an error from the plugins (the interface exists).
+// failure nothing is left attached. An id already attached, or a host
+// port another workload publishes, is an errdefs.ErrConflict error.
 func (n *Network) Attach(ctx context.Context, id, netnsPath string, ports []Port) (Result, error) {
 	if err := validID(id); err != nil {
 		return Result{}, err
@@ -101,15 +113,20 @@ func (n *Network) Attach(ctx context.Context, id, netnsPath string, ports []Port
 	if err := ValidatePorts(ports); err != nil {
 		return Result{}, err
 	}
+	if !isNetns(netnsPath) {
+		return Result{}, errdefs.Invalid("network: attaching %s: %q is not a network namespace", id, netnsPath)
+	}
 	if err := enableForwarding(); err != nil {
 		return Result{}, err
 	}
+	if err := n.reserve(id, ports); err != nil {
+		return Result{}, err
+	}
+	defer n.release(id)
 	res, err := n.cni.SetupSerially(ctx, id, netnsPath, gocni.WithCapabilityPortMap(portMappings(ports)))
 	if err != nil {
-		// libcni does not undo the plugins that succeeded; DEL all of them.
-		if derr := n.cni.Remove(context.WithoutCancel(ctx), id, netnsPath, gocni.WithCapabilityPortMap(portMappings(ports))); derr != nil {
-			n.log.Warn("undoing a failed attach", "workload", id, "err", derr)
-		}
+		// libcni does not undo the plugins that succeeded.
+		n.undo(ctx, id, netnsPath, ports)
 		return Result{}, fmt.Errorf("network: attaching %s: %w", id, err)
 	}
 	out := Result{Ports: append([]Port(nil), ports...)}
@@ -128,11 +145,62 @@ func (n *Network) Attach(ctx context.Context, id, netnsPath string, ports []Port
 		}
 	}
 	if !out.IP.IsValid() {
-		n.Detach(context.WithoutCancel(ctx), id, netnsPath, ports)
+		n.undo(ctx, id, netnsPath, ports)
 		return Result{}, fmt.Errorf("network: attaching %s: the plugins gave no IPv4 address", id)
 	}
 	n.log.Info("workload attached", "workload", id, "ip", out.IP, "ports", len(ports))
 	return out, nil
+}
+
+// undo detaches what a failed Attach did, even if ctx has ended.
+func (n *Network) undo(ctx context.Context, id, netnsPath string, ports []Port) {
+	if err := n.Detach(context.WithoutCancel(ctx), id, netnsPath, ports); err != nil {
+		n.log.Warn("undoing a failed attach", "workload", id, "err", err)
+	}
+}
+
+// reserve claims id and the host ports it publishes for an Attach: it
+// fails if id is attached or being attached, or if another workload,
+// attached or being attached, publishes one of the ports.
+func (n *Network) reserve(id string, ports []Port) error {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if _, ok := n.attaching[id]; ok {
+		return errdefs.Conflict("network: workload %s is being attached", id)
+	}
+	atts, err := n.cachedAttachments()
+	if err != nil {
+		return err
+	}
+	if _, ok := atts[id]; ok {
+		return errdefs.Conflict("network: workload %s is already attached; detach it first", id)
+	}
+	taken := map[string][]Port{}
+	for other, a := range atts {
+		for _, pm := range a.ports {
+			taken[other] = append(taken[other], Port{HostPort: int(pm.HostPort), ContainerPort: int(pm.ContainerPort), Protocol: pm.Protocol, HostIP: pm.HostIP})
+		}
+	}
+	for other, ps := range n.attaching {
+		taken[other] = append(taken[other], ps...)
+	}
+	for _, p := range ports {
+		for other, ps := range taken {
+			for _, q := range ps {
+				if p.HostPort == q.HostPort && p.proto() == q.proto() && (p.HostIP == "" || q.HostIP == "" || p.HostIP == q.HostIP) {
+					return errdefs.Conflict("network: port %s: host port %d/%s is already published by workload %s", p, p.HostPort, p.proto(), other)
+				}
+			}
+		}
+	}
+	n.attaching[id] = ports
+	return nil
+}
+
+func (n *Network) release(id string) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	delete(n.attaching, id)
 }
 
 // Detach removes workload id from the bridge: its address, veth pair,

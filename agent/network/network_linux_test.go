@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -20,6 +21,8 @@ import (
 	"time"
 
 	"github.com/containernetworking/cni/libcni"
+
+	"github.com/edgebox/edgebox/errdefs"
 )
 
 // testSeq numbers the test networks of this process; testBase spreads
@@ -270,6 +273,31 @@ func TestWorkloadReachesInternetAndPublishesPort(t *testing.T) {
 	}
 	if want := "internet saw " + inetBox.String(); got != want {
 		t.Fatalf("the internet got %q, want %q (the workload's traffic masqueraded as the box)", got, want)
+	}
+
+	// Refused without harming the attached workload: the same id again, a
+	// second workload on its published port, and a path that is no
+	// namespace.
+	other := newNetns(t, n.cfg.NetnsDir, "other-"+n.cfg.Bridge)
+	refused := []struct {
+		name      string
+		id, netns string
+		ports     []Port
+		kind      error
+		want      string
+	}{
+		{"same id", id, ns, ports, errdefs.ErrConflict, "already attached"},
+		{"same port", "other-" + n.cfg.Bridge, other, []Port{{HostPort: hostPort, ContainerPort: 9}}, errdefs.ErrConflict, "already published by workload " + id},
+		{"no namespace", "other-" + n.cfg.Bridge, t.TempDir(), nil, errdefs.ErrInvalid, "not a network namespace"},
+		{"bad port", "other-" + n.cfg.Bridge, other, []Port{{HostPort: hostPort + 1, ContainerPort: 9, Protocol: "icmp"}}, errdefs.ErrInvalid, "want tcp or udp"},
+	}
+	for _, r := range refused {
+		if _, err := n.Attach(context.Background(), r.id, r.netns, r.ports); !errors.Is(err, r.kind) || !strings.Contains(err.Error(), r.want) {
+			t.Fatalf("Attach (%s) = %v, want a %v error mentioning %q", r.name, err, r.kind, r.want)
+		}
+	}
+	if got, err := get(ns, inetServer.String()+":80"); err != nil || !strings.HasPrefix(got, "internet saw") {
+		t.Fatalf("after the refused attaches the workload fetched %q, %v", got, err)
 	}
 
 	serve(t, ns, ":8080", "workload")
