@@ -33,22 +33,20 @@ func CreateNetns(dir, name string) (string, error) {
 	}
 	f.Close()
 
-	// unshare moves the calling thread into a new namespace; the thread is
-	// locked and never unlocked, so Go ends it with this goroutine instead
-	// of running other goroutines in the new namespace.
+	// unshare moves the calling thread into the new namespace; the thread
+	// goes back to its own before it is unlocked (see onThreadIn).
 	errc := make(chan error, 1)
 	go func() {
-		runtime.LockOSThread()
-		if err := unix.Unshare(unix.CLONE_NEWNET); err != nil {
-			errc <- fmt.Errorf("unshare: %w", err)
-			return
-		}
-		self := fmt.Sprintf("/proc/self/task/%d/ns/net", unix.Gettid())
-		if err := unix.Mount(self, path, "none", unix.MS_BIND, ""); err != nil {
-			errc <- fmt.Errorf("bind mount: %w", err)
-			return
-		}
-		errc <- nil
+		errc <- onThreadIn(func() error {
+			if err := unix.Unshare(unix.CLONE_NEWNET); err != nil {
+				return fmt.Errorf("unshare: %w", err)
+			}
+			self := fmt.Sprintf("/proc/self/task/%d/ns/net", unix.Gettid())
+			if err := unix.Mount(self, path, "none", unix.MS_BIND, ""); err != nil {
+				return fmt.Errorf("bind mount: %w", err)
+			}
+			return nil
+		})
 	}()
 	if err := <-errc; err != nil {
 		os.Remove(path)
@@ -78,7 +76,7 @@ func isNetns(path string) bool {
 
 // InNetns runs fn on a thread inside the namespace at path and waits for
 // it. Sockets fn opens belong to that namespace; goroutines fn starts do
-// not run there. The thread is discarded afterwards.
+// not run there.
 func InNetns(path string, fn func() error) error {
 	ns, err := os.Open(path)
 	if err != nil {
@@ -87,12 +85,35 @@ func InNetns(path string, fn func() error) error {
 	defer ns.Close()
 	errc := make(chan error, 1)
 	go func() {
-		runtime.LockOSThread() // never unlocked: the thread ends with the goroutine
-		if err := unix.Setns(int(ns.Fd()), unix.CLONE_NEWNET); err != nil {
-			errc <- fmt.Errorf("network: entering namespace %s: %w", path, err)
-			return
-		}
-		errc <- fn()
+		errc <- onThreadIn(func() error {
+			if err := unix.Setns(int(ns.Fd()), unix.CLONE_NEWNET); err != nil {
+				return fmt.Errorf("network: entering namespace %s: %w", path, err)
+			}
+			return fn()
+		})
 	}()
 	return <-errc
+}
+
+// onThreadIn runs fn, which may move its thread to another network
+// namespace, on a locked thread, and then moves the thread back to the
+// namespace it was in. Only then is the thread unlocked for other
+// goroutines; if it cannot go back, it stays locked and Go ends it with
+// the goroutine. Going back matters even then: when that thread is the
+// process's main thread Go cannot end it and parks it for good, and a
+// thread parked in a workload's namespace would keep that namespace, and
+// its veth pair, alive after the namespace was removed.
+func onThreadIn(fn func() error) error {
+	runtime.LockOSThread()
+	orig, err := os.Open(fmt.Sprintf("/proc/self/task/%d/ns/net", unix.Gettid()))
+	if err != nil {
+		runtime.UnlockOSThread()
+		return fmt.Errorf("network: opening the thread's namespace: %w", err)
+	}
+	defer orig.Close()
+	ferr := fn()
+	if err := unix.Setns(int(orig.Fd()), unix.CLONE_NEWNET); err == nil {
+		runtime.UnlockOSThread()
+	}
+	return ferr
 }

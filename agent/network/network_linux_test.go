@@ -500,3 +500,38 @@ func TestConcurrentAttachAndDetachWithoutNamespace(t *testing.T) {
 		}
 	}
 }
+
+// TestNetnsLeavesNoThreadBehind checks that no thread of the process is
+// left in a namespace CreateNetns made or InNetns entered: such a thread
+// (Go parks the main thread for good instead of ending it) would keep a
+// removed workload's namespace and veth pair alive.
+func TestNetnsLeavesNoThreadBehind(t *testing.T) {
+	t.Parallel()
+	needPlugins(t)
+	host, err := os.Readlink("/proc/thread-self/ns/net") // a thread the tests do not move
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	for i := range 50 {
+		p, err := CreateNetns(dir, fmt.Sprintf("n%d", i))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := InNetns(p, func() error { return nil }); err != nil {
+			t.Fatal(err)
+		}
+		if err := RemoveNetns(p); err != nil {
+			t.Fatal(err)
+		}
+	}
+	tasks, err := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/ns/net", os.Getpid()))
+	if err != nil || len(tasks) == 0 {
+		t.Fatalf("listing the process's threads: %v", err)
+	}
+	for _, task := range tasks {
+		if ns, err := os.Readlink(task); err == nil && ns != host {
+			t.Errorf("thread %s is in %s, not the box's namespace %s", task, ns, host)
+		}
+	}
+}
