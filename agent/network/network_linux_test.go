@@ -34,7 +34,7 @@ var (
 
 // needPlugins stops a test when the CNI plugins are not installed, the
 // one thing this package's tests cannot do without.
-func needPlugins(t *testing.T) {
+func needPlugins(t testing.TB) {
 	t.Helper()
 	if _, err := os.Stat("/usr/lib/cni/bridge"); err != nil {
 		t.Skip("the CNI plugins are not installed (/usr/lib/cni/bridge is absent): run `sh scripts/test-deps.sh` (Debian containernetworking-plugins)")
@@ -51,7 +51,7 @@ type testNet struct {
 	seq int32
 }
 
-func newTestNet(t *testing.T) *testNet {
+func newTestNet(t testing.TB) *testNet {
 	t.Helper()
 	needPlugins(t)
 	seq := testBase + testSeq.Add(1)
@@ -78,7 +78,7 @@ func newTestNet(t *testing.T) *testNet {
 }
 
 // newNetns makes a namespace removed when the test ends.
-func newNetns(t *testing.T, dir, name string) string {
+func newNetns(t testing.TB, dir, name string) string {
 	t.Helper()
 	p, err := CreateNetns(dir, name)
 	if err != nil {
@@ -93,7 +93,7 @@ func newNetns(t *testing.T, dir, name string) string {
 }
 
 // run runs a command, inside the namespace at ns unless ns is "".
-func run(t *testing.T, ns string, args ...string) string {
+func run(t testing.TB, ns string, args ...string) string {
 	t.Helper()
 	var out []byte
 	do := func() error {
@@ -115,7 +115,7 @@ func run(t *testing.T, ns string, args ...string) string {
 
 // peer makes a namespace linked to the box by a veth pair on the /30
 // 198.18.<third>.0: the box is .1, the namespace .2.
-func peer(t *testing.T, name string, third int32) (ns string, boxAddr, peerAddr netip.Addr) {
+func peer(t testing.TB, name string, third int32) (ns string, boxAddr, peerAddr netip.Addr) {
 	t.Helper()
 	ns = newNetns(t, t.TempDir(), name)
 	boxEnd, nsEnd := fmt.Sprintf("%sa%d", name, third), fmt.Sprintf("%sb%d", name, third)
@@ -374,6 +374,8 @@ func TestSweepAfterCrash(t *testing.T) {
 		}
 	}
 
+	aliveBefore := n.state(t, "alive", ws[3].res)
+
 	// The agent restarts.
 	again, err := New(n.cfg, slog.New(slog.NewTextHandler(t.Output(), nil)))
 	if err != nil {
@@ -390,9 +392,8 @@ func TestSweepAfterCrash(t *testing.T) {
 			t.Errorf("after Sweep, %s's namespace %s is left", w.id, w.ns)
 		}
 	}
-	alive := n.state(t, "alive", ws[3].res)
-	if len(alive) < 4 { // lease, interface, rules and cache entries
-		t.Fatalf("Sweep took from the live workload; left of it:\n%s", strings.Join(alive, "\n"))
+	if alive := n.state(t, "alive", ws[3].res); strings.Join(alive, "\n") != strings.Join(aliveBefore, "\n") || len(alive) < 4 {
+		t.Fatalf("Sweep changed the live workload; before:\n%s\nafter:\n%s", strings.Join(aliveBefore, "\n"), strings.Join(alive, "\n"))
 	}
 	if err := again.Sweep(ctx, func(id string) bool { return id == "alive" }); err != nil {
 		t.Fatalf("Sweep again: %v", err)
