@@ -39,7 +39,7 @@ func (n *Network) Sweep(ctx context.Context, keep func(id string) bool) error {
 	}
 	stale := map[string]bool{}
 	consider := func(id string) {
-		if !stale[id] && !keep(id) {
+		if validID(id) == nil && !stale[id] && !keep(id) {
 			stale[id] = true
 		}
 	}
@@ -54,9 +54,7 @@ func (n *Network) Sweep(ctx context.Context, keep func(id string) bool) error {
 	}
 	if entries, err := os.ReadDir(n.cfg.NetnsDir); err == nil {
 		for _, e := range entries {
-			if validID(e.Name()) == nil {
-				consider(e.Name())
-			}
+			consider(e.Name())
 		}
 	}
 	if len(stale) == 0 {
