@@ -609,9 +609,9 @@ func logFleet(b *testing.B, what string, st fleetsim.Stats) {
 			fmt.Fprintf(&sb, " +%v:%d", p.After.Round(100*time.Millisecond), p.Synced)
 		}
 	}
-	b.Logf("%s: all %d online and synced after %v; dials per box mean %.2f, max %d; failed connects %d; sessions %d (per box %d to %d), dropped after admission %d; synced against time:%s",
+	b.Logf("%s: all %d online and synced after %v; dials per box mean %.2f, max %d; failed connects %d (%s); sessions %d (per box %d to %d), dropped after admission %d; synced against time:%s",
 		what, st.Boxes, st.AllSyncedAfter.Round(time.Millisecond), st.DialsMean, st.DialsMax,
-		st.ConnectFailures, st.Sessions, st.SessionsMin, st.SessionsMax, st.Dropped, sb.String())
+		st.ConnectFailures, st.Failures(), st.Sessions, st.SessionsMin, st.SessionsMax, st.Dropped, sb.String())
 	if p := os.Getenv("EDGEBOX_BENCH_CURVE"); p != "" {
 		out, err := os.OpenFile(p, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
 		if err != nil {

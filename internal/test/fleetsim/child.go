@@ -3,6 +3,7 @@ package fleetsim
 import (
 	"bufio"
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -14,6 +15,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/edgebox/edgebox/agent"
@@ -98,6 +100,26 @@ func siteAddr(site int) net.IP {
 	return net.IPv4(127, 1+byte(site/(250*256)), byte(site/250%256), byte(site%250+1))
 }
 
+// whyFailed classes the error of a failed attempt at a session.
+func whyFailed(err error) Why {
+	var busy *tunnel.BusyError
+	var alert tls.AlertError
+	var netErr net.Error
+	switch {
+	case errors.As(err, &busy):
+		return WhyBusy
+	case errors.Is(err, syscall.ECONNREFUSED):
+		return WhyRefused
+	case errors.Is(err, context.DeadlineExceeded), errors.As(err, &netErr) && netErr.Timeout():
+		return WhyTimeout
+	case errors.Is(err, syscall.ECONNRESET), errors.Is(err, syscall.EPIPE), errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF):
+		return WhyReset
+	case errors.As(err, &alert):
+		return WhyTLS
+	}
+	return WhyOther
+}
+
 // emitter writes events to the pipe, in the order they are given, and
 // flushes every 50 ms and when closed.
 type emitter struct {
@@ -140,6 +162,11 @@ func (e *emitter) line(s string) {
 
 func (e *emitter) event(k Kind, box int, at time.Time, rev uint64) {
 	e.line(formatEvent(Event{At: at, Kind: k, Box: box, Rev: rev}))
+}
+
+// failed reports a failed attempt at a session of box's, and why.
+func (e *emitter) failed(box int, at time.Time, why Why) {
+	e.line(formatEvent(Event{At: at, Kind: ConnectFailed, Box: box, Why: why}))
 }
 
 // close stops the flusher and flushes what is left.
@@ -242,7 +269,7 @@ func runChild(in io.Reader, out io.Writer) error {
 			if onDialError != nil {
 				onDialError(err)
 			}
-			em.event(ConnectFailed, box, time.Now(), 0)
+			em.failed(box, time.Now(), whyFailed(err))
 		}
 		agents[j] = a
 	}

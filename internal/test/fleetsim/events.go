@@ -40,6 +40,37 @@ func (k Kind) String() string {
 	return "kind(" + strconv.Itoa(int(k)) + ")"
 }
 
+// Why says why an attempt at a session failed, as far as the box can tell.
+type Why uint8
+
+const (
+	WhyOther   Why = iota
+	WhyBusy        // the console said when to come back
+	WhyRefused     // nothing listened: the console was down
+	WhyTimeout     // the dial or the handshake timed out
+	WhyReset       // the connection was cut: reset, or closed early
+	WhyTLS         // the TLS handshake failed with an alert
+	numWhy
+)
+
+var whyNames = [numWhy]string{"other", "busy", "refused", "timeout", "reset", "tls"}
+
+func (w Why) String() string {
+	if w < numWhy {
+		return whyNames[w]
+	}
+	return "why(" + strconv.Itoa(int(w)) + ")"
+}
+
+func whyOf(s string) (Why, bool) {
+	for w, name := range whyNames {
+		if name == s {
+			return Why(w), true
+		}
+	}
+	return 0, false
+}
+
 // Event is one thing that happened to box Box (its index in the fleet) at
 // At, by the clock of the process that saw it (all run on this machine).
 type Event struct {
@@ -47,13 +78,14 @@ type Event struct {
 	Kind Kind
 	Box  int
 	Rev  uint64 // Stored only
+	Why  Why    // ConnectFailed only
 }
 
 // The lines a child writes on its event pipe, one a line:
 //
 //	id <box> <box-id>          the enrolled identity of box (after enrolment)
 //	enrolled <count>           every box of the child is enrolled
-//	<kind> <unix-ns> <box>     an event; Stored adds " <rev>"
+//	<kind> <unix-ns> <box>     an event; Stored adds " <rev>", fail " <why>"
 //	stopping                   the parent asked it to stop: what follows is not the console's doing
 //	error <text>               the child failed and ends
 //
@@ -115,7 +147,7 @@ func parseLine(line string, first, n int) (message, error) {
 		return message{}, fmt.Errorf("%w: %q", errBadLine, line)
 	}
 	want := 3
-	if k == Stored {
+	if k == Stored || k == ConnectFailed {
 		want = 4
 	}
 	if len(f) != want {
@@ -130,9 +162,15 @@ func parseLine(line string, first, n int) (message, error) {
 		return message{}, err
 	}
 	ev := Event{At: time.Unix(0, ns), Kind: k, Box: i}
-	if k == Stored {
+	switch k {
+	case Stored:
 		if ev.Rev, err = strconv.ParseUint(f[3], 10, 64); err != nil {
 			return message{}, fmt.Errorf("%w: revision %q", errBadLine, f[3])
+		}
+	case ConnectFailed:
+		var ok bool
+		if ev.Why, ok = whyOf(f[3]); !ok {
+			return message{}, fmt.Errorf("%w: failure %q", errBadLine, f[3])
 		}
 	}
 	return message{word: "event", ev: ev}, nil
@@ -150,8 +188,11 @@ func kindOf(s string) Kind {
 // formatEvent is the line for ev, without its newline.
 func formatEvent(ev Event) string {
 	s := ev.Kind.String() + " " + strconv.FormatInt(ev.At.UnixNano(), 10) + " " + strconv.Itoa(ev.Box)
-	if ev.Kind == Stored {
+	switch ev.Kind {
+	case Stored:
 		s += " " + strconv.FormatUint(ev.Rev, 10)
+	case ConnectFailed:
+		s += " " + ev.Why.String()
 	}
 	return s
 }

@@ -2,16 +2,21 @@ package fleetsim
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
+	"io"
+	"net"
 	"os"
 	"reflect"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/edgebox/edgebox/api"
 	"github.com/edgebox/edgebox/internal/test/testenv"
+	"github.com/edgebox/edgebox/tunnel"
 )
 
 func TestMain(m *testing.M) {
@@ -210,6 +215,9 @@ func TestParseLine(t *testing.T) {
 		{line: formatEvent(Event{At: at, Kind: Dial, Box: 10}), want: message{word: "event", ev: Event{At: at, Kind: Dial, Box: 10}}},
 		{line: formatEvent(Event{At: at, Kind: Up, Box: 19}), want: message{word: "event", ev: Event{At: at, Kind: Up, Box: 19}}},
 		{line: formatEvent(Event{At: at, Kind: Stored, Box: 11, Rev: 7}), want: message{word: "event", ev: Event{At: at, Kind: Stored, Box: 11, Rev: 7}}},
+		{line: formatEvent(Event{At: at, Kind: ConnectFailed, Box: 12, Why: WhyBusy}), want: message{word: "event", ev: Event{At: at, Kind: ConnectFailed, Box: 12, Why: WhyBusy}}},
+		{line: "fail 1700000000000000123 12", wantErr: true},       // no reason
+		{line: "fail 1700000000000000123 12 tired", wantErr: true}, // not a reason
 		{line: "", wantErr: true},
 		{line: "enrolled 9", wantErr: true},                // not the child's count
 		{line: "id 20 bx-abc", wantErr: true},              // not the child's box
@@ -237,7 +245,7 @@ func TestParseLine(t *testing.T) {
 				t.Fatal(err)
 			}
 			if got.word != tt.want.word || got.box != tt.want.box || got.count != tt.want.count || got.text != tt.want.text ||
-				!got.ev.At.Equal(tt.want.ev.At) || got.ev.Kind != tt.want.ev.Kind || got.ev.Box != tt.want.ev.Box || got.ev.Rev != tt.want.ev.Rev {
+				!got.ev.At.Equal(tt.want.ev.At) || got.ev.Kind != tt.want.ev.Kind || got.ev.Box != tt.want.ev.Box || got.ev.Rev != tt.want.ev.Rev || got.ev.Why != tt.want.ev.Why {
 				t.Fatalf("parseLine(%q) = %+v; want %+v", tt.line, got, tt.want)
 			}
 		})
@@ -261,6 +269,8 @@ func TestSummarize(t *testing.T) {
 		ev(0, Dial, 1), ev(5, ConnectFailed, 1), ev(1000, Dial, 1), ev(1005, ConnectFailed, 1),
 		ev(2000, Dial, 1), ev(2010, Up, 1), ev(2020, Hello, 1), ev(2500, Stored, 1, 5),
 	}
+	cold[5].Why, cold[7].Why = WhyRefused, WhyBusy
+	failedBy := [numWhy]int{WhyRefused: 1, WhyBusy: 1}
 	tests := []struct {
 		name   string
 		events []Event
@@ -271,18 +281,18 @@ func TestSummarize(t *testing.T) {
 		name: "cold start", events: cold,
 		w: Window{Since: t0, Until: at(3000), Target: func(int) uint64 { return 5 }},
 		want: Stats{Boxes: 2, Up: 2, Synced: 2, AllSynced: true, AllSyncedAfter: 2500 * time.Millisecond,
-			Dials: 4, DialsMean: 2, DialsMin: 1, DialsMax: 3, ConnectFailures: 2, Sessions: 2, SessionsMin: 1, SessionsMax: 1},
+			Dials: 4, DialsMean: 2, DialsMin: 1, DialsMax: 3, ConnectFailures: 2, FailedBy: failedBy, Sessions: 2, SessionsMin: 1, SessionsMax: 1},
 		points: []Point{{0, 0, 0}, {time.Second, 1, 1}, {2 * time.Second, 1, 1}, {3 * time.Second, 2, 2}},
 	}, {
 		name: "no target: synced is greeted", events: cold,
 		w: Window{Since: t0, Until: at(3000)},
 		want: Stats{Boxes: 2, Up: 2, Synced: 2, AllSynced: true, AllSyncedAfter: 2020 * time.Millisecond,
-			Dials: 4, DialsMean: 2, DialsMin: 1, DialsMax: 3, ConnectFailures: 2, Sessions: 2, SessionsMin: 1, SessionsMax: 1},
+			Dials: 4, DialsMean: 2, DialsMin: 1, DialsMax: 3, ConnectFailures: 2, FailedBy: failedBy, Sessions: 2, SessionsMin: 1, SessionsMax: 1},
 	}, {
 		name: "not yet at the target", events: cold,
 		w: Window{Since: t0, Until: at(3000), Target: func(i int) uint64 { return uint64(5 + i) }},
 		want: Stats{Boxes: 2, Up: 2, Synced: 1,
-			Dials: 4, DialsMean: 2, DialsMin: 1, DialsMax: 3, ConnectFailures: 2, Sessions: 2, SessionsMin: 1, SessionsMax: 1},
+			Dials: 4, DialsMean: 2, DialsMin: 1, DialsMax: 3, ConnectFailures: 2, FailedBy: failedBy, Sessions: 2, SessionsMin: 1, SessionsMax: 1},
 	}, {
 		name: "a drop after admission, and a box that left",
 		events: append(copyEvents(cold), ev(4000, Down, 0), ev(4000, Dial, 0), ev(4100, Up, 0), ev(4200, Hello, 0),
@@ -378,5 +388,26 @@ func TestStartFailsClearly(t *testing.T) {
 	}
 	if !strings.Contains(err.Error(), "ended before its boxes were enrolled") || !strings.Contains(err.Error(), "enrolling") {
 		t.Fatalf("Start: %v; want the child's enrolment error", err)
+	}
+}
+
+func TestWhyFailed(t *testing.T) {
+	t.Parallel()
+	for _, tt := range []struct {
+		err  error
+		want Why
+	}{
+		{fmt.Errorf("tunnel: %w", &tunnel.BusyError{RetryAfter: time.Second}), WhyBusy},
+		{&net.OpError{Op: "dial", Err: os.NewSyscallError("connect", syscall.ECONNREFUSED)}, WhyRefused},
+		{fmt.Errorf("tunnel: dial: %w", context.DeadlineExceeded), WhyTimeout},
+		{&net.OpError{Op: "read", Err: os.ErrDeadlineExceeded}, WhyTimeout},
+		{&net.OpError{Op: "read", Err: os.NewSyscallError("read", syscall.ECONNRESET)}, WhyReset},
+		{fmt.Errorf("tls: %w", io.EOF), WhyReset},
+		{fmt.Errorf("remote error: %w", tls.AlertError(42)), WhyTLS},
+		{errors.New("something else"), WhyOther},
+	} {
+		if got := whyFailed(tt.err); got != tt.want {
+			t.Errorf("whyFailed(%v) = %v, want %v", tt.err, got, tt.want)
+		}
 	}
 }

@@ -3,6 +3,8 @@ package fleetsim
 import (
 	"cmp"
 	"slices"
+	"strconv"
+	"strings"
 	"time"
 )
 
@@ -51,8 +53,9 @@ type Stats struct {
 	DialsMean                float64
 	DialsMin, DialsMax       int
 	ConnectFailures          int
-	Sessions                 int // sessions that came up in the window
-	SessionsMin, SessionsMax int // per box
+	FailedBy                 [numWhy]int // ConnectFailures by Why
+	Sessions                 int         // sessions that came up in the window
+	SessionsMin, SessionsMax int         // per box
 	// Dropped are sessions that came up in the window and ended in it,
 	// other than by their box leaving: the console admitted the box and
 	// then lost it.
@@ -60,6 +63,21 @@ type Stats struct {
 	// Curve is the fleet every Step from the window's start, and at its
 	// end.
 	Curve []Point
+}
+
+// Failures says what ConnectFailures were, for a log line: "busy 3,
+// refused 2", or "none".
+func (st Stats) Failures() string {
+	var parts []string
+	for w, n := range st.FailedBy {
+		if n > 0 {
+			parts = append(parts, Why(w).String()+" "+strconv.Itoa(n))
+		}
+	}
+	if len(parts) == 0 {
+		return "none"
+	}
+	return strings.Join(parts, ", ")
 }
 
 // boxState is one box's state while events are replayed.
@@ -156,6 +174,9 @@ func summarize(n int, all []Event, w Window) Stats {
 		case ConnectFailed:
 			if in {
 				st.ConnectFailures++
+				if ev.Why < numWhy {
+					st.FailedBy[ev.Why]++
+				}
 			}
 		case Up:
 			b.up, b.greeted, b.upInWindow = true, false, in

@@ -361,8 +361,8 @@ func logStorm(t *testing.T, st fleetsim.Stats, c counts, p probes, took time.Dur
 		all = fmt.Sprintf("all online and synced %v after the agents started", st.AllSyncedAfter.Round(time.Millisecond))
 	}
 	t.Logf("storm of %d boxes (admission off: %v): %s; watched for %v", boxes, *noAdmission, all, took.Round(time.Millisecond))
-	t.Logf("dials %d (per box mean %.2f, max %d), failed connects %d, sessions %d (per box %d–%d), dropped after admission %d",
-		st.Dials, st.DialsMean, st.DialsMax, st.ConnectFailures, st.Sessions, st.SessionsMin, st.SessionsMax, st.Dropped)
+	t.Logf("dials %d (per box mean %.2f, max %d), failed connects %d (%s), sessions %d (per box %d–%d), dropped after admission %d",
+		st.Dials, st.DialsMean, st.DialsMax, st.ConnectFailures, st.Failures(), st.Sessions, st.SessionsMin, st.SessionsMax, st.Dropped)
 	t.Logf("slowed console: %d answers (%.0f/s over the storm), %d hellos answered after their box gave up, %d refused with the queue full; longest queue %d, longest wait for a worker %v",
 		c.answered, float64(c.answered)/took.Seconds(), c.late, c.refused, c.maxWaiting, c.maxWait.Round(time.Millisecond))
 	t.Logf("API: %d calls, %d failed, latency p50 %v p99 %v max %v", p.calls, len(p.errs),
