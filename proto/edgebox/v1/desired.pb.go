@@ -50,7 +50,23 @@ type Workload struct {
 	Probes []*Probe `protobuf:"bytes,11,rep,name=probes,proto3" json:"probes,omitempty"`
 	// volumes are box-local directories mounted into a container; they
 	// belong to the app and survive new releases.
-	Volumes       []*Volume `protobuf:"bytes,12,rep,name=volumes,proto3" json:"volumes,omitempty"`
+	Volumes []*Volume `protobuf:"bytes,12,rep,name=volumes,proto3" json:"volumes,omitempty"`
+	// network: "" or "bridge" (edgebox's bridge on the box, with NAT for
+	// outbound traffic; the default for containers and VMs), "host" (the
+	// box's own network; containers only), "user" (QEMU's user-mode
+	// network; VMs only) or "none" (loopback only). Native processes
+	// always use the box's network.
+	Network string `protobuf:"bytes,13,opt,name=network,proto3" json:"network,omitempty"`
+	// ports are published on the box: host_port on the box reaches port in
+	// the workload.
+	Ports []*PortMapping `protobuf:"bytes,14,rep,name=ports,proto3" json:"ports,omitempty"`
+	// egress says where the workload may connect: DNS names (followed as
+	// their addresses change), IPv4 addresses and CIDR prefixes. Empty
+	// allows everything.
+	Egress []string `protobuf:"bytes,15,rep,name=egress,proto3" json:"egress,omitempty"`
+	// proxy_env passes the box's proxy to the workload as HTTPS_PROXY and
+	// HTTP_PROXY.
+	ProxyEnv      bool `protobuf:"varint,16,opt,name=proxy_env,json=proxyEnv,proto3" json:"proxy_env,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -169,6 +185,103 @@ func (x *Workload) GetVolumes() []*Volume {
 	return nil
 }
 
+func (x *Workload) GetNetwork() string {
+	if x != nil {
+		return x.Network
+	}
+	return ""
+}
+
+func (x *Workload) GetPorts() []*PortMapping {
+	if x != nil {
+		return x.Ports
+	}
+	return nil
+}
+
+func (x *Workload) GetEgress() []string {
+	if x != nil {
+		return x.Egress
+	}
+	return nil
+}
+
+func (x *Workload) GetProxyEnv() bool {
+	if x != nil {
+		return x.ProxyEnv
+	}
+	return false
+}
+
+// PortMapping publishes a workload's port on the box.
+type PortMapping struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Port          uint32                 `protobuf:"varint,1,opt,name=port,proto3" json:"port,omitempty"`                         // in the workload, 1-65535
+	HostPort      uint32                 `protobuf:"varint,2,opt,name=host_port,json=hostPort,proto3" json:"host_port,omitempty"` // on the box, 1-65535
+	Protocol      string                 `protobuf:"bytes,3,opt,name=protocol,proto3" json:"protocol,omitempty"`                  // "tcp" (the default) or "udp"
+	HostIp        string                 `protobuf:"bytes,4,opt,name=host_ip,json=hostIp,proto3" json:"host_ip,omitempty"`        // the box's address to publish on; empty: all
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PortMapping) Reset() {
+	*x = PortMapping{}
+	mi := &file_edgebox_v1_desired_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PortMapping) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PortMapping) ProtoMessage() {}
+
+func (x *PortMapping) ProtoReflect() protoreflect.Message {
+	mi := &file_edgebox_v1_desired_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PortMapping.ProtoReflect.Descriptor instead.
+func (*PortMapping) Descriptor() ([]byte, []int) {
+	return file_edgebox_v1_desired_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *PortMapping) GetPort() uint32 {
+	if x != nil {
+		return x.Port
+	}
+	return 0
+}
+
+func (x *PortMapping) GetHostPort() uint32 {
+	if x != nil {
+		return x.HostPort
+	}
+	return 0
+}
+
+func (x *PortMapping) GetProtocol() string {
+	if x != nil {
+		return x.Protocol
+	}
+	return ""
+}
+
+func (x *PortMapping) GetHostIp() string {
+	if x != nil {
+		return x.HostIp
+	}
+	return ""
+}
+
 // Volume is a box-local directory a container sees at path.
 type Volume struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -181,7 +294,7 @@ type Volume struct {
 
 func (x *Volume) Reset() {
 	*x = Volume{}
-	mi := &file_edgebox_v1_desired_proto_msgTypes[1]
+	mi := &file_edgebox_v1_desired_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -193,7 +306,7 @@ func (x *Volume) String() string {
 func (*Volume) ProtoMessage() {}
 
 func (x *Volume) ProtoReflect() protoreflect.Message {
-	mi := &file_edgebox_v1_desired_proto_msgTypes[1]
+	mi := &file_edgebox_v1_desired_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -206,7 +319,7 @@ func (x *Volume) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Volume.ProtoReflect.Descriptor instead.
 func (*Volume) Descriptor() ([]byte, []int) {
-	return file_edgebox_v1_desired_proto_rawDescGZIP(), []int{1}
+	return file_edgebox_v1_desired_proto_rawDescGZIP(), []int{2}
 }
 
 func (x *Volume) GetName() string {
@@ -249,7 +362,7 @@ type Probe struct {
 
 func (x *Probe) Reset() {
 	*x = Probe{}
-	mi := &file_edgebox_v1_desired_proto_msgTypes[2]
+	mi := &file_edgebox_v1_desired_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -261,7 +374,7 @@ func (x *Probe) String() string {
 func (*Probe) ProtoMessage() {}
 
 func (x *Probe) ProtoReflect() protoreflect.Message {
-	mi := &file_edgebox_v1_desired_proto_msgTypes[2]
+	mi := &file_edgebox_v1_desired_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -274,7 +387,7 @@ func (x *Probe) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Probe.ProtoReflect.Descriptor instead.
 func (*Probe) Descriptor() ([]byte, []int) {
-	return file_edgebox_v1_desired_proto_rawDescGZIP(), []int{2}
+	return file_edgebox_v1_desired_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *Probe) GetExec() []string {
@@ -339,7 +452,7 @@ type UsbAssignment struct {
 
 func (x *UsbAssignment) Reset() {
 	*x = UsbAssignment{}
-	mi := &file_edgebox_v1_desired_proto_msgTypes[3]
+	mi := &file_edgebox_v1_desired_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -351,7 +464,7 @@ func (x *UsbAssignment) String() string {
 func (*UsbAssignment) ProtoMessage() {}
 
 func (x *UsbAssignment) ProtoReflect() protoreflect.Message {
-	mi := &file_edgebox_v1_desired_proto_msgTypes[3]
+	mi := &file_edgebox_v1_desired_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -364,7 +477,7 @@ func (x *UsbAssignment) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UsbAssignment.ProtoReflect.Descriptor instead.
 func (*UsbAssignment) Descriptor() ([]byte, []int) {
-	return file_edgebox_v1_desired_proto_rawDescGZIP(), []int{3}
+	return file_edgebox_v1_desired_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *UsbAssignment) GetKeyId() string {
@@ -405,7 +518,7 @@ type AgentConfig struct {
 
 func (x *AgentConfig) Reset() {
 	*x = AgentConfig{}
-	mi := &file_edgebox_v1_desired_proto_msgTypes[4]
+	mi := &file_edgebox_v1_desired_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -417,7 +530,7 @@ func (x *AgentConfig) String() string {
 func (*AgentConfig) ProtoMessage() {}
 
 func (x *AgentConfig) ProtoReflect() protoreflect.Message {
-	mi := &file_edgebox_v1_desired_proto_msgTypes[4]
+	mi := &file_edgebox_v1_desired_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -430,7 +543,7 @@ func (x *AgentConfig) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AgentConfig.ProtoReflect.Descriptor instead.
 func (*AgentConfig) Descriptor() ([]byte, []int) {
-	return file_edgebox_v1_desired_proto_rawDescGZIP(), []int{4}
+	return file_edgebox_v1_desired_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *AgentConfig) GetSettings() map[string]string {
@@ -451,7 +564,7 @@ type AgentRelease struct {
 
 func (x *AgentRelease) Reset() {
 	*x = AgentRelease{}
-	mi := &file_edgebox_v1_desired_proto_msgTypes[5]
+	mi := &file_edgebox_v1_desired_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -463,7 +576,7 @@ func (x *AgentRelease) String() string {
 func (*AgentRelease) ProtoMessage() {}
 
 func (x *AgentRelease) ProtoReflect() protoreflect.Message {
-	mi := &file_edgebox_v1_desired_proto_msgTypes[5]
+	mi := &file_edgebox_v1_desired_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -476,7 +589,7 @@ func (x *AgentRelease) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AgentRelease.ProtoReflect.Descriptor instead.
 func (*AgentRelease) Descriptor() ([]byte, []int) {
-	return file_edgebox_v1_desired_proto_rawDescGZIP(), []int{5}
+	return file_edgebox_v1_desired_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *AgentRelease) GetVersion() string {
@@ -516,7 +629,7 @@ type DesiredObject struct {
 
 func (x *DesiredObject) Reset() {
 	*x = DesiredObject{}
-	mi := &file_edgebox_v1_desired_proto_msgTypes[6]
+	mi := &file_edgebox_v1_desired_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -528,7 +641,7 @@ func (x *DesiredObject) String() string {
 func (*DesiredObject) ProtoMessage() {}
 
 func (x *DesiredObject) ProtoReflect() protoreflect.Message {
-	mi := &file_edgebox_v1_desired_proto_msgTypes[6]
+	mi := &file_edgebox_v1_desired_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -541,7 +654,7 @@ func (x *DesiredObject) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DesiredObject.ProtoReflect.Descriptor instead.
 func (*DesiredObject) Descriptor() ([]byte, []int) {
-	return file_edgebox_v1_desired_proto_rawDescGZIP(), []int{6}
+	return file_edgebox_v1_desired_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *DesiredObject) GetName() string {
@@ -658,13 +771,19 @@ type ObjectStatus struct {
 	UpdatedUnixNano int64  `protobuf:"varint,6,opt,name=updated_unix_nano,json=updatedUnixNano,proto3" json:"updated_unix_nano,omitempty"`
 	Release         string `protobuf:"bytes,7,opt,name=release,proto3" json:"release,omitempty"` // of a Workload: the release running now, if any
 	Health          string `protobuf:"bytes,8,opt,name=health,proto3" json:"health,omitempty"`   // of a Workload with probes: "healthy", "unhealthy", "" not known yet
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// address is a Workload's IPv4 address on the box's bridge, if it has one.
+	Address string `protobuf:"bytes,9,opt,name=address,proto3" json:"address,omitempty"`
+	// ports are a Workload's ports published on the box, as "host_port:port/protocol".
+	Ports []string `protobuf:"bytes,10,rep,name=ports,proto3" json:"ports,omitempty"`
+	// egress_refused counts a Workload's connections its egress policy refused.
+	EgressRefused uint64 `protobuf:"varint,11,opt,name=egress_refused,json=egressRefused,proto3" json:"egress_refused,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ObjectStatus) Reset() {
 	*x = ObjectStatus{}
-	mi := &file_edgebox_v1_desired_proto_msgTypes[7]
+	mi := &file_edgebox_v1_desired_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -676,7 +795,7 @@ func (x *ObjectStatus) String() string {
 func (*ObjectStatus) ProtoMessage() {}
 
 func (x *ObjectStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_edgebox_v1_desired_proto_msgTypes[7]
+	mi := &file_edgebox_v1_desired_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -689,7 +808,7 @@ func (x *ObjectStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ObjectStatus.ProtoReflect.Descriptor instead.
 func (*ObjectStatus) Descriptor() ([]byte, []int) {
-	return file_edgebox_v1_desired_proto_rawDescGZIP(), []int{7}
+	return file_edgebox_v1_desired_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *ObjectStatus) GetKind() string {
@@ -748,6 +867,27 @@ func (x *ObjectStatus) GetHealth() string {
 	return ""
 }
 
+func (x *ObjectStatus) GetAddress() string {
+	if x != nil {
+		return x.Address
+	}
+	return ""
+}
+
+func (x *ObjectStatus) GetPorts() []string {
+	if x != nil {
+		return x.Ports
+	}
+	return nil
+}
+
+func (x *ObjectStatus) GetEgressRefused() uint64 {
+	if x != nil {
+		return x.EgressRefused
+	}
+	return 0
+}
+
 // Event is one thing that happened to a desired object on the box.
 type Event struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -763,7 +903,7 @@ type Event struct {
 
 func (x *Event) Reset() {
 	*x = Event{}
-	mi := &file_edgebox_v1_desired_proto_msgTypes[8]
+	mi := &file_edgebox_v1_desired_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -775,7 +915,7 @@ func (x *Event) String() string {
 func (*Event) ProtoMessage() {}
 
 func (x *Event) ProtoReflect() protoreflect.Message {
-	mi := &file_edgebox_v1_desired_proto_msgTypes[8]
+	mi := &file_edgebox_v1_desired_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -788,7 +928,7 @@ func (x *Event) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Event.ProtoReflect.Descriptor instead.
 func (*Event) Descriptor() ([]byte, []int) {
-	return file_edgebox_v1_desired_proto_rawDescGZIP(), []int{8}
+	return file_edgebox_v1_desired_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *Event) GetTimeUnixNano() int64 {
@@ -843,7 +983,7 @@ type EventRing struct {
 
 func (x *EventRing) Reset() {
 	*x = EventRing{}
-	mi := &file_edgebox_v1_desired_proto_msgTypes[9]
+	mi := &file_edgebox_v1_desired_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -855,7 +995,7 @@ func (x *EventRing) String() string {
 func (*EventRing) ProtoMessage() {}
 
 func (x *EventRing) ProtoReflect() protoreflect.Message {
-	mi := &file_edgebox_v1_desired_proto_msgTypes[9]
+	mi := &file_edgebox_v1_desired_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -868,7 +1008,7 @@ func (x *EventRing) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EventRing.ProtoReflect.Descriptor instead.
 func (*EventRing) Descriptor() ([]byte, []int) {
-	return file_edgebox_v1_desired_proto_rawDescGZIP(), []int{9}
+	return file_edgebox_v1_desired_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *EventRing) GetEvents() []*Event {
@@ -883,7 +1023,7 @@ var File_edgebox_v1_desired_proto protoreflect.FileDescriptor
 const file_edgebox_v1_desired_proto_rawDesc = "" +
 	"\n" +
 	"\x18edgebox/v1/desired.proto\x12\n" +
-	"edgebox.v1\"\xe0\x02\n" +
+	"edgebox.v1\"\xde\x03\n" +
 	"\bWorkload\x12\x10\n" +
 	"\x03app\x18\x01 \x01(\tR\x03app\x12\x18\n" +
 	"\arelease\x18\x02 \x01(\tR\arelease\x12\x18\n" +
@@ -899,7 +1039,16 @@ const file_edgebox_v1_desired_proto_rawDesc = "" +
 	"keep_state\x18\n" +
 	" \x01(\bR\tkeepState\x12)\n" +
 	"\x06probes\x18\v \x03(\v2\x11.edgebox.v1.ProbeR\x06probes\x12,\n" +
-	"\avolumes\x18\f \x03(\v2\x12.edgebox.v1.VolumeR\avolumes\"M\n" +
+	"\avolumes\x18\f \x03(\v2\x12.edgebox.v1.VolumeR\avolumes\x12\x18\n" +
+	"\anetwork\x18\r \x01(\tR\anetwork\x12-\n" +
+	"\x05ports\x18\x0e \x03(\v2\x17.edgebox.v1.PortMappingR\x05ports\x12\x16\n" +
+	"\x06egress\x18\x0f \x03(\tR\x06egress\x12\x1b\n" +
+	"\tproxy_env\x18\x10 \x01(\bR\bproxyEnv\"s\n" +
+	"\vPortMapping\x12\x12\n" +
+	"\x04port\x18\x01 \x01(\rR\x04port\x12\x1b\n" +
+	"\thost_port\x18\x02 \x01(\rR\bhostPort\x12\x1a\n" +
+	"\bprotocol\x18\x03 \x01(\tR\bprotocol\x12\x17\n" +
+	"\ahost_ip\x18\x04 \x01(\tR\x06hostIp\"M\n" +
 	"\x06Volume\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x12\n" +
 	"\x04path\x18\x02 \x01(\tR\x04path\x12\x1b\n" +
@@ -935,7 +1084,7 @@ const file_edgebox_v1_desired_proto_rawDesc = "" +
 	"\fagent_config\x18\f \x01(\v2\x17.edgebox.v1.AgentConfigH\x00R\vagentConfig\x12?\n" +
 	"\ragent_release\x18\r \x01(\v2\x18.edgebox.v1.AgentReleaseH\x00R\fagentRelease\x12\x12\n" +
 	"\x04kind\x18\x04 \x01(\tR\x04kindB\x06\n" +
-	"\x04spec\"\xf1\x01\n" +
+	"\x04spec\"\xc8\x02\n" +
 	"\fObjectStatus\x12\x12\n" +
 	"\x04kind\x18\x01 \x01(\tR\x04kind\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12+\n" +
@@ -944,7 +1093,11 @@ const file_edgebox_v1_desired_proto_rawDesc = "" +
 	"\amessage\x18\x05 \x01(\tR\amessage\x12*\n" +
 	"\x11updated_unix_nano\x18\x06 \x01(\x03R\x0fupdatedUnixNano\x12\x18\n" +
 	"\arelease\x18\a \x01(\tR\arelease\x12\x16\n" +
-	"\x06health\x18\b \x01(\tR\x06health\"\xa1\x01\n" +
+	"\x06health\x18\b \x01(\tR\x06health\x12\x18\n" +
+	"\aaddress\x18\t \x01(\tR\aaddress\x12\x14\n" +
+	"\x05ports\x18\n" +
+	" \x03(\tR\x05ports\x12%\n" +
+	"\x0eegress_refused\x18\v \x01(\x04R\regressRefused\"\xa1\x01\n" +
 	"\x05Event\x12$\n" +
 	"\x0etime_unix_nano\x18\x01 \x01(\x03R\ftimeUnixNano\x12\x12\n" +
 	"\x04kind\x18\x02 \x01(\tR\x04kind\x12\x12\n" +
@@ -967,34 +1120,36 @@ func file_edgebox_v1_desired_proto_rawDescGZIP() []byte {
 	return file_edgebox_v1_desired_proto_rawDescData
 }
 
-var file_edgebox_v1_desired_proto_msgTypes = make([]protoimpl.MessageInfo, 11)
+var file_edgebox_v1_desired_proto_msgTypes = make([]protoimpl.MessageInfo, 12)
 var file_edgebox_v1_desired_proto_goTypes = []any{
 	(*Workload)(nil),      // 0: edgebox.v1.Workload
-	(*Volume)(nil),        // 1: edgebox.v1.Volume
-	(*Probe)(nil),         // 2: edgebox.v1.Probe
-	(*UsbAssignment)(nil), // 3: edgebox.v1.UsbAssignment
-	(*AgentConfig)(nil),   // 4: edgebox.v1.AgentConfig
-	(*AgentRelease)(nil),  // 5: edgebox.v1.AgentRelease
-	(*DesiredObject)(nil), // 6: edgebox.v1.DesiredObject
-	(*ObjectStatus)(nil),  // 7: edgebox.v1.ObjectStatus
-	(*Event)(nil),         // 8: edgebox.v1.Event
-	(*EventRing)(nil),     // 9: edgebox.v1.EventRing
-	nil,                   // 10: edgebox.v1.AgentConfig.SettingsEntry
+	(*PortMapping)(nil),   // 1: edgebox.v1.PortMapping
+	(*Volume)(nil),        // 2: edgebox.v1.Volume
+	(*Probe)(nil),         // 3: edgebox.v1.Probe
+	(*UsbAssignment)(nil), // 4: edgebox.v1.UsbAssignment
+	(*AgentConfig)(nil),   // 5: edgebox.v1.AgentConfig
+	(*AgentRelease)(nil),  // 6: edgebox.v1.AgentRelease
+	(*DesiredObject)(nil), // 7: edgebox.v1.DesiredObject
+	(*ObjectStatus)(nil),  // 8: edgebox.v1.ObjectStatus
+	(*Event)(nil),         // 9: edgebox.v1.Event
+	(*EventRing)(nil),     // 10: edgebox.v1.EventRing
+	nil,                   // 11: edgebox.v1.AgentConfig.SettingsEntry
 }
 var file_edgebox_v1_desired_proto_depIdxs = []int32{
-	2,  // 0: edgebox.v1.Workload.probes:type_name -> edgebox.v1.Probe
-	1,  // 1: edgebox.v1.Workload.volumes:type_name -> edgebox.v1.Volume
-	10, // 2: edgebox.v1.AgentConfig.settings:type_name -> edgebox.v1.AgentConfig.SettingsEntry
-	0,  // 3: edgebox.v1.DesiredObject.workload:type_name -> edgebox.v1.Workload
-	3,  // 4: edgebox.v1.DesiredObject.usb_assignment:type_name -> edgebox.v1.UsbAssignment
-	4,  // 5: edgebox.v1.DesiredObject.agent_config:type_name -> edgebox.v1.AgentConfig
-	5,  // 6: edgebox.v1.DesiredObject.agent_release:type_name -> edgebox.v1.AgentRelease
-	8,  // 7: edgebox.v1.EventRing.events:type_name -> edgebox.v1.Event
-	8,  // [8:8] is the sub-list for method output_type
-	8,  // [8:8] is the sub-list for method input_type
-	8,  // [8:8] is the sub-list for extension type_name
-	8,  // [8:8] is the sub-list for extension extendee
-	0,  // [0:8] is the sub-list for field type_name
+	3,  // 0: edgebox.v1.Workload.probes:type_name -> edgebox.v1.Probe
+	2,  // 1: edgebox.v1.Workload.volumes:type_name -> edgebox.v1.Volume
+	1,  // 2: edgebox.v1.Workload.ports:type_name -> edgebox.v1.PortMapping
+	11, // 3: edgebox.v1.AgentConfig.settings:type_name -> edgebox.v1.AgentConfig.SettingsEntry
+	0,  // 4: edgebox.v1.DesiredObject.workload:type_name -> edgebox.v1.Workload
+	4,  // 5: edgebox.v1.DesiredObject.usb_assignment:type_name -> edgebox.v1.UsbAssignment
+	5,  // 6: edgebox.v1.DesiredObject.agent_config:type_name -> edgebox.v1.AgentConfig
+	6,  // 7: edgebox.v1.DesiredObject.agent_release:type_name -> edgebox.v1.AgentRelease
+	9,  // 8: edgebox.v1.EventRing.events:type_name -> edgebox.v1.Event
+	9,  // [9:9] is the sub-list for method output_type
+	9,  // [9:9] is the sub-list for method input_type
+	9,  // [9:9] is the sub-list for extension type_name
+	9,  // [9:9] is the sub-list for extension extendee
+	0,  // [0:9] is the sub-list for field type_name
 }
 
 func init() { file_edgebox_v1_desired_proto_init() }
@@ -1002,7 +1157,7 @@ func file_edgebox_v1_desired_proto_init() {
 	if File_edgebox_v1_desired_proto != nil {
 		return
 	}
-	file_edgebox_v1_desired_proto_msgTypes[6].OneofWrappers = []any{
+	file_edgebox_v1_desired_proto_msgTypes[7].OneofWrappers = []any{
 		(*DesiredObject_Workload)(nil),
 		(*DesiredObject_UsbAssignment)(nil),
 		(*DesiredObject_AgentConfig)(nil),
@@ -1014,7 +1169,7 @@ func file_edgebox_v1_desired_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_edgebox_v1_desired_proto_rawDesc), len(file_edgebox_v1_desired_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   11,
+			NumMessages:   12,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
