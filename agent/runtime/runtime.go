@@ -71,6 +71,12 @@ type Instance struct {
 	State     State
 	ExitCode  int
 	StartedAt time.Time
+	// Address is the instance's IPv4 address on the box's workload
+	// network; empty when it has none (the box's own network, or none).
+	Address string
+	// Ports are its ports published on the box, each
+	// "[host_ip:]host_port:port/protocol" (as ObjectStatus.ports).
+	Ports []string
 }
 
 // Driver runs workload instances of one runtime. Every method is
