@@ -13,8 +13,8 @@
 // served, when the queue ahead of it drains within QueueWait at the
 // measured completion rate; the next place that frees goes to it, so the
 // console never idles while boxes wait. A box beyond that is told when to
-// come back: behind every box queued or still due back, at the measured
-// rate, less half the queue's wait, spread by ±10 %. Boxes so come back
+// come back: behind every box queued or still due back, at a little over
+// the measured rate, less half the queue's wait, spread by ±10 %. Boxes so come back
 // while the queue still holds work, and one that comes back early waits
 // in the queue instead of dialling again; a storm of boxes returns at the
 // pace the console can take them instead of all at once again.
@@ -341,7 +341,12 @@ func (c *Controller) defer1(now time.Time) time.Duration {
 	for len(c.promised) > 0 && !c.promised[0].After(now) {
 		heap.Pop(&c.promised)
 	}
-	per := time.Duration(float64(time.Second) / c.rate)
+	// Slots are spaced as if the console were a little quicker than
+	// measured: the rate lags while a console warms up (its first
+	// sessions are its slowest), and a box told a slot too late leaves
+	// the console idle with no way to call it sooner, while one told a
+	// slot too early only waits in the queue or is told again.
+	per := time.Duration(float64(time.Second) / (c.rate * slotOptimism))
 	// The queue's boxes served before this one: no more than QueueWait
 	// holds (the rest will leave it and be told slots of their own).
 	queued := min(time.Duration(c.queue.Len())*per, c.cfg.QueueWait)
@@ -545,6 +550,10 @@ const (
 	minRateWindows  = 2
 	minRateSessions = 16
 )
+
+// slotOptimism is how much quicker than measured the console is taken to
+// be when boxes are told their slots.
+const slotOptimism = 1.25
 
 // maxPromised bounds the slots remembered; past it, boxes are still told a
 // wait, behind the ones remembered.

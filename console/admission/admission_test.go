@@ -43,7 +43,7 @@ func TestAdmitUpToTheLimitAndSpreadTheRest(t *testing.T) {
 	cfg.QueueWait = 0 // told waits only; the queue is tested on its own
 	reg := prometheus.NewRegistry()
 	ctl := newTest(t, cfg, reg, c)
-	ctl.rate, ctl.measured = 10, true // completions per second: one slot every 100 ms
+	ctl.rate, ctl.measured = 8, true // 8 a second, slots spaced at 1.25 × that: one every 100 ms
 	for i := range 4 {
 		if w := ctl.Admit(bg, fmt.Sprint("box-", i)); w != 0 {
 			t.Fatalf("box %d under the limit told to wait %v", i, w)
@@ -100,37 +100,37 @@ func TestAdmitUpToTheLimitAndSpreadTheRest(t *testing.T) {
 func TestSlotsFollowTheRate(t *testing.T) {
 	c := newClock()
 	cfg := DefaultConfig()
-	cfg.Initial, cfg.Min, cfg.QueueWait, cfg.MinWait = 1, 1, 2*time.Second, 10*time.Millisecond
+	cfg.Initial, cfg.Min, cfg.QueueWait, cfg.MinWait = 1, 1, 20*time.Millisecond, time.Millisecond
 	ctl := newTest(t, cfg, prometheus.NewRegistry(), c)
 	ctl.Admit(bg, "in")
 
-	// Unmeasured: 100 boxes at the initial 200/s would reach 0.5 s; all
-	// are held within the queue's wait (2 s, less half of it for the
-	// queue).
+	// Unmeasured: no box is told past the queue's wait.
 	for i := range 100 {
 		if w := ctl.Admit(bg, fmt.Sprint("early-", i)); w > cfg.QueueWait {
 			t.Fatalf("box %d told %v before the rate was measured", i, w)
 		}
 	}
 
+	// Slots are spaced at 1.25 × the rate, and each box is told to come
+	// half the queue's wait (10 ms) before its slot.
 	ctl.measured, ctl.promised, ctl.tail = true, nil, time.Time{}
-	ctl.rate = 100 // 10 ms a slot: 100 boxes fill the next second
+	ctl.rate = 100 // 8 ms a slot: 100 boxes fill the next 800 ms
 	for i := range 100 {
 		ctl.Admit(bg, fmt.Sprint("fast-", i))
 	}
 	ctl.rate = 10 // the rate fell: the next slot is right after the last
-	if w := ctl.Admit(bg, "after-fall"); w != 100*time.Millisecond {
-		// slot: 1 s + 100 ms, told 1 s (half the queue's wait) sooner
-		t.Fatalf("after the rate fell: told %v, want 100ms", w)
+	if w := ctl.Admit(bg, "after-fall"); w != 870*time.Millisecond {
+		// slot: 800 ms + 80 ms
+		t.Fatalf("after the rate fell: told %v, want 870ms", w)
 	}
 	ctl.promised, ctl.tail = nil, time.Time{}
 	for i := range 100 {
-		ctl.Admit(bg, fmt.Sprint("slow-", i)) // 10 s of slots at 10/s
+		ctl.Admit(bg, fmt.Sprint("slow-", i)) // 8 s of slots, 80 ms apart
 	}
-	ctl.rate = 1000 // the rate rose: behind the 100 still due, at 1 ms each
-	if w := ctl.Admit(bg, "after-rise"); w != 10*time.Millisecond {
-		// slot: 101 ms; told 1 s sooner, so at once (MinWait)
-		t.Fatalf("after the rate rose: told %v, want 10ms", w)
+	ctl.rate = 1000 // the rate rose: behind the 100 still due, 0.8 ms each
+	if w := ctl.Admit(bg, "after-rise"); w != 70800*time.Microsecond {
+		// slot: 101 × 0.8 ms
+		t.Fatalf("after the rate rose: told %v, want 70.8ms", w)
 	}
 }
 

@@ -101,7 +101,7 @@ func syncBench(b *testing.B, n int) {
 		agents.Add(1)
 		go func() { defer agents.Done(); a.Run(actx) }()
 	}
-	waitOnline(b, admin, n, 5*time.Minute)
+	waitOnline(b, admin, n, 5*time.Minute, nil)
 
 	// 100 writes/s for 30 s, spread over the fleet, from 8 API clients.
 	const rate, seconds = 100, 30
