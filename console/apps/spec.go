@@ -37,6 +37,18 @@ type Spec struct {
 	Ports     []Port    `json:"ports,omitempty"`
 	Keys      []KeyNeed `json:"keys,omitempty"`
 	Volumes   []Volume  `json:"volumes,omitempty"`
+	// Network is how a container or VM reaches the network: "" or
+	// "bridge" (edgebox's bridge with NAT, the default), "host" (the
+	// box's own; containerd only), "user" (QEMU's user-mode network; qemu
+	// only) or "none" (loopback only). Processes use the box's network.
+	Network string `json:"network,omitempty"`
+	// Egress limits where the workload may connect: DNS names, IPv4
+	// addresses and IPv4 CIDR prefixes. Empty, or the single word "any",
+	// allows everything.
+	Egress []string `json:"egress,omitempty"`
+	// ProxyEnv passes the box's proxy to the workload as HTTPS_PROXY and
+	// HTTP_PROXY.
+	ProxyEnv bool `json:"proxy_env,omitempty"`
 }
 
 // Probe is one health check: exactly one of Exec, HTTP and TCP.
@@ -50,11 +62,17 @@ type Probe struct {
 	InitialDelay     uint32   `json:"initial_delay_seconds,omitempty"`
 }
 
-// Port is a port an app serves.
+// Port is a port an app serves; with HostPort it is published on the
+// box: HostPort on the box (on HostIP only, if set) reaches Port in the
+// workload.
 type Port struct {
 	Name     string `json:"name,omitempty"`
 	Port     uint16 `json:"port"`
 	Protocol string `json:"protocol,omitempty"` // tcp (default) or udp
+	// HostPort is 0 (not published) or 1 to 65535; an int so that a
+	// number out of range reaches validation and is named there.
+	HostPort int    `json:"host_port,omitempty"`
+	HostIP   string `json:"host_ip,omitempty"`
 }
 
 // KeyNeed is one UKEY an app needs: any key whose labels include these.
@@ -115,6 +133,7 @@ func validateSpec(s Spec) error {
 			break
 		}
 	}
+	errs = append(errs, validateNetwork(s)...)
 	for i, k := range s.Keys {
 		if len(k.Labels) == 0 {
 			errs = append(errs, fmt.Errorf("key %d: say which key by its labels (bank=ICBC)", i+1))
@@ -183,7 +202,8 @@ func clipText(s string, n int) string {
 // Workload is the desired object a release becomes on a box.
 func (r Release) Workload() *edgeboxv1.Workload {
 	return &edgeboxv1.Workload{App: r.App, Release: r.Version, Runtime: r.Runtime, Image: r.Image,
-		Env: r.Env, Args: r.Args, CpuMillis: r.CPUMillis, MemoryBytes: r.MemoryBytes, Restart: r.Restart, KeepState: r.KeepState, Probes: probes(r.Probes), Volumes: volumes(r.Volumes)}
+		Env: r.Env, Args: r.Args, CpuMillis: r.CPUMillis, MemoryBytes: r.MemoryBytes, Restart: r.Restart, KeepState: r.KeepState, Probes: probes(r.Probes), Volumes: volumes(r.Volumes),
+		Network: r.Network, Ports: portMappings(r.Ports), Egress: egressRules(r.Egress), ProxyEnv: r.ProxyEnv}
 }
 
 func volumes(vs []Volume) []*edgeboxv1.Volume {

@@ -2,7 +2,10 @@ package apps
 
 import (
 	"encoding/json"
+	"errors"
+	"fmt"
 	"reflect"
+	"strings"
 	"testing"
 	"time"
 
@@ -10,6 +13,7 @@ import (
 
 	"github.com/edgebox/edgebox/console/fleet"
 	"github.com/edgebox/edgebox/console/store"
+	"github.com/edgebox/edgebox/errdefs"
 	edgeboxv1 "github.com/edgebox/edgebox/proto/edgebox/v1"
 )
 
@@ -48,6 +52,19 @@ func TestStoredReleaseFormat(t *testing.T) {
 				{Http: "http://127.0.0.1:8080/healthz"}, {Tcp: "127.0.0.1:9"}},
 			Volumes: []*edgeboxv1.Volume{{Name: "data", Path: "/data", ReadOnly: true}, {Name: "logs", Path: "/var/log/clock"}}},
 	}, {
+		// Added 2026-11-25 (workload networking): published ports, network
+		// mode, egress and proxy.
+		name: "networking",
+		stored: `{"tenant_id":"default","app":"clock","version":"2","runtime":"containerd","image":"console.example:8443/robots/clock@sha256:aaaa",` +
+			`"ports":[{"name":"web","port":80,"host_port":8080},{"port":53,"protocol":"udp","host_port":5353,"host_ip":"127.0.0.1"},{"port":9090}],` +
+			`"network":"bridge","egress":["bank.test","203.0.113.0/24"],"proxy_env":true,"created_at":"2026-11-24T17:30:00Z","created_by":"admin"}`,
+		want: Release{TenantID: "default", App: "clock", Spec: Spec{Version: "2", Runtime: "containerd", Image: "console.example:8443/robots/clock@sha256:aaaa",
+			Ports:   []Port{{Name: "web", Port: 80, HostPort: 8080}, {Port: 53, Protocol: "udp", HostPort: 5353, HostIP: "127.0.0.1"}, {Port: 9090}},
+			Network: "bridge", Egress: []string{"bank.test", "203.0.113.0/24"}, ProxyEnv: true}, CreatedAt: at, CreatedBy: "admin"},
+		run: &edgeboxv1.Workload{App: "clock", Release: "2", Runtime: "containerd", Image: "console.example:8443/robots/clock@sha256:aaaa",
+			Network: "bridge", Egress: []string{"bank.test", "203.0.113.0/24"}, ProxyEnv: true,
+			Ports: []*edgeboxv1.PortMapping{{Port: 80, HostPort: 8080}, {Port: 53, HostPort: 5353, Protocol: "udp", HostIp: "127.0.0.1"}}},
+	}, {
 		name:   "process, nothing optional",
 		stored: `{"tenant_id":"default","app":"tool","version":"1","runtime":"process","image":"/bin/true","created_at":"2026-11-24T17:30:00Z","created_by":"admin"}`,
 		want:   Release{TenantID: "default", App: "tool", Spec: Spec{Version: "1", Runtime: "process", Image: "/bin/true"}, CreatedAt: at, CreatedBy: "admin"},
@@ -83,6 +100,136 @@ func TestStoredReleaseFormat(t *testing.T) {
 			}
 			if w := workloads(t, d, bx.ID)[tt.want.App]; !proto.Equal(w, tt.run) {
 				t.Errorf("the box runs\n%v\nwant\n%v", w, tt.run)
+			}
+		})
+	}
+}
+
+// TestNetworkValidation: each malformed network setting of a release is
+// refused at creation as ErrInvalid, with an error that names what is
+// wrong; the good ones are kept as given.
+func TestNetworkValidation(t *testing.T) {
+	t.Parallel()
+	many := make([]string, MaxEgress+1)
+	for i := range many {
+		many[i] = fmt.Sprintf("10.0.%d.%d", i/256, i%256)
+	}
+	full := make([]string, MaxEgress)
+	copy(full, many)
+	ctr := func(s Spec) Spec {
+		s.Version, s.Image = "1", host+"/robots/clock:1"
+		if s.Runtime == "" {
+			s.Runtime = edgeboxv1.RuntimeContainerd
+		}
+		return s
+	}
+	web := func(hostPort int, hostIP string) Port { return Port{Port: 80, HostPort: hostPort, HostIP: hostIP} }
+	tests := []struct {
+		name string
+		spec Spec
+		want []string // substrings of the error; none: accepted
+	}{
+		{"default network", ctr(Spec{Ports: []Port{web(8080, "")}}), nil},
+		{"bridge, every kind of egress", ctr(Spec{Network: "bridge", Ports: []Port{web(8080, "127.0.0.1"), {Port: 53, Protocol: "udp", HostPort: 5353}},
+			Egress: []string{"bank.example.com", "Bank-2.Example.COM", "203.0.113.7", "203.0.113.0/24", "0.0.0.0/0", "intranet"}, ProxyEnv: true}), nil},
+		{"egress any", ctr(Spec{Egress: []string{"any"}}), nil},
+		{"256 egress entries", ctr(Spec{Egress: full}), nil},
+		{"host network, ports served but not published", ctr(Spec{Network: "host", Ports: []Port{{Port: 80}}}), nil},
+		{"none", ctr(Spec{Network: "none"}), nil},
+		{"qemu user with published ports", ctr(Spec{Runtime: "qemu", Network: "user", Ports: []Port{web(2222, "")}}), nil},
+		{"same host port, other protocol", ctr(Spec{Ports: []Port{web(8080, ""), {Port: 80, Protocol: "udp", HostPort: 8080}}}), nil},
+		{"same host port, other addresses", ctr(Spec{Ports: []Port{web(8080, "127.0.0.1"), web(8080, "192.0.2.1")}}), nil},
+		{"process serving a port", Spec{Version: "1", Runtime: "process", Image: "/bin/true", Ports: []Port{{Port: 80}}}, nil},
+
+		{"unknown mode", ctr(Spec{Network: "bridged"}), []string{`network "bridged"`, "bridge (the default), host (containerd), user (qemu) or none"}},
+		{"host for qemu", ctr(Spec{Runtime: "qemu", Network: "host"}), []string{`network "host": only for containerd releases`}},
+		{"user for containerd", ctr(Spec{Network: "user"}), []string{`network "user": only for qemu releases`}},
+		{"process with network settings", Spec{Version: "1", Runtime: "process", Image: "/bin/true", Network: "bridge",
+			Ports: []Port{web(8080, "")}, Egress: []string{"bank.test"}, ProxyEnv: true},
+			[]string{"network, published ports (host_port), egress, proxy_env: a process release runs on the box's own network"}},
+		{"host port too big", ctr(Spec{Ports: []Port{web(70000, "")}}), []string{"port 70000:80/tcp: host port 70000 is not from 1 to 65535"}},
+		{"host port negative", ctr(Spec{Ports: []Port{web(-1, "")}}), []string{"host port -1 is not from 1 to 65535"}},
+		{"host_ip without host port", ctr(Spec{Ports: []Port{web(0, "127.0.0.1")}}), []string{"host port 0 is not from 1 to 65535"}},
+		{"published twice", ctr(Spec{Ports: []Port{web(8080, ""), {Port: 81, HostPort: 8080, Protocol: "tcp"}}}), []string{"port 8080:81/tcp: host port 8080/tcp is published twice"}},
+		{"published twice, one on all addresses", ctr(Spec{Ports: []Port{web(8080, "127.0.0.1"), web(8080, "")}}), []string{"host port 8080/tcp is published twice"}},
+		{"ports with host", ctr(Spec{Network: "host", Ports: []Port{web(8080, "")}}), []string{`published ports (host_port) with network "host"`}},
+		{"ports with none", ctr(Spec{Network: "none", Ports: []Port{web(8080, "")}}), []string{`published ports (host_port) with network "none"`}},
+		{"bad host_ip", ctr(Spec{Ports: []Port{web(8080, "localhost")}}), []string{`host_ip "localhost" is not an IP address`}},
+		{"IPv6 host_ip", ctr(Spec{Ports: []Port{web(8080, "::1")}}), []string{`host_ip "::1": IPv6 is not supported`}},
+		{"bad name", ctr(Spec{Egress: []string{"bank_1.example.com"}}), []string{`egress "bank_1.example.com": a DNS name has only letters, digits, '-' and dots`}},
+		{"URL", ctr(Spec{Egress: []string{"https://bank.example.com"}}), []string{`egress "https://bank.example.com"`, "no scheme or port"}},
+		{"name with port", ctr(Spec{Egress: []string{"bank.example.com:443"}}), []string{"no scheme or port"}},
+		{"empty entry", ctr(Spec{Egress: []string{""}}), []string{`egress "": empty`}},
+		{"wildcard", ctr(Spec{Egress: []string{"*.bank.example.com"}}), []string{"wildcards cannot be followed"}},
+		{"trailing dot", ctr(Spec{Egress: []string{"bank.example.com."}}), []string{"without its trailing dot"}},
+		{"label too long", ctr(Spec{Egress: []string{strings.Repeat("a", 64) + ".com"}}), []string{"1 to 63 characters"}},
+		{"name too long", ctr(Spec{Egress: []string{strings.Repeat("abcdefghi.", 26) + "com"}}), []string{"at most 253 characters"}},
+		{"hyphen at the edge", ctr(Spec{Egress: []string{"-bank.example.com"}}), []string{"cannot start or end with '-'"}},
+		{"mistyped address", ctr(Spec{Egress: []string{"203.0.113"}}), []string{"its last part is all digits"}},
+		{"host bits", ctr(Spec{Egress: []string{"203.0.113.7/24"}}), []string{`egress "203.0.113.7/24": has host bits set; the prefix is 203.0.113.0/24`}},
+		{"bad prefix length", ctr(Spec{Egress: []string{"203.0.113.0/33"}}), []string{`egress "203.0.113.0/33": not a CIDR prefix`}},
+		{"IPv6 address", ctr(Spec{Egress: []string{"2001:db8::1"}}), []string{`egress "2001:db8::1": IPv6 is not supported`}},
+		{"IPv6 prefix", ctr(Spec{Egress: []string{"2001:db8::/32"}}), []string{`egress "2001:db8::/32": IPv6 is not supported`}},
+		{"any with others", ctr(Spec{Egress: []string{"any", "bank.test"}}), []string{`"any" allows everything, so it must be the only entry`}},
+		{"too many", ctr(Spec{Egress: many}), []string{"egress: 257 entries; at most 256"}},
+		{"egress on host network", ctr(Spec{Network: "host", Egress: []string{"bank.test"}}), []string{`egress with network "host"`}},
+		{"egress on user network", ctr(Spec{Runtime: "qemu", Network: "user", Egress: []string{"bank.test"}}), []string{`egress with network "user"`}},
+		{"every problem at once", ctr(Spec{Network: "none", Ports: []Port{web(8080, "::1")}, Egress: []string{"x_y", "10.0.0.1/8"}}),
+			[]string{`with network "none"`, "IPv6 is not supported", `egress "x_y"`, `egress "10.0.0.1/8"`}},
+	}
+	a, _ := newApps(t, nil)
+	if _, err := a.CreateApp(ctx, admin, "clock", ""); err != nil {
+		t.Fatal(err)
+	}
+	for i, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			tt.spec.Version = fmt.Sprint(i)
+			r, err := a.CreateRelease(ctx, admin, "clock", tt.spec)
+			if len(tt.want) == 0 {
+				if err != nil {
+					t.Fatalf("refused: %v", err)
+				}
+				if !reflect.DeepEqual(r.Spec.Ports, tt.spec.Ports) || !reflect.DeepEqual(r.Spec.Egress, tt.spec.Egress) || r.Network != tt.spec.Network {
+					t.Errorf("stored as %+v, given %+v", r.Spec, tt.spec)
+				}
+				return
+			}
+			if !errors.Is(err, errdefs.ErrInvalid) {
+				t.Fatalf("got %v, want ErrInvalid", err)
+			}
+			for _, w := range tt.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("error %q does not say %q", err, w)
+				}
+			}
+		})
+	}
+}
+
+// TestWorkloadNetwork: a release's network settings reach the box's
+// Workload: published ports only, and "any" as no restriction.
+func TestWorkloadNetwork(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name string
+		spec Spec
+		want *edgeboxv1.Workload
+	}{
+		{"published and served ports, egress, proxy",
+			Spec{Runtime: "containerd", Network: "bridge", ProxyEnv: true, Egress: []string{"bank.test", "203.0.113.0/24"},
+				Ports: []Port{{Name: "web", Port: 80, HostPort: 8080}, {Port: 9090}, {Port: 53, Protocol: "udp", HostPort: 5353, HostIP: "127.0.0.1"}}},
+			&edgeboxv1.Workload{App: "clock", Runtime: "containerd", Network: "bridge", ProxyEnv: true, Egress: []string{"bank.test", "203.0.113.0/24"},
+				Ports: []*edgeboxv1.PortMapping{{Port: 80, HostPort: 8080}, {Port: 53, HostPort: 5353, Protocol: "udp", HostIp: "127.0.0.1"}}}},
+		{"egress any", Spec{Runtime: "qemu", Network: "user", Egress: []string{"any"}},
+			&edgeboxv1.Workload{App: "clock", Runtime: "qemu", Network: "user"}},
+		{"nothing set", Spec{Runtime: "containerd"}, &edgeboxv1.Workload{App: "clock", Runtime: "containerd"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			if got := (Release{App: "clock", Spec: tt.spec}).Workload(); !proto.Equal(got, tt.want) {
+				t.Errorf("workload\n%v\nwant\n%v", got, tt.want)
 			}
 		})
 	}
