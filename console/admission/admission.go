@@ -14,8 +14,8 @@
 // measured completion rate; the next place that frees goes to it, so the
 // console never idles while boxes wait. A box beyond that is told when to
 // come back: behind every box queued or still due back, at a little over
-// the measured rate, less half the queue's wait, spread by ±10 %. Boxes so come back
-// while the queue still holds work, and one that comes back early waits
+// the measured rate, less half the queue's span, spread by ±10 %. Boxes
+// so come back while the queue still holds work, and one that comes back early waits
 // in the queue instead of dialling again; a storm of boxes returns at the
 // pace the console can take them instead of all at once again.
 package admission
@@ -68,7 +68,7 @@ type Config struct {
 func DefaultConfig() Config {
 	return Config{Initial: 256, Min: 8, Max: 4096, Target: 5 * time.Second, Patience: time.Minute,
 		Window: 250 * time.Millisecond, MinWait: 200 * time.Millisecond, MaxWait: 60 * time.Second, LogEvery: 5 * time.Second,
-		InitialRate: 200, QueueWait: 4 * time.Second, QueueMax: 8192}
+		InitialRate: 200, QueueWait: 15 * time.Second, QueueMax: 3072}
 }
 
 // Validate reports what is wrong with c.
@@ -347,9 +347,12 @@ func (c *Controller) defer1(now time.Time) time.Duration {
 	// the console idle with no way to call it sooner, while one told a
 	// slot too early only waits in the queue or is told again.
 	per := time.Duration(float64(time.Second) / (c.rate * slotOptimism))
-	// The queue's boxes served before this one: no more than QueueWait
-	// holds (the rest will leave it and be told slots of their own).
-	queued := min(time.Duration(c.queue.Len())*per, c.cfg.QueueWait)
+	// How long the queue holds work for, full: QueueWait, or less when
+	// QueueMax boxes are served sooner. The queue's boxes served before
+	// this one are no more than that (the rest will leave it and be told
+	// slots of their own).
+	span := min(c.cfg.QueueWait, time.Duration(c.cfg.QueueMax)*per)
+	queued := min(time.Duration(c.queue.Len())*per, span)
 	slot := now.Add(time.Duration(len(c.promised)+1)*per + queued)
 	if next := later(c.tail, now.Add(queued)).Add(per); next.Before(slot) {
 		slot = next
@@ -364,7 +367,7 @@ func (c *Controller) defer1(now time.Time) time.Duration {
 	if slot.Sub(now) <= horizon {
 		c.tail = later(c.tail, slot)
 	}
-	wait := min(max(slot.Sub(now)-c.cfg.QueueWait/2, c.cfg.MinWait), horizon)
+	wait := min(max(slot.Sub(now)-span/2, c.cfg.MinWait), horizon)
 	// Spread after the bounds, so boxes held to MaxWait do not all come
 	// back in the same instant.
 	wait = time.Duration(float64(wait) * (0.9 + 0.2*c.rand()))

@@ -84,6 +84,15 @@ type portConn struct {
 	// cpu is the port's handshake slots while this connection holds one:
 	// from its ClientHello until its first write (the server's flight).
 	cpu atomic.Pointer[chan struct{}]
+	// handshakeEnd cancels the TLS handshake when its time is up.
+	handshakeEnd *time.Timer
+}
+
+// setHandshakeEnd moves the end of the connection's TLS handshake to at.
+// Call it from the handshake only.
+func (c *portConn) setHandshakeEnd(at time.Time) {
+	c.handshakeEnd.Reset(time.Until(at))
+	c.SetDeadline(at)
 }
 
 // Write gives back the handshake's CPU slot, if held, and writes.

@@ -102,6 +102,13 @@ func newPort(ln net.Listener, a *pki.Authority, srv *tunnel.Server, gate Gate, a
 				if reason == "" {
 					return nil, errors.New("port: connection closed for a newer one")
 				}
+				if box {
+					// A box is told to come back soon rather than failed:
+					// a failed handshake costs it its session ticket and
+					// sends it into its back-off.
+					tunnel.WriteEarlyBusy(pc.Conn, cpuWait/2+rand.N(cpuWait))
+					return nil, fmt.Errorf("port: too busy for another handshake (%s): %w", reason, errEarlyBusy)
+				}
 				return nil, fmt.Errorf("port: too busy for another handshake (%s)", reason)
 			}
 			pc.SetDeadline(pc.start.Add(p.cfg.HandshakeTimeout))
@@ -113,8 +120,18 @@ func newPort(ln net.Listener, a *pki.Authority, srv *tunnel.Server, gate Gate, a
 			// place, as long as their handshake leaves time for, or are
 			// told when to come back, so a reconnect storm cannot crowd
 			// out operators or the boxes already in.
-			patience := time.Until(pc.start.Add(p.cfg.HandshakeTimeout)) - cpuWait - handshakeWork
+			// A box may wait in the queue for longer than the handshake
+			// timeout allows a client: as long as the box itself waits
+			// for its handshake, less the handshake's own time, which
+			// starts again once the box has its place.
+			patience := time.Until(pc.start.Add(boxHandshakeWait)) - cpuWait - handshakeWork
+			pc.setHandshakeEnd(pc.start.Add(boxHandshakeWait))
 			ctx, release, wait := p.gate.Reserve(pc.serving, max(0, patience))
+			end := time.Now().Add(cpuWait + handshakeWork)
+			if limit := pc.start.Add(p.cfg.HandshakeTimeout); end.Before(limit) {
+				end = limit
+			}
+			pc.setHandshakeEnd(end)
 			if wait > 0 {
 				tunnel.WriteEarlyBusy(pc.Conn, wait)
 				return nil, fmt.Errorf("port: box told to come back in %s: %w", wait.Round(time.Millisecond), errEarlyBusy)
@@ -175,6 +192,10 @@ func handshakeCPU() int { return 4 * runtime.GOMAXPROCS(0) }
 // handshakeWork is the time a box's handshake is left for its crypto and
 // its first flights, after any wait for a place and a slot.
 const handshakeWork = 2 * time.Second
+
+// boxHandshakeWait is how long a box waits for its TLS handshake, from
+// its dial: the agent's tunnel client gives dial and handshake 30 s.
+const boxHandshakeWait = 25 * time.Second
 
 // cpuWait bounds a box's wait for a handshake slot; past it the box is
 // told to come back in 1 to 3 s.
@@ -281,11 +302,13 @@ func (p *Port) handle(ctx context.Context, pc *portConn) {
 	pc.serving = ctx
 	p.hellos.Store(cc, pc)
 	tc := tls.Server(cc, p.tls)
-	hctx, cancel := context.WithDeadline(ctx, pc.start.Add(p.cfg.HandshakeTimeout))
+	hctx, cancel := context.WithCancel(ctx)
+	pc.handshakeEnd = time.AfterFunc(time.Until(pc.start.Add(p.cfg.HandshakeTimeout)), cancel)
 	// Until its ClientHello is in, a connection holds no handshake slot,
 	// and gets a shorter deadline.
 	pc.SetDeadline(pc.start.Add(min(p.cfg.HelloTimeout, p.cfg.HandshakeTimeout)))
 	err := tc.HandshakeContext(hctx)
+	pc.handshakeEnd.Stop()
 	cancel()
 	pc.computed()
 	p.hellos.Delete(cc)

@@ -286,6 +286,14 @@ func TestPortHandshakePools(t *testing.T) {
 			}
 			tp.waitCounts(t, "a full pool", func(c admissionCounts) bool { return c.handshakes == 3 || c.boxHandshakes == 3 })
 			refused := tp.stallAfterHello(t, "127.0.0.3", tc.stallALPN)
+			if tc.stallALPN == tunnel.ALPN {
+				// A box is told to come back, not failed.
+				refused.SetReadDeadline(time.Now().Add(5 * time.Second))
+				answer := make([]byte, len("\x00edgebox-busy")+4)
+				if _, err := io.ReadFull(refused, answer); err != nil || !bytes.HasPrefix(answer, []byte("\x00edgebox-busy")) {
+					t.Fatalf("a box past a full pool: answer %q (%v), want the busy answer", answer, err)
+				}
+			}
 			if !closedByConsole(refused, 5*time.Second) {
 				t.Fatal("a ClientHello past a full pool was not refused")
 			}
@@ -466,13 +474,14 @@ func TestPortGateTurnsBoxesAwayBeforeTheHandshake(t *testing.T) {
 }
 
 // TestPortQueuesABoxUntilAPlaceFrees: with the gate full, a box's
-// ClientHello waits for the next place instead of being turned away, and
-// the box gets in on its first dial once the session ahead of it caught
-// up.
+// ClientHello waits for the next place instead of being turned away, past
+// the handshake timeout, and the box gets in on its first dial once the
+// session ahead of it caught up.
 func TestPortQueuesABoxUntilAPlaceFrees(t *testing.T) {
 	acfg := boxgate.DefaultConfig()
 	acfg.Initial, acfg.Min, acfg.Max = 1, 1, 1
-	tp := startGatedPort(t, nil, acfg)
+	const timeout = 500 * time.Millisecond
+	tp := startGatedPort(t, func(c *Config) { c.HandshakeTimeout, c.HelloTimeout = timeout, timeout }, acfg)
 	if err := tp.boxAs(t, "127.0.0.2", "bx-first"); err != nil {
 		t.Fatalf("the first box: %v", err)
 	}
@@ -482,6 +491,9 @@ func TestPortQueuesABoxUntilAPlaceFrees(t *testing.T) {
 	if err := tp.get("127.0.0.3"); err != nil {
 		t.Fatalf("an operator while a box waits: %v", err)
 	}
+	// A box in the queue keeps its connection past the handshake
+	// timeout: it waits as long as boxes wait for their handshake.
+	time.Sleep(2 * timeout)
 	tp.gate.CaughtUp("bx-first")
 	if err := <-second; err != nil {
 		t.Fatalf("the queued box, once the first caught up: %v", err)
