@@ -159,6 +159,15 @@ type ObjectStatus struct {
 	Release string `json:"release,omitempty"`
 	// Health is, for a Workload with probes, "healthy" or "unhealthy".
 	Health string `json:"health,omitempty"`
+	// Address is a Workload's IPv4 address on the box's bridge, if it
+	// has one.
+	Address string `json:"address,omitempty"`
+	// Ports are a Workload's ports published on the box, each as
+	// "host_port:port/protocol".
+	Ports []string `json:"ports,omitempty"`
+	// EgressRefused counts the connections a Workload's egress policy
+	// refused.
+	EgressRefused uint64 `json:"egress_refused,omitempty"`
 }
 
 // Event is one thing that happened to a desired object on a box.
@@ -225,6 +234,20 @@ type ReleaseSpec struct {
 	Keys []KeyNeed `json:"keys,omitempty"`
 	// Volumes are box-local directories the app keeps across releases.
 	Volumes []Volume `json:"volumes,omitempty"`
+	// Network is how a container or VM reaches the network: "" or
+	// "bridge" (edgebox's bridge on the box, with NAT; the default),
+	// "host" (the box's own network; containerd only), "user" (QEMU's
+	// user-mode network; qemu only) or "none" (loopback only). A process
+	// always uses the box's network.
+	Network string `json:"network,omitempty"`
+	// Egress limits where the workload may connect: DNS names (followed
+	// as their addresses change), IPv4 addresses and IPv4 CIDR prefixes,
+	// at most 256. Empty, or the single word "any", allows everything.
+	// It is enforced on the bridge network only.
+	Egress []string `json:"egress,omitempty"`
+	// ProxyEnv passes the box's proxy to the workload as HTTPS_PROXY and
+	// HTTP_PROXY.
+	ProxyEnv bool `json:"proxy_env,omitempty"`
 }
 
 // Volume is a box-local directory a container sees at Path.
@@ -234,11 +257,18 @@ type Volume struct {
 	ReadOnly bool   `json:"read_only,omitempty"`
 }
 
-// Port is a port an app serves.
+// Port is a port an app serves. With HostPort it is published on the
+// box: HostPort on the box reaches Port in the workload (bridge and user
+// networks).
 type Port struct {
 	Name     string `json:"name,omitempty"`
 	Port     uint16 `json:"port"`
 	Protocol string `json:"protocol,omitempty"` // tcp (default) or udp
+	// HostPort is the box's port, 1 to 65535; 0 publishes nothing.
+	HostPort int `json:"host_port,omitempty"`
+	// HostIP, with HostPort, publishes on that IPv4 address of the box
+	// only; empty: on all of them.
+	HostIP string `json:"host_ip,omitempty"`
 }
 
 // KeyNeed is one UKEY an app needs: any key whose labels include these.
@@ -312,6 +342,11 @@ type AppBoxStatus struct {
 	Health         string    `json:"health,omitempty"`
 	Message        string    `json:"message,omitempty"`
 	UpdatedAt      time.Time `json:"updated_at,omitzero"`
+	// Address, Ports and EgressRefused are the workload's network as the
+	// box reports it (see ObjectStatus).
+	Address       string   `json:"address,omitempty"`
+	Ports         []string `json:"ports,omitempty"`
+	EgressRefused uint64   `json:"egress_refused,omitempty"`
 }
 
 // AppStatus is the answer to GET /api/v1/apps/:app/status: every box that

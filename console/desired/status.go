@@ -26,6 +26,7 @@ const (
 	MaxEvents        = 200  // kept per box
 	maxMessage       = 1024 // bytes of a status or event message
 	maxReason        = 64
+	maxPorts         = 64 // published ports of one workload
 )
 
 func statusPrefix(box string) string    { return "status/" + box + "/obj/" }
@@ -68,6 +69,13 @@ func (st *State) ReportStatus(ctx context.Context, box string, r *edgeboxv1.Sync
 		c.Message = clip(c.Message, maxMessage)
 		c.Release = clip(c.Release, 64)
 		c.Health = clip(c.Health, 16)
+		c.Address = clip(c.Address, 64)
+		if len(c.Ports) > maxPorts {
+			c.Ports = c.Ports[:maxPorts]
+		}
+		for i, p := range c.Ports {
+			c.Ports[i] = clip(p, 64)
+		}
 		raw, err := proto.Marshal(c)
 		if err != nil {
 			return err

@@ -207,8 +207,9 @@ func (s *server) appStatus(c *gin.Context) {
 		}
 		for _, st := range sts {
 			if st.GetKind() == edgeboxv1.KindWorkload && st.GetName() == app {
-				row.RunningRelease, row.Phase, row.Message, row.Health = st.GetRelease(), st.GetPhase(), st.GetMessage(), st.GetHealth()
-				row.UpdatedAt = time.Unix(0, st.GetUpdatedUnixNano()).UTC()
+				v := statusView(st)
+				row.RunningRelease, row.Phase, row.Message, row.Health, row.UpdatedAt = v.Release, v.Phase, v.Message, v.Health, v.UpdatedAt
+				row.Address, row.Ports, row.EgressRefused = v.Address, v.Ports, v.EgressRefused
 				found = true
 			}
 		}

@@ -23,7 +23,7 @@ func specFrom(s api.ReleaseSpec) apps.Spec {
 				TimeoutSeconds: p.TimeoutSeconds, FailureThreshold: p.FailureThreshold, InitialDelay: p.InitialDelay}
 		}),
 		Ports: convert(s.Ports, func(p api.Port) apps.Port {
-			return apps.Port{Name: p.Name, Port: p.Port, Protocol: p.Protocol}
+			return apps.Port{Name: p.Name, Port: p.Port, Protocol: p.Protocol, HostPort: p.HostPort, HostIP: p.HostIP}
 		}),
 		Keys: convert(s.Keys, func(k api.KeyNeed) apps.KeyNeed {
 			return apps.KeyNeed{Labels: maps.Clone(k.Labels)}
@@ -31,6 +31,7 @@ func specFrom(s api.ReleaseSpec) apps.Spec {
 		Volumes: convert(s.Volumes, func(v api.Volume) apps.Volume {
 			return apps.Volume{Name: v.Name, Path: v.Path, ReadOnly: v.ReadOnly}
 		}),
+		Network: s.Network, Egress: slices.Clone(s.Egress), ProxyEnv: s.ProxyEnv,
 	}
 }
 
@@ -45,7 +46,7 @@ func specView(s apps.Spec) api.ReleaseSpec {
 				TimeoutSeconds: p.TimeoutSeconds, FailureThreshold: p.FailureThreshold, InitialDelay: p.InitialDelay}
 		}),
 		Ports: convert(s.Ports, func(p apps.Port) api.Port {
-			return api.Port{Name: p.Name, Port: p.Port, Protocol: p.Protocol}
+			return api.Port{Name: p.Name, Port: p.Port, Protocol: p.Protocol, HostPort: p.HostPort, HostIP: p.HostIP}
 		}),
 		Keys: convert(s.Keys, func(k apps.KeyNeed) api.KeyNeed {
 			return api.KeyNeed{Labels: maps.Clone(k.Labels)}
@@ -53,6 +54,7 @@ func specView(s apps.Spec) api.ReleaseSpec {
 		Volumes: convert(s.Volumes, func(v apps.Volume) api.Volume {
 			return api.Volume{Name: v.Name, Path: v.Path, ReadOnly: v.ReadOnly}
 		}),
+		Network: s.Network, Egress: slices.Clone(s.Egress), ProxyEnv: s.ProxyEnv,
 	}
 }
 

@@ -19,9 +19,10 @@ func TestReleaseSpecConversion(t *testing.T) {
 		Env: []string{"A=1"}, Args: []string{"-v"}, CPUMillis: 500, MemoryBytes: 1 << 20, Restart: "on-failure", KeepState: true,
 		Probes: []api.Probe{{Exec: []string{"true"}, HTTP: "http://127.0.0.1/", TCP: "127.0.0.1:9", PeriodSeconds: 5,
 			TimeoutSeconds: 2, FailureThreshold: 3, InitialDelay: 7}},
-		Ports:   []api.Port{{Name: "web", Port: 8080, Protocol: "udp"}},
+		Ports:   []api.Port{{Name: "web", Port: 8080, Protocol: "udp", HostPort: 18080, HostIP: "127.0.0.1"}},
 		Keys:    []api.KeyNeed{{Labels: map[string]string{"bank": "icbc"}}},
-		Volumes: []api.Volume{{Name: "data", Path: "/data", ReadOnly: true}}}
+		Volumes: []api.Volume{{Name: "data", Path: "/data", ReadOnly: true}},
+		Network: "bridge", Egress: []string{"bank.test"}, ProxyEnv: true}
 	if z := zeroFields(reflect.ValueOf(full), "ReleaseSpec"); len(z) > 0 {
 		t.Fatalf("fill %v in the table, and convert them in release.go", z)
 	}
@@ -52,7 +53,8 @@ func TestReleaseSpecConversion(t *testing.T) {
 			if len(view.Keys) > 0 {
 				view.Keys[0].Labels["bank"] = "other"
 				view.Env[0] = "B=2"
-				if stored.Keys[0].Labels["bank"] != "icbc" || stored.Env[0] != "A=1" {
+				view.Egress[0] = "other.test"
+				if stored.Keys[0].Labels["bank"] != "icbc" || stored.Env[0] != "A=1" || stored.Egress[0] != "bank.test" {
 					t.Error("the view shares its maps or slices with the stored release")
 				}
 			}

@@ -3,6 +3,7 @@ package httpapi
 import (
 	"io"
 	"net/http"
+	"slices"
 	"time"
 
 	"github.com/gin-gonic/gin"
@@ -53,14 +54,21 @@ func (s *server) boxState(c *gin.Context) {
 		out.Objects = append(out.Objects, api.DesiredObject{Kind: o.Kind, Name: o.Name, Revision: o.Revision, Spec: spec})
 	}
 	for _, st := range sts {
-		out.Statuses = append(out.Statuses, api.ObjectStatus{Kind: st.Kind, Name: st.Name, ObservedRevision: st.ObservedRevision,
-			Phase: st.Phase, Message: st.Message, UpdatedAt: time.Unix(0, st.UpdatedUnixNano).UTC(), Release: st.Release, Health: st.Health})
+		out.Statuses = append(out.Statuses, statusView(st))
 	}
 	for _, e := range evs {
 		out.Events = append(out.Events, api.Event{Time: time.Unix(0, e.TimeUnixNano).UTC(), Kind: e.Kind, Name: e.Name,
 			Reason: e.Reason, Message: e.Message, Warning: e.Warning})
 	}
 	c.JSON(http.StatusOK, out)
+}
+
+// statusView is what a box reported of one object, as the API shows it.
+func statusView(st *edgeboxv1.ObjectStatus) api.ObjectStatus {
+	return api.ObjectStatus{Kind: st.GetKind(), Name: st.GetName(), ObservedRevision: st.GetObservedRevision(),
+		Phase: st.GetPhase(), Message: st.GetMessage(), UpdatedAt: time.Unix(0, st.GetUpdatedUnixNano()).UTC(),
+		Release: st.GetRelease(), Health: st.GetHealth(),
+		Address: st.GetAddress(), Ports: slices.Clone(st.GetPorts()), EgressRefused: st.GetEgressRefused()}
 }
 
 func (s *server) putDesired(c *gin.Context) {
