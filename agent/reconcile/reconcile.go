@@ -89,7 +89,10 @@ type Reconciler struct {
 	running map[string]string
 	// attached are the USB keys each workload's instance was given.
 	attached map[string][]runtime.Device
-	runCtx   context.Context // set by Run, for pulls that outlive a pass
+	// nets are each workload's instance's address and published ports,
+	// as the driver last showed them, for status.
+	nets   map[string]runtime.Instance
+	runCtx context.Context // set by Run, for pulls that outlive a pass
 }
 
 // New returns a reconciler; Run starts it.
@@ -112,7 +115,7 @@ func New(cfg Config) (*Reconciler, error) {
 	}
 	r := &Reconciler{cfg: cfg, images: images, drivers: map[string]runtime.Driver{}, kick: make(chan struct{}, 1), reported: map[string]bool{},
 		crashes: map[string]*crashes{}, pulls: pulls{m: map[string]*pull{}},
-		running: map[string]string{}, attached: map[string][]runtime.Device{}}
+		running: map[string]string{}, attached: map[string][]runtime.Device{}, nets: map[string]runtime.Instance{}}
 	for _, d := range cfg.Drivers {
 		if _, dup := r.drivers[d.Runtime()]; dup {
 			return nil, fmt.Errorf("reconcile: two drivers for runtime %q", d.Runtime())
@@ -284,6 +287,7 @@ func (r *Reconciler) converge(ctx context.Context, o *edgeboxv1.DesiredObject, h
 		}
 		h.inst = in
 	}
+	r.network(name, h.inst)
 	if h.inst.State == runtime.StateRunning {
 		if c := r.crashes[name]; c != nil {
 			if now := r.cfg.Now(); c.upSince.IsZero() {
@@ -326,6 +330,7 @@ func (r *Reconciler) converge(ctx context.Context, o *edgeboxv1.DesiredObject, h
 	}
 	r.running[name] = w.GetRelease()
 	if in, err := d.Inspect(ctx, name); err == nil {
+		r.network(name, in)
 		r.probe(name, spec, in, d) // from now, not from the next pass
 	}
 	r.attach(name, spec.Devices)
@@ -459,6 +464,7 @@ func (r *Reconciler) remove(ctx context.Context, d runtime.Driver, name string) 
 		return fmt.Errorf("removing: %w", err)
 	}
 	delete(r.running, name)
+	delete(r.nets, name)
 	r.attach(name, nil)
 	if r.prober != nil {
 		r.prober.Forget(name)
@@ -491,10 +497,22 @@ func (r *Reconciler) fail(name string, rev uint64, reason string, err error) {
 	r.status(name, rev, edgeboxv1.PhaseFailed, err.Error())
 }
 
+// network records the address and published ports of a workload's
+// instance, for its status.
+func (r *Reconciler) network(name string, in runtime.Instance) {
+	if in.Address == "" && len(in.Ports) == 0 {
+		delete(r.nets, name)
+		return
+	}
+	r.nets[name] = runtime.Instance{Address: in.Address, Ports: in.Ports}
+}
+
 func (r *Reconciler) status(name string, rev uint64, phase, msg string) {
 	r.reported[name] = true
+	nw := r.nets[name]
 	r.cfg.Reporter.Report(&edgeboxv1.ObjectStatus{Kind: edgeboxv1.KindWorkload, Name: name, ObservedRevision: rev,
-		Phase: phase, Message: msg, UpdatedUnixNano: time.Now().UnixNano(), Release: r.running[name], Health: r.healthOf(name)})
+		Phase: phase, Message: msg, UpdatedUnixNano: time.Now().UnixNano(), Release: r.running[name], Health: r.healthOf(name),
+		Address: nw.Address, Ports: nw.Ports})
 }
 
 func (r *Reconciler) event(name, reason, msg string, warning bool) {
