@@ -82,16 +82,28 @@ func releaseCmd(out printer) *cobra.Command {
 	var spec api.ReleaseSpec
 	var probe api.Probe
 	var probeExec string
-	var ports, keys, vols []string
+	var ports, publish, keys, vols []string
 	create := &cobra.Command{
 		Use:   "create --app APP --version VERSION --image REF",
 		Short: "Add a release; a tag is resolved to its digest now",
 		Long: `Add an immutable release to an app. For containerd and qemu the image must be
 in the console's registry (push it with docker, crane or oras using your API
 token); its tag is resolved to a digest now, so every box runs the same bytes.
-For the process runtime, --image is the program's path on the box.`,
+For the process runtime, --image is the program's path on the box.
+
+Containers and VMs get edgebox's bridge on the box, with NAT for outbound
+traffic and DNS from the box's resolvers; --network picks another, --publish
+makes a port reachable on the box, and --egress limits where the workload may
+connect (a process runs on the box's own network and takes none of these).
+The console refuses a malformed setting when the release is created; what
+only the box can know (a host port another program holds) shows in
+'edgebox status APP'.`,
 		Example: `  edgebox release create --app clock --version 1.0.0 --image console.example:8443/robots/clock:1.0.0 \
-      --env TZ=Asia/Shanghai --cpu 500m --memory 256Mi`,
+      --env TZ=Asia/Shanghai --cpu 500m --memory 256Mi
+  edgebox release create --app statements --version 2.1.0 --image console.example:8443/robots/statements:2.1.0 \
+      --publish 8080:80 --egress bank.example.com --egress 203.0.113.0/24 --proxy-env
+  edgebox release create --app win-robot --version 1.0 --runtime qemu --image console.example:8443/vms/win:1.0 \
+      --network user --publish 127.0.0.1:3389:3389`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if app == "" || spec.Version == "" || spec.Image == "" {
@@ -124,6 +136,13 @@ For the process runtime, --image is the program's path on the box.`,
 				}
 				spec.Ports = append(spec.Ports, port)
 			}
+			for _, p := range publish {
+				port, err := parsePublish(p)
+				if err != nil {
+					return err
+				}
+				spec.Ports = append(spec.Ports, port)
+			}
 			for _, k := range keys {
 				labels, err := parseLabels([]string{k})
 				if err != nil {
@@ -139,7 +158,12 @@ For the process runtime, --image is the program's path on the box.`,
 			if err != nil {
 				return err
 			}
-			return out(cmd, r, func(w io.Writer) { fmt.Fprintf(w, "release %s@%s: %s\n", r.App, r.Version, r.Image) })
+			return out(cmd, r, func(w io.Writer) {
+				fmt.Fprintf(w, "release %s@%s: %s\n", r.App, r.Version, r.Image)
+				if n := networkSummary(r.ReleaseSpec); n != "" {
+					fmt.Fprintf(w, "  %s\n", n)
+				}
+			})
 		},
 	}
 	f := create.Flags()
@@ -158,7 +182,11 @@ For the process runtime, --image is the program's path on the box.`,
 	f.Uint32Var(&probe.PeriodSeconds, "probe-period", 0, "seconds between probes (default 10)")
 	f.Uint32Var(&probe.TimeoutSeconds, "probe-timeout", 0, "seconds a probe may take (default 1)")
 	f.Uint32Var(&probe.FailureThreshold, "probe-failures", 0, "failures in a row that make it unhealthy (default 3)")
-	f.StringArrayVar(&ports, "port", nil, "a port the app serves: 8080 or 8080/udp, repeatable")
+	f.StringArrayVar(&ports, "port", nil, "a port the app serves, not published on the box: 8080 or 8080/udp, repeatable")
+	f.StringVar(&spec.Network, "network", "", networkHelp)
+	f.StringArrayVar(&publish, "publish", nil, publishHelp)
+	f.StringArrayVar(&spec.Egress, "egress", nil, egressHelp)
+	f.BoolVar(&spec.ProxyEnv, "proxy-env", false, proxyEnvHelp)
 	f.StringArrayVar(&vols, "volume", nil, "a box-local volume kept across releases: name:/path[:ro], repeatable")
 	f.StringArrayVar(&keys, "key", nil, "a UKEY the app needs, by labels: bank=ICBC[,company=acme], repeatable")
 	f.BoolVar(&spec.KeepState, "keep-state", false, "qemu: keep the VM's disk changes across restarts (default: every start is clean)")
@@ -288,7 +316,7 @@ func undeployCmd(out printer) *cobra.Command {
 func statusCmd(out printer) *cobra.Command {
 	return &cobra.Command{
 		Use:   "status APP",
-		Short: "Show, per box, the release an app should run, the one it runs, and how it is",
+		Short: "Show, per box, the release an app should run, the one it runs, how it is, and its address and published ports",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			cl, err := client()
@@ -299,13 +327,7 @@ func statusCmd(out printer) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			return out(cmd, s, func(w io.Writer) {
-				fmt.Fprintln(w, "BOX\tNAME\tONLINE\tDESIRED\tRUNNING\tPHASE\tHEALTH\tMESSAGE")
-				for _, b := range s.Boxes {
-					fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", b.BoxID, b.BoxName, yesNo(b.Online), dash(b.DesiredRelease),
-						dash(b.RunningRelease), dash(b.Phase), dash(b.Health), b.Message)
-				}
-			})
+			return out(cmd, s, func(w io.Writer) { appStatusTable(w, s) })
 		},
 	}
 }

@@ -58,6 +58,7 @@ func stateTable(w io.Writer, s api.BoxState, events int) {
 		}
 		fmt.Fprintf(w, "%s\t%s\t%d\t%s\t%s\t%s\n", o.Kind, o.Name, o.Revision, phase, observed, st.Message)
 	}
+	networkTable(w, s.Statuses)
 	if events <= 0 || len(s.Events) == 0 {
 		return
 	}
