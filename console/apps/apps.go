@@ -364,7 +364,9 @@ type Outcome struct {
 
 // Deploy pins app to version on scope/target and brings every box it
 // covers to its effective release. The error is about the pin only: the
-// pin and its audit entry are written together; the boxes follow.
+// pin and its audit entry are written together; the boxes follow. A pin
+// whose release would publish a host port another app publishes on a box
+// it covers is refused (ErrConflict), naming the box and the other app.
 func (a *Apps) Deploy(ctx context.Context, who audit.Actor, app, version, scope, target string) (Pin, Outcome, error) {
 	if err := validScope(scope, target); err != nil {
 		return Pin{}, Outcome{}, err
@@ -378,12 +380,71 @@ func (a *Apps) Deploy(ctx context.Context, who audit.Actor, app, version, scope,
 		}
 	}
 	pin := Pin{TenantID: who.TenantID, App: app, Scope: scope, Target: target, Version: version, At: a.now().UTC(), By: who.Name}
+	if err := a.checkHostPorts(ctx, pin); err != nil {
+		return Pin{}, Outcome{}, err
+	}
 	raw, _ := json.Marshal(pin)
 	if _, err := a.s.Txn(ctx, store.Txn{Then: []store.Op{{Key: pinKey(who.TenantID, app, scope, target), Value: raw},
 		audit.Op(a.now(), who.Did("app.deploy", app+"@"+version, scope+" "+target))}}); err != nil {
 		return Pin{}, Outcome{}, err
 	}
 	return pin, a.syncPinned(ctx, who.TenantID, scope, target), nil
+}
+
+// checkHostPorts refuses pin when, on a box it covers, its release would
+// publish a host port another app there publishes: the box could run
+// only one of them. (Two deploys at once can still both pass; the box
+// then refuses the second workload and says so in its status.)
+func (a *Apps) checkHostPorts(ctx context.Context, pin Pin) error {
+	c, err := a.catalogue(ctx, pin.TenantID)
+	if err != nil {
+		return err
+	}
+	if rel := c.releases[pin.App+"@"+pin.Version]; len(publishedPorts(rel.Ports)) == 0 {
+		return nil
+	}
+	before := c
+	after := c
+	after.pins = nil
+	for _, p := range c.pins {
+		if p.App != pin.App || p.Scope != pin.Scope || p.Target != pin.Target {
+			after.pins = append(after.pins, p)
+		}
+	}
+	after.pins = append(after.pins, pin)
+	boxes, err := a.boxes.Boxes(ctx, pin.TenantID)
+	if err != nil {
+		return err
+	}
+	var clashes []string
+	for _, b := range boxes {
+		if !covers(pin.Scope, pin.Target, b) || b.State == fleet.StateRevoked {
+			continue
+		}
+		eff, err := after.effective(b)
+		if err != nil {
+			continue // a pin to a release that is gone; the sync reports it
+		}
+		// A box whose release of the app this pin does not change (a
+		// narrower pin wins there) is left out.
+		if was, err := before.effective(b); err == nil {
+			if w, ok := was[pin.App]; ok && w.Version == eff[pin.App].Version {
+				continue
+			}
+		}
+		clashes = append(clashes, hostPortClashes(b, pin.App, eff)...)
+	}
+	if len(clashes) == 0 {
+		return nil
+	}
+	const shown = 5
+	more := ""
+	if len(clashes) > shown {
+		more = fmt.Sprintf("; and %d more", len(clashes)-shown)
+		clashes = clashes[:shown]
+	}
+	return errdefs.Conflict("%s@%s cannot run beside what %s %s runs: %s%s; publish another host port, or undeploy the other app there",
+		pin.App, pin.Version, pin.Scope, pin.Target, strings.Join(clashes, "; "), more)
 }
 
 // syncPinned brings the boxes of a scope whose pin changed along.

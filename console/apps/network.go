@@ -5,8 +5,10 @@ import (
 	"fmt"
 	"net/netip"
 	"slices"
+	"sort"
 	"strings"
 
+	"github.com/edgebox/edgebox/console/fleet"
 	edgeboxv1 "github.com/edgebox/edgebox/proto/edgebox/v1"
 )
 
@@ -262,4 +264,38 @@ func egressRules(egress []string) []string {
 		return nil
 	}
 	return slices.Clone(egress)
+}
+
+// hostPortClashes says, for box b running the releases rels (by app),
+// where app's published ports take a host port and protocol another app
+// publishes on an overlapping address. The box would refuse the second;
+// the console says so before it is deployed.
+func hostPortClashes(b fleet.Box, app string, rels map[string]Release) []string {
+	mine, ok := rels[app]
+	if !ok {
+		return nil
+	}
+	var out []string
+	others := make([]string, 0, len(rels))
+	for other := range rels {
+		if other != app {
+			others = append(others, other)
+		}
+	}
+	sort.Strings(others)
+	for _, p := range publishedPorts(mine.Ports) {
+		for _, other := range others {
+			for _, q := range publishedPorts(rels[other].Ports) {
+				if p.HostPort == q.HostPort && p.proto() == q.proto() && (p.HostIP == "" || q.HostIP == "" || p.HostIP == q.HostIP) {
+					name := b.Name
+					if name == "" {
+						name = b.ID
+					}
+					out = append(out, fmt.Sprintf("on box %s, %s@%s would publish host port %d/%s, which %s@%s publishes",
+						name, app, mine.Version, p.HostPort, p.proto(), other, rels[other].Version))
+				}
+			}
+		}
+	}
+	return out
 }
