@@ -16,14 +16,17 @@ import (
 	"github.com/edgebox/edgebox/api"
 )
 
-// TestParsePublish: --publish takes [IP:]HOST:PORT[/PROTO] and says what
-// is wrong with anything else.
-func TestParsePublish(t *testing.T) {
-	t.Parallel()
-	tests := []struct {
+// publishCases are --publish values, what each parses to, or what its
+// error says.
+func publishCases() []struct {
+	in   string
+	want api.Port
+	err  string // substring of the error; "" means it parses
+} {
+	return []struct {
 		in   string
 		want api.Port
-		err  string // substring of the error; "" means it parses
+		err  string
 	}{
 		{"8080:80", api.Port{Port: 80, HostPort: 8080}, ""},
 		{"8080:80/tcp", api.Port{Port: 80, HostPort: 8080, Protocol: "tcp"}, ""},
@@ -40,7 +43,13 @@ func TestParsePublish(t *testing.T) {
 		{"::1:8080:80", api.Port{}, "IPv6 is not supported"},
 		{"", api.Port{}, "give the box's port and the workload's"},
 	}
-	for _, tt := range tests {
+}
+
+// TestParsePublish: --publish takes [IP:]HOST:PORT[/PROTO] and says what
+// is wrong with anything else.
+func TestParsePublish(t *testing.T) {
+	t.Parallel()
+	for _, tt := range publishCases() {
 		t.Run(tt.in, func(t *testing.T) {
 			t.Parallel()
 			got, err := parsePublish(tt.in)
@@ -55,6 +64,31 @@ func TestParsePublish(t *testing.T) {
 			}
 		})
 	}
+}
+
+// FuzzParsePublish: whatever --publish is given, parsing does not panic,
+// and what it accepts is a port on each side and reads back the same
+// when written out. Seeded from TestParsePublish.
+func FuzzParsePublish(f *testing.F) {
+	for _, tt := range publishCases() {
+		f.Add(tt.in)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		p, err := parsePublish(s)
+		if err != nil {
+			return
+		}
+		if p.Port == 0 || p.HostPort < 1 || p.HostPort > 65535 {
+			t.Fatalf("%q gave %+v", s, p)
+		}
+		q, err := parsePublish(publishedString(p))
+		if q.Protocol == "tcp" && p.Protocol == "" {
+			q.Protocol = ""
+		}
+		if err != nil || q != p {
+			t.Fatalf("%q gave %+v, which reads back as %+v, %v", s, p, q, err)
+		}
+	})
 }
 
 // TestAppStatusTable: 'edgebox status APP' shows each box's workload

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net/netip"
 	"reflect"
 	"strings"
 	"testing"
@@ -110,6 +111,77 @@ func TestStoredReleaseFormat(t *testing.T) {
 // wrong; the good ones are kept as given.
 func TestNetworkValidation(t *testing.T) {
 	t.Parallel()
+	a, _ := newApps(t, nil)
+	if _, err := a.CreateApp(ctx, admin, "clock", ""); err != nil {
+		t.Fatal(err)
+	}
+	for i, tt := range networkCases() {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			tt.spec.Version = fmt.Sprint(i)
+			r, err := a.CreateRelease(ctx, admin, "clock", tt.spec)
+			if len(tt.want) == 0 {
+				if err != nil {
+					t.Fatalf("refused: %v", err)
+				}
+				if !reflect.DeepEqual(r.Spec.Ports, tt.spec.Ports) || !reflect.DeepEqual(r.Spec.Egress, tt.spec.Egress) || r.Network != tt.spec.Network {
+					t.Errorf("stored as %+v, given %+v", r.Spec, tt.spec)
+				}
+				return
+			}
+			if !errors.Is(err, errdefs.ErrInvalid) {
+				t.Fatalf("got %v, want ErrInvalid", err)
+			}
+			for _, w := range tt.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("error %q does not say %q", err, w)
+				}
+			}
+		})
+	}
+}
+
+// FuzzValidEgress: an egress entry from the API never panics the check,
+// and one it accepts is what the box can enforce: an IPv4 address, an
+// IPv4 prefix with no host bits, or a DNS name of at most 253 bytes of
+// letters, digits, '-' and dots. Seeded from TestNetworkValidation.
+func FuzzValidEgress(f *testing.F) {
+	for _, tt := range networkCases() {
+		for _, e := range tt.spec.Egress {
+			f.Add(e)
+		}
+	}
+	f.Fuzz(func(t *testing.T, e string) {
+		if ValidEgress(e) != nil {
+			return
+		}
+		if p, err := netip.ParsePrefix(e); err == nil {
+			if !p.Addr().Is4() || p.Masked() != p {
+				t.Fatalf("accepted prefix %q", e)
+			}
+			return
+		}
+		if a, err := netip.ParseAddr(e); err == nil {
+			if !a.Is4() {
+				t.Fatalf("accepted address %q", e)
+			}
+			return
+		}
+		if e == "" || len(e) > 253 || strings.Trim(strings.ToLower(e), "abcdefghijklmnopqrstuvwxyz0123456789-.") != "" {
+			t.Fatalf("accepted name %q", e)
+		}
+	})
+}
+
+type networkCase struct {
+	name string
+	spec Spec
+	want []string // substrings of the error; none: accepted
+}
+
+// networkCases are releases with good and bad network settings, and
+// what the error says of each bad one.
+func networkCases() []networkCase {
 	many := make([]string, MaxEgress+1)
 	for i := range many {
 		many[i] = fmt.Sprintf("10.0.%d.%d", i/256, i%256)
@@ -124,11 +196,7 @@ func TestNetworkValidation(t *testing.T) {
 		return s
 	}
 	web := func(hostPort int, hostIP string) Port { return Port{Port: 80, HostPort: hostPort, HostIP: hostIP} }
-	tests := []struct {
-		name string
-		spec Spec
-		want []string // substrings of the error; none: accepted
-	}{
+	return []networkCase{
 		{"default network", ctr(Spec{Ports: []Port{web(8080, "")}}), nil},
 		{"bridge, every kind of egress", ctr(Spec{Network: "bridge", Ports: []Port{web(8080, "127.0.0.1"), {Port: 53, Protocol: "udp", HostPort: 5353}},
 			Egress: []string{"bank.example.com", "Bank-2.Example.COM", "203.0.113.7", "203.0.113.0/24", "0.0.0.0/0", "intranet"}, ProxyEnv: true}), nil},
@@ -176,34 +244,6 @@ func TestNetworkValidation(t *testing.T) {
 		{"egress on user network", ctr(Spec{Runtime: "qemu", Network: "user", Egress: []string{"bank.test"}}), []string{`egress with network "user"`}},
 		{"every problem at once", ctr(Spec{Network: "none", Ports: []Port{web(8080, "::1")}, Egress: []string{"x_y", "10.0.0.1/8"}}),
 			[]string{`with network "none"`, "IPv6 is not supported", `egress "x_y"`, `egress "10.0.0.1/8"`}},
-	}
-	a, _ := newApps(t, nil)
-	if _, err := a.CreateApp(ctx, admin, "clock", ""); err != nil {
-		t.Fatal(err)
-	}
-	for i, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			t.Parallel()
-			tt.spec.Version = fmt.Sprint(i)
-			r, err := a.CreateRelease(ctx, admin, "clock", tt.spec)
-			if len(tt.want) == 0 {
-				if err != nil {
-					t.Fatalf("refused: %v", err)
-				}
-				if !reflect.DeepEqual(r.Spec.Ports, tt.spec.Ports) || !reflect.DeepEqual(r.Spec.Egress, tt.spec.Egress) || r.Network != tt.spec.Network {
-					t.Errorf("stored as %+v, given %+v", r.Spec, tt.spec)
-				}
-				return
-			}
-			if !errors.Is(err, errdefs.ErrInvalid) {
-				t.Fatalf("got %v, want ErrInvalid", err)
-			}
-			for _, w := range tt.want {
-				if !strings.Contains(err.Error(), w) {
-					t.Errorf("error %q does not say %q", err, w)
-				}
-			}
-		})
 	}
 }
 
