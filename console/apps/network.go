@@ -146,7 +146,7 @@ func validatePublished(ps []Port) []error {
 	return errs
 }
 
-func isAny(egress []string) bool { return len(egress) == 1 && egress[0] == EgressAny }
+func isAny(egress []string) bool { return len(egress) == 1 && strings.EqualFold(egress[0], EgressAny) }
 
 // validateEgress checks an egress list: "any" alone, or at most MaxEgress
 // DNS names, IPv4 addresses and IPv4 prefixes.
@@ -159,7 +159,7 @@ func validateEgress(egress []string) []error {
 	}
 	var errs []error
 	for _, e := range egress {
-		if e == EgressAny {
+		if strings.EqualFold(e, EgressAny) {
 			errs = append(errs, errors.New(`egress: "any" allows everything, so it must be the only entry`))
 			continue
 		}
@@ -190,6 +190,12 @@ func ValidEgress(e string) error {
 		if !p.Addr().Is4() {
 			return fmt.Errorf("egress %q: IPv6 is not supported; give IPv4 prefixes", shown)
 		}
+		if p.Bits() == 0 {
+			return fmt.Errorf("egress %q: allows every destination; write %q", shown, EgressAny)
+		}
+		if err := egressAddr(p.Addr()); err != nil {
+			return fmt.Errorf("egress %q: %v", shown, err)
+		}
 		if m := p.Masked(); m != p {
 			return fmt.Errorf("egress %q: has host bits set; the prefix is %s", shown, m)
 		}
@@ -199,6 +205,9 @@ func ValidEgress(e string) error {
 		if !a.Is4() {
 			return fmt.Errorf("egress %q: IPv6 is not supported; give IPv4 addresses", shown)
 		}
+		if err := egressAddr(a); err != nil {
+			return fmt.Errorf("egress %q: %v", shown, err)
+		}
 		return nil
 	}
 	if strings.Contains(e, ":") {
@@ -206,6 +215,20 @@ func ValidEgress(e string) error {
 	}
 	if err := validDNSName(e); err != nil {
 		return fmt.Errorf("egress %q: %v", shown, err)
+	}
+	return nil
+}
+
+// egressAddr refuses IPv4 addresses no rule could usefully allow, as
+// the box does.
+func egressAddr(a netip.Addr) error {
+	switch {
+	case a.IsUnspecified():
+		return errors.New("the unspecified address is no destination")
+	case a.IsLoopback():
+		return errors.New("a workload's own loopback is always reachable and needs no entry")
+	case a.IsMulticast() || a == netip.AddrFrom4([4]byte{255, 255, 255, 255}):
+		return errors.New("not a unicast destination")
 	}
 	return nil
 }
@@ -224,8 +247,9 @@ func validDNSName(name string) error {
 	if strings.HasPrefix(name, "*") {
 		return errors.New("wildcards cannot be followed as addresses change; list each name")
 	}
-	if strings.HasSuffix(name, ".") {
-		return errors.New("write the name without its trailing dot")
+	name = strings.TrimSuffix(name, ".") // a fully qualified name
+	if name == "" {
+		return errors.New("give a DNS name, an IPv4 address or a CIDR prefix")
 	}
 	labels := strings.Split(name, ".")
 	for _, l := range labels {
@@ -258,7 +282,8 @@ func portMappings(ps []Port) []*edgeboxv1.PortMapping {
 }
 
 // egressRules is the egress list as the box takes it: empty allows
-// everything.
+// everything. Names keep the case the operator wrote; the box compares
+// them in lower case.
 func egressRules(egress []string) []string {
 	if len(egress) == 0 || isAny(egress) {
 		return nil
