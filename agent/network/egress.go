@@ -97,11 +97,11 @@ func parseEgressEntry(s string) (string, netip.Prefix, error) {
 		if err != nil {
 			return "", netip.Prefix{}, invalid("not a CIDR prefix like 203.0.113.0/24")
 		}
+		if p.Bits() == 0 && p.Addr().Is4() {
+			return "", netip.Prefix{}, invalid("allows every destination: write %q", AnyEgress)
+		}
 		if err := checkEgressAddr(p.Addr()); err != nil {
 			return "", netip.Prefix{}, invalid("%v", err)
-		}
-		if p.Bits() == 0 {
-			return "", netip.Prefix{}, invalid("allows every destination: write %q", AnyEgress)
 		}
 		if p.Masked() != p {
 			return "", netip.Prefix{}, invalid("has host bits set; did you mean %s?", p.Masked())
@@ -209,11 +209,11 @@ func (e Egress) Validate() error {
 		if !p.IsValid() {
 			return errdefs.Invalid("network: egress: an invalid prefix")
 		}
+		if p.Bits() == 0 && p.Addr().Is4() {
+			return errdefs.Invalid("network: egress prefix %s allows every destination: set Any", p)
+		}
 		if err := checkEgressAddr(p.Addr()); err != nil {
 			return errdefs.Invalid("network: egress prefix %s: %v", p, err)
-		}
-		if p.Bits() == 0 {
-			return errdefs.Invalid("network: egress prefix %s allows every destination: set Any", p)
 		}
 		if p.Masked() != p {
 			return errdefs.Invalid("network: egress prefix %s has host bits set", p)
