@@ -287,6 +287,26 @@ func (p *Policies) Refused(ctx context.Context, id string) (uint64, error) {
 	return n, nil
 }
 
+// RefusedAll is Refused of every workload with a policy in the chain, by
+// id, from one read of the rules: for a status report of all workloads.
+func (p *Policies) RefusedAll(ctx context.Context) (map[string]uint64, error) {
+	t, err := readFilter(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("network: egress refusals: %w", err)
+	}
+	byChain := map[string]uint64{}
+	for _, r := range t.rules {
+		byChain[r.chain] += r.packets
+	}
+	out := map[string]uint64{}
+	for _, r := range t.rules {
+		if id := r.egressID(); r.chain == p.cfg.Chain && id != "" {
+			out[id] = byChain[p.refuseChain(id)]
+		}
+	}
+	return out, nil
+}
+
 // Run resolves the policies' names again every Period, and again puts the
 // jumps to the policies first in FORWARD and INPUT if something was
 // inserted before them, until ctx ends. Errors are logged; it returns nil
@@ -656,13 +676,44 @@ type filterRule struct {
 
 // field is the word after flag in the rule, or "".
 func (r filterRule) field(flag string) string {
-	f := strings.Fields(r.spec)
+	f := saveWords(r.spec)
 	for i := 0; i+1 < len(f); i++ {
 		if f[i] == flag {
-			return strings.Trim(f[i+1], `"`)
+			return f[i+1]
 		}
 	}
 	return ""
+}
+
+// saveWords splits a rule as iptables-save writes it into words: a word
+// in double quotes may hold spaces, and \" and \\ in it stand for " and \.
+func saveWords(s string) []string {
+	var words []string
+	var w strings.Builder
+	in, quoted := false, false
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		switch {
+		case quoted && c == '\\' && i+1 < len(s):
+			i++
+			w.WriteByte(s[i])
+		case c == '"':
+			quoted, in = !quoted, true
+		case c == ' ' && !quoted:
+			if in {
+				words = append(words, w.String())
+				w.Reset()
+				in = false
+			}
+		default:
+			w.WriteByte(c)
+			in = true
+		}
+	}
+	if in {
+		words = append(words, w.String())
+	}
+	return words
 }
 
 func (r filterRule) target() string  { return r.field("-j") }
