@@ -12,6 +12,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -30,6 +31,7 @@ import (
 	"github.com/containerd/containerd/v2/pkg/oci"
 	cerrdefs "github.com/containerd/errdefs"
 
+	"github.com/edgebox/edgebox/agent/network"
 	"github.com/edgebox/edgebox/agent/runtime"
 	"github.com/edgebox/edgebox/errdefs"
 	edgeboxv1 "github.com/edgebox/edgebox/proto/edgebox/v1"
@@ -45,6 +47,9 @@ const (
 	labelApp       = "edgebox.io/app"
 	labelRelease   = "edgebox.io/release"
 	labelStartedAt = "edgebox.io/started-at"
+	labelNetwork   = "edgebox.io/network" // the mode the container got: bridge, host or none
+	labelAddress   = "edgebox.io/address" // its address on the bridge
+	labelPorts     = "edgebox.io/ports"   // its published ports, comma-separated portStrings
 )
 
 // Config says how to reach containerd and where logs go.
@@ -66,6 +71,25 @@ type Config struct {
 	// when another containerd on the same host may use the namespace
 	// "edgebox" too, or their containers' states collide.
 	RuncRoot string
+	// Network attaches containers to the box's workload network; nil
+	// (a box without the CNI plugins) gives them loopback only. The
+	// driver sweeps it at start (Sweep), so the agent must not use it
+	// for anything but this driver's containers.
+	Network *network.Network
+	// StateDir holds each container's resolv.conf and hosts file;
+	// required with Network. Empty: containers keep the image's.
+	StateDir string
+	// ResolvConf is the box's resolv.conf (network.HostResolvConf unless
+	// set) and UpstreamResolvConf the servers behind a resolver on
+	// loopback (network.UpstreamResolvConf unless set): bridged
+	// containers get the servers they name.
+	ResolvConf, UpstreamResolvConf string
+	// Proxy is the box's proxy, an http:// or https:// URL, passed as
+	// HTTPS_PROXY and HTTP_PROXY to workloads that ask (proxy_env); empty:
+	// the box has none.
+	Proxy string
+	// Log is where the driver logs; nil discards.
+	Log *slog.Logger
 	// Crash is for crash-point tests; production leaves it nil.
 	Crash runtime.CrashHook
 }
@@ -80,10 +104,18 @@ var crashPoints = []string{
 	"remove/stopped", "remove/task", "remove/container",
 }
 
-// CrashPoints lists where a crash hook is called.
-func (d *Driver) CrashPoints() []string { return crashPoints }
+// netCrashPoints are the steps only a driver with a network takes.
+var netCrashPoints = []string{"create/attached", "remove/detached"}
 
-func (d *Driver) at(point string) error { return d.cfg.Crash.At(crashPoints, point) }
+// CrashPoints lists where a crash hook is called.
+func (d *Driver) CrashPoints() []string {
+	if d.cfg.Network == nil {
+		return crashPoints
+	}
+	return append(append([]string(nil), crashPoints...), netCrashPoints...)
+}
+
+func (d *Driver) at(point string) error { return d.cfg.Crash.At(d.CrashPoints(), point) }
 
 var (
 	_ runtime.CrashPointer = (*Driver)(nil)
@@ -94,11 +126,27 @@ var (
 type Driver struct {
 	c     *client.Client
 	cfg   Config
+	log   *slog.Logger
 	execs atomic.Int64 // names exec processes
 }
 
 // New connects to containerd.
 func New(cfg Config) (*Driver, error) {
+	if cfg.ResolvConf == "" {
+		cfg.ResolvConf = network.HostResolvConf
+	}
+	if cfg.UpstreamResolvConf == "" {
+		cfg.UpstreamResolvConf = network.UpstreamResolvConf
+	}
+	if cfg.Log == nil {
+		cfg.Log = slog.New(slog.DiscardHandler)
+	}
+	if cfg.Network != nil && cfg.StateDir == "" {
+		return nil, errors.New("containerd: StateDir is required with a Network")
+	}
+	if err := validProxy(cfg.Proxy); err != nil {
+		return nil, err
+	}
 	if cfg.Address == "" {
 		cfg.Address = "/run/containerd/containerd.sock"
 	}
@@ -114,11 +162,16 @@ func New(cfg Config) (*Driver, error) {
 	if err := os.MkdirAll(cfg.LogDir, 0o700); err != nil {
 		return nil, err
 	}
+	if cfg.StateDir != "" {
+		if err := os.MkdirAll(cfg.StateDir, 0o711); err != nil {
+			return nil, err
+		}
+	}
 	c, err := client.New(cfg.Address, client.WithDefaultNamespace(Namespace), client.WithTimeout(10*time.Second))
 	if err != nil {
 		return nil, fmt.Errorf("containerd at %s: %w", cfg.Address, err)
 	}
-	return &Driver{c: c, cfg: cfg}, nil
+	return &Driver{c: c, cfg: cfg, log: cfg.Log.With("component", "containerd")}, nil
 }
 
 // Close closes the connection to containerd; containers keep running.
@@ -182,7 +235,11 @@ func (d *Driver) Create(ctx context.Context, s runtime.Spec) error {
 	if len(w.GetArgs()) > 0 {
 		imageConfig = oci.WithImageConfigArgs(img, w.GetArgs())
 	}
-	specOpts := []oci.SpecOpts{imageConfig, oci.WithHostname(s.Name), oci.WithEnv(w.GetEnv())}
+	specOpts := []oci.SpecOpts{imageConfig, oci.WithHostname(s.Name)}
+	if w.GetProxyEnv() {
+		specOpts = append(specOpts, oci.WithEnv(d.proxyEnv(s.Name)))
+	}
+	specOpts = append(specOpts, oci.WithEnv(w.GetEnv()))
 	if m := w.GetCpuMillis(); m > 0 {
 		// CFS: m thousandths of a CPU in every 100 ms period.
 		specOpts = append(specOpts, oci.WithCPUCFS(m*100, 100000))
@@ -215,13 +272,32 @@ func (d *Driver) Create(ctx context.Context, s runtime.Spec) error {
 	} else if !cerrdefs.IsNotFound(err) {
 		return translate(err, "root filesystem of %s", s.Name)
 	}
+	// The network comes before the container, whose spec names its
+	// namespace; a killed agent leaves it to the next Create of the name
+	// or to Sweep.
+	nw, err := d.setupNetwork(ctx, s.Name, w)
+	if err != nil {
+		return fmt.Errorf("workload %s: %w", s.Name, err)
+	}
+	specOpts = append(specOpts, nw.opts...)
+	labels := map[string]string{labelManaged: "true", labelHash: s.Hash, labelApp: w.GetApp(), labelRelease: w.GetRelease()}
+	for k, v := range nw.labels {
+		labels[k] = v
+	}
+	crashed := false
+	defer func() {
+		if err != nil && !crashed {
+			if terr := d.teardown(context.WithoutCancel(ctx), s.Name, nw.ports, ""); terr != nil {
+				d.log.Warn("undoing the network of a failed create", "workload", s.Name, "err", terr)
+			}
+		}
+	}()
 	// The snapshot and the container are made under a lease of the
 	// driver's, which a killed agent leaves behind with the snapshot.
 	lease, err := d.c.LeasesService().Create(ctx, leases.WithRandomID(), leases.WithExpiration(time.Hour))
 	if err != nil {
 		return translate(err, "creating %s", s.Name)
 	}
-	crashed := false
 	defer func() {
 		if !crashed {
 			d.c.LeasesService().Delete(context.WithoutCancel(ctx), lease)
@@ -239,16 +315,15 @@ func (d *Driver) Create(ctx context.Context, s runtime.Spec) error {
 		client.WithSnapshotter(d.cfg.Snapshotter),
 		client.WithNewSnapshot(rootfs(s.Name), img),
 		client.WithNewSpec(specOpts...),
-		client.WithContainerLabels(map[string]string{
-			labelManaged: "true", labelHash: s.Hash, labelApp: w.GetApp(), labelRelease: w.GetRelease(),
-		}),
+		client.WithContainerLabels(labels),
 		func(context.Context, *client.Client, *containers.Container) error {
 			err := d.at("create/snapshot")
 			crashed = err != nil
 			return err
 		},
 	)...)
-	return translate(err, "creating %s", s.Name)
+	err = translate(err, "creating %s", s.Name)
+	return err
 }
 
 // rootfs is the key of an instance's root filesystem snapshot.
@@ -277,15 +352,27 @@ func (d *Driver) Start(ctx context.Context, name string) error {
 		return translate(err, "instance %s", name)
 	}
 	d.rotate(name)
+	labels, err := c.Labels(ctx)
+	if err != nil {
+		return translate(err, "instance %s", name)
+	}
+	set, err := d.reattach(ctx, name, labels)
+	if err != nil {
+		return fmt.Errorf("workload %s: %w", name, err)
+	}
+	if set == nil {
+		set = map[string]string{}
+	}
 	// The start time is recorded first: a task an agent killed after
 	// starting it then has its time.
-	if _, err := c.SetLabels(ctx, map[string]string{labelStartedAt: strconv.FormatInt(time.Now().UnixNano(), 10)}); err != nil {
+	set[labelStartedAt] = strconv.FormatInt(time.Now().UnixNano(), 10)
+	if _, err := c.SetLabels(ctx, set); err != nil {
 		return translate(err, "labelling %s", name)
 	}
 	if err := d.at("start/labelled"); err != nil {
 		return err
 	}
-	t, err := c.NewTask(ctx, cio.LogFile(d.logPath(name)))
+	t, err := d.newTask(ctx, c, name)
 	if err != nil {
 		return translate(err, "starting %s", name)
 	}
@@ -298,6 +385,32 @@ func (d *Driver) Start(ctx context.Context, name string) error {
 	}
 	return nil
 }
+
+// newTask makes the container's task. When the shim of its last task
+// was killed, containerd no longer shows that task but removes it only
+// once it has cleaned up after the shim, in the background: until then
+// making a task is refused as existing, and newTask waits for it.
+func (d *Driver) newTask(ctx context.Context, c client.Container, name string) (client.Task, error) {
+	deadline := time.Now().Add(taskCleanupWait)
+	for {
+		t, err := c.NewTask(ctx, cio.LogFile(d.logPath(name)))
+		if err == nil || !cerrdefs.IsAlreadyExists(err) || time.Now().After(deadline) {
+			return t, err
+		}
+		if _, terr := c.Task(ctx, nil); terr == nil {
+			return nil, err // a task that is there: not a dead shim's
+		}
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+// taskCleanupWait bounds newTask's wait for containerd to clean up after
+// a killed shim; it takes well under a second on a 2-core box.
+const taskCleanupWait = 15 * time.Second
 
 // rotate moves a log that grew past MaxLogBytes aside.
 func (d *Driver) rotate(name string) {
@@ -370,8 +483,16 @@ func (d *Driver) Remove(ctx context.Context, name string) error {
 	ctx = ns(ctx)
 	c, err := d.c.LoadContainer(ctx, name)
 	if cerrdefs.IsNotFound(err) {
+		// What a killed Remove or Create left of its network.
+		if d.hasNetwork(name) {
+			return d.teardown(ctx, name, nil, "")
+		}
 		return nil
 	} else if err != nil {
+		return translate(err, "instance %s", name)
+	}
+	labels, err := c.Labels(ctx)
+	if err != nil {
 		return translate(err, "instance %s", name)
 	}
 	if t, err := c.Task(ctx, nil); err == nil {
@@ -387,6 +508,9 @@ func (d *Driver) Remove(ctx context.Context, name string) error {
 	}
 	if err := d.at("remove/container"); err != nil {
 		return err
+	}
+	if err := d.teardown(ctx, name, labelledPorts(labels[labelPorts]), "remove/detached"); err != nil {
+		return fmt.Errorf("removing the network of %s: %w", name, err)
 	}
 	os.Remove(d.logPath(name))
 	os.Remove(d.logPath(name) + ".1")
@@ -417,6 +541,23 @@ func (d *Driver) Sweep(ctx context.Context) ([]runtime.Orphan, error) {
 			return out, translate(err, "removing the root filesystem %s", key)
 		}
 		out = append(out, runtime.Orphan{Name: strings.TrimSuffix(key, "-rootfs"), What: "a root filesystem without its container"})
+	}
+	// The network of containers that are gone: all of edgebox's
+	// containers are kept, whatever their labels.
+	cs, err := d.c.Containers(ctx)
+	if err != nil {
+		return out, translate(err, "listing containers")
+	}
+	keep := map[string]bool{}
+	for _, c := range cs {
+		keep[c.ID()] = true
+	}
+	gone, err := d.sweepNetwork(ctx, keep)
+	for _, name := range gone {
+		out = append(out, runtime.Orphan{Name: name, What: "the network of a container that is gone"})
+	}
+	if err != nil {
+		return out, fmt.Errorf("sweeping the network of gone containers: %w", err)
 	}
 	return out, nil
 }
@@ -456,7 +597,10 @@ func (d *Driver) inspect(ctx context.Context, c client.Container) (runtime.Insta
 	if err != nil {
 		return runtime.Instance{}, translate(err, "instance %s", c.ID())
 	}
-	in := runtime.Instance{Name: c.ID(), Hash: labels[labelHash], State: runtime.StateCreated}
+	in := runtime.Instance{Name: c.ID(), Hash: labels[labelHash], State: runtime.StateCreated, Address: labels[labelAddress]}
+	if p := labels[labelPorts]; p != "" {
+		in.Ports = strings.Split(p, ",")
+	}
 	if ns, err := strconv.ParseInt(labels[labelStartedAt], 10, 64); err == nil {
 		in.StartedAt = time.Unix(0, ns)
 	}
