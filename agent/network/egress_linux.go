@@ -12,6 +12,7 @@ import (
 	"maps"
 	"net"
 	"net/netip"
+	"os"
 	"os/exec"
 	"regexp"
 	"slices"
@@ -136,6 +137,8 @@ type Policies struct {
 	resolver Resolver
 	log      *slog.Logger
 	now      func() time.Time // tests move time
+	// warnHooks logs once that host interfaces cannot be matched.
+	warnHooks sync.Once
 
 	// mu guards policies and serializes the iptables transactions, each of
 	// which is built from a fresh read of the table.
@@ -145,7 +148,7 @@ type Policies struct {
 
 // policy is one workload's policy as last applied.
 type policy struct {
-	src    netip.Addr
+	src    Source
 	egress Egress
 	// seen is when each name last resolved to each address.
 	seen map[string]map[netip.Addr]time.Time
@@ -183,7 +186,29 @@ func NewPolicies(cfg EgressConfig, log *slog.Logger) (*Policies, error) {
 	}, nil
 }
 
-// Apply enforces e for workload id, whose address on the bridge is src:
+// Source says whose traffic a policy is for.
+type Source struct {
+	// Addr is the workload's IPv4 address on the bridge.
+	Addr netip.Addr
+	// HostInterface, when set, is the box's end of the workload's link to
+	// the bridge (its veth or tap). All that comes in through it is then
+	// under the policy whatever its source address, so a workload that
+	// can change its address (a VM's guest, a container with
+	// CAP_NET_ADMIN) cannot leave its policy. It takes the bridge's
+	// netfilter hooks (sysctl net.bridge.bridge-nf-call-iptables = 1, the
+	// kernel's default once br_netfilter is loaded); without them only
+	// Addr is matched, and a warning is logged.
+	HostInterface string
+}
+
+func (s Source) String() string {
+	if s.HostInterface == "" {
+		return s.Addr.String()
+	}
+	return s.Addr.String() + " on " + s.HostInterface
+}
+
+// Apply enforces e for workload id, whose traffic comes from src:
 // its traffic to e's destinations and its DNS servers, and replies on its
 // connections, pass; all else it sends is refused and counted. Its names
 // are resolved first; one that does not resolve allows nothing until it
@@ -191,12 +216,18 @@ func NewPolicies(cfg EgressConfig, log *slog.Logger) (*Policies, error) {
 // the refusal count. An Egress with Any removes the workload's rules.
 // Another workload's policy on the same address is an errdefs.ErrConflict
 // error.
-func (p *Policies) Apply(ctx context.Context, id string, src netip.Addr, e Egress) error {
+func (p *Policies) Apply(ctx context.Context, id string, src Source, e Egress) error {
 	if err := validID(id); err != nil {
 		return err
 	}
-	if !src.Is4() || src.IsUnspecified() || src.IsLoopback() || src.IsMulticast() {
-		return errdefs.Invalid("network: egress of %s: source %s is not a workload's IPv4 address", id, src)
+	if a := src.Addr; !a.Is4() || a.IsUnspecified() || a.IsLoopback() || a.IsMulticast() {
+		return errdefs.Invalid("network: egress of %s: source %s is not a workload's IPv4 address", id, a)
+	}
+	if src.HostInterface != "" {
+		if len(src.HostInterface) > 15 || !bridgePattern.MatchString(src.HostInterface) {
+			return errdefs.Invalid("network: egress of %s: host interface %q: want 1 to 15 letters, digits, '_', '.' or '-'", id, src.HostInterface)
+		}
+		p.checkBridgeHooks()
 	}
 	if err := e.Validate(); err != nil {
 		return err
@@ -230,7 +261,7 @@ func (p *Policies) Apply(ctx context.Context, id string, src netip.Addr, e Egres
 	}
 	pol.allowed = allowed
 	p.policies[id] = pol
-	p.log.Info("egress policy applied", "workload", id, "src", src, "egress", e, "allowed", len(allowed))
+	p.log.Info("egress policy applied", "workload", id, "source", src, "egress", e, "allowed", len(allowed))
 	return nil
 }
 
@@ -503,7 +534,7 @@ func (p *Policies) isOwnChain(chain string) bool {
 
 // write installs or replaces workload id's rules in one transaction. The
 // caller holds mu.
-func (p *Policies) write(ctx context.Context, id string, src netip.Addr, dns []netip.Addr, allowed []netip.Prefix) error {
+func (p *Policies) write(ctx context.Context, id string, src Source, dns []netip.Addr, allowed []netip.Prefix) error {
 	t, err := readFilter(ctx)
 	if err != nil {
 		return err
@@ -518,8 +549,10 @@ func (p *Policies) write(ctx context.Context, id string, src netip.Addr, dns []n
 		switch {
 		case other == id:
 			fmt.Fprintf(&body, "-D %s\n", r.spec) // replaced below
-		case other != "" && r.source() == src:
-			return errdefs.Conflict("address %s is under the egress policy of workload %s; remove that first", src, other)
+		case other != "" && r.source() == src.Addr:
+			return errdefs.Conflict("address %s is under the egress policy of workload %s; remove that first", src.Addr, other)
+		case other != "" && src.HostInterface != "" && r.field("--physdev-in") == src.HostInterface:
+			return errdefs.Conflict("interface %s is under the egress policy of workload %s; remove that first", src.HostInterface, other)
 		case other != "" && r.target() == chain:
 			return errdefs.Conflict("workload %s's egress chain %s is also workload %s's", id, chain, other)
 		}
@@ -547,8 +580,30 @@ func (p *Policies) write(ctx context.Context, id string, src netip.Addr, dns []n
 		fmt.Fprintf(&body, "-A %s -d %s -j RETURN\n", chain, a)
 	}
 	fmt.Fprintf(&body, "-A %s -j %s\n", chain, refuse)
-	fmt.Fprintf(&body, "-A %s -s %s/32%s -m comment --comment %s%s -j %s\n", p.cfg.Chain, src, p.inBridge(), egressIDComment, id, chain)
+	fmt.Fprintf(&body, "-A %s -s %s/32%s -m comment --comment %s%s -j %s\n", p.cfg.Chain, src.Addr, p.inBridge(), egressIDComment, id, chain)
+	if src.HostInterface != "" {
+		// What the workload sends from another address; from its own, the
+		// rule above has been through the chain already.
+		fmt.Fprintf(&body, "-A %s -m physdev --physdev-in %s ! -s %s/32 -m comment --comment %s%s -j %s\n",
+			p.cfg.Chain, src.HostInterface, src.Addr, egressIDComment, id, chain)
+	}
 	return restoreFilter(ctx, decl.String()+body.String())
+}
+
+// bridgeHooks is where the kernel says whether bridged traffic passes
+// iptables.
+const bridgeHooks = "/proc/sys/net/bridge/bridge-nf-call-iptables"
+
+// checkBridgeHooks warns, once, when a host interface cannot be matched.
+func (p *Policies) checkBridgeHooks() {
+	b, err := os.ReadFile(bridgeHooks)
+	if err == nil && strings.TrimSpace(string(b)) == "1" {
+		return
+	}
+	p.warnHooks.Do(func() {
+		p.log.Warn("bridged traffic does not pass iptables; a workload that changes its address leaves its egress policy",
+			"sysctl", "net.bridge.bridge-nf-call-iptables", "want", 1, "err", err)
+	})
 }
 
 func (p *Policies) inBridge() string {

@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
+	"os"
 	"os/exec"
 	"reflect"
 	"regexp"
@@ -344,14 +345,14 @@ func TestEgressPolicy(t *testing.T) {
 	free := "free-" + n.cfg.Bridge
 	freeNs, _ := n.attach(t, free, nil)
 	dns := []netip.Addr{in.dnsA}
-	if err := p.Apply(ctx, robot, robotRes.IP, Egress{Names: []string{"bank.test"}, DNS: dns}); err != nil {
+	if err := p.Apply(ctx, robot, Source{robotRes.IP, robotRes.HostInterface}, Egress{Names: []string{"bank.test"}, DNS: dns}); err != nil {
 		t.Fatalf("Apply: %v", err)
 	}
 	// A workload attached after the policy: the CNI firewall plugin runs
 	// again and must not put its accepting rules ahead of the policy.
 	other := "other-" + n.cfg.Bridge
 	otherNs, otherRes := n.attach(t, other, nil)
-	if err := p.Apply(ctx, other, otherRes.IP, Egress{Prefixes: []netip.Prefix{netip.PrefixFrom(in.other, 32)}, DNS: dns}); err != nil {
+	if err := p.Apply(ctx, other, Source{otherRes.IP, otherRes.HostInterface}, Egress{Prefixes: []netip.Prefix{netip.PrefixFrom(in.other, 32)}, DNS: dns}); err != nil {
 		t.Fatalf("Apply: %v", err)
 	}
 
@@ -427,6 +428,33 @@ func TestEgressPolicy(t *testing.T) {
 	if got, err := get(inBox(t), netip.AddrPortFrom(robotRes.IP, 8080).String()); err != nil || got != "robot saw "+robotRes.Gateway.String() {
 		t.Fatalf("the box fetching from the robot = %q, %v; want the robot's answer", got, err)
 	}
+
+	// The robot takes another address on the bridge's network, as a VM's
+	// guest can: what it sends from it is still under its policy.
+	if b, err := os.ReadFile(bridgeHooks); err != nil || strings.TrimSpace(string(b)) != "1" {
+		t.Logf("%s is %q (%v): setting it to 1, as the box needs", bridgeHooks, b, err)
+		if err := os.WriteFile(bridgeHooks, []byte("1\n"), 0o644); err != nil {
+			t.Fatalf("the bridge's netfilter hooks: %v", err)
+		}
+	}
+	spoof := n.subnet.Addr().As4()
+	spoof[3] = 200
+	spoofed := netip.AddrFrom4(spoof)
+	run(t, robotNs, "ip", "addr", "add", netip.PrefixFrom(spoofed, n.subnet.Bits()).String(), "dev", "eth0")
+	var conn net.Conn
+	err = InNetns(robotNs, func() (err error) {
+		d := net.Dialer{Timeout: 20 * time.Second, LocalAddr: &net.TCPAddr{IP: spoofed.AsSlice()}}
+		conn, err = d.Dial("tcp", netip.AddrPortFrom(in.other, 80).String())
+		return err
+	})
+	if err == nil {
+		conn.Close()
+	}
+	if !errors.Is(err, syscall.ECONNREFUSED) {
+		t.Fatalf("the robot connecting to other from %s = %v, want the connection refused", spoofed, err)
+	}
+	// The bridge plugin detaches every address it finds on eth0.
+	run(t, robotNs, "ip", "addr", "del", netip.PrefixFrom(spoofed, n.subnet.Bits()).String(), "dev", "eth0")
 
 	// Something inserted ahead of the policy that accepts the robot's
 	// traffic is passed again by Run.
@@ -517,8 +545,8 @@ func TestEgressSweep(t *testing.T) {
 	goneNs, goneRes := n.attach(t, gone, nil)
 	for _, w := range []struct {
 		id  string
-		src netip.Addr
-	}{{alive, aliveRes.IP}, {gone, goneRes.IP}} {
+		src Source
+	}{{alive, Source{aliveRes.IP, aliveRes.HostInterface}}, {gone, Source{goneRes.IP, goneRes.HostInterface}}} {
 		if err := p.Apply(ctx, w.id, w.src, bankOnly); err != nil {
 			t.Fatalf("Apply %s: %v", w.id, err)
 		}
@@ -526,7 +554,7 @@ func TestEgressSweep(t *testing.T) {
 	// Another edgebox's chain on the same bridge, with a policy of the
 	// same id.
 	q := newPolicies(t, n, EgressConfig{}, nil)
-	if err := q.Apply(ctx, gone, goneRes.IP, bankOnly); err != nil {
+	if err := q.Apply(ctx, gone, Source{goneRes.IP, goneRes.HostInterface}, bankOnly); err != nil {
 		t.Fatalf("Apply in another chain: %v", err)
 	}
 	mustBeRefused(t, in, "alive", aliveNs, in.other, "other")
@@ -588,7 +616,7 @@ func TestEgressLinger(t *testing.T) {
 	p.now = func() time.Time { return now }
 	id := "linger-" + n.cfg.Bridge
 	src := n.subnet.Addr().Next().Next()
-	if err := p.Apply(ctx, id, src, Egress{Names: []string{"bank.test"}, Prefixes: []netip.Prefix{netip.MustParsePrefix("198.51.100.0/24")}}); err != nil {
+	if err := p.Apply(ctx, id, Source{Addr: src}, Egress{Names: []string{"bank.test"}, Prefixes: []netip.Prefix{netip.MustParsePrefix("198.51.100.0/24")}}); err != nil {
 		t.Fatalf("Apply: %v", err)
 	}
 	steps := []struct {
@@ -660,28 +688,31 @@ func TestEgressApplyRefuses(t *testing.T) {
 	src := n.subnet.Addr().Next().Next()
 	held := "held-" + n.cfg.Bridge
 	good := Egress{Prefixes: []netip.Prefix{netip.MustParsePrefix("192.0.2.0/24")}}
-	if err := p.Apply(ctx, held, src, good); err != nil {
+	if err := p.Apply(ctx, held, Source{src, "vethheld"}, good); err != nil {
 		t.Fatalf("Apply: %v", err)
 	}
 	before := egressRules(t, p.cfg.Chain, "")
 	cases := []struct {
-		name string
-		id   string
-		src  netip.Addr
-		e    Egress
-		kind error
-		want string
+		name   string
+		id     string
+		src    netip.Addr
+		hostIf string
+		e      Egress
+		kind   error
+		want   string
 	}{
-		{"bad id", "../x", src.Next(), good, errdefs.ErrInvalid, "workload id"},
-		{"no source", "w1", netip.Addr{}, good, errdefs.ErrInvalid, "not a workload's IPv4 address"},
-		{"IPv6 source", "w1", netip.MustParseAddr("fd00::2"), good, errdefs.ErrInvalid, "not a workload's IPv4 address"},
-		{"loopback source", "w1", netip.MustParseAddr("127.0.0.2"), good, errdefs.ErrInvalid, "not a workload's IPv4 address"},
-		{"bad name", "w1", src.Next(), Egress{Names: []string{"Bank.test"}}, errdefs.ErrInvalid, "write it as"},
-		{"bad prefix", "w1", src.Next(), Egress{Prefixes: []netip.Prefix{netip.MustParsePrefix("192.0.2.1/24")}}, errdefs.ErrInvalid, "host bits"},
-		{"address under another policy", "w1", src, good, errdefs.ErrConflict, "under the egress policy of workload " + held},
+		{"bad id", "../x", src.Next(), "", good, errdefs.ErrInvalid, "workload id"},
+		{"no source", "w1", netip.Addr{}, "", good, errdefs.ErrInvalid, "not a workload's IPv4 address"},
+		{"IPv6 source", "w1", netip.MustParseAddr("fd00::2"), "", good, errdefs.ErrInvalid, "not a workload's IPv4 address"},
+		{"loopback source", "w1", netip.MustParseAddr("127.0.0.2"), "", good, errdefs.ErrInvalid, "not a workload's IPv4 address"},
+		{"bad name", "w1", src.Next(), "", Egress{Names: []string{"Bank.test"}}, errdefs.ErrInvalid, "write it as"},
+		{"bad prefix", "w1", src.Next(), "", Egress{Prefixes: []netip.Prefix{netip.MustParsePrefix("192.0.2.1/24")}}, errdefs.ErrInvalid, "host bits"},
+		{"address under another policy", "w1", src, "", good, errdefs.ErrConflict, "under the egress policy of workload " + held},
+		{"bad interface", "w1", src.Next(), "veth 1", good, errdefs.ErrInvalid, "host interface"},
+		{"interface under another policy", "w1", src.Next(), "vethheld", good, errdefs.ErrConflict, "interface vethheld is under the egress policy of workload " + held},
 	}
 	for _, c := range cases {
-		if err := p.Apply(ctx, c.id, c.src, c.e); !errors.Is(err, c.kind) || !strings.Contains(err.Error(), c.want) {
+		if err := p.Apply(ctx, c.id, Source{c.src, c.hostIf}, c.e); !errors.Is(err, c.kind) || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("Apply (%s) = %v, want a %v error mentioning %q", c.name, err, c.kind, c.want)
 		}
 	}
@@ -689,7 +720,7 @@ func TestEgressApplyRefuses(t *testing.T) {
 		t.Fatalf("refused applies changed the rules:\n%s\nwas:\n%s", strings.Join(after, "\n"), strings.Join(before, "\n"))
 	}
 	// Any takes the policy away.
-	if err := p.Apply(ctx, held, src, Egress{Any: true}); err != nil {
+	if err := p.Apply(ctx, held, Source{Addr: src}, Egress{Any: true}); err != nil {
 		t.Fatalf("Apply any: %v", err)
 	}
 	if left := egressRules(t, p.cfg.Chain, ""); len(left) > 0 {
@@ -749,7 +780,7 @@ func TestEgressConcurrent(t *testing.T) {
 		}
 	}
 	each(func(i int) error {
-		return p.Apply(ctx, ids[i], srcs[i], Egress{Names: []string{fmt.Sprintf("bank%d.test", i)}})
+		return p.Apply(ctx, ids[i], Source{Addr: srcs[i]}, Egress{Names: []string{fmt.Sprintf("bank%d.test", i)}})
 	})
 	all, err := p.RefusedAll(ctx)
 	if err != nil || len(all) != count {
