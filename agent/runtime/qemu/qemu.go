@@ -28,7 +28,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
+	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -67,6 +69,12 @@ type Config struct {
 	ExtraArgs []string
 	// Crash is for crash-point tests; production leaves it nil.
 	Crash runtime.CrashHook
+	// Network is edgebox's workload bridge, which VMs on network "" or
+	// "bridge" are attached to (Linux). Nil: they get QEMU's user-mode
+	// network, as on Windows hosts.
+	Network *Network
+	// Log is where the driver logs; nil discards.
+	Log *slog.Logger
 }
 
 // crashPoints are the steps of the driver's operations between which a
@@ -86,6 +94,7 @@ func (d *Driver) at(point string) error { return d.cfg.Crash.At(crashPoints, poi
 // Driver runs workloads as QEMU VMs.
 type Driver struct {
 	cfg Config
+	log *slog.Logger
 	mu  sync.Mutex // one lifecycle change at a time
 }
 
@@ -124,7 +133,11 @@ func New(cfg Config) (*Driver, error) {
 			return nil, err
 		}
 	}
-	return &Driver{cfg: cfg}, nil
+	log := cfg.Log
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	return &Driver{cfg: cfg, log: log.With("component", "qemu")}, nil
 }
 
 func (d *Driver) Runtime() string { return edgeboxv1.RuntimeQEMU }
@@ -141,6 +154,16 @@ type instance struct {
 	Devices  []runtime.Device `json:"devices,omitempty"` // leased USB keys
 	Started  time.Time        `json:"started,omitzero"`
 	Stopped  bool             `json:"stopped,omitempty"` // by the driver, so it exited cleanly
+	Net      *vmNet           `json:"net,omitempty"`     // its network, from its first start
+}
+
+// vmNet is a VM's network: kept from its first start to its removal, so
+// its address does not change when it starts again.
+type vmNet struct {
+	Mode    string `json:"mode"`
+	Addr    string `json:"addr,omitempty"`    // bridge: its address and the subnet's length
+	Gateway string `json:"gateway,omitempty"` // bridge: the bridge's address
+	Ports   []port `json:"ports,omitempty"`
 }
 
 func (d *Driver) vmDir(name string) string   { return filepath.Join(d.cfg.StateDir, "vms", name) }
@@ -326,12 +349,34 @@ func (d *Driver) Start(ctx context.Context, name string) error {
 	if err := d.at("start/overlay"); err != nil {
 		return err
 	}
+	mode, err := netMode(&w, d.haveBridge())
+	if err != nil {
+		return fmt.Errorf("VM %s: %w", name, err)
+	}
+	ps, err := ports(&w)
+	if err != nil {
+		return fmt.Errorf("VM %s: %w", name, err)
+	}
+	var files []*os.File // for QEMU, from fd 3
+	var g guestNet
+	switch mode {
+	case netBridge:
+		tap, gn, err := d.bridgeUp(ctx, &in, ps)
+		if err != nil {
+			return err
+		}
+		defer tap.Close()
+		files, g = append(files, tap), gn
+	default:
+		in.Net = &vmNet{Mode: mode, Ports: ps}
+	}
 	d.rotate(filepath.Join(dir, "serial.log"))
 	for _, s := range []string{"qmp", "vnc", "serial"} {
 		os.Remove(sock(dir, s))
 	}
 	os.Remove(filepath.Join(dir, "qemu.pid"))
 	args := d.args(name, dir, img, overlay, hasDisk, &w, cfg)
+	args = append(args, netArgs(mode, MAC(name), ps, 3, g)...)
 	for _, dev := range in.Devices {
 		// Matched by where it is plugged: QEMU takes the key again when it
 		// re-appears at the same port.
@@ -349,7 +394,7 @@ func (d *Driver) Start(ctx context.Context, name string) error {
 		return err
 	}
 	crashed := false
-	if err := launch(ctx, d.cfg.Binary, args, dir, func() bool { return d.pid(name) != 0 }, func() error {
+	if err := launch(ctx, d.cfg.Binary, args, dir, files, func() bool { return d.pid(name) != 0 }, func() error {
 		err := d.at("start/launching")
 		crashed = err != nil
 		return err
@@ -583,7 +628,37 @@ func (d *Driver) Remove(ctx context.Context, name string) error {
 	if err := d.at("remove/stopped"); err != nil {
 		return err
 	}
+	if err := d.netDown(ctx, name); err != nil {
+		return err
+	}
 	return d.discard(d.vmDir(name))
+}
+
+// netDown detaches a stopped VM from the bridge, if it is attached or
+// might be (an agent killed between attaching it and recording so).
+// Hold d.mu.
+func (d *Driver) netDown(ctx context.Context, name string) error {
+	in, err := d.load(name)
+	if err != nil {
+		return nil // nothing recorded: Sweep finds what is left
+	}
+	if in.Net != nil && in.Net.Mode != netBridge {
+		return nil
+	}
+	var w edgeboxv1.Workload
+	if in.Net == nil && (protojson.Unmarshal(in.Workload, &w) != nil || !d.haveBridge()) {
+		return nil
+	}
+	if in.Net == nil {
+		if mode, err := netMode(&w, true); err != nil || mode != netBridge {
+			return nil
+		}
+	}
+	var ps []port
+	if in.Net != nil {
+		ps = in.Net.Ports
+	}
+	return d.bridgeDown(ctx, name, ps)
 }
 
 // discard ends every QEMU of the VM in dir and deletes the directory,
@@ -616,7 +691,7 @@ var (
 // Sweep kills the QEMUs of VMs that do not exist, and deletes what killed
 // agents left: VM directories without their instance.json and VMs being
 // deleted.
-func (d *Driver) Sweep(context.Context) ([]runtime.Orphan, error) {
+func (d *Driver) Sweep(ctx context.Context) ([]runtime.Orphan, error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	vms := filepath.Join(d.cfg.StateDir, "vms")
@@ -636,6 +711,13 @@ func (d *Driver) Sweep(context.Context) ([]runtime.Orphan, error) {
 		if err := d.discard(dir); err != nil {
 			return out, err
 		}
+		if vm := instanceOf(name); edgeboxv1.ValidObjectName(vm) {
+			if _, err := d.load(vm); err != nil {
+				if err := d.bridgeDown(ctx, vm, nil); err != nil {
+					return out, err
+				}
+			}
+		}
 		out = append(out, runtime.Orphan{Name: instanceOf(name), PIDs: pids, What: fmt.Sprintf("what a killed agent left of a VM (%s)", name)})
 	}
 	for dir := range qemus(vms) {
@@ -648,7 +730,11 @@ func (d *Driver) Sweep(context.Context) ([]runtime.Orphan, error) {
 		}
 		out = append(out, runtime.Orphan{Name: instanceOf(filepath.Base(dir)), PIDs: pids, What: "a QEMU whose VM does not exist"})
 	}
-	return out, nil
+	gone, err := d.sweepNetwork(ctx)
+	for _, name := range gone {
+		out = append(out, runtime.Orphan{Name: name, What: "the bridge attachment of a VM that does not exist"})
+	}
+	return out, err
 }
 
 // instanceOf is the VM a directory under vms/ was made for.
@@ -711,6 +797,14 @@ func (d *Driver) Inspect(_ context.Context, name string) (runtime.Instance, erro
 		return runtime.Instance{}, err
 	}
 	out := runtime.Instance{Name: name, Hash: in.Hash, State: runtime.StateCreated, StartedAt: in.Started}
+	if n := in.Net; n != nil {
+		if p, err := netip.ParsePrefix(n.Addr); err == nil {
+			out.Address = p.Addr().String()
+		}
+		for _, p := range n.Ports {
+			out.Ports = append(out.Ports, p.String())
+		}
+	}
 	switch {
 	case d.pid(name) != 0:
 		out.State = runtime.StateRunning

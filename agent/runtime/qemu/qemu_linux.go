@@ -22,13 +22,14 @@ func defaultAccel() string {
 }
 
 // launch starts QEMU detached from the agent: -daemonize returns once the
-// VM is set up, or with QEMU's complaint. started runs once QEMU's
+// VM is set up, or with QEMU's complaint. QEMU gets files from fd 3 on. started runs once QEMU's
 // process exists; an error from it returns at once, leaving QEMU to come
 // up on its own (crash tests).
-func launch(ctx context.Context, binary string, args []string, _ string, running func() bool, started func() error) error {
+func launch(ctx context.Context, binary string, args []string, _ string, files []*os.File, running func() bool, started func() error) error {
 	var out bytes.Buffer
 	cmd := exec.CommandContext(ctx, binary, append(args, "-daemonize")...)
 	cmd.Stdout, cmd.Stderr = &out, &out
+	cmd.ExtraFiles = files // from fd 3: the tap of a bridged VM
 	if err := cmd.Start(); err != nil {
 		return err
 	}

@@ -21,7 +21,7 @@ func defaultAccel() string { return "whpx:tcg" }
 // Windows) and waits for its pid file; its complaints go to qemu.err.
 // started runs once QEMU's process exists; an error from it returns at
 // once, leaving QEMU to come up on its own (crash tests).
-func launch(ctx context.Context, binary string, args []string, dir string, running func() bool, started func() error) error {
+func launch(ctx context.Context, binary string, args []string, dir string, _ []*os.File, running func() bool, started func() error) error {
 	errPath := filepath.Join(dir, "qemu.err")
 	errFile, err := os.Create(errPath)
 	if err != nil {

@@ -4,6 +4,12 @@
 // (unpacked by scripts/test-deps.sh) and an initramfs of Debian's static
 // busybox whose init says hello with the GREETING it finds in fw_cfg, then
 // idles until the ACPI power button powers it off. Under TCG it is up in a few seconds.
+//
+// With the virtio-net modules unpacked too, a guest with a NIC prints its
+// MAC (MACLine), takes its address from fw_cfg (opt/edgebox/net, a bridged
+// VM) or by DHCP (user mode), prints it (AddrLine), serves HTTP on port 80
+// with the page Page, and fetches the URL in its FETCH variable, printing
+// what it got after FetchedLine.
 package vmtest
 
 import (
@@ -13,6 +19,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/cavaliergopher/cpio"
@@ -27,6 +34,29 @@ const Cmdline = "console=ttyS0 quiet panic=-1"
 
 // Up is what the guest prints once its init runs.
 const Up = "edgebox-guest up"
+
+// What a guest with a NIC prints, each followed by a value and a newline.
+const (
+	MACLine     = "edgebox-guest mac "
+	AddrLine    = "edgebox-guest address "
+	FetchedLine = "edgebox-guest fetched "
+)
+
+// Page is what the guest's web server answers on port 80.
+const Page = "hello from the guest"
+
+// NetModules are the kernel modules of a virtio NIC, in load order.
+var NetModules = []string{"virtio_ring.ko", "virtio.ko", "virtio_pci_legacy_dev.ko", "virtio_pci_modern_dev.ko",
+	"virtio_pci.ko", "failover.ko", "net_failover.ko", "virtio_net.ko"}
+
+// RequireNet is Require for a guest with a network card.
+func RequireNet(t testing.TB) {
+	t.Helper()
+	Require(t)
+	for _, m := range NetModules {
+		require.File(t, filepath.Join(kernelDir(), m), "the kernel's virtio-net modules; scripts/test-deps.sh unpacks them")
+	}
+}
 
 func kernelDir() string {
 	if d := os.Getenv("EDGEBOX_TEST_KERNEL_DIR"); d != "" {
@@ -48,7 +78,17 @@ func Require(t testing.TB) {
 	require.File(t, "/bin/busybox", "Debian's busybox-static")
 }
 
-const initScript = `#!/bin/busybox sh
+// dhcpScript is udhcpc's: it sets the address and route it got.
+const dhcpScript = `#!/bin/busybox sh
+case "$1" in
+bound|renew)
+	ifconfig "$interface" "$ip" netmask "$subnet" up
+	for r in $router; do route add default gw "$r" dev "$interface"; break; done
+	;;
+esac
+`
+
+var initScript = `#!/bin/busybox sh
 /bin/busybox --install -s /bin
 export PATH=/bin
 mount -t devtmpfs none /dev
@@ -68,6 +108,32 @@ done
 env=/sys/firmware/qemu_fw_cfg/by_name/opt/edgebox/env/raw
 if [ -f $env ]; then
 	while IFS= read -r line || [ -n "$line" ]; do export "$line"; done < $env
+fi
+for m in ` + strings.Join(NetModules, " ") + `; do
+	[ -f /$m ] && insmod /$m
+done
+ip link set lo up
+if [ -e /sys/class/net/eth0 ]; then
+	echo "` + MACLine + `$(cat /sys/class/net/eth0/address)"
+	ip link set eth0 up
+	net=/sys/firmware/qemu_fw_cfg/by_name/opt/edgebox/net/raw
+	if [ -f $net ]; then
+		addr=$(sed -n 's/^ip=//p' $net)
+		gw=$(sed -n 's/^gateway=//p' $net)
+		ip addr add $addr dev eth0
+		ip route add default via $gw
+	else
+		udhcpc -i eth0 -q -n -t 20 -T 1 -s /dhcp.sh >/dev/null 2>&1
+	fi
+	echo "` + AddrLine + `$(ip -4 -o addr show dev eth0 | awk '{print $4}')"
+	mkdir -p /www
+	echo "` + Page + `" >/www/index.html
+	httpd -p 80 -h /www
+	if [ -n "$FETCH" ]; then
+		i=0
+		until got=$(timeout 20 wget -q -O - "$FETCH") || [ $i -ge 10 ]; do sleep 1; i=$((i+1)); done
+		echo "` + FetchedLine + `$got"
+	fi
 fi
 echo "` + Up + `"
 echo "hello $GREETING"
@@ -89,6 +155,12 @@ func Files(t testing.TB, dir string, diskMB int) vm.Files {
 			t.Fatal(err)
 		}
 	}
+	for _, m := range NetModules {
+		// Optional: only guests with a NIC need them (RequireNet).
+		if b, err := os.ReadFile(filepath.Join(kernelDir(), m)); err == nil {
+			mods[m] = b
+		}
+	}
 	var buf bytes.Buffer
 	w := cpio.NewWriter(&buf)
 	for _, d := range []string{"bin", "dev", "proc", "sys", "tmp"} {
@@ -98,12 +170,20 @@ func Files(t testing.TB, dir string, diskMB int) vm.Files {
 		name string
 		mode cpio.FileMode
 		body []byte
-	}{{"init", 0o755, []byte(initScript)}, {"bin/busybox", 0o755, bb}, {"qemu_fw_cfg.ko", 0o644, mods["qemu_fw_cfg.ko"]},
-		{"button.ko", 0o644, mods["button.ko"]}, {"evdev.ko", 0o644, mods["evdev.ko"]}} {
+	}{{"init", 0o755, []byte(initScript)}, {"dhcp.sh", 0o755, []byte(dhcpScript)}, {"bin/busybox", 0o755, bb},
+		{"qemu_fw_cfg.ko", 0o644, mods["qemu_fw_cfg.ko"]}, {"button.ko", 0o644, mods["button.ko"]}, {"evdev.ko", 0o644, mods["evdev.ko"]}} {
 		if err := w.WriteHeader(&cpio.Header{Name: f.name, Mode: cpio.TypeReg | f.mode, Size: int64(len(f.body))}); err != nil {
 			t.Fatal(err)
 		}
 		w.Write(f.body)
+	}
+	for _, m := range NetModules {
+		if b, ok := mods[m]; ok {
+			if err := w.WriteHeader(&cpio.Header{Name: m, Mode: cpio.TypeReg | 0o644, Size: int64(len(b))}); err != nil {
+				t.Fatal(err)
+			}
+			w.Write(b)
+		}
 	}
 	if err := w.Close(); err != nil {
 		t.Fatal(err)
@@ -126,13 +206,17 @@ func Files(t testing.TB, dir string, diskMB int) vm.Files {
 // test its VMs are removed. Its VMs run under TCG, as TESTING.md says the
 // tests do: a host may offer a /dev/kvm (nested virtualisation) under
 // which a guest never prints a line, and a test must not depend on that.
-func Driver(t testing.TB) *qemu.Driver {
+func Driver(t testing.TB) *qemu.Driver { return DriverWith(t, qemu.Config{}) }
+
+// DriverWith is Driver with cfg's network, log and extra arguments.
+func DriverWith(t testing.TB, cfg qemu.Config) *qemu.Driver {
 	t.Helper()
 	dir, err := os.MkdirTemp("", "q")
 	if err != nil {
 		t.Fatal(err)
 	}
-	d, err := qemu.New(qemu.Config{StateDir: dir, Accel: "tcg"})
+	cfg.StateDir, cfg.Accel = dir, "tcg"
+	d, err := qemu.New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,0 +1,412 @@
+package qemu_test
+
+import (
+	"bufio"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/edgebox/edgebox/agent/network"
+	"github.com/edgebox/edgebox/agent/runtime"
+	"github.com/edgebox/edgebox/agent/runtime/qemu"
+	"github.com/edgebox/edgebox/internal/test/require"
+	"github.com/edgebox/edgebox/internal/test/vmtest"
+	edgeboxv1 "github.com/edgebox/edgebox/proto/edgebox/v1"
+)
+
+// bootWait is how long a guest under TCG may take to boot, bring its NIC
+// up and fetch a page, on a loaded two-core machine.
+const bootWait = 3 * time.Minute
+
+// logs is VM name's serial console so far.
+func logs(t *testing.T, d *qemu.Driver, name string) string {
+	t.Helper()
+	var b strings.Builder
+	if err := d.Logs(context.Background(), name, 0, &b); err != nil {
+		t.Fatal(err)
+	}
+	return b.String()
+}
+
+// values are what follows each line starting with prefix in out, in order.
+func values(out, prefix string) []string {
+	var vs []string
+	for _, line := range strings.Split(out, "\n") {
+		if _, v, ok := strings.Cut(line, prefix); ok {
+			vs = append(vs, strings.TrimSpace(v))
+		}
+	}
+	return vs
+}
+
+// waitLines waits until VM name has printed n lines starting with
+// prefix, and returns their values.
+func waitLines(t *testing.T, d *qemu.Driver, name, prefix string, n int) []string {
+	t.Helper()
+	deadline := time.Now().Add(bootWait)
+	for {
+		out := logs(t, d, name)
+		if vs := values(out, prefix); len(vs) >= n {
+			return vs
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("VM %s printed no %q (%d wanted) in %s:\n%s", name, prefix, n, bootWait, out)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+// fetch gets http://addr/ from the namespace at ns ("" for the box's),
+// trying until the deadline: a guest's web server starts a little after
+// it says so.
+func fetch(t *testing.T, ns, addr string) string {
+	t.Helper()
+	deadline := time.Now().Add(bootWait)
+	for {
+		got, err := get(ns, addr)
+		if err == nil {
+			return got
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("GET http://%s/ from %q: %v", addr, ns, err)
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+}
+
+func get(ns, addr string) (string, error) {
+	var conn net.Conn
+	dial := func() (err error) {
+		conn, err = (&net.Dialer{Timeout: 10 * time.Second}).Dial("tcp", addr)
+		return err
+	}
+	var err error
+	if ns == "" {
+		err = dial()
+	} else {
+		err = network.InNetns(ns, dial)
+	}
+	if err != nil {
+		return "", err
+	}
+	defer conn.Close()
+	conn.SetDeadline(time.Now().Add(30 * time.Second))
+	req, _ := http.NewRequest("GET", "http://"+addr+"/", nil)
+	req.Close = true
+	if err := req.Write(conn); err != nil {
+		return "", err
+	}
+	resp, err := http.ReadResponse(bufio.NewReader(conn), req)
+	if err != nil {
+		return "", err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(io.LimitReader(resp.Body, 1<<16))
+	return strings.TrimSpace(string(b)), err
+}
+
+// freePort is a TCP port nothing listens on just now.
+func freePort(t *testing.T) int {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+// TestUserNetwork: a VM on QEMU's user-mode network gets its address by
+// DHCP from QEMU, reaches a web server on the box's loopback as 10.0.2.2,
+// answers on its published port (hostfwd) from the box, and has the same
+// MAC after a restart.
+func TestUserNetwork(t *testing.T) {
+	vmtest.RequireNet(t)
+	d, ref := guest(t)
+	host := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprint(w, "the box's page")
+	}))
+	t.Cleanup(host.Close)
+	_, hostSrvPort, _ := net.SplitHostPort(host.Listener.Addr().String())
+	hostPort := freePort(t)
+	const name = "userland"
+	w := &edgeboxv1.Workload{Runtime: "qemu", Image: ref, Network: "user",
+		Env:   []string{"FETCH=http://10.0.2.2:" + hostSrvPort + "/"},
+		Ports: []*edgeboxv1.PortMapping{{HostPort: uint32(hostPort), Port: 80}}}
+	boot(t, d, runtime.NewSpec(name, w))
+
+	if got := waitLines(t, d, name, vmtest.FetchedLine, 1)[0]; got != "the box's page" {
+		t.Fatalf("the guest fetched %q from the box, want %q:\n%s", got, "the box's page", logs(t, d, name))
+	}
+	if got := values(logs(t, d, name), vmtest.AddrLine); len(got) != 1 || got[0] != "10.0.2.15/24" {
+		t.Errorf("the guest's address is %q, want QEMU's DHCP lease 10.0.2.15/24", got)
+	}
+	if got := fetch(t, "", "127.0.0.1:"+strconv.Itoa(hostPort)); got != vmtest.Page {
+		t.Errorf("the published port answered %q, want %q", got, vmtest.Page)
+	}
+	in, err := d.Inspect(context.Background(), name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := []string{strconv.Itoa(hostPort) + ":80/tcp"}; in.Address != "" || !slices.Equal(in.Ports, want) {
+		t.Errorf("Inspect: address %q ports %q, want no address on the bridge and %q", in.Address, in.Ports, want)
+	}
+
+	macs := waitLines(t, d, name, vmtest.MACLine, 1)
+	if want := qemu.MAC(name).String(); macs[0] != want {
+		t.Fatalf("the guest's MAC is %s, want %s", macs[0], want)
+	}
+	if err := d.Stop(context.Background(), name, 30*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Start(context.Background(), name); err != nil {
+		t.Fatal(err)
+	}
+	macs = waitLines(t, d, name, vmtest.MACLine, 2)
+	if macs[1] != macs[0] {
+		t.Fatalf("the MAC changed across a restart: %s, then %s", macs[0], macs[1])
+	}
+}
+
+// TestNoNetwork: network none gives the guest no NIC.
+func TestNoNetwork(t *testing.T) {
+	vmtest.RequireNet(t)
+	d, ref := guest(t)
+	boot(t, d, runtime.NewSpec("island", &edgeboxv1.Workload{Runtime: "qemu", Image: ref, Network: "none"}))
+	waitLines(t, d, "island", vmtest.Up, 1)
+	if out := logs(t, d, "island"); strings.Contains(out, vmtest.MACLine) {
+		t.Fatalf("a VM on network none has a NIC:\n%s", out)
+	}
+	bad := &edgeboxv1.Workload{Runtime: "qemu", Image: ref, Network: "host"}
+	if err := d.Create(context.Background(), runtime.NewSpec("hosted", bad)); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Start(context.Background(), "hosted"); err == nil || !strings.Contains(err.Error(), "for containers") {
+		t.Fatalf("starting a VM on network host: %v, want a refusal", err)
+	}
+}
+
+// bridgeNet is a test's workload network: a bridge, subnet and state of
+// its own, and an "internet" and a "LAN" namespace linked to the box.
+type bridgeNet struct {
+	*network.Network
+	inet, lan           string // namespaces
+	inetBox, inetServer string // addresses on the internet link
+	lanBox, lanClient   string
+}
+
+func newBridgeNet(t *testing.T) *bridgeNet {
+	t.Helper()
+	require.Root(t, "bridged VMs")
+	require.File(t, "/usr/lib/cni/bridge", "Debian's containernetworking-plugins")
+	require.Tools(t, "iproute2", "ip")
+	var r [3]byte
+	rand.Read(r[:])
+	third := int(r[0]) % 120
+	cfg := network.DefaultConfig()
+	cfg.Name = "ebvm-" + hex.EncodeToString(r[:])
+	cfg.Bridge = "ebv" + hex.EncodeToString(r[:])
+	cfg.Subnet = fmt.Sprintf("10.237.%d.0/24", r[1])
+	cfg.StateDir = t.TempDir()
+	cfg.NetnsDir = t.TempDir()
+	n, err := network.New(cfg, slog.New(slog.NewTextHandler(t.Output(), nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		n.Sweep(context.Background(), func(string) bool { return false })
+		exec.Command("ip", "link", "del", cfg.Bridge).Run()
+	})
+	b := &bridgeNet{Network: n}
+	b.inet, b.inetBox, b.inetServer = peer(t, "evi"+hex.EncodeToString(r[:2]), 120+third)
+	b.lan, b.lanBox, b.lanClient = peer(t, "evl"+hex.EncodeToString(r[:2]), third)
+	return b
+}
+
+// run runs a command, inside the namespace at ns unless ns is "".
+func run(t testing.TB, ns string, args ...string) string {
+	t.Helper()
+	var out []byte
+	do := func() (err error) {
+		out, err = exec.Command(args[0], args[1:]...).CombinedOutput()
+		return err
+	}
+	var err error
+	if ns == "" {
+		err = do()
+	} else {
+		err = network.InNetns(ns, do)
+	}
+	if err != nil {
+		t.Fatalf("%s: %v: %s", strings.Join(args, " "), err, out)
+	}
+	return string(out)
+}
+
+// peer makes a namespace linked to the box by a veth pair on the /30
+// 100.100.<third>.0: the box is .1, the namespace .2.
+func peer(t testing.TB, name string, third int) (ns, boxAddr, peerAddr string) {
+	t.Helper()
+	ns, err := network.CreateNetns(t.TempDir(), name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { network.RemoveNetns(ns) })
+	boxEnd, nsEnd := name+"a", name+"b"
+	boxAddr, peerAddr = fmt.Sprintf("100.100.%d.1", third), fmt.Sprintf("100.100.%d.2", third)
+	run(t, "", "ip", "link", "add", boxEnd, "type", "veth", "peer", "name", nsEnd)
+	t.Cleanup(func() { exec.Command("ip", "link", "del", boxEnd).Run() })
+	run(t, "", "ip", "link", "set", nsEnd, "netns", ns)
+	run(t, "", "ip", "addr", "add", boxAddr+"/30", "dev", boxEnd)
+	run(t, "", "ip", "link", "set", boxEnd, "up")
+	run(t, ns, "ip", "link", "set", "lo", "up")
+	run(t, ns, "ip", "addr", "add", peerAddr+"/30", "dev", nsEnd)
+	run(t, ns, "ip", "link", "set", nsEnd, "up")
+	return ns, boxAddr, peerAddr
+}
+
+// serve answers HTTP on addr inside the namespace at ns with "<name> saw
+// <client address>" until the test ends.
+func serve(t *testing.T, ns, addr, name string) {
+	t.Helper()
+	var l net.Listener
+	if err := network.InNetns(ns, func() (err error) { l, err = net.Listen("tcp", addr); return err }); err != nil {
+		t.Fatal(err)
+	}
+	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		host, _, _ := net.SplitHostPort(r.RemoteAddr)
+		fmt.Fprintf(w, "%s saw %s", name, host)
+	}), ReadHeaderTimeout: 10 * time.Second}
+	done := make(chan struct{})
+	go func() { defer close(done); srv.Serve(l) }()
+	t.Cleanup(func() { srv.Close(); <-done })
+}
+
+// traces are what is on the box of VM name's attachment at ip: its
+// namespace, address lease, iptables rules and devices.
+func (b *bridgeNet) traces(t *testing.T, name, ip string) []string {
+	t.Helper()
+	var found []string
+	cfg := b.Config()
+	id := "VM-" + name
+	if _, err := os.Stat(filepath.Join(cfg.NetnsDir, id)); err == nil {
+		found = append(found, "namespace "+id)
+	}
+	if ip != "" {
+		if _, err := os.Stat(filepath.Join(cfg.StateDir, "ipam", cfg.Name, ip)); err == nil {
+			found = append(found, "lease of "+ip)
+		}
+	}
+	for _, table := range []string{"nat", "filter"} {
+		out := run(t, "", "iptables-save", "-t", table)
+		for _, line := range strings.Split(out, "\n") {
+			if strings.Contains(line, `id: \"`+id+`\"`) || (ip != "" && strings.Contains(line, ip+"/32")) {
+				found = append(found, table+" rule "+line)
+			}
+		}
+	}
+	for _, dev := range []string{network.TapName, "br0"} {
+		if _, err := net.InterfaceByName(dev); err == nil {
+			found = append(found, "device "+dev+" on the box")
+		}
+	}
+	return found
+}
+
+// left waits for the kernel to drop what went with a namespace.
+func (b *bridgeNet) left(t *testing.T, name, ip string) []string {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		found := b.traces(t, name, ip)
+		if len(found) == 0 || time.Now().After(deadline) {
+			return found
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// TestBridgeNetwork is a robot VM on the box's bridge: it has its address
+// from the workload network, fetches a page from the "internet"
+// namespace through NAT, answers on its published port from the "LAN",
+// keeps its MAC and address across a restart, and leaves nothing behind
+// when removed.
+func TestBridgeNetwork(t *testing.T) {
+	vmtest.RequireNet(t)
+	b := newBridgeNet(t)
+	ref, pull := guestRegistry(t)
+	d := vmtest.DriverWith(t, qemu.Config{Network: b.Network, Log: slog.New(slog.NewTextHandler(t.Output(), nil))})
+	pull(d)
+	serve(t, b.inet, b.inetServer+":80", "internet")
+	hostPort := 20000 + freePort(t)%20000
+	const name = "banker"
+	w := &edgeboxv1.Workload{Runtime: "qemu", Image: ref,
+		Env:   []string{"FETCH=http://" + b.inetServer + "/"},
+		Ports: []*edgeboxv1.PortMapping{{HostPort: uint32(hostPort), Port: 80}}}
+	boot(t, d, runtime.NewSpec(name, w))
+
+	in, err := d.Inspect(context.Background(), name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := []string{strconv.Itoa(hostPort) + ":80/tcp"}; !strings.HasPrefix(in.Address, "10.237.") || !slices.Equal(in.Ports, want) {
+		t.Fatalf("Inspect: address %q ports %q, want one on %s and %q", in.Address, in.Ports, b.Config().Subnet, want)
+	}
+	if got, want := waitLines(t, d, name, vmtest.FetchedLine, 1)[0], "internet saw "+b.inetBox; got != want {
+		t.Fatalf("the guest fetched %q, want %q (its traffic masqueraded as the box):\n%s", got, want, logs(t, d, name))
+	}
+	if got := values(logs(t, d, name), vmtest.AddrLine); len(got) != 1 || !strings.HasPrefix(got[0], in.Address+"/") {
+		t.Errorf("the guest's address is %q, want %s", got, in.Address)
+	}
+	if got := fetch(t, b.lan, b.lanBox+":"+strconv.Itoa(hostPort)); got != vmtest.Page {
+		t.Errorf("the published port answered the LAN %q, want %q", got, vmtest.Page)
+	}
+	if len(b.traces(t, name, in.Address)) == 0 {
+		t.Fatal("a bridged VM has no namespace, lease or rule")
+	}
+
+	macs := waitLines(t, d, name, vmtest.MACLine, 1)
+	if want := qemu.MAC(name).String(); macs[0] != want {
+		t.Fatalf("the guest's MAC is %s, want %s", macs[0], want)
+	}
+	if err := d.Stop(context.Background(), name, 30*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Start(context.Background(), name); err != nil {
+		t.Fatal(err)
+	}
+	macs = waitLines(t, d, name, vmtest.MACLine, 2)
+	if macs[1] != macs[0] {
+		t.Fatalf("the MAC changed across a restart: %s, then %s", macs[0], macs[1])
+	}
+	if again, _ := d.Inspect(context.Background(), name); again.Address != in.Address {
+		t.Errorf("the address changed across a restart: %s, then %s", in.Address, again.Address)
+	}
+	if got := waitLines(t, d, name, vmtest.FetchedLine, 2)[1]; !strings.HasPrefix(got, "internet saw") {
+		t.Errorf("after the restart the guest fetched %q", got)
+	}
+
+	if err := d.Remove(context.Background(), name); err != nil {
+		t.Fatal(err)
+	}
+	if left := b.left(t, name, in.Address); len(left) > 0 {
+		t.Fatalf("after Remove these are left:\n%s", strings.Join(left, "\n"))
+	}
+	if _, err := get(b.lan, b.lanBox+":"+strconv.Itoa(hostPort)); err == nil {
+		t.Error("the published port still answers after Remove")
+	}
+}
