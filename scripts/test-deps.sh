@@ -25,21 +25,25 @@ if [ -n "$missing" ]; then
 fi
 
 # A Debian kernel for the VM boot tests: only its vmlinuz and the modules
-# for fw_cfg and the ACPI power button, unpacked from the package (never installed: that would build an
+# for fw_cfg, the ACPI power button and a virtio NIC, unpacked from the package (never installed: that would build an
 # initramfs for this machine).
 KERNEL_DIR=${EDGEBOX_TEST_KERNEL_DIR:-/var/cache/edgebox-test/kernel}
-if [ ! -f "$KERNEL_DIR/vmlinuz" ] || [ ! -f "$KERNEL_DIR/qemu_fw_cfg.ko" ] || [ ! -f "$KERNEL_DIR/button.ko" ]; then
+if [ ! -f "$KERNEL_DIR/vmlinuz" ] || [ ! -f "$KERNEL_DIR/qemu_fw_cfg.ko" ] || [ ! -f "$KERNEL_DIR/button.ko" ] || [ ! -f "$KERNEL_DIR/virtio_net.ko" ]; then
 	pkg=$(apt-cache depends linux-image-cloud-amd64 | awk '/Depends: linux-image-/{print $2; exit}')
 	echo "test-deps: unpacking $pkg into $KERNEL_DIR"
 	tmp=$(mktemp -d)
 	chmod 1777 "$tmp" # apt downloads as _apt
 	(cd "$tmp" && apt-get download -q "$pkg" >/dev/null && dpkg-deb --fsys-tarfile ./*.deb | tar -x --wildcards './boot/vmlinuz-*' \
 		'./lib/modules/*/kernel/drivers/firmware/qemu_fw_cfg.ko' './lib/modules/*/kernel/drivers/acpi/button.ko' \
-		'./lib/modules/*/kernel/drivers/input/evdev.ko')
+		'./lib/modules/*/kernel/drivers/input/evdev.ko' './lib/modules/*/kernel/drivers/virtio/virtio*.ko' \
+		'./lib/modules/*/kernel/net/core/failover.ko' './lib/modules/*/kernel/drivers/net/net_failover.ko' \
+		'./lib/modules/*/kernel/drivers/net/virtio_net.ko')
 	mkdir -p "$KERNEL_DIR"
 	cp "$tmp"/boot/vmlinuz-* "$KERNEL_DIR/vmlinuz"
 	cp "$tmp"/lib/modules/*/kernel/drivers/firmware/qemu_fw_cfg.ko "$tmp"/lib/modules/*/kernel/drivers/acpi/button.ko \
-		"$tmp"/lib/modules/*/kernel/drivers/input/evdev.ko "$KERNEL_DIR/"
+		"$tmp"/lib/modules/*/kernel/drivers/input/evdev.ko "$tmp"/lib/modules/*/kernel/drivers/virtio/virtio*.ko \
+		"$tmp"/lib/modules/*/kernel/net/core/failover.ko "$tmp"/lib/modules/*/kernel/drivers/net/net_failover.ko \
+		"$tmp"/lib/modules/*/kernel/drivers/net/virtio_net.ko "$KERNEL_DIR/"
 	rm -rf "$tmp"
 fi
 
