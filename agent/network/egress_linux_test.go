@@ -863,3 +863,50 @@ COMMIT
 		}
 	}
 }
+
+// TestEgressFreshBox applies the first policy on a box whose filter table
+// does not exist yet (a namespace of its own), and removes it: the table
+// is made, and nothing of the chain is left.
+func TestEgressFreshBox(t *testing.T) {
+	t.Parallel()
+	needPlugins(t)
+	ctx := context.Background()
+	box := newNetns(t, t.TempDir(), "fresh")
+	save := func() string {
+		return run(t, box, "iptables-save", "-t", "filter")
+	}
+	if out := save(); strings.Contains(out, "-A ") {
+		t.Fatalf("a fresh namespace has rules:\n%s", out)
+	}
+	p, err := NewPolicies(EgressConfig{Chain: "EDGEBOX-EGRESS", Bridge: "edgebox0", Period: time.Hour, ResolveTimeout: time.Second},
+		slog.New(slog.NewTextHandler(t.Output(), nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	src := Source{netip.MustParseAddr("10.234.0.2"), "veth1234"}
+	// InNetns runs on one thread, and the iptables programs start from it.
+	if err := InNetns(box, func() error {
+		return p.Apply(ctx, "robot", src, Egress{Prefixes: []netip.Prefix{netip.MustParsePrefix("192.0.2.0/24")}})
+	}); err != nil {
+		t.Fatalf("Apply: %v", err)
+	}
+	out := save()
+	for _, want := range []string{
+		"-A FORWARD -m comment --comment edgebox-egress -j EDGEBOX-EGRESS",
+		"-A INPUT -m comment --comment edgebox-egress -j EDGEBOX-EGRESS",
+		"-A EDGEBOX-EGRESS -s 10.234.0.2/32 -i edgebox0 -m comment",
+		"! -s 10.234.0.2/32 -m physdev --physdev-in veth1234",
+		"-d 192.0.2.0/24 -j RETURN",
+		"-p tcp -j REJECT --reject-with tcp-reset",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("the rules lack %q:\n%s", want, out)
+		}
+	}
+	if err := InNetns(box, func() error { return p.Remove(ctx, "robot") }); err != nil {
+		t.Fatalf("Remove: %v", err)
+	}
+	if out := save(); strings.Contains(out, "EDGEBOX") {
+		t.Fatalf("after Remove these are left:\n%s", out)
+	}
+}
