@@ -107,7 +107,10 @@ func BenchmarkEgressThroughput(b *testing.B) {
 	chunk := make([]byte, 1<<20)
 	send := func(b *testing.B) {
 		var c net.Conn
-		if err := InNetns(ns, func() (err error) { c, err = net.DialTimeout("tcp", server.String()+":9000", 10*time.Second); return err }); err != nil {
+		if err := InNetns(ns, func() (err error) {
+			c, err = net.DialTimeout("tcp", server.String()+":9000", 10*time.Second)
+			return err
+		}); err != nil {
 			b.Fatal(err)
 		}
 		defer c.Close()
