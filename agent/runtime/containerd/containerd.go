@@ -73,9 +73,13 @@ type Config struct {
 	RuncRoot string
 	// Network attaches containers to the box's workload network; nil
 	// (a box without the CNI plugins) gives them loopback only. The
-	// driver sweeps it at start (Sweep), so the agent must not use it
-	// for anything but this driver's containers.
+	// driver sweeps it (Sweep): whatever else is attached to it must be
+	// kept by KeepNetwork.
 	Network *network.Network
+	// KeepNetwork says which attachments of Network that are not this
+	// driver's containers Sweep keeps: other drivers' (the qemu driver's
+	// HoldsNetwork). nil keeps none.
+	KeepNetwork func(id string) bool
 	// StateDir holds each container's resolv.conf and hosts file;
 	// required with Network. Empty: containers keep the image's.
 	StateDir string

@@ -403,15 +403,16 @@ func atomicWrite(path string, data []byte) error {
 
 // sweepNetwork removes the network of every container that is gone:
 // attachments, namespaces and files a killed agent left. keep says which
-// containers exist.
+// containers exist; Config.KeepNetwork, which other attachments are held.
 func (d *Driver) sweepNetwork(ctx context.Context, keep map[string]bool) ([]string, error) {
 	if d.cfg.StateDir == "" {
 		return nil, nil
 	}
 	var gone []string
 	seen := map[string]bool{}
+	held := func(id string) bool { return keep[id] || (d.cfg.KeepNetwork != nil && d.cfg.KeepNetwork(id)) }
 	note := func(name string) {
-		if !keep[name] && !seen[name] {
+		if !held(name) && !seen[name] {
 			seen[name] = true
 			gone = append(gone, name)
 		}
@@ -430,7 +431,7 @@ func (d *Driver) sweepNetwork(ctx context.Context, keep map[string]bool) ([]stri
 				note(e.Name())
 			}
 		}
-		if err := n.Sweep(ctx, func(id string) bool { return keep[id] }); err != nil {
+		if err := n.Sweep(ctx, held); err != nil {
 			errs = append(errs, err)
 		}
 	}

@@ -314,7 +314,7 @@ func TestSweepAfterKilledAgent(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer d.Close()
+	t.Cleanup(func() { d.Close() }) // after the cleanups below, which use it
 	ctx := context.Background()
 	if _, err := d.Import(ctx, strings.NewReader(string(image))); err != nil {
 		t.Fatal(err)
@@ -377,12 +377,25 @@ func TestSweepAfterKilledAgent(t *testing.T) {
 	}
 	aliveBefore := traces(t, n, d, "alive", got["alive"].in.Address, got["alive"].veths)
 
+	// A VM attached to the same network, which the qemu driver holds.
+	vmNS, err := network.CreateNetns(netnsDir, "VM-held")
+	if err != nil {
+		t.Fatal(err)
+	}
+	vm, err := n.Attach(ctx, "VM-held", vmNS, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { n.Detach(ctx, "VM-held", vmNS, nil); network.RemoveNetns(vmNS) })
+	vmBefore := traces(t, n, d, "VM-held", vm.IP.String(), []string{vm.HostInterface})
+
 	// The agent starts again.
 	n2, err := network.New(n.Config(), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	d2 := netDriver(t, sock, n2, ctrdState, resolv, nil)
+	d2.cfg.KeepNetwork = func(id string) bool { return id == "VM-held" }
 	orphans, err := d2.Sweep(ctx)
 	if err != nil {
 		t.Fatalf("Sweep: %v", err)
@@ -403,6 +416,9 @@ func TestSweepAfterKilledAgent(t *testing.T) {
 	if s, err := page(port); err != nil || s != "alive-page" {
 		t.Fatalf("after Sweep alive's port answers %q, %v", s, err)
 	}
+	if after := traces(t, n, d2, "VM-held", vm.IP.String(), []string{vm.HostInterface}); !slices.Equal(after, vmBefore) || len(after) < 4 {
+		t.Fatalf("Sweep changed the network of a VM KeepNetwork holds; before:\n%s\nafter:\n%s", strings.Join(vmBefore, "\n"), strings.Join(after, "\n"))
+	}
 	// The names and ports the gone ones held are free again.
 	for i, name := range []string{"new", "half"} {
 		if err := d2.Create(ctx, runtime.NewSpec(name, serving(port+1+i))); err != nil {
@@ -417,7 +433,7 @@ func TestSweepAfterKilledAgent(t *testing.T) {
 
 	// kill -9 of alive's shim: its container dies with it; started
 	// again, it has its namespace, address and port.
-	shim := shimPID(t, "alive")
+	shim := shimPID(t, sock, "alive")
 	if err := syscall.Kill(shim, syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
@@ -434,8 +450,8 @@ func TestSweepAfterKilledAgent(t *testing.T) {
 	eventually(t, "alive's port to answer again", func() bool { s, _ := page(port); return s == "alive-page" })
 }
 
-// shimPID finds the containerd shim of container id.
-func shimPID(t *testing.T, id string) int {
+// shimPID finds the shim of container id of the containerd at sock.
+func shimPID(t *testing.T, sock, id string) int {
 	t.Helper()
 	entries, _ := os.ReadDir("/proc")
 	for _, e := range entries {
@@ -452,7 +468,7 @@ func shimPID(t *testing.T, id string) int {
 			continue
 		}
 		for i, a := range args[:len(args)-1] {
-			if a == "-id" && args[i+1] == id && slices.Contains(args, Namespace) {
+			if a == "-id" && args[i+1] == id && slices.Contains(args, Namespace) && slices.Contains(args, sock) {
 				return pid
 			}
 		}
