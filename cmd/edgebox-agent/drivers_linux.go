@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 
+	"github.com/edgebox/edgebox/agent/network"
 	"github.com/edgebox/edgebox/agent/runtime"
 	"github.com/edgebox/edgebox/agent/runtime/containerd"
 )
@@ -28,10 +29,26 @@ func drivers(dataDir string, rt runtimeFlags, log *slog.Logger) (ds []runtime.Dr
 		return ds, closeAll
 	}
 	d, err := containerd.New(containerd.Config{Address: containerdAddr, LogDir: filepath.Join(dataDir, "logs"),
-		VolumeDir: filepath.Join(dataDir, "volumes"), RuncRoot: rt.runcRoot})
+		VolumeDir: filepath.Join(dataDir, "volumes"), RuncRoot: rt.runcRoot,
+		Network: workloadNetwork(dataDir, log), StateDir: filepath.Join(dataDir, "containerd"), Proxy: rt.proxy, Log: log})
 	if err != nil {
 		log.Warn("containerd is not usable; container workloads cannot run", "err", err)
 		return ds, closeAll
 	}
 	return append(ds, d), func() { d.Close() }
+}
+
+// workloadNetwork is edgebox's bridge for workloads, its state under the
+// data directory; nil, said once in the log, when the box lacks the CNI
+// plugins: containers then get loopback only and publish no ports.
+func workloadNetwork(dataDir string, log *slog.Logger) *network.Network {
+	cfg := network.DefaultConfig()
+	cfg.StateDir = filepath.Join(dataDir, "network")
+	n, err := network.New(cfg, log)
+	if err != nil {
+		log.Warn("workloads get no network: containers have loopback only and cannot publish ports", "err", err)
+		return nil
+	}
+	log.Info("workload network", "network", cfg.String())
+	return n
 }

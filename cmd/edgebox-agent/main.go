@@ -102,6 +102,7 @@ back. The token pins the console's CA: nothing else is trusted.`,
 				defer c.Close() // a simulated hub removes the device nodes it made
 			}
 			cfg.USB = hub
+			rt.proxy = workloadProxy(proxy, dataDir)
 			ds, closeDrivers := drivers(dataDir, rt, log)
 			defer closeDrivers()
 			cfg.Drivers = ds
