@@ -241,6 +241,9 @@ func (p *Policies) Apply(ctx context.Context, id string, src Source, e Egress) e
 		DNS:      slices.Clone(e.DNS),
 	}
 	found := p.resolve(ctx, e.Names)
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("network: egress of %s: %w", id, err)
+	}
 
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -379,9 +382,17 @@ func (p *Policies) refresh(ctx context.Context) {
 		return
 	}
 	found := p.resolve(ctx, names)
+	if ctx.Err() != nil {
+		return // the lookups were cut short, not failed
+	}
 
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	t, err := readFilter(ctx)
+	if err != nil {
+		p.log.Warn("checking egress policies", "err", err)
+		return
+	}
 	for _, j := range jobs {
 		pol, ok := p.policies[j.id]
 		if !ok || pol.gen != j.gen {
@@ -389,14 +400,19 @@ func (p *Policies) refresh(ctx context.Context) {
 		}
 		p.merge(j.id, pol, found)
 		allowed := p.allowedOf(pol)
-		if slices.Equal(allowed, pol.allowed) {
+		intact := p.intact(t, j.id)
+		if slices.Equal(allowed, pol.allowed) && intact {
 			continue
 		}
 		if err := p.write(ctx, j.id, pol.src, pol.egress.DNS, allowed); err != nil {
 			p.log.Warn("updating an egress policy", "workload", j.id, "err", err)
 			continue
 		}
-		p.log.Info("egress policy follows its names", "workload", j.id, "allowed", len(allowed), "was", len(pol.allowed))
+		if intact {
+			p.log.Info("egress policy follows its names", "workload", j.id, "allowed", len(allowed), "was", len(pol.allowed))
+		} else {
+			p.log.Warn("an egress policy's rules were changed on the box; written again", "workload", j.id)
+		}
 		pol.allowed = allowed
 	}
 	if len(p.policies) > 0 {
@@ -404,6 +420,27 @@ func (p *Policies) refresh(ctx context.Context) {
 			p.log.Warn("checking the egress jumps", "err", err)
 		}
 	}
+}
+
+// intact says whether workload id's rules are in t as write leaves them:
+// its dispatch rule, its chain ending in its refusal chain, and that
+// chain's two rules.
+func (p *Policies) intact(t *filterTable, id string) bool {
+	chain, refuse := p.policyChain(id), p.refuseChain(id)
+	dispatch, last, rejects := false, "", 0
+	for _, r := range t.rules {
+		switch r.chain {
+		case p.cfg.Chain:
+			dispatch = dispatch || r.egressID() == id && r.target() == chain
+		case chain:
+			last = r.target()
+		case refuse:
+			if r.target() == "REJECT" {
+				rejects++
+			}
+		}
+	}
+	return dispatch && last == refuse && rejects == 2
 }
 
 // lookup is one name's answer.

@@ -482,6 +482,21 @@ func TestEgressPolicy(t *testing.T) {
 		}
 		return nil
 	})
+	// Rules changed behind its back are written again.
+	for _, line := range egressRules(t, p.cfg.Chain, robot) {
+		if dispatchOf(robot).MatchString(line) {
+			run(t, "", append([]string{"iptables", "-w", "-D"}, saveWords(strings.TrimPrefix(line, "-A "))...)...)
+		}
+	}
+	if len(egressRules(t, p.cfg.Chain, robot)) == 0 {
+		t.Fatal("no rule of the robot was found to delete")
+	}
+	eventually(t, "Run writing the robot's deleted rules again", func() error {
+		if err := in.reaches(robotNs, in.other, "other"); !errors.Is(err, syscall.ECONNREFUSED) {
+			return fmt.Errorf("fetching from other: %v", err)
+		}
+		return nil
+	})
 	in.dns.set("bank.test", in.bankB, false)
 	eventually(t, "the policy following bank.test to its new address", func() error {
 		return in.reaches(robotNs, in.bankB, "bank-b")
@@ -586,6 +601,18 @@ func TestEgressSweep(t *testing.T) {
 	if refused(t, restarted, alive) <= counted {
 		t.Fatal("a refusal after the restart was not counted")
 	}
+	// The new process applies the live workload's policy again, now
+	// allowing other too: the count goes on.
+	counted = refused(t, restarted, alive)
+	both := Egress{Prefixes: []netip.Prefix{netip.PrefixFrom(in.bankA, 32), netip.PrefixFrom(in.other, 32)}}
+	if err := restarted.Apply(ctx, alive, Source{aliveRes.IP, aliveRes.HostInterface}, both); err != nil {
+		t.Fatalf("Apply after the restart: %v", err)
+	}
+	if got := refused(t, restarted, alive); got != counted {
+		t.Fatalf("Refused(alive) after applying again = %d, want %d", got, counted)
+	}
+	mustReach(t, in, "alive allowed other too", aliveNs, in.other, "other")
+	mustBeRefused(t, in, "alive allowed other too", aliveNs, in.bankB, "bank-b")
 	// The gone workload's address is now only under q's policy.
 	mustBeRefused(t, in, "gone, under another chain's policy", goneNs, in.other, "other")
 	if err := q.Remove(ctx, gone); err != nil {
