@@ -32,8 +32,10 @@ import (
 // The layout, for EgressConfig.Chain "EDGEBOX-EGRESS":
 //
 //	FORWARD, INPUT     first rule: -m comment --comment edgebox-egress -j EDGEBOX-EGRESS
-//	EDGEBOX-EGRESS     one rule per workload with a policy:
+//	EDGEBOX-EGRESS     per workload with a policy, its dispatch rules:
 //	                   -s <workload>/32 [-i <bridge>] -m comment --comment edgebox-egress:<id> -j EDGEBOX-EGRESS-<h>
+//	                   and with a host interface, what it sends from other addresses:
+//	                   ! -s <workload>/32 -m physdev --physdev-in <veth or tap> -m comment ... -j EDGEBOX-EGRESS-<h>
 //	EDGEBOX-EGRESS-<h> the workload's policy, rebuilt whole on each change:
 //	                   established and related: RETURN; DNS to its resolvers: RETURN;
 //	                   each allowed prefix and resolved address: RETURN; then -j EDGEBOX-EGRESS-<h>-R
@@ -48,6 +50,11 @@ import (
 // the workload learns at once (a TCP reset, an ICMP "administratively
 // prohibited") instead of waiting out its connect timeout, so one refused
 // TCP connection counts as one refused packet.
+//
+// A connection already open when its destination stops being allowed
+// (a policy narrowed, a name moved) goes on until it closes. Traffic a
+// workload does not send through the bridge (QEMU's user-mode network,
+// which leaves from the QEMU process on the box) is not seen here.
 
 const (
 	// egressJumpComment marks the jumps from FORWARD and INPUT.
