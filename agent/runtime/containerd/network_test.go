@@ -3,6 +3,7 @@
 package containerd
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -20,6 +21,7 @@ import (
 
 	"github.com/edgebox/edgebox/agent/network"
 	"github.com/edgebox/edgebox/agent/runtime"
+	"github.com/edgebox/edgebox/agent/runtime/runtimetest"
 	"github.com/edgebox/edgebox/errdefs"
 	"github.com/edgebox/edgebox/internal/test/ctrdtest"
 	edgeboxv1 "github.com/edgebox/edgebox/proto/edgebox/v1"
@@ -485,5 +487,90 @@ func eventually(t *testing.T, what string, cond func() bool) {
 			t.Fatalf("timed out waiting for %s", what)
 		}
 		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// TestConformanceWithNetwork runs the driver suite on bridged
+// containers: with the crash points of attaching and detaching, a killed
+// agent's restart converges and nothing of a removed container's network
+// is left.
+func TestConformanceWithNetwork(t *testing.T) {
+	sock := ctrdtest.Start(t)
+	image := ctrdtest.BusyboxImage(t)
+	netState, netnsDir := t.TempDir(), t.TempDir()
+	n := newTestNetwork(t, netState, netnsDir)
+	resolv := filepath.Join(t.TempDir(), "resolv.conf")
+	if err := os.WriteFile(resolv, []byte("nameserver 192.0.2.53\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	open := func(t *testing.T, logDir, stateDir string, crash runtime.CrashHook) *Driver {
+		// A new Network on the same state, as a restarted agent has.
+		again, err := network.New(n.Config(), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		d, err := New(Config{Address: sock, LogDir: logDir, StateDir: stateDir, RuncRoot: ctrdtest.RuncRoot(sock), Network: again,
+			ResolvConf: resolv, Crash: crash})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() {
+			ctx := context.Background()
+			list, _ := d.List(ctx)
+			for _, in := range list {
+				if err := d.Remove(ctx, in.Name); err != nil {
+					t.Errorf("removing %s: %v", in.Name, err)
+				}
+			}
+			// The suite's instances are gone: so is all of their network.
+			for _, in := range list {
+				noTraces(t, n, d, in.Name, in.Address, nil)
+			}
+			d.Close()
+		})
+		return d
+	}
+	imported := false
+	importOnce := func(t *testing.T, d *Driver) {
+		if imported {
+			return
+		}
+		if _, err := d.Import(context.Background(), bytes.NewReader(image)); err != nil {
+			t.Fatal(err)
+		}
+		imported = true
+	}
+	runtimetest.Run(t, runtimetest.Harness{
+		New: func(t *testing.T) runtime.Driver {
+			d := open(t, t.TempDir(), t.TempDir(), nil)
+			importOnce(t, d)
+			return d
+		},
+		Workload: func(greeting string) *edgeboxv1.Workload {
+			return &edgeboxv1.Workload{App: "robot", Release: "1", Runtime: "containerd", Image: ctrdtest.Image,
+				Env: []string{"GREETING=" + greeting}}
+		},
+		Output: func(greeting string) string { return "hello " + greeting },
+		Exec:   func() ([]string, int) { return []string{"/bin/sh", "-c", `echo "hello $GREETING"; exit 3`}, 3 },
+		Restart: func(t *testing.T) func(runtime.CrashHook) runtime.Driver {
+			logDir, stateDir := t.TempDir(), t.TempDir()
+			return func(crash runtime.CrashHook) runtime.Driver {
+				d := open(t, logDir, stateDir, crash)
+				importOnce(t, d)
+				return d
+			}
+		},
+		Copies: runtimetest.Processes,
+	})
+	// Every crash left its network to the restarted agent's sweep or
+	// remove: nothing is attached now.
+	if ports := bridgePorts(t, n.Config().Bridge); len(ports) != 0 {
+		t.Fatalf("after the suite the bridge still has %v", ports)
+	}
+	entries, _ := os.ReadDir(filepath.Join(netState, "ipam", n.Config().Name))
+	for _, e := range entries {
+		if _, err := netip.ParseAddr(e.Name()); err == nil {
+			t.Errorf("after the suite the address %s is still leased", e.Name())
+		}
 	}
 }
