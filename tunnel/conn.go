@@ -59,6 +59,7 @@ func (c *Conn) Close() error {
 	if c.pins && !c.released.Swap(true) {
 		c.session.pinned.Add(-1)
 	}
+	c.session.untrack(c.st)
 	return c.st.Close()
 }
 
@@ -73,13 +74,17 @@ func (c *Conn) LocalAddr() net.Addr  { return c.local }
 func (c *Conn) RemoteAddr() net.Addr { return c.remote }
 
 // SetDeadline sets the read and write deadlines, as for any net.Conn.
-func (c *Conn) SetDeadline(t time.Time) error { return c.st.SetDeadline(t) }
+func (c *Conn) SetDeadline(t time.Time) error { return c.session.setDeadline(c.st.SetDeadline, t) }
 
 // SetReadDeadline sets the read deadline, as for any net.Conn.
-func (c *Conn) SetReadDeadline(t time.Time) error { return c.st.SetReadDeadline(t) }
+func (c *Conn) SetReadDeadline(t time.Time) error {
+	return c.session.setDeadline(c.st.SetReadDeadline, t)
+}
 
 // SetWriteDeadline sets the write deadline, as for any net.Conn.
-func (c *Conn) SetWriteDeadline(t time.Time) error { return c.st.SetWriteDeadline(t) }
+func (c *Conn) SetWriteDeadline(t time.Time) error {
+	return c.session.setDeadline(c.st.SetWriteDeadline, t)
+}
 
 // Read drains a busy stream's receive buffer in large gulps. yamux keeps
 // received data in a bytes.Buffer that it fills while the reader empties

@@ -46,8 +46,9 @@ func (s *Session) heardGoodbye(st *yamux.Stream, h Header) {
 	reason := h.Meta["reason"]
 	s.goAway.Store(&reason)
 	s.log.Info("the console is going away", "peer", s.peer, "reason", reason)
-	st.SetWriteDeadline(time.Now().Add(s.cfg.OpenTimeout))
+	s.setDeadline(st.SetWriteDeadline, time.Now().Add(s.cfg.OpenTimeout))
 	writeVerdict(st, "")
+	s.untrack(st)
 	st.Close()
 }
 

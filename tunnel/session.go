@@ -85,14 +85,28 @@ type Session struct {
 	// deadTimer runs deadCheck; it is armed while a ping is unanswered.
 	deadTimer *time.Timer
 	onEnd     func() // set before start; runs once, after the session ended
+
+	// streams are the session's streams in use, nil once it is closed.
+	// yamux (v0.1.2) leaves a stream's state as it was when its session
+	// shuts down until its own Close has closed the connection, which
+	// can take seconds, and a read or write waiting on such a stream
+	// spins a core meanwhile: it finds the shutdown channel closed, the
+	// stream still open, and waits again at once. So Close expires every
+	// stream first, and no deadline set afterwards lifts that.
+	streamsMu sync.Mutex
+	streams   map[*yamux.Stream]struct{}
 }
+
+// expired is the deadline of a stream that must end now.
+var expired = time.Unix(1, 0)
 
 func newSession(ys *yamux.Session, self, peer string, cfg Config, routes router, log *slog.Logger, m *Metrics) *Session {
 	s := &Session{
 		peer: peer, self: self, ys: ys, cfg: cfg, routes: routes,
 		log: log, metrics: m, started: time.Now(),
-		done:  make(chan struct{}),
-		heard: newReadClock(),
+		done:    make(chan struct{}),
+		heard:   newReadClock(),
+		streams: make(map[*yamux.Stream]struct{}),
 	}
 	s.lastTrip.Store(s.started.UnixNano()) // the handshake was a round trip
 	s.lastIO.Store(s.started.UnixNano())
@@ -194,6 +208,7 @@ func (s *Session) Close() error {
 			}
 		}
 		s.mu.Unlock()
+		s.expireStreams()
 		s.ys.Close()
 		s.wg.Wait()
 		if s.onEnd != nil {
@@ -202,6 +217,47 @@ func (s *Session) Close() error {
 	})
 	s.wg.Wait()
 	return nil
+}
+
+// track counts st among the streams in use; on a closed session it
+// expires st instead.
+func (s *Session) track(st *yamux.Stream) {
+	s.streamsMu.Lock()
+	defer s.streamsMu.Unlock()
+	if s.streams == nil {
+		st.SetDeadline(expired)
+		return
+	}
+	s.streams[st] = struct{}{}
+}
+
+// untrack forgets st: it is closed.
+func (s *Session) untrack(st *yamux.Stream) {
+	s.streamsMu.Lock()
+	defer s.streamsMu.Unlock()
+	delete(s.streams, st)
+}
+
+// setDeadline sets a deadline of a stream of the session with set; once
+// the session is closed, the deadline stays expired.
+func (s *Session) setDeadline(set func(time.Time) error, t time.Time) error {
+	s.streamsMu.Lock()
+	defer s.streamsMu.Unlock()
+	if s.streams == nil {
+		t = expired
+	}
+	return set(t)
+}
+
+// expireStreams ends every read and write waiting on the session's
+// streams, and every one to come.
+func (s *Session) expireStreams() {
+	s.streamsMu.Lock()
+	defer s.streamsMu.Unlock()
+	for st := range s.streams {
+		st.SetDeadline(expired)
+	}
+	s.streams = nil
 }
 
 // pingTick runs from the ping timer: one ping, then the timer is armed
@@ -404,14 +460,16 @@ func (s *Session) acceptLoop() {
 }
 
 func (s *Session) handleStream(st *yamux.Stream) {
-	st.SetReadDeadline(time.Now().Add(s.cfg.OpenTimeout))
+	s.track(st)
+	s.setDeadline(st.SetReadDeadline, time.Now().Add(s.cfg.OpenTimeout))
 	h, err := ReadHeader(st)
 	if err != nil {
 		s.log.Debug("dropping stream with bad header", "peer", s.peer, "err", err)
+		s.untrack(st)
 		st.Close()
 		return
 	}
-	st.SetReadDeadline(time.Time{})
+	s.setDeadline(st.SetReadDeadline, time.Time{})
 	if h.Kind == kindGoAway && s.hearsGoodbye {
 		s.heardGoodbye(st, h)
 		return
@@ -426,13 +484,13 @@ func (s *Session) handleStream(st *yamux.Stream) {
 		s.refuse(c, fmt.Sprintf("service for stream kind %q is busy", h.Kind))
 		return
 	}
-	st.SetWriteDeadline(time.Now().Add(s.cfg.OpenTimeout))
+	s.setDeadline(st.SetWriteDeadline, time.Now().Add(s.cfg.OpenTimeout))
 	if err := writeVerdict(st, ""); err != nil {
 		l.unreserve()
-		st.Close()
+		c.Close()
 		return
 	}
-	st.SetWriteDeadline(time.Time{})
+	s.setDeadline(st.SetWriteDeadline, time.Time{})
 	s.metrics.streamOpened(h.Kind, "in")
 	l.deliver(c)
 }
@@ -477,25 +535,27 @@ func (s *Session) Open(ctx context.Context, kind Kind, meta map[string]string) (
 		}
 		return nil, fmt.Errorf("tunnel: open %s stream to %s: %w", kind, s.peer, err)
 	}
+	s.track(st)
 	deadline := time.Now().Add(s.cfg.OpenTimeout)
 	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
 		deadline = d
 	}
-	st.SetDeadline(deadline)
-	stop := context.AfterFunc(ctx, func() { st.SetDeadline(time.Unix(1, 0)) })
+	s.setDeadline(st.SetDeadline, deadline)
+	stop := context.AfterFunc(ctx, func() { st.SetDeadline(expired) })
 	_, err = st.Write(hb)
 	if err == nil {
 		err = readVerdict(st)
 	}
 	stopped := stop()
 	if err != nil {
+		s.untrack(st)
 		st.Close()
 		if !stopped || ctx.Err() != nil {
 			return nil, fmt.Errorf("tunnel: open %s stream to %s: %w", kind, s.peer, ctx.Err())
 		}
 		return nil, fmt.Errorf("tunnel: open %s stream to %s: %w", kind, s.peer, err)
 	}
-	st.SetDeadline(time.Time{})
+	s.setDeadline(st.SetDeadline, time.Time{})
 	s.healthy.Store(true)
 	s.metrics.streamOpened(kind, "out")
 	return s.newConn(st, Header{Kind: kind, Meta: meta}), nil

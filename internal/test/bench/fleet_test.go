@@ -282,7 +282,10 @@ func holdIdle(addr string, n int) {
 // not is logged with its curve before the benchmark fails;
 // EDGEBOX_BENCH_CONSOLE_ENV and EDGEBOX_BENCH_CONSOLE_LOG_LEVEL reach the
 // console (GOMAXPROCS=1 limits it to one core); EDGEBOX_BENCH_SIM_LOGS
-// names a directory for the simulated agents' logs at info. The API is
+// names a directory for the simulated agents' logs at info, and
+// EDGEBOX_BENCH_SIM_PROFILES one for each child's CPU profile;
+// EDGEBOX_BENCH_CPU_PROFILE names a file for the console's, over the
+// storm's first EDGEBOX_BENCH_CPU_PROFILE_SECONDS (8 unless set). The API is
 // measured from the moment the restarted console listens, and
 // storm-s-healthz is when /healthz first answered.
 //
@@ -585,6 +588,7 @@ func startFleet(b *testing.B, admin *api.Client, n int) *fleetsim.Fleet {
 	cfg.Processes = envInt(b, "EDGEBOX_BENCH_PROCS", 0)
 	cfg.BoxesPerAddr = envInt(b, "EDGEBOX_BENCH_BOXES_PER_ADDR", 8)
 	cfg.LogDir = os.Getenv("EDGEBOX_BENCH_SIM_LOGS")
+	cfg.ProfileDir = os.Getenv("EDGEBOX_BENCH_SIM_PROFILES")
 	start := time.Now()
 	f, err := fleetsim.Start(cfg)
 	if err != nil {

@@ -13,6 +13,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"runtime/pprof"
 	"strconv"
 	"sync"
 	"syscall"
@@ -42,6 +43,9 @@ type spec struct {
 	// LogFile, when set, takes the agents' logs (info and above);
 	// otherwise only errors go to standard error.
 	LogFile string `json:"log_file,omitempty"`
+	// CPUProfile, when set, takes the child's CPU profile, from its
+	// start to its end.
+	CPUProfile string `json:"cpu_profile,omitempty"`
 	// Agent changes the agents' settings.
 	Agent AgentSettings `json:"agent,omitzero"`
 }
@@ -209,6 +213,17 @@ func runChild(in io.Reader, out io.Writer) error {
 		logTo, level = f, slog.LevelInfo
 	}
 	log := slog.New(slog.NewTextHandler(logTo, &slog.HandlerOptions{Level: level}))
+	if s.CPUProfile != "" {
+		f, err := os.Create(s.CPUProfile)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return err
+		}
+		defer pprof.StopCPUProfile()
+	}
 
 	dirs := make([]string, s.Boxes)
 	dialers := make([]*net.Dialer, s.Boxes)

@@ -66,6 +66,9 @@ type Config struct {
 	// LogDir, when set, takes each child's agents' logs at info level
 	// (child-<k>.log); otherwise only their errors go to standard error.
 	LogDir string
+	// ProfileDir, when set, takes each child's CPU profile over its life
+	// (child-<k>.cpu.pprof).
+	ProfileDir string
 	// Log is the parent's logger; nil discards.
 	Log *slog.Logger
 }
@@ -170,6 +173,9 @@ func Start(cfg Config) (*Fleet, error) {
 			PerAddr: cfg.BoxesPerAddr, Enroll: cfg.EnrollParallel, Agent: cfg.Agent}
 		if cfg.LogDir != "" {
 			s.LogFile = filepath.Join(cfg.LogDir, "child-"+strconv.Itoa(n)+".log")
+		}
+		if cfg.ProfileDir != "" {
+			s.CPUProfile = filepath.Join(cfg.ProfileDir, "child-"+strconv.Itoa(n)+".cpu.pprof")
 		}
 		c, err := f.startChild(n, s)
 		if err != nil {
