@@ -23,8 +23,8 @@ import (
 const (
 	// TapName is the VM's tap device inside its namespace.
 	TapName = "tap0"
-	// tapBridge joins the tap and eth0 inside the namespace.
-	tapBridge = "br0"
+	// TapBridge joins the tap and eth0 inside the namespace.
+	TapBridge = "br0"
 )
 
 // AttachTap makes the persistent tap TapName in the namespace at
@@ -44,14 +44,14 @@ func AttachTap(netnsPath string) error {
 				return err
 			}
 		}
-		if _, err := net.InterfaceByName(tapBridge); err != nil {
-			if err := ip("link", "add", tapBridge, "type", "bridge"); err != nil {
+		if _, err := net.InterfaceByName(TapBridge); err != nil {
+			if err := ip("link", "add", TapBridge, "type", "bridge"); err != nil {
 				return err
 			}
 		}
 		for _, step := range [][]string{
-			{"link", "set", ifName, "master", tapBridge},
-			{"link", "set", TapName, "master", tapBridge},
+			{"link", "set", ifName, "master", TapBridge},
+			{"link", "set", TapName, "master", TapBridge},
 			// The box's bridge sends a VM's broadcasts back (hairpin
 			// mode, for workloads that reach their own published ports):
 			// learnt on eth0, the VM's MAC would draw its own traffic
@@ -60,7 +60,7 @@ func AttachTap(netnsPath string) error {
 			{"link", "set", ifName, "type", "bridge_slave", "learning", "off", "fdb_flush"},
 			// The VM answers for the address now; the namespace must not.
 			{"addr", "flush", "dev", ifName},
-			{"link", "set", tapBridge, "up"},
+			{"link", "set", TapBridge, "up"},
 			{"link", "set", TapName, "up"},
 			{"link", "set", ifName, "up"},
 		} {
@@ -112,7 +112,7 @@ func RemoveTap(netnsPath string) error {
 	}
 	err := InNetns(netnsPath, func() error {
 		var errs []error
-		for _, dev := range []string{TapName, tapBridge} {
+		for _, dev := range []string{TapName, TapBridge} {
 			if _, err := net.InterfaceByName(dev); err != nil {
 				continue
 			}

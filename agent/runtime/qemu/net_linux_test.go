@@ -341,16 +341,26 @@ func (b *bridgeNet) left(t *testing.T, name, ip string) []string {
 }
 
 // TestBridgeNetwork is a robot VM on the box's bridge: it has its address
-// from the workload network, fetches a page from the "internet"
-// namespace through NAT, answers on its published port from the "LAN",
-// keeps its MAC and address across a restart, and leaves nothing behind
-// when removed.
+// from the workload network (one VM reads it from fw_cfg, another asks the
+// driver's DHCP server), fetches a page from the "internet" namespace
+// through NAT, answers on its published port from the "LAN", keeps its
+// MAC and address across a restart, and leaves nothing behind when
+// removed.
 func TestBridgeNetwork(t *testing.T) {
 	vmtest.RequireNet(t)
 	b := newBridgeNet(t)
 	ref, pull := guestRegistry(t)
 	d := vmtest.DriverWith(t, qemu.Config{Network: b.Network, Log: slog.New(slog.NewTextHandler(t.Output(), nil))})
 	pull(d)
+	ctx, cancel := context.WithCancel(context.Background())
+	ran := make(chan error, 1)
+	go func() { ran <- d.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-ran; err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	})
 	serve(t, b.inet, b.inetServer+":80", "internet")
 	hostPort := 20000 + freePort(t)%20000
 	const name = "banker"
@@ -358,6 +368,8 @@ func TestBridgeNetwork(t *testing.T) {
 		Env:   []string{"FETCH=http://" + b.inetServer + "/"},
 		Ports: []*edgeboxv1.PortMapping{{HostPort: uint32(hostPort), Port: 80}}}
 	boot(t, d, runtime.NewSpec(name, w))
+	const dhcp = "teller"
+	boot(t, d, runtime.NewSpec(dhcp, &edgeboxv1.Workload{Runtime: "qemu", Image: ref, Env: []string{"FETCH=http://" + b.inetServer + "/", "DHCP=1"}}))
 
 	in, err := d.Inspect(context.Background(), name)
 	if err != nil {
@@ -377,6 +389,16 @@ func TestBridgeNetwork(t *testing.T) {
 	}
 	if len(b.traces(t, name, in.Address)) == 0 {
 		t.Fatal("a bridged VM has no namespace, lease or rule")
+	}
+	teller, err := d.Inspect(context.Background(), dhcp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := waitLines(t, d, dhcp, vmtest.FetchedLine, 1)[0]; got != "internet saw "+b.inetBox {
+		t.Fatalf("the DHCP guest fetched %q:\n%s", got, logs(t, d, dhcp))
+	}
+	if got := values(logs(t, d, dhcp), vmtest.AddrLine); len(got) != 1 || got[0] != teller.Address+"/24" || teller.Address == in.Address {
+		t.Errorf("the DHCP guest's address is %q, want %s/24 (and not %s)", got, teller.Address, in.Address)
 	}
 
 	macs := waitLines(t, d, name, vmtest.MACLine, 1)
@@ -408,5 +430,95 @@ func TestBridgeNetwork(t *testing.T) {
 	}
 	if _, err := get(b.lan, b.lanBox+":"+strconv.Itoa(hostPort)); err == nil {
 		t.Error("the published port still answers after Remove")
+	}
+}
+
+// TestBridgeSweep is an agent killed with bridged VMs on the box: one VM
+// was being removed (its directory renamed aside), one is gone but for
+// its namespace, one still exists. The restarted agent's sweeps (the
+// driver's, then the network's keeping what the driver holds) remove
+// everything of the first two and leave the third attached, with the
+// same address when it starts again.
+func TestBridgeSweep(t *testing.T) {
+	vmtest.RequireNet(t)
+	b := newBridgeNet(t)
+	ref, pull := guestRegistry(t)
+	dir, err := os.MkdirTemp("", "q") // short: socket paths must fit 108 bytes
+	if err != nil {
+		t.Fatal(err)
+	}
+	log := slog.New(slog.NewTextHandler(t.Output(), nil))
+	newDriver := func() *qemu.Driver {
+		// Held before the guest runs (-S): QEMU holds the tap all the same.
+		d, err := qemu.New(qemu.Config{StateDir: dir, Accel: "tcg", ExtraArgs: []string{"-S"}, Network: b.Network, Log: log})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return d
+	}
+	d := newDriver()
+	t.Cleanup(func() {
+		list, _ := d.List(context.Background())
+		for _, in := range list {
+			d.Remove(context.Background(), in.Name)
+		}
+		d.Sweep(context.Background())
+		os.RemoveAll(dir)
+	})
+	pull(d)
+	addr := map[string]string{}
+	for _, name := range []string{"keeper", "goner", "ghost"} {
+		boot(t, d, runtime.NewSpec(name, &edgeboxv1.Workload{Runtime: "qemu", Image: ref}))
+		in, err := d.Inspect(context.Background(), name)
+		if err != nil || in.Address == "" || in.State != runtime.StateRunning {
+			t.Fatalf("Inspect %s: %+v, %v", name, in, err)
+		}
+		addr[name] = in.Address
+	}
+	vmDir := func(name string) string { return filepath.Dir(d.OverlayPath(name)) }
+	// The kill: goner's removal got as far as renaming its directory;
+	// ghost's directory is gone altogether (its QEMU still runs).
+	if err := os.Rename(vmDir("goner"), filepath.Join(filepath.Dir(vmDir("goner")), ".rm-goner-1")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.RemoveAll(vmDir("ghost")); err != nil {
+		t.Fatal(err)
+	}
+
+	d = newDriver()
+	orphans, err := d.Sweep(context.Background())
+	if err != nil {
+		t.Fatalf("Sweep: %v", err)
+	}
+	t.Logf("swept %+v", orphans)
+	for _, name := range []string{"goner", "ghost"} {
+		if left := b.left(t, name, addr[name]); len(left) > 0 {
+			t.Errorf("after the driver's sweep these are left of %s:\n%s", name, strings.Join(left, "\n"))
+		}
+	}
+	if err := b.Sweep(context.Background(), d.HoldsNetwork); err != nil {
+		t.Fatalf("the network's Sweep: %v", err)
+	}
+	in, err := d.Inspect(context.Background(), "keeper")
+	if err != nil || in.State != runtime.StateRunning || in.Address != addr["keeper"] {
+		t.Fatalf("keeper after the sweeps: %+v, %v; want it running at %s", in, err, addr["keeper"])
+	}
+	if found := b.traces(t, "keeper", addr["keeper"]); !slices.Contains(found, "lease of "+addr["keeper"]) || !slices.Contains(found, "namespace VM-keeper") {
+		t.Fatalf("the sweeps took keeper's attachment: only %q is left", found)
+	}
+	if err := d.Stop(context.Background(), "keeper", time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Start(context.Background(), "keeper"); err != nil {
+		t.Fatal(err)
+	}
+	if in, _ := d.Inspect(context.Background(), "keeper"); in.Address != addr["keeper"] {
+		t.Errorf("keeper started again at %s, was %s", in.Address, addr["keeper"])
+	}
+	if err := d.Remove(context.Background(), "keeper"); err != nil {
+		t.Fatal(err)
+	}
+	if left := b.left(t, "keeper", addr["keeper"]); len(left) > 0 {
+		t.Errorf("after Remove these are left of keeper:\n%s", strings.Join(left, "\n"))
 	}
 }

@@ -7,7 +7,7 @@
 //
 // With the virtio-net modules unpacked too, a guest with a NIC prints its
 // MAC (MACLine), takes its address from fw_cfg (opt/edgebox/net, a bridged
-// VM) or by DHCP (user mode), prints it (AddrLine), serves HTTP on port 80
+// VM, unless its DHCP variable is set) or by DHCP, prints it (AddrLine), serves HTTP on port 80
 // with the page Page, and fetches the URL in its FETCH variable, printing
 // what it got after FetchedLine.
 package vmtest
@@ -117,7 +117,7 @@ if [ -e /sys/class/net/eth0 ]; then
 	echo "` + MACLine + `$(cat /sys/class/net/eth0/address)"
 	ip link set eth0 up
 	net=/sys/firmware/qemu_fw_cfg/by_name/opt/edgebox/net/raw
-	if [ -f $net ]; then
+	if [ -f $net ] && [ -z "$DHCP" ]; then
 		addr=$(sed -n 's/^ip=//p' $net)
 		gw=$(sed -n 's/^gateway=//p' $net)
 		ip addr add $addr dev eth0

@@ -1,0 +1,166 @@
+package qemu
+
+import (
+	"context"
+	"net"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/edgebox/edgebox/agent/network"
+)
+
+// dhcpScan is how often Run looks for bridged VMs to answer: a guest
+// that asks before its server is up asks again (udhcpc every 3 s,
+// Windows within seconds).
+const dhcpScan = time.Second
+
+// Run answers the DHCP requests of the bridged VMs until ctx ends, and
+// then returns once every server has stopped. Each VM is served by a
+// socket of its own inside its namespace, on the bridge that joins its
+// tap: started when the VM is attached, stopped when it is not (or its
+// namespace was made anew). Without a Network it only waits for ctx.
+func (d *Driver) Run(ctx context.Context) error {
+	if d.cfg.Network == nil {
+		<-ctx.Done()
+		return nil
+	}
+	servers := map[string]*dhcpServer{} // by VM name; Run's goroutine only
+	defer func() {
+		for _, s := range servers {
+			s.stop()
+		}
+	}()
+	tick := time.NewTicker(dhcpScan)
+	defer tick.Stop()
+	for {
+		d.scanDHCP(servers)
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-tick.C:
+		}
+	}
+}
+
+// dhcpServer answers one VM.
+type dhcpServer struct {
+	addr string // the VM's address, as recorded
+	ino  uint64 // its namespace's inode: a new namespace needs a new socket
+	conn net.PacketConn
+	done chan struct{} // closed when serve returns
+}
+
+func (s *dhcpServer) stop() {
+	s.conn.Close()
+	<-s.done
+}
+
+// scanDHCP starts servers for the bridged VMs that have none and stops
+// those of VMs gone or attached anew.
+func (d *Driver) scanDHCP(servers map[string]*dhcpServer) {
+	want := map[string]bool{}
+	ents, _ := os.ReadDir(filepath.Join(d.cfg.StateDir, "vms"))
+	for _, e := range ents {
+		in, err := d.load(e.Name())
+		if err != nil || in.Net == nil || in.Net.Mode != netBridge || in.Net.Addr == "" {
+			continue
+		}
+		ns := d.cfg.Network.NetnsPath(netID(in.Name))
+		var st unix.Stat_t
+		if unix.Stat(ns, &st) != nil {
+			continue
+		}
+		if s, ok := servers[in.Name]; ok {
+			select {
+			case <-s.done:
+			default:
+				if s.addr == in.Net.Addr && s.ino == st.Ino {
+					want[in.Name] = true
+					continue
+				}
+			}
+			s.stop()
+			delete(servers, in.Name)
+		}
+		s, err := d.serveDHCP(in, ns, st.Ino)
+		if err != nil {
+			// The tap is not made yet, or the namespace is going.
+			d.log.Debug("no DHCP server for a VM yet", "vm", in.Name, "err", err)
+			continue
+		}
+		servers[in.Name], want[in.Name] = s, true
+	}
+	for name, s := range servers {
+		if !want[name] {
+			s.stop()
+			delete(servers, name)
+		}
+	}
+}
+
+// serveDHCP opens VM in's server in its namespace ns and starts it.
+func (d *Driver) serveDHCP(in instance, ns string, ino uint64) (*dhcpServer, error) {
+	g := guestNet{DNS: d.guestDNS()}
+	var err error
+	if g.Addr, err = netip.ParsePrefix(in.Net.Addr); err != nil {
+		return nil, err
+	}
+	if g.Gateway, err = netip.ParseAddr(in.Net.Gateway); err != nil {
+		return nil, err
+	}
+	lc := net.ListenConfig{Control: func(_, _ string, c syscall.RawConn) error {
+		var serr error
+		err := c.Control(func(fd uintptr) {
+			if serr = unix.SetsockoptString(int(fd), unix.SOL_SOCKET, unix.SO_BINDTODEVICE, network.TapBridge); serr != nil {
+				return
+			}
+			if serr = unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_BROADCAST, 1); serr != nil {
+				return
+			}
+			serr = unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_REUSEADDR, 1)
+		})
+		if err != nil {
+			return err
+		}
+		return serr
+	}}
+	var conn net.PacketConn
+	if err := network.InNetns(ns, func() (err error) {
+		conn, err = lc.ListenPacket(context.Background(), "udp4", "0.0.0.0:67")
+		return err
+	}); err != nil {
+		return nil, err
+	}
+	s := &dhcpServer{addr: in.Net.Addr, ino: ino, conn: conn, done: make(chan struct{})}
+	mac, log := MAC(in.Name), d.log.With("vm", in.Name)
+	go func() {
+		defer close(s.done)
+		bcast := &net.UDPAddr{IP: net.IPv4bcast, Port: 68}
+		buf := make([]byte, maxDHCP+1)
+		for {
+			n, _, err := conn.ReadFrom(buf)
+			if err != nil {
+				return // closed by stop
+			}
+			m, err := parseDHCP(buf[:n])
+			if err != nil {
+				continue
+			}
+			reply, ok := dhcpAnswer(m, mac, g)
+			if !ok {
+				continue
+			}
+			if _, err := conn.WriteTo(reply, bcast); err != nil {
+				log.Warn("answering a VM's DHCP request", "err", err)
+				continue
+			}
+			log.Debug("answered a VM's DHCP request", "type", m.msgType, "ip", g.Addr)
+		}
+	}()
+	return s, nil
+}
