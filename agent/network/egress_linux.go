@@ -472,6 +472,9 @@ func (p *Policies) resolve(ctx context.Context, names []string) map[string]looku
 			var l lookup
 			for _, a := range addrs {
 				a = a.Unmap()
+				if len(l.addrs) == maxAddrsPerName {
+					break // an answer is bounded like what is kept of it
+				}
 				if checkEgressAddr(a) == nil && !slices.Contains(l.addrs, a) {
 					l.addrs = append(l.addrs, a)
 				}

@@ -44,6 +44,8 @@ func TestEgressLinger(t *testing.T) {
 		{"first expires", time.Hour - time.Minute, []string{"192.0.2.3"}, []string{"192.0.2.2/32", "192.0.2.3/32", "198.51.100.0/24"}},
 		{"failing keeps all", 10 * time.Hour, nil, []string{"192.0.2.2/32", "192.0.2.3/32", "198.51.100.0/24"}},
 		{"back, the rest expired", 0, []string{"192.0.2.9"}, []string{"192.0.2.9/32", "198.51.100.0/24"}},
+		{"loopback and multicast answers are no destinations", time.Minute, []string{"127.0.0.1", "224.0.0.1", "192.0.2.9"}, []string{"192.0.2.9/32", "198.51.100.0/24"}},
+		{"a huge answer is bounded", 2 * time.Hour, hugeAnswer(1000), append(hugeAnswer(maxAddrsPerName), "198.51.100.0/24")},
 	}
 	for _, s := range steps {
 		now = now.Add(s.advance)
@@ -62,6 +64,15 @@ func TestEgressLinger(t *testing.T) {
 	}
 }
 
+// hugeAnswer is n addresses of 10.240.0.0/16, sorted.
+func hugeAnswer(n int) []string {
+	out := make([]string, n)
+	for i := range out {
+		out[i] = fmt.Sprintf("10.240.%d.%d/32", i/250, i%250+1)
+	}
+	return out
+}
+
 // mapResolver answers from a map; a name with no entry fails.
 type mapResolver struct {
 	mu    sync.Mutex
@@ -77,7 +88,7 @@ func (r *mapResolver) set(name string, addrs []string) {
 	}
 	r.addrs[name] = nil
 	for _, a := range addrs {
-		r.addrs[name] = append(r.addrs[name], netip.MustParseAddr(a))
+		r.addrs[name] = append(r.addrs[name], netip.MustParseAddr(strings.TrimSuffix(a, "/32")))
 	}
 }
 
