@@ -51,6 +51,8 @@ Flags:
 	fs.DurationVar(&cfg.BoxCertTTL, "box-cert-ttl", cfg.BoxCertTTL, "lifetime of box certificates; boxes renew at two thirds")
 	fs.IntVar(&cfg.Admission.Max, "box-admission-max", cfg.Admission.Max,
 		"most box sessions let in at once between their TLS handshake and their caught-up sync; the console adapts its limit below this to how fast it completes them")
+	fs.DurationVar(&cfg.Admission.Target, "box-admission-target", cfg.Admission.Target,
+		"how long a box session may take from its TLS handshake to its caught-up sync before the console lets in fewer at once; shorter keeps the API quicker under a reconnect storm, longer lets in more at once")
 	level := fs.String("log-level", "info", "debug, info, warn or error")
 	version := fs.Bool("version", false, "print the version and exit")
 	if err := fs.Parse(os.Args[1:]); err != nil {
