@@ -46,14 +46,16 @@ func (c *consoleProc) start(b *testing.B) []byte {
 
 // launch starts the console and returns what it will print on standard
 // output. EDGEBOX_BENCH_CONSOLE_LOG_LEVEL is its log level (error unless
-// set); EDGEBOX_BENCH_CONSOLE_ENV adds space-separated NAME=value pairs
+// set); EDGEBOX_BENCH_CONSOLE_ARGS adds space-separated flags;
+// EDGEBOX_BENCH_CONSOLE_ENV adds space-separated NAME=value pairs
 // to its environment (GOMAXPROCS=1 limits it to one core), after
 // EDGEBOX_BENCH_HEAP_PROFILE's and EDGEBOX_BENCH_CONSOLE_GODEBUG's GODEBUG.
 func (c *consoleProc) launch(b *testing.B) *bytes.Buffer {
 	level := cmp.Or(os.Getenv("EDGEBOX_BENCH_CONSOLE_LOG_LEVEL"), "error")
 	var out bytes.Buffer
-	c.cmd = exec.Command(filepath.Join(c.bin, "edgebox-console"), "--data", c.data, "--listen", c.addr,
-		"--public-url", c.url, "--log-level", level)
+	args := append([]string{"--data", c.data, "--listen", c.addr, "--public-url", c.url, "--log-level", level},
+		strings.Fields(os.Getenv("EDGEBOX_BENCH_CONSOLE_ARGS"))...)
+	c.cmd = exec.Command(filepath.Join(c.bin, "edgebox-console"), args...)
 	c.cmd.Stdout, c.cmd.Stderr = &out, os.Stderr
 	c.cmd.Env = os.Environ()
 	if os.Getenv("EDGEBOX_BENCH_HEAP_PROFILE") != "" {
