@@ -277,8 +277,8 @@ func (d *Driver) Create(ctx context.Context, s runtime.Spec) error {
 		return translate(err, "root filesystem of %s", s.Name)
 	}
 	// The network comes before the container, whose spec names its
-	// namespace; a killed agent leaves it to the next Create of the name
-	// or to Sweep.
+	// namespace, and is attached while the container is made; a killed
+	// agent leaves it to the next Create of the name or to Sweep.
 	nw, err := d.setupNetwork(ctx, s.Name, w)
 	if err != nil {
 		return fmt.Errorf("workload %s: %w", s.Name, err)
@@ -290,6 +290,9 @@ func (d *Driver) Create(ctx context.Context, s runtime.Spec) error {
 	}
 	crashed := false
 	defer func() {
+		if nw.attached != nil {
+			<-nw.attached // the attach ends before Create does
+		}
 		if err != nil && !crashed {
 			if terr := d.teardown(context.WithoutCancel(ctx), s.Name, nw.ports, ""); terr != nil {
 				d.log.Warn("undoing the network of a failed create", "workload", s.Name, "err", terr)
@@ -315,7 +318,7 @@ func (d *Driver) Create(ctx context.Context, s runtime.Spec) error {
 	if d.cfg.RuncRoot != "" {
 		opts = append(opts, client.WithRuntime("io.containerd.runc.v2", &runcoptions.Options{Root: d.cfg.RuncRoot}))
 	}
-	_, err = d.c.NewContainer(ctx, s.Name, append(opts,
+	c, err := d.c.NewContainer(ctx, s.Name, append(opts,
 		client.WithSnapshotter(d.cfg.Snapshotter),
 		client.WithNewSnapshot(rootfs(s.Name), img),
 		client.WithNewSpec(specOpts...),
@@ -326,8 +329,28 @@ func (d *Driver) Create(ctx context.Context, s runtime.Spec) error {
 			return err
 		},
 	)...)
-	err = translate(err, "creating %s", s.Name)
-	return err
+	if err != nil {
+		err = translate(err, "creating %s", s.Name)
+		return err
+	}
+	if crashed, err = d.finishNetwork(s.Name, nw); err != nil {
+		if crashed {
+			return err
+		}
+		// No container without its network.
+		if derr := c.Delete(context.WithoutCancel(ctx), client.WithSnapshotCleanup); derr != nil && !cerrdefs.IsNotFound(derr) {
+			d.log.Warn("deleting a container whose network failed", "workload", s.Name, "err", derr)
+		}
+		err = fmt.Errorf("workload %s: %w", s.Name, err)
+		return err
+	}
+	if a := nw.labels[labelAddress]; a != "" {
+		if _, err = c.SetLabels(ctx, map[string]string{labelAddress: a}); err != nil {
+			err = translate(err, "labelling %s", s.Name)
+			return err
+		}
+	}
+	return nil
 }
 
 // rootfs is the key of an instance's root filesystem snapshot.

@@ -55,9 +55,12 @@ type netSetup struct {
 	mode   string
 	netns  string // the namespace's path, for bridge
 	ports  []network.Port
-	addr   netip.Addr
+	addr   netip.Addr // set by the attach, read after attached
 	opts   []oci.SpecOpts
 	labels map[string]string
+	// attached has the result of the attach that runs while the
+	// container is made (bridge); finishNetwork takes it.
+	attached chan error
 }
 
 // networkMode is the mode a workload asks for, checked.
@@ -126,7 +129,10 @@ func labelledPorts(label string) []network.Port {
 }
 
 // setupNetwork gives the container of workload name its network, before
-// the container is made. On failure nothing of it is left.
+// the container is made. A bridged container's namespace is made here
+// and attached in the background while containerd makes the container
+// (attaching takes the plugins most of a container's start):
+// finishNetwork waits for it. On failure nothing of it is left.
 func (d *Driver) setupNetwork(ctx context.Context, name string, w *edgeboxv1.Workload) (*netSetup, error) {
 	if name == "" || name == "." || name == ".." || strings.ContainsAny(name, "/\\,") {
 		return nil, errdefs.Invalid("%q cannot name a container", name)
@@ -160,9 +166,11 @@ func (d *Driver) setupNetwork(ctx context.Context, name string, w *edgeboxv1.Wor
 		if err := portsFree(ports); err != nil {
 			return nil, err
 		}
-		if err := d.attach(ctx, name, ns); err != nil {
+		path, err := network.CreateNetns(n.Config().NetnsDir, name)
+		if err != nil {
 			return nil, err
 		}
+		ns.netns = path
 		resolv := filepath.Join(d.netDir(name), "resolv.conf")
 		if err := os.MkdirAll(d.netDir(name), 0o755); err != nil {
 			d.teardown(context.WithoutCancel(ctx), name, ns.ports, "")
@@ -174,9 +182,12 @@ func (d *Driver) setupNetwork(ctx context.Context, name string, w *edgeboxv1.Wor
 		}
 		ns.opts = append(ns.opts,
 			oci.WithLinuxNamespace(specs.LinuxNamespace{Type: specs.NetworkNamespace, Path: ns.netns}),
-			withFile("/etc/resolv.conf", resolv))
-		ns.labels[labelAddress] = ns.addr.String()
+			withFile("/etc/resolv.conf", resolv),
+			withFile("/etc/hosts", filepath.Join(d.netDir(name), "hosts")))
 		ns.labels[labelPorts] = strings.Join(portStrings(ports), ",")
+		ns.attached = make(chan error, 1)
+		go func() { ns.attached <- d.attach(ctx, name, ns) }()
+		return ns, nil
 	}
 	if d.cfg.StateDir == "" {
 		return ns, nil // a driver without a network (Network requires StateDir)
@@ -193,32 +204,45 @@ func (d *Driver) setupNetwork(ctx context.Context, name string, w *edgeboxv1.Wor
 	return ns, nil
 }
 
-// attach makes the container's namespace and attaches it to the bridge.
-// An attachment of the name that no container holds is what an agent
+// finishNetwork waits for the attach setupNetwork started and writes
+// the hosts file with the container's address; the address label is
+// then in ns.labels. The crash point create/attached is here: crashed
+// says the crash hook ended it.
+func (d *Driver) finishNetwork(name string, ns *netSetup) (crashed bool, err error) {
+	if ns.attached == nil {
+		return false, nil
+	}
+	err = <-ns.attached
+	ns.attached = nil
+	if err != nil {
+		return false, err
+	}
+	ns.labels[labelAddress] = ns.addr.String()
+	if err := d.at("create/attached"); err != nil {
+		return true, err
+	}
+	if err := atomicWrite(filepath.Join(d.netDir(name), "hosts"), hostsFile(name, ns.addr)); err != nil {
+		return false, fmt.Errorf("hosts file of %s: %w", name, err)
+	}
+	return false, nil
+}
+
+// attach attaches the namespace at ns.netns to the bridge. An
+// attachment of the name that no container holds is what an agent
 // killed between attaching and making the container left: it is
 // detached and the name attached again.
 func (d *Driver) attach(ctx context.Context, name string, ns *netSetup) error {
 	n := d.cfg.Network
-	path, err := network.CreateNetns(n.Config().NetnsDir, name)
-	if err != nil {
-		return err
-	}
-	res, err := n.Attach(ctx, name, path, ns.ports)
+	res, err := n.Attach(ctx, name, ns.netns, ns.ports)
 	if errors.Is(err, errdefs.ErrConflict) {
-		if derr := n.Detach(ctx, name, path, nil); derr == nil {
-			res, err = n.Attach(ctx, name, path, ns.ports)
+		if derr := n.Detach(ctx, name, ns.netns, nil); derr == nil {
+			res, err = n.Attach(ctx, name, ns.netns, ns.ports)
 		}
 	}
 	if err != nil {
-		if rerr := network.RemoveNetns(path); rerr != nil {
-			d.log.Warn("removing the namespace of a failed attach", "workload", name, "err", rerr)
-		}
 		return fmt.Errorf("attaching %s to the box's network: %w", name, err)
 	}
-	ns.netns, ns.addr = path, res.IP
-	if err := d.at("create/attached"); err != nil {
-		return err
-	}
+	ns.addr = res.IP
 	return nil
 }
 
@@ -270,24 +294,39 @@ func (d *Driver) hasNetwork(name string) bool {
 
 // reattach gives a bridged container whose namespace went (the box
 // rebooted: namespaces live in a runtime directory) a new one at the
-// same path, attached again with its ports, before its task starts. It
-// returns the labels to update.
+// same path, attached again with its ports, before its task starts; and
+// one whose Create was killed before its address was recorded, its
+// address. It returns the labels to update.
 func (d *Driver) reattach(ctx context.Context, name string, labels map[string]string) (map[string]string, error) {
 	n := d.cfg.Network
-	if labels[labelNetwork] != modeBridge || n == nil || isNetns(n.NetnsPath(name)) {
+	path := ""
+	if n != nil {
+		path = n.NetnsPath(name)
+	}
+	if labels[labelNetwork] != modeBridge || n == nil || (isNetns(path) && labels[labelAddress] != "") {
 		return nil, nil
 	}
 	ports := labelledPorts(labels[labelPorts])
-	// The attachment of the namespace that went is stale: libcni's cache
-	// and the address leases outlive a reboot.
-	if err := n.Detach(ctx, name, "", ports); err != nil {
+	// The attachment is stale, or not known: libcni's cache and the
+	// address leases outlive a reboot.
+	if !isNetns(path) {
+		path = ""
+	}
+	if err := n.Detach(ctx, name, path, ports); err != nil {
 		return nil, fmt.Errorf("detaching the old network of %s: %w", name, err)
 	}
 	if err := portsFree(ports); err != nil {
 		return nil, err
 	}
-	ns := &netSetup{ports: ports}
+	path, err := network.CreateNetns(n.Config().NetnsDir, name)
+	if err != nil {
+		return nil, err
+	}
+	ns := &netSetup{ports: ports, netns: path}
 	if err := d.attach(ctx, name, ns); err != nil {
+		return nil, err
+	}
+	if err := os.MkdirAll(d.netDir(name), 0o755); err != nil {
 		return nil, err
 	}
 	if err := atomicWrite(filepath.Join(d.netDir(name), "resolv.conf"), d.resolvConf(name)); err != nil {
@@ -296,7 +335,7 @@ func (d *Driver) reattach(ctx context.Context, name string, labels map[string]st
 	if err := atomicWrite(filepath.Join(d.netDir(name), "hosts"), hostsFile(name, ns.addr)); err != nil {
 		return nil, err
 	}
-	d.log.Info("container attached again: its namespace had gone", "workload", name, "ip", ns.addr)
+	d.log.Info("container attached again", "workload", name, "ip", ns.addr)
 	return map[string]string{labelAddress: ns.addr.String()}, nil
 }
 

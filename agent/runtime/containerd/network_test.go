@@ -108,6 +108,26 @@ func TestBridgedContainer(t *testing.T) {
 		t.Fatalf("the published port answered the LAN %q, %v; want robot-page", got, err)
 	}
 
+	// The box reboots: namespaces go (they live in a runtime directory);
+	// containerd, the leases and libcni's cache stay. Started again, the
+	// container is attached again and serves its port.
+	if err := d.Stop(ctx, "robot", 10*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if err := network.RemoveNetns(n.NetnsPath("robot")); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Start(ctx, "robot"); err != nil {
+		t.Fatalf("starting after the namespace went: %v", err)
+	}
+	if in, err = d.Inspect(ctx, "robot"); err != nil || in.Address == "" {
+		t.Fatalf("after the namespace went: %+v, %v", in, err)
+	}
+	eventually(t, "the published port to answer after the namespace went", func() bool {
+		got, _ := httpGet(lan.ns, fmt.Sprintf("%s:%d", lan.box, hostPort))
+		return got == "robot-page"
+	})
+
 	veths := bridgePorts(t, n.Config().Bridge)
 	if len(veths) != 1 {
 		t.Fatalf("the bridge has ports %v, want the container's veth", veths)
@@ -288,7 +308,8 @@ func TestNoNetwork(t *testing.T) {
 
 // TestSweepAfterKilledAgent is a kill -9 of the agent: one container
 // keeps running, one was removed by hand while the agent was down, and
-// one's Create was killed after its attach, before its container. A new
+// one's Create was killed after its attach, before its container (at
+// create/snapshot: the attach runs while containerd makes it). A new
 // agent (a new Network and driver on the same state) sweeps: the live
 // container keeps its address, rules and published port; the other two
 // leave nothing; a new container gets another address. Then the live
@@ -308,7 +329,7 @@ func TestSweepAfterKilledAgent(t *testing.T) {
 	armed := false
 	d, err := New(Config{Address: sock, LogDir: t.TempDir(), RuncRoot: ctrdtest.RuncRoot(sock), Network: n, StateDir: ctrdState,
 		ResolvConf: resolv, Crash: func(p string) error {
-			if armed && p == "create/attached" {
+			if armed && p == "create/snapshot" {
 				return killed
 			}
 			return nil
@@ -407,6 +428,7 @@ func TestSweepAfterKilledAgent(t *testing.T) {
 		swept = append(swept, o.Name)
 	}
 	slices.Sort(swept)
+	swept = slices.Compact(swept) // half left a root filesystem and a network
 	if !slices.Equal(swept, []string{"half", "removed"}) {
 		t.Errorf("Sweep reported %q, want half and removed", swept)
 	}
