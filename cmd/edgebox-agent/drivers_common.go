@@ -12,18 +12,19 @@ import (
 )
 
 // hostDrivers are the runtimes of Linux and Windows boxes alike: native
-// programs always, VMs when QEMU is installed.
-func hostDrivers(dataDir string, log *slog.Logger) (ds []runtime.Driver) {
+// programs always, VMs when QEMU is installed (vms), on the workload
+// network net when the box has one (Linux).
+func hostDrivers(dataDir string, net *qemu.Network, log *slog.Logger) (ds []runtime.Driver, vms *qemu.Driver) {
 	if p, err := process.New(process.Config{StateDir: filepath.Join(dataDir, "process")}); err == nil {
 		ds = append(ds, p)
 	} else {
 		log.Warn("native process workloads cannot run", "err", err)
 	}
-	if q, err := qemu.New(qemu.Config{StateDir: filepath.Join(dataDir, "qemu")}); err == nil {
+	if q, err := qemu.New(qemu.Config{StateDir: filepath.Join(dataDir, "qemu"), Network: net, Log: log}); err == nil {
 		log.Info("VMs run with QEMU", "accel", q.Accel())
-		ds = append(ds, q)
+		ds, vms = append(ds, q), q
 	} else {
 		log.Info("VM workloads cannot run", "err", err)
 	}
-	return ds
+	return ds, vms
 }

@@ -23,14 +23,21 @@ func drivers(dataDir string, rt runtimeFlags, log *slog.Logger) (ds []runtime.Dr
 	if err := os.Chmod(dataDir, 0o711); err != nil {
 		log.Warn("data directory", "err", err)
 	}
-	ds = hostDrivers(dataDir, log)
+	// One network for containers and VMs: the containerd driver sweeps
+	// it at start, keeping what the qemu driver holds.
+	net := workloadNetwork(dataDir, log)
+	ds, vms := hostDrivers(dataDir, net, log)
+	var keepVMs func(string) bool
+	if vms != nil {
+		keepVMs = vms.HoldsNetwork
+	}
 	if _, err := os.Stat(containerdAddr); err != nil {
 		log.Info("no containerd on this box; container workloads cannot run", "socket", containerdAddr)
 		return ds, closeAll
 	}
 	d, err := containerd.New(containerd.Config{Address: containerdAddr, LogDir: filepath.Join(dataDir, "logs"),
 		VolumeDir: filepath.Join(dataDir, "volumes"), RuncRoot: rt.runcRoot,
-		Network: workloadNetwork(dataDir, log), StateDir: filepath.Join(dataDir, "containerd"), Proxy: rt.proxy, Log: log})
+		Network: net, KeepNetwork: keepVMs, StateDir: filepath.Join(dataDir, "containerd"), Proxy: rt.proxy, Log: log})
 	if err != nil {
 		log.Warn("containerd is not usable; container workloads cannot run", "err", err)
 		return ds, closeAll

@@ -11,12 +11,14 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"sync"
 	"syscall"
 	"time"
 
 	"github.com/spf13/cobra"
 
 	"github.com/edgebox/edgebox/agent"
+	"github.com/edgebox/edgebox/agent/runtime"
 	"github.com/edgebox/edgebox/tunnel"
 )
 
@@ -112,7 +114,7 @@ back. The token pins the console's CA: nothing else is trusted.`,
 			}
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
-			return a.Run(ctx)
+			return runWithDrivers(ctx, a.Run, ds, log)
 		},
 	}
 
@@ -162,6 +164,38 @@ back. The token pins the console's CA: nothing else is trusted.`,
 
 	root.AddCommand(enrollCmd, runCmd, statusCmd, installCmd(&dataDir), uninstallCmd(&dataDir), serviceCmd(&dataDir), imageCmd(&dataDir))
 	return root
+}
+
+// runner is a driver with work of its own while the agent runs (the qemu
+// driver's DHCP server for bridged VMs).
+type runner interface {
+	Run(ctx context.Context) error
+}
+
+// runWithDrivers runs the agent and, beside it, every driver that is a
+// runner, until ctx ends or the agent returns; it returns the agent's
+// error once the drivers' runs have ended too.
+func runWithDrivers(ctx context.Context, agentRun func(context.Context) error, ds []runtime.Driver, log *slog.Logger) error {
+	ctx, cancel := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	defer func() {
+		cancel() // the drivers' runs end with the agent's
+		wg.Wait()
+	}()
+	for _, d := range ds {
+		r, ok := d.(runner)
+		if !ok {
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := r.Run(ctx); err != nil && ctx.Err() == nil {
+				log.Warn("a runtime's own work stopped", "runtime", d.Runtime(), "err", err)
+			}
+		}()
+	}
+	return agentRun(ctx)
 }
 
 // tunnelProxy returns the proxy this run's tunnel goes through and the
