@@ -105,6 +105,14 @@ type Execer interface {
 	Exec(ctx context.Context, name string, argv []string, stdout, stderr io.Writer) (int, error)
 }
 
+// EgressCounter is a driver that enforces its workloads' egress policies
+// and counts what they refused.
+type EgressCounter interface {
+	// EgressRefused is how many connections (for TCP; packets otherwise)
+	// the egress policy of instance name refused; 0 without a policy.
+	EgressRefused(ctx context.Context, name string) (uint64, error)
+}
+
 // Progress is how far a pull has come, in bytes of configs and layers.
 // Total grows as manifests are read.
 type Progress struct {
