@@ -18,7 +18,12 @@ import (
 // the reconciler carries them into status.)
 type addressed struct {
 	*fake.Driver
-	ports map[string][]string
+	ports   map[string][]string
+	refused map[string]uint64
+}
+
+func (d *addressed) EgressRefused(_ context.Context, name string) (uint64, error) {
+	return d.refused[name], nil
 }
 
 func (d *addressed) withNet(in runtime.Instance) runtime.Instance {
@@ -43,12 +48,12 @@ func (d *addressed) Inspect(ctx context.Context, name string) (runtime.Instance,
 }
 
 // TestStatusCarriesAddressAndPorts: a running workload's status has the
-// address and published ports its instance has, and loses them when the
-// instance goes.
+// address and published ports its instance has, and the connections its
+// egress policy refused, and loses them when the instance goes.
 func TestStatusCarriesAddressAndPorts(t *testing.T) {
 	t.Parallel()
 	src := &source{objs: map[string]*edgeboxv1.DesiredObject{}}
-	d := &addressed{fake.New("containerd"), map[string][]string{"web": {"8080:80/tcp", "127.0.0.1:5353:53/udp"}}}
+	d := &addressed{fake.New("containerd"), map[string][]string{"web": {"8080:80/tcp", "127.0.0.1:5353:53/udp"}}, map[string]uint64{}}
 	b := &book{status: map[string]*edgeboxv1.ObjectStatus{}}
 	r, err := New(Config{Source: src, Drivers: []runtime.Driver{d}, Reporter: b, Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	if err != nil {
@@ -60,18 +65,18 @@ func TestStatusCarriesAddressAndPorts(t *testing.T) {
 	tests := []struct {
 		name  string
 		setup func()
-		want  map[string][2]any // workload -> address, ports
+		want  map[string][3]any // workload -> address, ports, refused
 	}{
-		{"started", func() {}, map[string][2]any{
-			"web":   {"10.234.0.5", []string{"8080:80/tcp", "127.0.0.1:5353:53/udp"}},
-			"quiet": {"10.234.0.7", []string(nil)},
+		{"started", func() {}, map[string][3]any{
+			"web":   {"10.234.0.5", []string{"8080:80/tcp", "127.0.0.1:5353:53/udp"}, uint64(0)},
+			"quiet": {"10.234.0.7", []string(nil), uint64(0)},
 		}},
-		{"running", func() {}, map[string][2]any{
-			"web":   {"10.234.0.5", []string{"8080:80/tcp", "127.0.0.1:5353:53/udp"}},
-			"quiet": {"10.234.0.7", []string(nil)},
+		{"running, web refused", func() { d.refused["web"] = 3 }, map[string][3]any{
+			"web":   {"10.234.0.5", []string{"8080:80/tcp", "127.0.0.1:5353:53/udp"}, uint64(3)},
+			"quiet": {"10.234.0.7", []string(nil), uint64(0)},
 		}},
-		{"exited with restart never", func() { d.Crash("quiet", 0) }, map[string][2]any{
-			"web": {"10.234.0.5", []string{"8080:80/tcp", "127.0.0.1:5353:53/udp"}},
+		{"exited with restart never", func() { d.Crash("quiet", 0) }, map[string][3]any{
+			"web": {"10.234.0.5", []string{"8080:80/tcp", "127.0.0.1:5353:53/udp"}, uint64(3)},
 		}},
 	}
 	for _, tt := range tests {
@@ -81,10 +86,11 @@ func TestStatusCarriesAddressAndPorts(t *testing.T) {
 			st := b.status[name]
 			want, ok := tt.want[name]
 			if !ok {
-				want = [2]any{"", []string(nil)}
+				want = [3]any{"", []string(nil), uint64(0)}
 			}
-			if st.GetAddress() != want[0] || !slices.Equal(st.GetPorts(), want[1].([]string)) {
-				t.Errorf("%s: status of %s has address %q and ports %q, want %q and %q", tt.name, name, st.GetAddress(), st.GetPorts(), want[0], want[1])
+			if st.GetAddress() != want[0] || !slices.Equal(st.GetPorts(), want[1].([]string)) || st.GetEgressRefused() != want[2] {
+				t.Errorf("%s: status of %s has address %q, ports %q and %d refused, want %q, %q and %d", tt.name, name,
+					st.GetAddress(), st.GetPorts(), st.GetEgressRefused(), want[0], want[1], want[2])
 			}
 		}
 	}

@@ -89,9 +89,9 @@ type Reconciler struct {
 	running map[string]string
 	// attached are the USB keys each workload's instance was given.
 	attached map[string][]runtime.Device
-	// nets are each workload's instance's address and published ports,
-	// as the driver last showed them, for status.
-	nets   map[string]runtime.Instance
+	// nets are each workload's instance's address, published ports and
+	// egress refusals, as the driver last showed them, for status.
+	nets   map[string]netStatus
 	runCtx context.Context // set by Run, for pulls that outlive a pass
 }
 
@@ -115,7 +115,7 @@ func New(cfg Config) (*Reconciler, error) {
 	}
 	r := &Reconciler{cfg: cfg, images: images, drivers: map[string]runtime.Driver{}, kick: make(chan struct{}, 1), reported: map[string]bool{},
 		crashes: map[string]*crashes{}, pulls: pulls{m: map[string]*pull{}},
-		running: map[string]string{}, attached: map[string][]runtime.Device{}, nets: map[string]runtime.Instance{}}
+		running: map[string]string{}, attached: map[string][]runtime.Device{}, nets: map[string]netStatus{}}
 	for _, d := range cfg.Drivers {
 		if _, dup := r.drivers[d.Runtime()]; dup {
 			return nil, fmt.Errorf("reconcile: two drivers for runtime %q", d.Runtime())
@@ -287,7 +287,7 @@ func (r *Reconciler) converge(ctx context.Context, o *edgeboxv1.DesiredObject, h
 		}
 		h.inst = in
 	}
-	r.network(name, h.inst)
+	r.network(ctx, d, name, h.inst)
 	if h.inst.State == runtime.StateRunning {
 		if c := r.crashes[name]; c != nil {
 			if now := r.cfg.Now(); c.upSince.IsZero() {
@@ -330,7 +330,7 @@ func (r *Reconciler) converge(ctx context.Context, o *edgeboxv1.DesiredObject, h
 	}
 	r.running[name] = w.GetRelease()
 	if in, err := d.Inspect(ctx, name); err == nil {
-		r.network(name, in)
+		r.network(ctx, d, name, in)
 		r.probe(name, spec, in, d) // from now, not from the next pass
 	}
 	r.attach(name, spec.Devices)
@@ -497,14 +497,31 @@ func (r *Reconciler) fail(name string, rev uint64, reason string, err error) {
 	r.status(name, rev, edgeboxv1.PhaseFailed, err.Error())
 }
 
-// network records the address and published ports of a workload's
-// instance, for its status.
-func (r *Reconciler) network(name string, in runtime.Instance) {
-	if in.Address == "" && len(in.Ports) == 0 {
+// netStatus is what a workload's status says of its network.
+type netStatus struct {
+	address string
+	ports   []string
+	refused uint64
+}
+
+// network records the address, published ports and egress refusals of
+// a workload's instance, for its status. The count is the driver's
+// (runtime.EgressCounter); one it cannot read keeps the last.
+func (r *Reconciler) network(ctx context.Context, d runtime.Driver, name string, in runtime.Instance) {
+	last := r.nets[name]
+	ns := netStatus{address: in.Address, ports: in.Ports, refused: last.refused}
+	if ec, ok := d.(runtime.EgressCounter); ok {
+		if n, err := ec.EgressRefused(ctx, name); err == nil {
+			ns.refused = n
+		} else {
+			r.cfg.Log.Debug("reading egress refusals", "workload", name, "err", err)
+		}
+	}
+	if ns.address == "" && len(ns.ports) == 0 && ns.refused == 0 {
 		delete(r.nets, name)
 		return
 	}
-	r.nets[name] = runtime.Instance{Address: in.Address, Ports: in.Ports}
+	r.nets[name] = ns
 }
 
 func (r *Reconciler) status(name string, rev uint64, phase, msg string) {
@@ -512,7 +529,7 @@ func (r *Reconciler) status(name string, rev uint64, phase, msg string) {
 	nw := r.nets[name]
 	r.cfg.Reporter.Report(&edgeboxv1.ObjectStatus{Kind: edgeboxv1.KindWorkload, Name: name, ObservedRevision: rev,
 		Phase: phase, Message: msg, UpdatedUnixNano: time.Now().UnixNano(), Release: r.running[name], Health: r.healthOf(name),
-		Address: nw.Address, Ports: nw.Ports})
+		Address: nw.address, Ports: nw.ports, EgressRefused: nw.refused})
 }
 
 func (r *Reconciler) event(name, reason, msg string, warning bool) {
