@@ -68,6 +68,18 @@ func AttachTap(netnsPath string) error {
 				return err
 			}
 		}
+		// The VM's DHCP requests are answered in the namespace (the
+		// caller's server on TapBridge); none goes on to the box's
+		// bridge, where an egress policy would count it as refused.
+		// Bridged frames meet this chain where the bridge's netfilter
+		// hooks are on (br_netfilter), the case where the box's egress
+		// rules see them too.
+		drop := []string{"FORWARD", "-m", "physdev", "--physdev-out", ifName, "-p", "udp", "--dport", "67", "-j", "DROP"}
+		if exec.Command("iptables", append([]string{"-w", "-C"}, drop...)...).Run() != nil {
+			if out, err := exec.Command("iptables", append([]string{"-w", "-A"}, drop...)...).CombinedOutput(); err != nil {
+				return fmt.Errorf("iptables: %v: %s", err, strings.TrimSpace(string(out)))
+			}
+		}
 		return nil
 	})
 	if err != nil {

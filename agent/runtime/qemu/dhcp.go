@@ -180,3 +180,46 @@ func dhcpAnswer(m dhcpRequestMsg, mac net.HardwareAddr, g guestNet) ([]byte, boo
 	}
 	return b, true
 }
+
+// ipUDP wraps a UDP payload in its UDP and IPv4 headers, checksums
+// computed, for a reply sent on the VM's tap as a raw packet.
+func ipUDP(src, dst netip.Addr, sport, dport uint16, payload []byte) []byte {
+	const ipLen, udpLen = 20, 8
+	b := make([]byte, ipLen+udpLen+len(payload))
+	b[0] = 0x45 // IPv4, 20-byte header
+	binary.BigEndian.PutUint16(b[2:4], uint16(len(b)))
+	b[8], b[9] = 64, 17 // TTL, UDP
+	s, d := src.As4(), dst.As4()
+	copy(b[12:16], s[:])
+	copy(b[16:20], d[:])
+	binary.BigEndian.PutUint16(b[10:12], ^checksum(0, b[:ipLen]))
+	u := b[ipLen:]
+	binary.BigEndian.PutUint16(u[0:2], sport)
+	binary.BigEndian.PutUint16(u[2:4], dport)
+	binary.BigEndian.PutUint16(u[4:6], uint16(udpLen+len(payload)))
+	copy(u[udpLen:], payload)
+	// The pseudo-header: addresses, protocol and UDP length.
+	sum := checksum(0, b[12:20])
+	sum = checksum(sum, []byte{0, 17, u[4], u[5]})
+	c := ^checksum(sum, u)
+	if c == 0 {
+		c = 0xffff // zero means "no checksum"
+	}
+	binary.BigEndian.PutUint16(u[6:8], c)
+	return b
+}
+
+// checksum adds b to the ones' complement sum sum (RFC 1071).
+func checksum(sum uint16, b []byte) uint16 {
+	s := uint32(sum)
+	for i := 0; i+1 < len(b); i += 2 {
+		s += uint32(b[i])<<8 | uint32(b[i+1])
+	}
+	if len(b)%2 == 1 {
+		s += uint32(b[len(b)-1]) << 8
+	}
+	for s > 0xffff {
+		s = s>>16 + s&0xffff
+	}
+	return uint16(s)
+}

@@ -20,7 +20,8 @@ import (
 const dhcpScan = time.Second
 
 // Run answers the DHCP requests of the bridged VMs until ctx ends, and
-// then returns once every server has stopped. Each VM is served by a
+// then returns once every server has stopped. It also applies again the
+// egress policies of VMs an earlier agent started. Each VM is served by a
 // socket of its own inside its namespace, on the bridge that joins its
 // tap: started when the VM is attached, stopped when it is not (or its
 // namespace was made anew). Without a Network it only waits for ctx.
@@ -38,7 +39,7 @@ func (d *Driver) Run(ctx context.Context) error {
 	tick := time.NewTicker(dhcpScan)
 	defer tick.Stop()
 	for {
-		d.scanDHCP(servers)
+		d.scanDHCP(ctx, servers)
 		select {
 		case <-ctx.Done():
 			return nil
@@ -49,10 +50,11 @@ func (d *Driver) Run(ctx context.Context) error {
 
 // dhcpServer answers one VM.
 type dhcpServer struct {
-	addr string // the VM's address, as recorded
-	ino  uint64 // its namespace's inode: a new namespace needs a new socket
-	conn net.PacketConn
-	done chan struct{} // closed when serve returns
+	addr string         // the VM's address, as recorded
+	ino  uint64         // its namespace's inode: a new namespace needs a new socket
+	conn net.PacketConn // reads requests on the namespace's bridge
+	raw  int            // AF_PACKET socket on the tap, for answers
+	done chan struct{}  // closed when serve returns (and raw is closed)
 }
 
 func (s *dhcpServer) stop() {
@@ -62,7 +64,7 @@ func (s *dhcpServer) stop() {
 
 // scanDHCP starts servers for the bridged VMs that have none and stops
 // those of VMs gone or attached anew.
-func (d *Driver) scanDHCP(servers map[string]*dhcpServer) {
+func (d *Driver) scanDHCP(ctx context.Context, servers map[string]*dhcpServer) {
 	want := map[string]bool{}
 	ents, _ := os.ReadDir(filepath.Join(d.cfg.StateDir, "vms"))
 	for _, e := range ents {
@@ -74,6 +76,9 @@ func (d *Driver) scanDHCP(servers map[string]*dhcpServer) {
 		var st unix.Stat_t
 		if unix.Stat(ns, &st) != nil {
 			continue
+		}
+		if d.pid(in.Name) != 0 {
+			d.ensureEgress(ctx, in)
 		}
 		if s, ok := servers[in.Name]; ok {
 			select {
@@ -103,6 +108,8 @@ func (d *Driver) scanDHCP(servers map[string]*dhcpServer) {
 	}
 }
 
+func htons(v uint16) uint16 { return v<<8 | v>>8 }
+
 // serveDHCP opens VM in's server in its namespace ns and starts it.
 func (d *Driver) serveDHCP(in instance, ns string, ino uint64) (*dhcpServer, error) {
 	g := guestNet{DNS: d.guestDNS()}
@@ -129,18 +136,37 @@ func (d *Driver) serveDHCP(in instance, ns string, ino uint64) (*dhcpServer, err
 		}
 		return serr
 	}}
+	// Requests are read from the namespace's bridge; answers go straight
+	// into the tap as raw IP packets from the gateway's address, so that
+	// none goes out to the box's bridge, where it would be one more
+	// packet an egress policy refuses.
 	var conn net.PacketConn
+	var raw int
+	var to unix.SockaddrLinklayer
 	if err := network.InNetns(ns, func() (err error) {
-		conn, err = lc.ListenPacket(context.Background(), "udp4", "0.0.0.0:67")
+		tap, err := net.InterfaceByName(network.TapName)
+		if err != nil {
+			return err
+		}
+		raw, err = unix.Socket(unix.AF_PACKET, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, int(htons(unix.ETH_P_IP)))
+		if err != nil {
+			return err
+		}
+		to = unix.SockaddrLinklayer{Protocol: htons(unix.ETH_P_IP), Ifindex: tap.Index, Halen: 6}
+		copy(to.Addr[:], MAC(in.Name))
+		if conn, err = lc.ListenPacket(context.Background(), "udp4", "0.0.0.0:67"); err != nil {
+			unix.Close(raw)
+		}
 		return err
 	}); err != nil {
 		return nil, err
 	}
-	s := &dhcpServer{addr: in.Net.Addr, ino: ino, conn: conn, done: make(chan struct{})}
+	s := &dhcpServer{addr: in.Net.Addr, ino: ino, conn: conn, raw: raw, done: make(chan struct{})}
 	mac, log := MAC(in.Name), d.log.With("vm", in.Name)
 	go func() {
 		defer close(s.done)
-		bcast := &net.UDPAddr{IP: net.IPv4bcast, Port: 68}
+		defer unix.Close(raw)
+		bcast := netip.AddrFrom4([4]byte{255, 255, 255, 255})
 		buf := make([]byte, maxDHCP+1)
 		for {
 			n, _, err := conn.ReadFrom(buf)
@@ -155,7 +181,7 @@ func (d *Driver) serveDHCP(in instance, ns string, ino uint64) (*dhcpServer, err
 			if !ok {
 				continue
 			}
-			if _, err := conn.WriteTo(reply, bcast); err != nil {
+			if err := unix.Sendto(raw, ipUDP(g.Gateway, bcast, 67, 68, reply), 0, &to); err != nil {
 				log.Warn("answering a VM's DHCP request", "err", err)
 				continue
 			}

@@ -147,3 +147,26 @@ func FuzzDHCP(f *testing.F) {
 		}
 	})
 }
+
+// TestIPUDP: the headers of a raw reply carry lengths and checksums a
+// receiver verifies (a header summed with its checksum is 0xffff).
+func TestIPUDP(t *testing.T) {
+	t.Parallel()
+	for _, payload := range [][]byte{nil, []byte("x"), make([]byte, 300), []byte("odd length!")} {
+		p := ipUDP(netip.MustParseAddr("10.234.0.1"), netip.MustParseAddr("255.255.255.255"), 67, 68, payload)
+		if len(p) != 28+len(payload) || binary.BigEndian.Uint16(p[2:4]) != uint16(len(p)) || p[9] != 17 {
+			t.Fatalf("header % x", p[:28])
+		}
+		if got := checksum(0, p[:20]); got != 0xffff {
+			t.Errorf("IP header sums to %#x", got)
+		}
+		sum := checksum(0, p[12:20])
+		sum = checksum(sum, []byte{0, 17, p[24], p[25]})
+		if got := checksum(sum, p[20:]); got != 0xffff {
+			t.Errorf("UDP with its pseudo-header sums to %#x (payload %d bytes)", got, len(payload))
+		}
+		if string(p[28:]) != string(payload) || binary.BigEndian.Uint16(p[22:24]) != 68 {
+			t.Errorf("payload or port wrong")
+		}
+	}
+}

@@ -55,6 +55,13 @@ func netMode(w *edgeboxv1.Workload, haveBridge bool) (string, error) {
 	}
 }
 
+// restrictsEgress says whether w's egress policy allows less than
+// everything.
+func restrictsEgress(w *edgeboxv1.Workload) bool {
+	e := w.GetEgress()
+	return len(e) > 0 && !(len(e) == 1 && strings.EqualFold(strings.TrimSpace(e[0]), "any"))
+}
+
 // MAC is the MAC address of workload name's NIC: locally administered,
 // unicast, and derived from the name alone, so a workload keeps it across
 // restarts, new releases and a rebuilt agent (Windows activation and the

@@ -8,11 +8,18 @@ import (
 	"os"
 	"strings"
 
+	"google.golang.org/protobuf/encoding/protojson"
+
 	"github.com/edgebox/edgebox/agent/network"
+	"github.com/edgebox/edgebox/errdefs"
+	edgeboxv1 "github.com/edgebox/edgebox/proto/edgebox/v1"
 )
 
 // Network is edgebox's workload network a bridged VM is attached to.
 type Network = network.Network
+
+// EgressPolicies enforce the egress policies of bridged VMs.
+type EgressPolicies = network.Policies
 
 // netIDPrefix marks the network attachments of VMs. Object names are
 // lower case, so no container's attachment can carry it.
@@ -77,7 +84,7 @@ func (d *Driver) bridgeUp(ctx context.Context, in *instance, ps []port) (*os.Fil
 	}
 	g.Addr = netip.PrefixFrom(res.IP, subnet.Bits())
 	g.Gateway = res.Gateway
-	in.Net = &vmNet{Mode: netBridge, Addr: g.Addr.String(), Gateway: g.Gateway.String(), Ports: ps}
+	in.Net = &vmNet{Mode: netBridge, Addr: g.Addr.String(), Gateway: g.Gateway.String(), HostIf: res.HostInterface, Ports: ps}
 	if err := d.save(*in); err != nil {
 		return nil, guestNet{}, err
 	}
@@ -102,6 +109,12 @@ func (d *Driver) bridgeDown(ctx context.Context, name string, ps []port) error {
 	id := netID(name)
 	ns := n.NetnsPath(id)
 	var errs []error
+	if p := d.cfg.Egress; p != nil {
+		errs = append(errs, p.Remove(context.WithoutCancel(ctx), id))
+	}
+	d.egressMu.Lock()
+	delete(d.egressFor, name)
+	d.egressMu.Unlock()
 	errs = append(errs, network.RemoveTap(ns))
 	errs = append(errs, n.Detach(context.WithoutCancel(ctx), id, ns, netPorts(ps)))
 	errs = append(errs, network.RemoveNetns(ns))
@@ -157,6 +170,75 @@ func (d *Driver) guestDNS() []netip.Addr {
 		}
 	}
 	return out
+}
+
+// applyEgress enforces the egress policy of bridged VM in (attached),
+// from its workload w: its traffic through its veth is allowed to w's
+// destinations and the box's resolvers only. A VM that restricts nothing
+// has its policy, if any, removed.
+func (d *Driver) applyEgress(ctx context.Context, in instance, w *edgeboxv1.Workload) error {
+	p := d.cfg.Egress
+	id := netID(in.Name)
+	if !restrictsEgress(w) {
+		if p != nil {
+			return p.Remove(ctx, id)
+		}
+		return nil
+	}
+	if p == nil {
+		return errdefs.Unavailable("VM %s: its release restricts egress, and this box has no egress policies to enforce it", in.Name)
+	}
+	e, err := network.ParseEgress(w.GetEgress())
+	if err != nil {
+		return fmt.Errorf("VM %s: %w", in.Name, err)
+	}
+	for _, a := range d.guestDNS() {
+		if a.Is4() {
+			e.DNS = append(e.DNS, a)
+		}
+	}
+	prefix, err := netip.ParsePrefix(in.Net.Addr)
+	if err != nil {
+		return fmt.Errorf("VM %s: its recorded address: %w", in.Name, err)
+	}
+	if err := p.Apply(ctx, id, network.Source{Addr: prefix.Addr(), HostInterface: in.Net.HostIf}, e); err != nil {
+		return fmt.Errorf("VM %s: %w", in.Name, err)
+	}
+	d.egressMu.Lock()
+	d.egressFor[in.Name] = in.Net.Addr
+	d.egressMu.Unlock()
+	return nil
+}
+
+// ensureEgress applies the policy of a running bridged VM that this
+// process has not applied yet: after an agent restart the rules are still
+// there, but nobody follows the names in them.
+func (d *Driver) ensureEgress(ctx context.Context, in instance) {
+	if d.cfg.Egress == nil {
+		return
+	}
+	d.egressMu.Lock()
+	done := d.egressFor[in.Name] == in.Net.Addr
+	d.egressMu.Unlock()
+	if done {
+		return
+	}
+	var w edgeboxv1.Workload
+	if err := protojson.Unmarshal(in.Workload, &w); err != nil || !restrictsEgress(&w) {
+		return
+	}
+	if err := d.applyEgress(ctx, in, &w); err != nil {
+		d.log.Warn("applying a VM's egress policy again", "vm", in.Name, "err", err)
+	}
+}
+
+// EgressRefused is how many packets VM name's egress policy refused (for
+// TCP, one per connection), for its status.
+func (d *Driver) EgressRefused(ctx context.Context, name string) (uint64, error) {
+	if d.cfg.Egress == nil || !edgeboxv1.ValidObjectName(name) {
+		return 0, nil
+	}
+	return d.cfg.Egress.Refused(ctx, netID(name))
 }
 
 func netPorts(ps []port) []network.Port {

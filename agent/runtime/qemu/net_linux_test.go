@@ -182,7 +182,9 @@ func TestUserNetwork(t *testing.T) {
 	}
 }
 
-// TestNoNetwork: network none gives the guest no NIC.
+// TestNoNetwork: network none gives the guest no NIC; a network a VM
+// cannot have, a bad port or an egress policy user mode cannot enforce is
+// refused at start with a clear error.
 func TestNoNetwork(t *testing.T) {
 	vmtest.RequireNet(t)
 	d, ref := guest(t)
@@ -191,12 +193,26 @@ func TestNoNetwork(t *testing.T) {
 	if out := logs(t, d, "island"); strings.Contains(out, vmtest.MACLine) {
 		t.Fatalf("a VM on network none has a NIC:\n%s", out)
 	}
-	bad := &edgeboxv1.Workload{Runtime: "qemu", Image: ref, Network: "host"}
-	if err := d.Create(context.Background(), runtime.NewSpec("hosted", bad)); err != nil {
-		t.Fatal(err)
-	}
-	if err := d.Start(context.Background(), "hosted"); err == nil || !strings.Contains(err.Error(), "for containers") {
-		t.Fatalf("starting a VM on network host: %v, want a refusal", err)
+	for _, tc := range []struct {
+		name string
+		w    *edgeboxv1.Workload
+		want string
+	}{
+		{"hosted", &edgeboxv1.Workload{Runtime: "qemu", Image: ref, Network: "host"}, "for containers"},
+		{"unheard", &edgeboxv1.Workload{Runtime: "qemu", Image: ref, Network: "macvtap"}, "unknown network"},
+		// User mode cannot enforce an egress policy: refused, not ignored.
+		{"leaky", &edgeboxv1.Workload{Runtime: "qemu", Image: ref, Network: "user", Egress: []string{"bank.test"}}, "restricts egress"},
+		{"porty", &edgeboxv1.Workload{Runtime: "qemu", Image: ref, Network: "user", Ports: []*edgeboxv1.PortMapping{{HostPort: 0, Port: 80}}}, "from 1 to 65535"},
+	} {
+		if err := d.Create(context.Background(), runtime.NewSpec(tc.name, tc.w)); err != nil {
+			t.Fatal(err)
+		}
+		if err := d.Start(context.Background(), tc.name); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("starting VM %s: %v, want a refusal saying %q", tc.name, err, tc.want)
+		}
+		if in, _ := d.Inspect(context.Background(), tc.name); in.State != runtime.StateCreated {
+			t.Errorf("VM %s is %s after a refused start", tc.name, in.State)
+		}
 	}
 }
 
@@ -350,7 +366,19 @@ func TestBridgeNetwork(t *testing.T) {
 	vmtest.RequireNet(t)
 	b := newBridgeNet(t)
 	ref, pull := guestRegistry(t)
-	d := vmtest.DriverWith(t, qemu.Config{Network: b.Network, Log: slog.New(slog.NewTextHandler(t.Output(), nil))})
+	log := slog.New(slog.NewTextHandler(t.Output(), nil))
+	ecfg := network.DefaultEgressConfig()
+	ecfg.Chain, ecfg.Bridge, ecfg.Period = "EBQ"+strings.ToUpper(b.Config().Bridge[3:]), b.Config().Bridge, time.Hour
+	pol, err := network.NewPolicies(ecfg, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := pol.Sweep(context.Background(), func(string) bool { return false }); err != nil {
+			t.Errorf("sweeping egress policies: %v", err)
+		}
+	})
+	d := vmtest.DriverWith(t, qemu.Config{Network: b.Network, Egress: pol, Log: log})
 	pull(d)
 	ctx, cancel := context.WithCancel(context.Background())
 	ran := make(chan error, 1)
@@ -368,8 +396,13 @@ func TestBridgeNetwork(t *testing.T) {
 		Env:   []string{"FETCH=http://" + b.inetServer + "/"},
 		Ports: []*edgeboxv1.PortMapping{{HostPort: uint32(hostPort), Port: 80}}}
 	boot(t, d, runtime.NewSpec(name, w))
-	const dhcp = "teller"
-	boot(t, d, runtime.NewSpec(dhcp, &edgeboxv1.Workload{Runtime: "qemu", Image: ref, Env: []string{"FETCH=http://" + b.inetServer + "/", "DHCP=1"}}))
+	// teller may reach the internet server only, blocked only an address
+	// that is not it.
+	const dhcp, blocked = "teller", "blocked"
+	boot(t, d, runtime.NewSpec(dhcp, &edgeboxv1.Workload{Runtime: "qemu", Image: ref, Egress: []string{b.inetServer},
+		Env: []string{"FETCH=http://" + b.inetServer + "/", "DHCP=1"}}))
+	boot(t, d, runtime.NewSpec(blocked, &edgeboxv1.Workload{Runtime: "qemu", Image: ref, Egress: []string{"192.0.2.1"},
+		Env: []string{"FETCH=http://" + b.inetServer + "/"}}))
 
 	in, err := d.Inspect(context.Background(), name)
 	if err != nil {
@@ -399,6 +432,18 @@ func TestBridgeNetwork(t *testing.T) {
 	}
 	if got := values(logs(t, d, dhcp), vmtest.AddrLine); len(got) != 1 || got[0] != teller.Address+"/24" || teller.Address == in.Address {
 		t.Errorf("the DHCP guest's address is %q, want %s/24 (and not %s)", got, teller.Address, in.Address)
+	}
+	if got := waitLines(t, d, blocked, vmtest.FetchedLine, 1)[0]; got != "" {
+		t.Errorf("a VM whose egress allows only 192.0.2.1 fetched %q from the internet server", got)
+	}
+	if n, err := d.EgressRefused(context.Background(), blocked); err != nil || n == 0 {
+		t.Errorf("EgressRefused(%s) = %d, %v; want its refused connections counted", blocked, n, err)
+	}
+	// teller's DHCP exchange stays in its namespace: its only refusals are
+	// the IGMP reports its kernel sends when its NIC comes up (two or
+	// three; a DHCP exchange through the box's bridge added a dozen).
+	if n, err := d.EgressRefused(context.Background(), dhcp); err != nil || n > 5 {
+		t.Errorf("EgressRefused(%s) = %d, %v; want at most its IGMP reports", dhcp, n, err)
 	}
 
 	macs := waitLines(t, d, name, vmtest.MACLine, 1)

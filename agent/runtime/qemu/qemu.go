@@ -73,6 +73,10 @@ type Config struct {
 	// "bridge" are attached to (Linux). Nil: they get QEMU's user-mode
 	// network, as on Windows hosts.
 	Network *Network
+	// Egress enforces the egress policies of bridged VMs (Linux). A VM
+	// whose release restricts egress does not start without it, nor on
+	// the user-mode network, where no policy can be enforced.
+	Egress *EgressPolicies
 	// Log is where the driver logs; nil discards.
 	Log *slog.Logger
 }
@@ -96,6 +100,11 @@ type Driver struct {
 	cfg Config
 	log *slog.Logger
 	mu  sync.Mutex // one lifecycle change at a time
+
+	// egressMu guards egressFor: the address each VM's egress policy was
+	// applied for by this process (Start, or Run after an agent restart).
+	egressMu  sync.Mutex
+	egressFor map[string]string
 }
 
 // Defaults for a VM whose release and image say nothing.
@@ -137,7 +146,7 @@ func New(cfg Config) (*Driver, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &Driver{cfg: cfg, log: log.With("component", "qemu")}, nil
+	return &Driver{cfg: cfg, log: log.With("component", "qemu"), egressFor: map[string]string{}}, nil
 }
 
 func (d *Driver) Runtime() string { return edgeboxv1.RuntimeQEMU }
@@ -163,6 +172,7 @@ type vmNet struct {
 	Mode    string `json:"mode"`
 	Addr    string `json:"addr,omitempty"`    // bridge: its address and the subnet's length
 	Gateway string `json:"gateway,omitempty"` // bridge: the bridge's address
+	HostIf  string `json:"host_if,omitempty"` // bridge: the box's end of its veth
 	Ports   []port `json:"ports,omitempty"`
 }
 
@@ -357,6 +367,9 @@ func (d *Driver) Start(ctx context.Context, name string) error {
 	if err != nil {
 		return fmt.Errorf("VM %s: %w", name, err)
 	}
+	if restrictsEgress(&w) && mode == netUser {
+		return errdefs.Invalid("VM %s: its release restricts egress, which only the bridge network enforces; this VM is on network %s", name, mode)
+	}
 	var files []*os.File // for QEMU, from fd 3
 	var g guestNet
 	switch mode {
@@ -367,6 +380,10 @@ func (d *Driver) Start(ctx context.Context, name string) error {
 		}
 		defer tap.Close()
 		files, g = append(files, tap), gn
+		// Before the guest runs: it must not send a packet unchecked.
+		if err := d.applyEgress(ctx, in, &w); err != nil {
+			return err
+		}
 	default:
 		in.Net = &vmNet{Mode: mode, Ports: ps}
 	}
