@@ -26,11 +26,15 @@ import (
 //	"none"          no NIC at all
 //
 // Every NIC has the workload's MAC (MAC), the same for every start and
-// release of the workload. A bridged guest has no DHCP server to ask:
-// the driver tells it its address in fw_cfg (opt/edgebox/net, lines
-// ip=A.B.C.D/N, gateway=, dns=, mac=), which a Linux guest's init reads
-// (the test guest does); other guests need that address set statically,
-// or user mode.
+// release of the workload. A bridged guest gets its address by DHCP from
+// the driver (Run serves it, inside the VM's namespace; see dhcp.go), and
+// it is also in fw_cfg (opt/edgebox/net, lines ip=A.B.C.D/N, gateway=,
+// dns=, mac=) for a guest without a DHCP client. The address is the
+// VM's from its first start until it is removed (a reboot of the box may
+// change it). Published ports are the workload network's (CNI portmap)
+// on the bridge, hostfwd in user mode. An egress policy is enforced on
+// the bridge only: a VM on the user network whose release restricts
+// egress does not start.
 const (
 	netBridge = "bridge"
 	netUser   = "user"

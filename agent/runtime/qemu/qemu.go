@@ -20,6 +20,14 @@
 // A VM's QEMU is found by its pid file and, before QEMU has written it
 // (an agent killed while QEMU came up), by the pid file named on its
 // command line, so a restarted agent never starts a second QEMU for a VM.
+//
+// A bridged VM (Linux, Config.Network set) is attached to the workload
+// network as "VM-<name>": a network namespace of its own under the
+// network's NetnsDir, with the VM's tap bridged to its eth0 (see
+// agent/network's AttachTap), attached at its first start and detached
+// at its removal. QEMU gets the tap as fd 3. Run serves the VMs' DHCP;
+// HoldsNetwork tells the network's and the egress policies' sweeps which
+// attachments are the driver's.
 package qemu
 
 import (
