@@ -50,6 +50,7 @@ const (
 	labelNetwork   = "edgebox.io/network" // the mode the container got: bridge, host or none
 	labelAddress   = "edgebox.io/address" // its address on the bridge
 	labelPorts     = "edgebox.io/ports"   // its published ports, comma-separated portStrings
+	labelVeth      = "edgebox.io/veth"    // the box's end of its veth pair
 )
 
 // Config says how to reach containerd and where logs go.
@@ -88,6 +89,10 @@ type Config struct {
 	// loopback (network.UpstreamResolvConf unless set): bridged
 	// containers get the servers they name.
 	ResolvConf, UpstreamResolvConf string
+	// Egress enforces the egress policies of bridged containers; nil: a
+	// container whose release restricts egress is refused. The driver
+	// sweeps it (Sweep), keeping what KeepNetwork holds.
+	Egress *network.Policies
 	// Proxy is the box's proxy, an http:// or https:// URL, passed as
 	// HTTPS_PROXY and HTTP_PROXY to workloads that ask (proxy_env); empty:
 	// the box has none.
@@ -333,7 +338,7 @@ func (d *Driver) Create(ctx context.Context, s runtime.Spec) error {
 		err = translate(err, "creating %s", s.Name)
 		return err
 	}
-	if crashed, err = d.finishNetwork(s.Name, nw); err != nil {
+	if crashed, err = d.finishNetwork(ctx, s.Name, nw); err != nil {
 		if crashed {
 			return err
 		}
@@ -345,7 +350,7 @@ func (d *Driver) Create(ctx context.Context, s runtime.Spec) error {
 		return err
 	}
 	if a := nw.labels[labelAddress]; a != "" {
-		if _, err = c.SetLabels(ctx, map[string]string{labelAddress: a}); err != nil {
+		if _, err = c.SetLabels(ctx, map[string]string{labelAddress: a, labelVeth: nw.labels[labelVeth]}); err != nil {
 			err = translate(err, "labelling %s", s.Name)
 			return err
 		}
@@ -575,9 +580,13 @@ func (d *Driver) Sweep(ctx context.Context) ([]runtime.Orphan, error) {
 	if err != nil {
 		return out, translate(err, "listing containers")
 	}
-	keep := map[string]bool{}
+	keep := map[string]map[string]string{}
 	for _, c := range cs {
-		keep[c.ID()] = true
+		labels, err := c.Labels(ctx)
+		if err != nil && !cerrdefs.IsNotFound(err) {
+			return out, translate(err, "instance %s", c.ID())
+		}
+		keep[c.ID()] = labels
 	}
 	gone, err := d.sweepNetwork(ctx, keep)
 	for _, name := range gone {

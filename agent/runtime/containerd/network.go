@@ -61,6 +61,8 @@ type netSetup struct {
 	// attached has the result of the attach that runs while the
 	// container is made (bridge); finishNetwork takes it.
 	attached chan error
+	veth     string          // the box's end of its veth pair, set by the attach
+	egress   *network.Egress // its egress policy; nil: none
 }
 
 // networkMode is the mode a workload asks for, checked.
@@ -145,6 +147,10 @@ func (d *Driver) setupNetwork(ctx context.Context, name string, w *edgeboxv1.Wor
 	if err != nil {
 		return nil, err
 	}
+	egress, err := d.egressOf(w, mode)
+	if err != nil {
+		return nil, err
+	}
 	n := d.cfg.Network
 	if mode == modeBridge && n == nil {
 		if len(ports) > 0 {
@@ -155,7 +161,7 @@ func (d *Driver) setupNetwork(ctx context.Context, name string, w *edgeboxv1.Wor
 	if len(ports) > 0 && mode != modeBridge {
 		return nil, errdefs.Invalid("network %s: published ports need network bridge", mode)
 	}
-	ns := &netSetup{mode: mode, ports: ports, labels: map[string]string{labelNetwork: mode}}
+	ns := &netSetup{mode: mode, ports: ports, labels: map[string]string{labelNetwork: mode}, egress: egress}
 	switch mode {
 	case modeHost:
 		ns.opts = append(ns.opts, oci.WithHostNamespace(specs.NetworkNamespace))
@@ -179,6 +185,12 @@ func (d *Driver) setupNetwork(ctx context.Context, name string, w *edgeboxv1.Wor
 		if err := atomicWrite(resolv, d.resolvConf(name)); err != nil {
 			d.teardown(context.WithoutCancel(ctx), name, ns.ports, "")
 			return nil, fmt.Errorf("resolv.conf of %s: %w", name, err)
+		}
+		if egress != nil {
+			if err := d.saveEgress(name, w); err != nil {
+				d.teardown(context.WithoutCancel(ctx), name, ns.ports, "")
+				return nil, fmt.Errorf("egress of %s: %w", name, err)
+			}
 		}
 		ns.opts = append(ns.opts,
 			oci.WithLinuxNamespace(specs.LinuxNamespace{Type: specs.NetworkNamespace, Path: ns.netns}),
@@ -204,11 +216,11 @@ func (d *Driver) setupNetwork(ctx context.Context, name string, w *edgeboxv1.Wor
 	return ns, nil
 }
 
-// finishNetwork waits for the attach setupNetwork started and writes
-// the hosts file with the container's address; the address label is
-// then in ns.labels. The crash point create/attached is here: crashed
-// says the crash hook ended it.
-func (d *Driver) finishNetwork(name string, ns *netSetup) (crashed bool, err error) {
+// finishNetwork waits for the attach setupNetwork started, writes the
+// hosts file with the container's address and applies its egress
+// policy; the address and veth labels are then in ns.labels. The crash
+// point create/attached is here: crashed says the crash hook ended it.
+func (d *Driver) finishNetwork(ctx context.Context, name string, ns *netSetup) (crashed bool, err error) {
 	if ns.attached == nil {
 		return false, nil
 	}
@@ -218,11 +230,17 @@ func (d *Driver) finishNetwork(name string, ns *netSetup) (crashed bool, err err
 		return false, err
 	}
 	ns.labels[labelAddress] = ns.addr.String()
+	ns.labels[labelVeth] = ns.veth
 	if err := d.at("create/attached"); err != nil {
 		return true, err
 	}
 	if err := atomicWrite(filepath.Join(d.netDir(name), "hosts"), hostsFile(name, ns.addr)); err != nil {
 		return false, fmt.Errorf("hosts file of %s: %w", name, err)
+	}
+	if ns.egress != nil {
+		if err := d.applyEgress(ctx, name, ns.addr, ns.veth); err != nil {
+			return false, err
+		}
 	}
 	return false, nil
 }
@@ -242,7 +260,7 @@ func (d *Driver) attach(ctx context.Context, name string, ns *netSetup) error {
 	if err != nil {
 		return fmt.Errorf("attaching %s to the box's network: %w", name, err)
 	}
-	ns.addr = res.IP
+	ns.addr, ns.veth = res.IP, res.HostInterface
 	return nil
 }
 
@@ -252,6 +270,11 @@ func (d *Driver) attach(ctx context.Context, name string, ns *netSetup) error {
 // removing the namespace (Remove's).
 func (d *Driver) teardown(ctx context.Context, name string, ports []network.Port, crashPoint string) error {
 	var errs []error
+	if p := d.cfg.Egress; p != nil {
+		if err := p.Remove(ctx, name); err != nil {
+			errs = append(errs, err)
+		}
+	}
 	if n := d.cfg.Network; n != nil {
 		path := n.NetnsPath(name)
 		if err := n.Detach(ctx, name, path, ports); err != nil {
@@ -335,8 +358,11 @@ func (d *Driver) reattach(ctx context.Context, name string, labels map[string]st
 	if err := atomicWrite(filepath.Join(d.netDir(name), "hosts"), hostsFile(name, ns.addr)); err != nil {
 		return nil, err
 	}
+	if err := d.applyEgress(ctx, name, ns.addr, ns.veth); err != nil {
+		return nil, err
+	}
 	d.log.Info("container attached again", "workload", name, "ip", ns.addr)
-	return map[string]string{labelAddress: ns.addr.String()}, nil
+	return map[string]string{labelAddress: ns.addr.String(), labelVeth: ns.veth}, nil
 }
 
 // portsFree checks that no program on the box listens on a port a
@@ -441,15 +467,20 @@ func atomicWrite(path string, data []byte) error {
 }
 
 // sweepNetwork removes the network of every container that is gone:
-// attachments, namespaces and files a killed agent left. keep says which
-// containers exist; Config.KeepNetwork, which other attachments are held.
-func (d *Driver) sweepNetwork(ctx context.Context, keep map[string]bool) ([]string, error) {
+// attachments, egress policies, namespaces and files a killed agent
+// left; and applies again the egress policies of those that exist.
+// containers are the labels of the containers that exist;
+// Config.KeepNetwork says which other attachments are held.
+func (d *Driver) sweepNetwork(ctx context.Context, containers map[string]map[string]string) ([]string, error) {
 	if d.cfg.StateDir == "" {
 		return nil, nil
 	}
 	var gone []string
 	seen := map[string]bool{}
-	held := func(id string) bool { return keep[id] || (d.cfg.KeepNetwork != nil && d.cfg.KeepNetwork(id)) }
+	held := func(id string) bool {
+		_, ok := containers[id]
+		return ok || (d.cfg.KeepNetwork != nil && d.cfg.KeepNetwork(id))
+	}
 	note := func(name string) {
 		if !held(name) && !seen[name] {
 			seen[name] = true
@@ -471,6 +502,14 @@ func (d *Driver) sweepNetwork(ctx context.Context, keep map[string]bool) ([]stri
 			}
 		}
 		if err := n.Sweep(ctx, held); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if p := d.cfg.Egress; p != nil {
+		if err := p.Sweep(ctx, held); err != nil {
+			errs = append(errs, err)
+		}
+		if err := d.reapplyEgress(ctx, containers); err != nil {
 			errs = append(errs, err)
 		}
 	}

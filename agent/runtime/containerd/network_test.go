@@ -7,9 +7,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"net/netip"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -253,11 +255,17 @@ func TestNetworkModes(t *testing.T) {
 			fmt.Sprintf("host port %d/tcp is in use on the box", takenPort)},
 		{"published-by-another", "bridge", []*edgeboxv1.PortMapping{{Port: 9, HostPort: uint32(published)}}, errdefs.ErrConflict,
 			fmt.Sprintf("host port %d/tcp is already published by workload publisher", published)},
+		{"egress-on-host", "host", nil, errdefs.ErrInvalid, "egress cannot be enforced on network host"},
+		{"egress-unenforced", "", nil, errdefs.ErrUnavailable, "cannot enforce egress policies"},
+		{"egress-malformed", "bridge", nil, errdefs.ErrInvalid, "bank..test"},
+	}
+	egressOf := map[string][]string{
+		"egress-on-host": {"bank.test"}, "egress-unenforced": {"bank.test", "203.0.113.0/24"}, "egress-malformed": {"bank..test"},
 	}
 	for _, r := range refused {
 		t.Run("refused/"+r.name, func(t *testing.T) {
 			name := "refused-" + r.name
-			w := &edgeboxv1.Workload{Runtime: "containerd", Image: ctrdtest.Image, Network: r.network, Ports: r.ports}
+			w := &edgeboxv1.Workload{Runtime: "containerd", Image: ctrdtest.Image, Network: r.network, Ports: r.ports, Egress: egressOf[r.name]}
 			err := d.Create(ctx, runtime.NewSpec(name, w))
 			if !isErr(err, r.kind, r.want) || !strings.Contains(err.Error(), "workload "+name) {
 				d.Remove(ctx, name)
@@ -595,4 +603,130 @@ func TestConformanceWithNetwork(t *testing.T) {
 			t.Errorf("after the suite the address %s is still leased", e.Name())
 		}
 	}
+}
+
+// TestEgress: a container allowed only bank.test reaches it and is
+// refused other.test, and the refusal is counted; a restarted agent
+// applies the policy again; after Remove no rule of it is left.
+func TestEgress(t *testing.T) {
+	sock := ctrdtest.Start(t)
+	image := ctrdtest.BusyboxImage(t)
+	state := t.TempDir()
+	n := newTestNetwork(t, filepath.Join(state, "network"), t.TempDir())
+	inet := newPlace(t, "inet")
+	// other.test is a second address of the "internet", routed by the box.
+	other := netip.MustParseAddr(fmt.Sprintf("203.0.113.%d", randByte()))
+	cmd(t, inet.ns, "ip", "addr", "add", other.String()+"/32", "dev", "lo")
+	cmd(t, "", "ip", "route", "add", other.String()+"/32", "via", inet.its.String())
+	t.Cleanup(func() { cmd(t, "", "ip", "route", "del", other.String()+"/32") })
+	serveHTTP(t, inet.ns, inet.its.String()+":80", "bank")
+	serveHTTP(t, inet.ns, other.String()+":80", "other")
+	dnsAddr := inet.its.String() + ":53"
+	serveDNS(t, inet.ns, dnsAddr, map[string]netip.Addr{"bank.test": inet.its, "other.test": other})
+	resolv := filepath.Join(t.TempDir(), "resolv.conf")
+	if err := os.WriteFile(resolv, []byte("nameserver "+inet.its.String()+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	chain := "EBT" + strings.ToUpper(randHex(3))
+	policies := func() *network.Policies { // the agent's, on the box's chain
+		cfg := network.DefaultEgressConfig()
+		cfg.Chain = chain
+		cfg.Bridge = n.Config().Bridge
+		cfg.Resolver = &net.Resolver{PreferGo: true, Dial: func(ctx context.Context, _, _ string) (net.Conn, error) {
+			return (&net.Dialer{}).DialContext(ctx, "udp", dnsAddr)
+		}}
+		return func(cfg network.EgressConfig) *network.Policies {
+			p, err := network.NewPolicies(cfg, slog.New(slog.NewTextHandler(t.Output(), nil)))
+			if err != nil {
+				t.Fatal(err)
+			}
+			return p
+		}(cfg)
+	}
+	p := policies()
+	t.Cleanup(func() { dropEgressChain(t, p, chain) })
+	ctrdState := filepath.Join(state, "containerd")
+	d := netDriver(t, sock, n, ctrdState, resolv, image)
+	d.cfg.Egress = p
+	ctx := context.Background()
+	fetch := `for host in bank.test other.test; do
+			ip=$(busybox nslookup $host | busybox awk '/^Name:/ {n=1} n && /^Address/ {print $2; exit}')
+			echo "$host: $(busybox wget -q -O - http://$ip/ 2>&1 | busybox head -c 60)"
+		done; echo fetched`
+	w := &edgeboxv1.Workload{Runtime: "containerd", Image: ctrdtest.Image, Egress: []string{"bank.test"},
+		Args: []string{"/bin/sh", "-c", fetch + forever}}
+	if err := d.Create(ctx, runtime.NewSpec("teller", w)); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { d.Remove(ctx, "teller") })
+	if err := d.Start(ctx, "teller"); err != nil {
+		t.Fatal(err)
+	}
+	out := waitLog(t, d, "teller", "fetched")
+	if want := "bank.test: bank saw " + inet.box.String(); !strings.Contains(out, want) {
+		t.Errorf("output:\n%s\nwant %q", out, want)
+	}
+	if strings.Contains(out, "other saw") || !strings.Contains(out, "other.test: ") {
+		t.Errorf("output:\n%s\nwant other.test refused", out)
+	}
+	refused, err := d.EgressRefused(ctx, "teller")
+	if err != nil || refused == 0 {
+		t.Fatalf("EgressRefused = %d, %v; want the refused connection counted", refused, err)
+	}
+
+	// The agent restarts: its new Policies learn the policy again from
+	// the sweep, and the count goes on.
+	d2 := netDriver(t, sock, n, ctrdState, resolv, nil)
+	p2 := policies()
+	d2.cfg.Egress = p2
+	if _, err := d2.Sweep(ctx); err != nil {
+		t.Fatalf("Sweep: %v", err)
+	}
+	if n2, err := d2.EgressRefused(ctx, "teller"); err != nil || n2 < refused {
+		t.Fatalf("EgressRefused after a restart = %d, %v; want at least %d", n2, err, refused)
+	}
+	in, err := d2.Inspect(ctx, "teller")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := egressRules(t, "teller"); len(got) == 0 {
+		t.Fatalf("after the restart the container %s has no egress rule", in.Address)
+	}
+	if err := d2.Remove(ctx, "teller"); err != nil {
+		t.Fatal(err)
+	}
+	if got := egressRules(t, "teller"); len(got) != 0 {
+		t.Fatalf("after Remove, egress rules are left:\n%s", strings.Join(got, "\n"))
+	}
+	noTraces(t, n, d2, "teller", in.Address, nil)
+}
+
+// egressRules are the filter rules that name workload id's egress policy.
+func egressRules(t *testing.T, id string) []string {
+	t.Helper()
+	out, err := exec.Command("iptables-save", "-t", "filter").Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rules []string
+	for _, l := range strings.Split(string(out), "\n") {
+		if strings.Contains(l, "edgebox-egress:"+id+" ") || strings.Contains(l, "edgebox-egress:"+id+"\"") {
+			rules = append(rules, l)
+		}
+	}
+	return rules
+}
+
+// dropEgressChain removes what a test's egress chain left: its
+// workloads' rules (through p), then the chain and the jumps to it.
+func dropEgressChain(t *testing.T, p *network.Policies, chain string) {
+	if err := p.Sweep(context.Background(), func(string) bool { return false }); err != nil {
+		t.Errorf("sweeping the test's egress chain: %v", err)
+	}
+	for _, hook := range []string{"FORWARD", "INPUT"} {
+		for exec.Command("iptables", "-w", "-D", hook, "-m", "comment", "--comment", "edgebox-egress", "-j", chain).Run() == nil {
+		}
+	}
+	exec.Command("iptables", "-w", "-F", chain).Run()
+	exec.Command("iptables", "-w", "-X", chain).Run()
 }
