@@ -23,6 +23,7 @@ import (
 	"github.com/edgebox/edgebox/agent/network"
 	"github.com/edgebox/edgebox/agent/runtime"
 	"github.com/edgebox/edgebox/agent/runtime/qemu"
+	"github.com/edgebox/edgebox/agent/runtime/runtimetest"
 	"github.com/edgebox/edgebox/internal/test/require"
 	"github.com/edgebox/edgebox/internal/test/vmtest"
 	edgeboxv1 "github.com/edgebox/edgebox/proto/edgebox/v1"
@@ -565,5 +566,72 @@ func TestBridgeSweep(t *testing.T) {
 	}
 	if left := b.left(t, "keeper", addr["keeper"]); len(left) > 0 {
 		t.Errorf("after Remove these are left of keeper:\n%s", strings.Join(left, "\n"))
+	}
+}
+
+// TestConformanceBridged runs the drivers' suite with every VM on the
+// bridge, its crash points too (an agent killed at each step of create,
+// start, stop and remove of a bridged VM), and then checks that the
+// network holds nothing: no address lease, namespace or rule of any VM.
+func TestConformanceBridged(t *testing.T) {
+	vmtest.RequireNet(t)
+	b := newBridgeNet(t)
+	ref, fetch := guestRegistry(t)
+	log := slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelWarn}))
+	runtimetest.Run(t, runtimetest.Harness{
+		New: func(t *testing.T) runtime.Driver {
+			d := vmtest.DriverWith(t, qemu.Config{Network: b.Network, Log: log})
+			fetch(d)
+			return d
+		},
+		Workload: func(greeting string) *edgeboxv1.Workload {
+			return &edgeboxv1.Workload{Runtime: "qemu", Image: ref, Env: []string{"GREETING=" + greeting}}
+		},
+		Output: func(greeting string) string { return "hello " + greeting },
+		Restart: func(t *testing.T) func(runtime.CrashHook) runtime.Driver {
+			dir, err := os.MkdirTemp("", "q")
+			if err != nil {
+				t.Fatal(err)
+			}
+			var last *qemu.Driver
+			t.Cleanup(func() {
+				if last != nil {
+					list, _ := last.List(context.Background())
+					for _, in := range list {
+						last.Remove(context.Background(), in.Name)
+					}
+					last.Sweep(context.Background())
+				}
+				os.RemoveAll(dir)
+			})
+			return func(crash runtime.CrashHook) runtime.Driver {
+				d, err := qemu.New(qemu.Config{StateDir: dir, ExtraArgs: []string{"-S"}, Crash: crash, Network: b.Network, Log: log})
+				if err != nil {
+					t.Fatal(err)
+				}
+				if last == nil {
+					fetch(d)
+				}
+				last = d
+				return d
+			}
+		},
+		Copies: runtimetest.Processes,
+	})
+	cfg := b.Config()
+	for _, d := range []string{filepath.Join(cfg.StateDir, "ipam", cfg.Name), cfg.NetnsDir} {
+		ents, _ := os.ReadDir(d)
+		for _, e := range ents {
+			if !strings.HasPrefix(e.Name(), "last_reserved_ip") && e.Name() != "lock" {
+				t.Errorf("after the suite %s holds %s", d, e.Name())
+			}
+		}
+	}
+	for _, table := range []string{"nat", "filter"} {
+		for _, line := range strings.Split(run(t, "", "iptables-save", "-t", table), "\n") {
+			if strings.Contains(line, `name: \"`+cfg.Name+`\"`) {
+				t.Errorf("after the suite this rule is left: %s", line)
+			}
+		}
 	}
 }
