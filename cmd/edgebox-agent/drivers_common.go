@@ -13,14 +13,15 @@ import (
 
 // hostDrivers are the runtimes of Linux and Windows boxes alike: native
 // programs always, VMs when QEMU is installed (vms), on the workload
-// network net when the box has one (Linux).
-func hostDrivers(dataDir string, net *qemu.Network, log *slog.Logger) (ds []runtime.Driver, vms *qemu.Driver) {
+// network net with the egress policies egress when the box has them
+// (Linux).
+func hostDrivers(dataDir string, net *qemu.Network, egress *qemu.EgressPolicies, log *slog.Logger) (ds []runtime.Driver, vms *qemu.Driver) {
 	if p, err := process.New(process.Config{StateDir: filepath.Join(dataDir, "process")}); err == nil {
 		ds = append(ds, p)
 	} else {
 		log.Warn("native process workloads cannot run", "err", err)
 	}
-	if q, err := qemu.New(qemu.Config{StateDir: filepath.Join(dataDir, "qemu"), Network: net, Log: log}); err == nil {
+	if q, err := qemu.New(qemu.Config{StateDir: filepath.Join(dataDir, "qemu"), Network: net, Egress: egress, Log: log}); err == nil {
 		log.Info("VMs run with QEMU", "accel", q.Accel())
 		ds, vms = append(ds, q), q
 	} else {

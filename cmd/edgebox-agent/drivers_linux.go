@@ -14,7 +14,7 @@ import (
 // when QEMU is installed, containerd when its socket is there. A box
 // without containerd runs no containers and says so in each container
 // workload's status.
-func drivers(dataDir string, rt runtimeFlags, log *slog.Logger) (ds []runtime.Driver, closeAll func()) {
+func drivers(dataDir string, rt runtimeFlags, log *slog.Logger) (ds []runtime.Driver, side []beside, closeAll func()) {
 	containerdAddr := rt.containerd
 	closeAll = func() {}
 	// Native workloads run as users of their own and reach their homes
@@ -23,26 +23,48 @@ func drivers(dataDir string, rt runtimeFlags, log *slog.Logger) (ds []runtime.Dr
 	if err := os.Chmod(dataDir, 0o711); err != nil {
 		log.Warn("data directory", "err", err)
 	}
-	// One network for containers and VMs: the containerd driver sweeps
-	// it at start, keeping what the qemu driver holds.
+	// One network and one set of egress policies for containers and VMs:
+	// the containerd driver sweeps them at start, keeping what the qemu
+	// driver holds.
 	net := workloadNetwork(dataDir, log)
-	ds, vms := hostDrivers(dataDir, net, log)
+	egress := egressPolicies(net, log)
+	if egress != nil {
+		side = append(side, beside{"egress policies", egress.Run})
+	}
+	ds, vms := hostDrivers(dataDir, net, egress, log)
 	var keepVMs func(string) bool
 	if vms != nil {
 		keepVMs = vms.HoldsNetwork
 	}
 	if _, err := os.Stat(containerdAddr); err != nil {
 		log.Info("no containerd on this box; container workloads cannot run", "socket", containerdAddr)
-		return ds, closeAll
+		return ds, side, closeAll
 	}
 	d, err := containerd.New(containerd.Config{Address: containerdAddr, LogDir: filepath.Join(dataDir, "logs"),
 		VolumeDir: filepath.Join(dataDir, "volumes"), RuncRoot: rt.runcRoot,
-		Network: net, KeepNetwork: keepVMs, StateDir: filepath.Join(dataDir, "containerd"), Proxy: rt.proxy, Log: log})
+		Network: net, Egress: egress, KeepNetwork: keepVMs, StateDir: filepath.Join(dataDir, "containerd"), Proxy: rt.proxy, Log: log})
 	if err != nil {
 		log.Warn("containerd is not usable; container workloads cannot run", "err", err)
-		return ds, closeAll
+		return ds, side, closeAll
 	}
-	return append(ds, d), func() { d.Close() }
+	return append(ds, d), side, func() { d.Close() }
+}
+
+// egressPolicies enforce the releases' egress policies on the workload
+// network's bridge; nil without a network (workloads whose release
+// restricts egress are then refused).
+func egressPolicies(net *network.Network, log *slog.Logger) *network.Policies {
+	if net == nil {
+		return nil
+	}
+	cfg := network.DefaultEgressConfig()
+	cfg.Bridge = net.Config().Bridge
+	p, err := network.NewPolicies(cfg, log)
+	if err != nil {
+		log.Warn("egress policies cannot be enforced: workloads whose release restricts egress do not run", "err", err)
+		return nil
+	}
+	return p
 }
 
 // workloadNetwork is edgebox's bridge for workloads, its state under the

@@ -9,4 +9,6 @@ import (
 )
 
 // drivers: edgebox runs workloads on Linux and Windows only.
-func drivers(string, runtimeFlags, *slog.Logger) ([]runtime.Driver, func()) { return nil, func() {} }
+func drivers(string, runtimeFlags, *slog.Logger) ([]runtime.Driver, []beside, func()) {
+	return nil, nil, func() {}
+}

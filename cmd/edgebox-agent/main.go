@@ -105,7 +105,7 @@ back. The token pins the console's CA: nothing else is trusted.`,
 			}
 			cfg.USB = hub
 			rt.proxy = workloadProxy(proxy, dataDir)
-			ds, closeDrivers := drivers(dataDir, rt, log)
+			ds, beside, closeDrivers := drivers(dataDir, rt, log)
 			defer closeDrivers()
 			cfg.Drivers = ds
 			a, err := agent.New(cfg, log)
@@ -114,7 +114,7 @@ back. The token pins the console's CA: nothing else is trusted.`,
 			}
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
-			return runWithDrivers(ctx, a.Run, ds, log)
+			return runWithDrivers(ctx, a.Run, append(runnersOf(ds), beside...), log)
 		},
 	}
 
@@ -166,32 +166,41 @@ back. The token pins the console's CA: nothing else is trusted.`,
 	return root
 }
 
-// runner is a driver with work of its own while the agent runs (the qemu
-// driver's DHCP server for bridged VMs).
-type runner interface {
-	Run(ctx context.Context) error
+// beside is work that runs beside the agent until it stops: a driver's
+// own (the qemu driver's DHCP server for bridged VMs), or the egress
+// policies following their names.
+type beside struct {
+	name string
+	run  func(ctx context.Context) error
 }
 
-// runWithDrivers runs the agent and, beside it, every driver that is a
-// runner, until ctx ends or the agent returns; it returns the agent's
-// error once the drivers' runs have ended too.
-func runWithDrivers(ctx context.Context, agentRun func(context.Context) error, ds []runtime.Driver, log *slog.Logger) error {
+// runnersOf are the drivers with work of their own while the agent runs.
+func runnersOf(ds []runtime.Driver) []beside {
+	var out []beside
+	for _, d := range ds {
+		if r, ok := d.(interface{ Run(context.Context) error }); ok {
+			out = append(out, beside{"runtime " + d.Runtime(), r.Run})
+		}
+	}
+	return out
+}
+
+// runWithDrivers runs the agent and, beside it, the work of rs, until ctx
+// ends or the agent returns; it returns the agent's error once the work
+// beside it has ended too.
+func runWithDrivers(ctx context.Context, agentRun func(context.Context) error, rs []beside, log *slog.Logger) error {
 	ctx, cancel := context.WithCancel(ctx)
 	var wg sync.WaitGroup
 	defer func() {
-		cancel() // the drivers' runs end with the agent's
+		cancel() // the work beside ends with the agent
 		wg.Wait()
 	}()
-	for _, d := range ds {
-		r, ok := d.(runner)
-		if !ok {
-			continue
-		}
+	for _, r := range rs {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			if err := r.Run(ctx); err != nil && ctx.Err() == nil {
-				log.Warn("a runtime's own work stopped", "runtime", d.Runtime(), "err", err)
+			if err := r.run(ctx); err != nil && ctx.Err() == nil {
+				log.Warn("work beside the agent stopped", "what", r.name, "err", err)
 			}
 		}()
 	}

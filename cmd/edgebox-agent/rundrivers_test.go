@@ -64,7 +64,7 @@ func TestRunWithDrivers(t *testing.T) {
 				}()
 			}
 			err := runWithDrivers(ctx, func(ctx context.Context) error { return tt.agent(ctx, r) },
-				[]runtime.Driver{fake.New("process"), r}, slog.New(slog.NewTextHandler(io.Discard, nil)))
+				runnersOf([]runtime.Driver{fake.New("process"), r}), slog.New(slog.NewTextHandler(io.Discard, nil)))
 			if !errors.Is(err, tt.want) {
 				t.Fatalf("runWithDrivers = %v, want %v", err, tt.want)
 			}
