@@ -39,17 +39,14 @@ func AttachTap(netnsPath string) error {
 		if _, err := net.InterfaceByName(ifName); err != nil {
 			return fmt.Errorf("the namespace has no %s (not attached?): %w", ifName, err)
 		}
+		var steps [][]string
 		if _, err := net.InterfaceByName(TapName); err != nil {
-			if err := ip("tuntap", "add", "dev", TapName, "mode", "tap", "vnet_hdr"); err != nil {
-				return err
-			}
+			steps = append(steps, []string{"tuntap", "add", "dev", TapName, "mode", "tap", "vnet_hdr"})
 		}
 		if _, err := net.InterfaceByName(TapBridge); err != nil {
-			if err := ip("link", "add", TapBridge, "type", "bridge"); err != nil {
-				return err
-			}
+			steps = append(steps, []string{"link", "add", TapBridge, "type", "bridge"})
 		}
-		for _, step := range [][]string{
+		steps = append(steps, [][]string{
 			{"link", "set", ifName, "master", TapBridge},
 			{"link", "set", TapName, "master", TapBridge},
 			// The box's bridge sends a VM's broadcasts back (hairpin
@@ -63,10 +60,16 @@ func AttachTap(netnsPath string) error {
 			{"link", "set", TapBridge, "up"},
 			{"link", "set", TapName, "up"},
 			{"link", "set", ifName, "up"},
-		} {
-			if err := ip(step...); err != nil {
-				return err
-			}
+		}...)
+		// One ip for all the steps: each process costs some milliseconds.
+		var batch strings.Builder
+		for _, s := range steps {
+			batch.WriteString(strings.Join(s, " ") + "\n")
+		}
+		cmd := exec.Command("ip", "-batch", "-")
+		cmd.Stdin = strings.NewReader(batch.String())
+		if out, err := cmd.CombinedOutput(); err != nil {
+			return fmt.Errorf("ip -batch: %v: %s", err, strings.TrimSpace(string(out)))
 		}
 		// The VM's DHCP requests are answered in the namespace (the
 		// caller's server on TapBridge); none goes on to the box's

@@ -70,9 +70,12 @@ func (d *Driver) bridgeUp(ctx context.Context, in *instance, ps []port) (*os.Fil
 		d.log.Info("a VM's network attachment is gone; attaching it again", "vm", in.Name)
 	}
 	// Whatever a crash or a reboot left goes first: the plugins refuse a
-	// second attachment of an id.
-	if err := d.bridgeDown(ctx, in.Name, ps); err != nil {
-		return nil, guestNet{}, err
+	// second attachment of an id. An agent killed during the attach left
+	// the namespace, made first; after a reboot there is the record.
+	if _, err := os.Lstat(ns); err == nil || (in.Net != nil && in.Net.Mode == netBridge) {
+		if err := d.bridgeDown(ctx, in.Name, ps); err != nil {
+			return nil, guestNet{}, err
+		}
 	}
 	if _, err := network.CreateNetns(n.Config().NetnsDir, id); err != nil {
 		return nil, guestNet{}, fmt.Errorf("VM %s: %w", in.Name, err)

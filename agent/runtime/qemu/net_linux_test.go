@@ -226,7 +226,7 @@ type bridgeNet struct {
 	lanBox, lanClient   string
 }
 
-func newBridgeNet(t *testing.T) *bridgeNet {
+func newBridgeNet(t testing.TB) *bridgeNet {
 	t.Helper()
 	require.Root(t, "bridged VMs")
 	require.File(t, "/usr/lib/cni/bridge", "Debian's containernetworking-plugins")

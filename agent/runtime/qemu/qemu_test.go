@@ -29,7 +29,7 @@ import (
 // guestRegistry serves a registry holding the test guest, pushed the way
 // 'edgebox image push-disk' does, and returns the image's reference and a
 // client that reaches it the way a box does.
-func guestRegistry(t *testing.T) (ref string, fetch func(d *qemu.Driver)) {
+func guestRegistry(t testing.TB) (ref string, fetch func(d *qemu.Driver)) {
 	t.Helper()
 	files := vmtest.Files(t, t.TempDir(), 16)
 	reg, err := registry.Open(context.Background(), t.TempDir(), slog.New(slog.NewTextHandler(io.Discard, nil)))
