@@ -561,6 +561,37 @@ func TestBridgeSweep(t *testing.T) {
 	if in, _ := d.Inspect(context.Background(), "keeper"); in.Address != addr["keeper"] {
 		t.Errorf("keeper started again at %s, was %s", in.Address, addr["keeper"])
 	}
+
+	// A reboot: the namespaces (in /run) are gone, the leases and the
+	// record stay. keeper starts again attached anew, and holds one
+	// address, not two.
+	if err := d.Stop(context.Background(), "keeper", time.Second); err != nil {
+		t.Fatal(err)
+	}
+	ns := b.NetnsPath("VM-keeper")
+	if err := network.RemoveTap(ns); err != nil {
+		t.Fatal(err)
+	}
+	if err := network.RemoveNetns(ns); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Start(context.Background(), "keeper"); err != nil {
+		t.Fatalf("starting again after a reboot: %v", err)
+	}
+	in, err = d.Inspect(context.Background(), "keeper")
+	if err != nil || in.State != runtime.StateRunning || in.Address == "" {
+		t.Fatalf("keeper after a reboot: %+v, %v", in, err)
+	}
+	leases, _ := filepath.Glob(filepath.Join(b.Config().StateDir, "ipam", b.Config().Name, "10.*"))
+	if len(leases) != 1 || filepath.Base(leases[0]) != in.Address {
+		t.Errorf("after a reboot keeper (at %s) has the leases %q, want its one", in.Address, leases)
+	}
+	if in.Address != addr["keeper"] {
+		if left := b.left(t, "", addr["keeper"]); len(left) > 0 {
+			t.Errorf("keeper's address before the reboot left:\n%s", strings.Join(left, "\n"))
+		}
+	}
+	addr["keeper"] = in.Address
 	if err := d.Remove(context.Background(), "keeper"); err != nil {
 		t.Fatal(err)
 	}
