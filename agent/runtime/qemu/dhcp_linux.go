@@ -2,6 +2,7 @@ package qemu
 
 import (
 	"context"
+	"encoding/binary"
 	"net"
 	"net/netip"
 	"os"
@@ -108,7 +109,12 @@ func (d *Driver) scanDHCP(ctx context.Context, servers map[string]*dhcpServer) {
 	}
 }
 
-func htons(v uint16) uint16 { return v<<8 | v>>8 }
+// htons is v in network byte order, as AF_PACKET takes its protocol.
+func htons(v uint16) uint16 {
+	var b [2]byte
+	binary.BigEndian.PutUint16(b[:], v)
+	return binary.NativeEndian.Uint16(b[:])
+}
 
 // serveDHCP opens VM in's server in its namespace ns and starts it.
 func (d *Driver) serveDHCP(in instance, ns string, ino uint64) (*dhcpServer, error) {
