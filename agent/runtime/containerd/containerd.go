@@ -4,7 +4,10 @@
 // v2 client against the box's containerd, in the namespace "edgebox".
 // Instances are containers named for their workload and labelled as
 // edgebox's; their output goes to a log file per workload on the box,
-// rotated when it grows.
+// rotated when it grows. Containers get the box's workload network
+// (agent/network: a bridge with NAT, published ports, the box's
+// resolvers), the box's own, or none, and their release's egress policy
+// (network.go, egress.go).
 package containerd
 
 import (
