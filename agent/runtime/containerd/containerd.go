@@ -183,7 +183,7 @@ func New(cfg Config) (*Driver, error) {
 	if err != nil {
 		return nil, fmt.Errorf("containerd at %s: %w", cfg.Address, err)
 	}
-	return &Driver{c: c, cfg: cfg, log: cfg.Log.With("component", "containerd")}, nil
+	return &Driver{c: c, cfg: cfg, log: cfg.Log.With("component", edgeboxv1.RuntimeContainerd)}, nil
 }
 
 // Close closes the connection to containerd; containers keep running.
