@@ -154,7 +154,7 @@ func New(cfg Config) (*Driver, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &Driver{cfg: cfg, log: log.With("component", "qemu"), egressFor: map[string]string{}}, nil
+	return &Driver{cfg: cfg, log: log.With("component", edgeboxv1.RuntimeQEMU), egressFor: map[string]string{}}, nil
 }
 
 func (d *Driver) Runtime() string { return edgeboxv1.RuntimeQEMU }
