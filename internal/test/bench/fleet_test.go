@@ -47,6 +47,7 @@ func (c *consoleProc) start(b *testing.B) []byte {
 // launch starts the console and returns what it will print on standard
 // output. EDGEBOX_BENCH_CONSOLE_LOG_LEVEL is its log level (error unless
 // set); EDGEBOX_BENCH_CONSOLE_ARGS adds space-separated flags;
+// EDGEBOX_BENCH_CONSOLE_CPUS pins it to those CPUs (taskset's list);
 // EDGEBOX_BENCH_CONSOLE_ENV adds space-separated NAME=value pairs
 // to its environment (GOMAXPROCS=1 limits it to one core), after
 // EDGEBOX_BENCH_HEAP_PROFILE's and EDGEBOX_BENCH_CONSOLE_GODEBUG's GODEBUG.
@@ -67,6 +68,14 @@ func (c *consoleProc) launch(b *testing.B) *bytes.Buffer {
 	c.cmd.Env = append(c.cmd.Env, strings.Fields(os.Getenv("EDGEBOX_BENCH_CONSOLE_ENV"))...)
 	if err := c.cmd.Start(); err != nil {
 		b.Fatal(err)
+	}
+	if cpus := os.Getenv("EDGEBOX_BENCH_CONSOLE_CPUS"); cpus != "" {
+		// Every thread of the console onto those CPUs, before it does
+		// much: with the benchmark run on the others (taskset), the
+		// console has them to itself.
+		if out, err := exec.Command("taskset", "-a", "-p", "-c", cpus, strconv.Itoa(c.cmd.Process.Pid)).CombinedOutput(); err != nil {
+			b.Fatalf("taskset %s: %v: %s", cpus, err, out)
+		}
 	}
 	return &out
 }
