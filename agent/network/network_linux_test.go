@@ -23,6 +23,7 @@ import (
 	"github.com/containernetworking/cni/libcni"
 
 	"github.com/edgebox/edgebox/errdefs"
+	"github.com/edgebox/edgebox/internal/test/require"
 )
 
 // testSeq numbers the test networks of this process; testBase spreads
@@ -36,12 +37,8 @@ var (
 // one thing this package's tests cannot do without.
 func needPlugins(t testing.TB) {
 	t.Helper()
-	if _, err := os.Stat("/usr/lib/cni/bridge"); err != nil {
-		t.Skip("the CNI plugins are not installed (/usr/lib/cni/bridge is absent): run `sh scripts/test-deps.sh` (Debian containernetworking-plugins)")
-	}
-	if os.Geteuid() != 0 {
-		t.Fatal("workload networking tests need root (network namespaces, bridges, iptables)")
-	}
+	require.File(t, "/usr/lib/cni/bridge", "Debian's containernetworking-plugins; make test installs it")
+	require.Root(t, "workload networking (network namespaces, bridges, iptables)")
 }
 
 // testNet is one test's network: its own name, bridge and subnet, and a
