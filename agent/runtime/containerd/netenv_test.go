@@ -19,6 +19,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -58,6 +59,17 @@ func randByte() int {
 	return 1 + int(b[0])%250
 }
 
+// nextByte is a number from 1 to 250 that no other call in this process
+// returns until 250 more were: subnets and links of one test run never
+// share one (another process's may; each package's tests use ranges of
+// their own).
+func nextByte() int { return 1 + int(byteBase+byteSeq.Add(1))%250 }
+
+var (
+	byteSeq  atomic.Int32
+	byteBase = int32(randByte())
+)
+
 // newTestNetwork is a workload network of the test's own: its own CNI
 // name, bridge and /24, removed with all it holds when the test ends.
 func newTestNetwork(t testing.TB, stateDir, netnsDir string) *network.Network {
@@ -67,7 +79,7 @@ func newTestNetwork(t testing.TB, stateDir, netnsDir string) *network.Network {
 	cfg := network.DefaultConfig()
 	cfg.Name = "ctrdtest-" + r
 	cfg.Bridge = "ebc" + r
-	cfg.Subnet = fmt.Sprintf("10.236.%d.0/24", randByte())
+	cfg.Subnet = fmt.Sprintf("10.236.%d.0/24", nextByte())
 	cfg.StateDir = stateDir
 	cfg.NetnsDir = netnsDir
 	n, err := network.New(cfg, slog.New(slog.NewTextHandler(t.Output(), nil)))
@@ -123,7 +135,8 @@ func cmd(t testing.TB, ns string, args ...string) string {
 }
 
 // place is a namespace linked to the box by a veth pair on a /30 of
-// 198.19.0.0/16: the box is .1, the place .2.
+// 198.18.0.0/16 (agent/network's tests use 198.19.0.0/16): the box is .1,
+// the place .2.
 type place struct {
 	ns       string
 	box, its netip.Addr
@@ -137,10 +150,10 @@ func newPlace(t testing.TB, kind string) place {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { network.RemoveNetns(path) })
-	third := randByte()
+	third := nextByte()
 	p := place{ns: path,
-		box: netip.MustParseAddr(fmt.Sprintf("198.19.%d.1", third)),
-		its: netip.MustParseAddr(fmt.Sprintf("198.19.%d.2", third))}
+		box: netip.MustParseAddr(fmt.Sprintf("198.18.%d.1", third)),
+		its: netip.MustParseAddr(fmt.Sprintf("198.18.%d.2", third))}
 	boxEnd, nsEnd := kind[:1]+"b"+r, kind[:1]+"p"+r
 	cmd(t, "", "ip", "link", "add", boxEnd, "type", "veth", "peer", "name", nsEnd)
 	t.Cleanup(func() { exec.Command("ip", "link", "del", boxEnd).Run() })
