@@ -135,8 +135,8 @@ func cmd(t testing.TB, ns string, args ...string) string {
 }
 
 // place is a namespace linked to the box by a veth pair on a /30 of
-// 198.18.0.0/16 (agent/network's tests use 198.19.0.0/16): the box is .1,
-// the place .2.
+// 100.102.0.0/16 (agent/network's tests use 198.18-19, qemu's 100.100):
+// the box is .1, the place .2.
 type place struct {
 	ns       string
 	box, its netip.Addr
@@ -152,8 +152,8 @@ func newPlace(t testing.TB, kind string) place {
 	t.Cleanup(func() { network.RemoveNetns(path) })
 	third := nextByte()
 	p := place{ns: path,
-		box: netip.MustParseAddr(fmt.Sprintf("198.18.%d.1", third)),
-		its: netip.MustParseAddr(fmt.Sprintf("198.18.%d.2", third))}
+		box: netip.MustParseAddr(fmt.Sprintf("100.102.%d.1", third)),
+		its: netip.MustParseAddr(fmt.Sprintf("100.102.%d.2", third))}
 	boxEnd, nsEnd := kind[:1]+"b"+r, kind[:1]+"p"+r
 	cmd(t, "", "ip", "link", "add", boxEnd, "type", "veth", "peer", "name", nsEnd)
 	t.Cleanup(func() { exec.Command("ip", "link", "del", boxEnd).Run() })
