@@ -21,7 +21,7 @@ reaches PORT in the workload, on IP only if given (IPv4); e.g. --publish 8080:80
 	egressHelp = `allow connections only to this DNS name, IPv4 address or CIDR prefix, repeatable;
 names are followed as their addresses change; "any" (alone) allows everything,
 as does giving none; e.g. --egress bank.example.com --egress 203.0.113.0/24`
-	proxyEnvHelp = `pass the box's proxy to the workload as HTTPS_PROXY and HTTP_PROXY`
+	proxyEnvHelp = `pass the box's proxy to a container as HTTPS_PROXY and HTTP_PROXY (not to VMs: give the guest its proxy in the image)`
 )
 
 // parsePublish reads [IP:]HOST:PORT[/PROTO]: "8080:80",

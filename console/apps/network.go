@@ -75,6 +75,9 @@ func validateNetwork(s Spec) []error {
 		errs = append(errs, fmt.Errorf("egress with network %q: an egress policy is enforced on edgebox's bridge only; use network bridge, or egress any", network))
 	}
 	errs = append(errs, validateEgress(s.Egress)...)
+	if s.ProxyEnv && s.Runtime == edgeboxv1.RuntimeQEMU {
+		errs = append(errs, errors.New("proxy_env: a VM has no environment the box can set; give its guest the proxy in the image"))
+	}
 	return errs
 }
 

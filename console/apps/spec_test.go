@@ -212,6 +212,7 @@ func networkCases() []networkCase {
 		{"unknown mode", ctr(Spec{Network: "bridged"}), []string{`network "bridged"`, "bridge (the default), host (containerd), user (qemu) or none"}},
 		{"host for qemu", ctr(Spec{Runtime: "qemu", Network: "host"}), []string{`network "host": only for containerd releases`}},
 		{"user for containerd", ctr(Spec{Network: "user"}), []string{`network "user": only for qemu releases`}},
+		{"proxy_env for qemu", ctr(Spec{Runtime: "qemu", ProxyEnv: true}), []string{"proxy_env: a VM has no environment the box can set"}},
 		{"process with network settings", Spec{Version: "1", Runtime: "process", Image: "/bin/true", Network: "bridge",
 			Ports: []Port{web(8080, "")}, Egress: []string{"bank.test"}, ProxyEnv: true},
 			[]string{"network, published ports (host_port), egress, proxy_env: a process release runs on the box's own network"}},
