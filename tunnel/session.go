@@ -144,15 +144,23 @@ func (s *Session) renewable(now time.Time) bool {
 // timer, so between pings they hold no goroutine. With yamux's own two,
 // that is three goroutines per idle box on the console.
 func (s *Session) start() {
+	// Under s.mu, as Close marks the session done: a session closed
+	// before it started (a console closing as the box arrives) starts
+	// nothing, and one that started is waited for.
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	select {
+	case <-s.done:
+		return
+	default:
+	}
 	s.wg.Add(2) // the accept loop, and the armed ping timer
 	go func() {
 		defer s.wg.Done()
 		s.acceptLoop()
 		go s.Close() // yamux ended on its own: the connection broke
 	}()
-	s.mu.Lock()
 	s.pingTimer = time.AfterFunc(s.cfg.PingInterval, s.pingTick)
-	s.mu.Unlock()
 }
 
 // Peer returns the verified identity of the far side.
@@ -200,8 +208,8 @@ func (s *Session) Ping() (time.Duration, error) {
 // session's goroutines. It is idempotent.
 func (s *Session) Close() error {
 	s.closeOnce.Do(func() {
-		close(s.done)
 		s.mu.Lock()
+		close(s.done)
 		for _, t := range []*time.Timer{s.pingTimer, s.deadTimer} {
 			if t != nil && t.Stop() {
 				s.wg.Done() // the timer will not fire: its function never runs

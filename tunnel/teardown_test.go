@@ -111,3 +111,39 @@ func TestStreamsEndWhenTheLinkDies(t *testing.T) {
 		t.Fatalf("the session used %v of CPU while its connection closed", cpu.Round(time.Millisecond))
 	}
 }
+
+// TestClosedSessionStartsNothing: a session closed before it started (a
+// console closing as a box arrives) starts no accept loop and arms no
+// ping, and Close and start racing each other leave the race detector
+// nothing to report.
+func TestClosedSessionStartsNothing(t *testing.T) {
+	t.Parallel()
+	cfg := DefaultConfig()
+	newSess := func() *Session {
+		a, b := net.Pipe()
+		t.Cleanup(func() { a.Close(); b.Close() })
+		ys, err := yamux.Client(a, cfg.yamux())
+		if err != nil {
+			t.Fatal(err)
+		}
+		log := slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn}))
+		return newSession(ys, "console", "box", cfg, &listeners{self: "console", backlog: cfg.ListenBacklog}, log, NewMetrics(nil))
+	}
+	sess := newSess()
+	sess.Close()
+	sess.start()
+	sess.mu.Lock()
+	armed := sess.pingTimer != nil
+	sess.mu.Unlock()
+	if armed {
+		t.Fatal("a session closed before it started armed its ping timer")
+	}
+	for range 50 {
+		sess := newSess()
+		done := make(chan struct{})
+		go func() { defer close(done); sess.start() }()
+		sess.Close()
+		<-done
+		sess.Close() // waits for whatever start began
+	}
+}
