@@ -432,20 +432,27 @@ func (p *Policies) refresh(ctx context.Context) {
 // chain's two rules.
 func (p *Policies) intact(t *filterTable, id string) bool {
 	chain, refuse := p.policyChain(id), p.refuseChain(id)
-	dispatch, last, rejects := false, "", 0
+	dispatch, last := false, ""
 	for _, r := range t.rules {
 		switch r.chain {
 		case p.cfg.Chain:
 			dispatch = dispatch || r.egressID() == id && r.target() == chain
 		case chain:
 			last = r.target()
-		case refuse:
-			if r.target() == "REJECT" {
-				rejects++
-			}
 		}
 	}
-	return dispatch && last == refuse && rejects == 2
+	return dispatch && last == refuse && countRejects(t, refuse) == 2
+}
+
+// countRejects is how many REJECT rules refusal chain refuse holds in t.
+func countRejects(t *filterTable, refuse string) int {
+	n := 0
+	for _, r := range t.rules {
+		if r.chain == refuse && r.target() == "REJECT" {
+			n++
+		}
+	}
+	return n
 }
 
 // lookup is one name's answer.
@@ -608,10 +615,16 @@ func (p *Policies) write(ctx context.Context, id string, src Source, dns []netip
 	} else {
 		fmt.Fprintf(&decl, ":%s - [0:0]\n", chain)
 	}
-	if !t.chains[refuse] {
+	if rejects := countRejects(t, refuse); !t.chains[refuse] || rejects != 2 {
 		// Declared only when missing: iptables-restore flushes a chain it
-		// is told about, which would lose the count.
-		fmt.Fprintf(&decl, ":%s - [0:0]\n", refuse)
+		// is told about, which would lose the count. One present without
+		// its two rejects (flushed on the box) is written again, or what
+		// it should refuse would fall through to the box's own rules.
+		if t.chains[refuse] {
+			fmt.Fprintf(&body, "-F %s\n", refuse)
+		} else {
+			fmt.Fprintf(&decl, ":%s - [0:0]\n", refuse)
+		}
 		fmt.Fprintf(&body, "-A %s -p tcp -j REJECT --reject-with tcp-reset\n", refuse)
 		fmt.Fprintf(&body, "-A %s -j REJECT --reject-with icmp-admin-prohibited\n", refuse)
 	}

@@ -494,6 +494,15 @@ func TestEgressPolicy(t *testing.T) {
 		}
 		return nil
 	})
+	// A refusal chain flushed on the box: what it refused would fall
+	// through to the box's own rules, which let it out.
+	run(t, "", "iptables", "-w", "-F", p.refuseChain(robot))
+	eventually(t, "Run writing the robot's flushed refusals again", func() error {
+		if err := in.reaches(robotNs, in.other, "other"); !errors.Is(err, syscall.ECONNREFUSED) {
+			return fmt.Errorf("fetching from other: %v", err)
+		}
+		return nil
+	})
 	in.dns.set("bank.test", in.bankB, false)
 	eventually(t, "the policy following bank.test to its new address", func() error {
 		return in.reaches(robotNs, in.bankB, "bank-b")
