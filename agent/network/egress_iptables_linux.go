@@ -140,10 +140,15 @@ func parseFilter(out []byte) (*filterTable, error) {
 // restoreFilter runs script, lines of iptables commands on the filter
 // table, as one transaction that changes nothing else.
 func restoreFilter(ctx context.Context, script string) error {
-	cmd := exec.CommandContext(ctx, "iptables-restore", "--noflush", "--wait")
+	cmd := exec.CommandContext(ctx, "iptables-restore", "--noflush", "--wait", xtablesWait)
 	cmd.Stdin = strings.NewReader("*filter\n" + script + "COMMIT\n")
 	if out, err := cmd.CombinedOutput(); err != nil {
 		return fmt.Errorf("writing iptables rules: %w: %s", err, bytes.TrimSpace(out))
 	}
 	return nil
 }
+
+// xtablesWait is how long, in seconds, an iptables write waits for the
+// xtables lock another program holds before it fails, rather than wait
+// for ever with the policies' lock held.
+const xtablesWait = "10"

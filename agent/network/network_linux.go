@@ -16,6 +16,7 @@ import (
 	gocni "github.com/containerd/go-cni"
 
 	"github.com/edgebox/edgebox/errdefs"
+	"github.com/edgebox/edgebox/internal/atomicfile"
 )
 
 // ifName is the workload's interface; go-cni names the first network's
@@ -70,7 +71,7 @@ func New(cfg Config, log *slog.Logger) (*Network, error) {
 	}
 	// The file is for people and tools such as cnitool; the network is
 	// loaded from the same bytes.
-	if err := writeFileAtomic(filepath.Join(cfg.StateDir, "edgebox.conflist"), conf); err != nil {
+	if err := atomicfile.Write(filepath.Join(cfg.StateDir, "edgebox.conflist"), conf); err != nil {
 		return nil, fmt.Errorf("network: writing the CNI configuration: %w", err)
 	}
 	quietLockChecker()
@@ -299,14 +300,6 @@ func enableForwarding() error {
 		return fmt.Errorf("network: enabling IPv4 forwarding: %w", err)
 	}
 	return nil
-}
-
-func writeFileAtomic(path string, data []byte) error {
-	tmp := path + ".tmp"
-	if err := os.WriteFile(tmp, data, 0o600); err != nil {
-		return err
-	}
-	return os.Rename(tmp, path)
 }
 
 // errNotExist reports whether err says a file is missing.

@@ -173,13 +173,19 @@ func (n *Network) removeLeftovers(ctx context.Context, ids, addrs map[string]boo
 	for ip, id := range leases {
 		if ids[id] {
 			addrs[ip] = true
+		}
+	}
+	// The rules before the leases: a sweep killed in between finds the
+	// addresses again next time, and the rules that name them.
+	if err := n.removeRules(ctx, ids, addrs); err != nil {
+		return err
+	}
+	for ip, id := range leases {
+		if ids[id] {
 			if err := os.Remove(filepath.Join(ipamDir(n.cfg), n.cfg.Name, ip)); err != nil && !errNotExist(err) {
 				return fmt.Errorf("network: releasing %s: %w", ip, err)
 			}
 		}
-	}
-	if err := n.removeRules(ctx, ids, addrs); err != nil {
-		return err
 	}
 	for id := range ids {
 		for _, name := range []string{n.cfg.Name + "-" + id + "-" + ifName, "cni-loopback-" + id + "-lo"} {
@@ -287,7 +293,7 @@ func (n *Network) removeRules(ctx context.Context, ids, addrs map[string]bool) e
 	if script.Len() == 0 {
 		return nil
 	}
-	cmd := exec.CommandContext(ctx, "iptables-restore", "--noflush", "--wait")
+	cmd := exec.CommandContext(ctx, "iptables-restore", "--noflush", "--wait", xtablesWait)
 	cmd.Stdin = &script
 	if out, err := cmd.CombinedOutput(); err != nil {
 		return fmt.Errorf("network: removing iptables rules: %w: %s", err, bytes.TrimSpace(out))
