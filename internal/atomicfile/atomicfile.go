@@ -9,13 +9,16 @@ import (
 
 // Write writes b to path with mode 0600 through a synced temporary file in
 // the same directory, renamed over path.
-func Write(path string, b []byte) error {
+func Write(path string, b []byte) error { return WriteMode(path, b, 0o600) }
+
+// WriteMode is Write with the file's mode.
+func WriteMode(path string, b []byte, mode os.FileMode) error {
 	tmp, err := os.CreateTemp(filepath.Dir(path), ".tmp-*")
 	if err != nil {
 		return err
 	}
 	defer os.Remove(tmp.Name())
-	if err := tmp.Chmod(0o600); err != nil {
+	if err := tmp.Chmod(mode); err != nil {
 		tmp.Close()
 		return err
 	}

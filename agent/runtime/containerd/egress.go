@@ -52,7 +52,7 @@ func (d *Driver) egressOf(w *edgeboxv1.Workload, mode string) (*network.Egress, 
 
 // saveEgress records a bridged container's egress entries.
 func (d *Driver) saveEgress(name string, w *edgeboxv1.Workload) error {
-	return atomicWrite(d.egressPath(name), []byte(strings.Join(w.GetEgress(), "\n")+"\n"))
+	return writeShared(d.egressPath(name), []byte(strings.Join(w.GetEgress(), "\n")+"\n"))
 }
 
 func (d *Driver) egressPath(name string) string { return filepath.Join(d.netDir(name), "egress") }
@@ -93,6 +93,9 @@ func (d *Driver) applyEgress(ctx context.Context, name string, addr netip.Addr, 
 func (d *Driver) EgressRefused(ctx context.Context, name string) (uint64, error) {
 	if d.cfg.Egress == nil {
 		return 0, nil
+	}
+	if _, err := os.Stat(d.egressPath(name)); err != nil {
+		return 0, nil // no policy: nothing refused, and no need to read the rules
 	}
 	return d.cfg.Egress.Refused(ctx, name)
 }

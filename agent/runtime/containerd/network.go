@@ -20,6 +20,7 @@ import (
 
 	"github.com/edgebox/edgebox/agent/network"
 	"github.com/edgebox/edgebox/errdefs"
+	"github.com/edgebox/edgebox/internal/atomicfile"
 	edgeboxv1 "github.com/edgebox/edgebox/proto/edgebox/v1"
 )
 
@@ -182,7 +183,7 @@ func (d *Driver) setupNetwork(ctx context.Context, name string, w *edgeboxv1.Wor
 			d.teardown(context.WithoutCancel(ctx), name, ns.ports, "")
 			return nil, fmt.Errorf("network files of %s: %w", name, err)
 		}
-		if err := atomicWrite(resolv, d.resolvConf(name)); err != nil {
+		if err := writeShared(resolv, d.resolvConf(name)); err != nil {
 			d.teardown(context.WithoutCancel(ctx), name, ns.ports, "")
 			return nil, fmt.Errorf("resolv.conf of %s: %w", name, err)
 		}
@@ -208,7 +209,7 @@ func (d *Driver) setupNetwork(ctx context.Context, name string, w *edgeboxv1.Wor
 	if err := os.MkdirAll(d.netDir(name), 0o755); err != nil {
 		return nil, fmt.Errorf("network files of %s: %w", name, err)
 	}
-	if err := atomicWrite(hosts, hostsFile(name, ns.addr)); err != nil {
+	if err := writeShared(hosts, hostsFile(name, ns.addr)); err != nil {
 		d.teardown(context.WithoutCancel(ctx), name, ns.ports, "")
 		return nil, fmt.Errorf("hosts file of %s: %w", name, err)
 	}
@@ -234,7 +235,7 @@ func (d *Driver) finishNetwork(ctx context.Context, name string, ns *netSetup) (
 	if err := d.at("create/attached"); err != nil {
 		return true, err
 	}
-	if err := atomicWrite(filepath.Join(d.netDir(name), "hosts"), hostsFile(name, ns.addr)); err != nil {
+	if err := writeShared(filepath.Join(d.netDir(name), "hosts"), hostsFile(name, ns.addr)); err != nil {
 		return false, fmt.Errorf("hosts file of %s: %w", name, err)
 	}
 	if ns.egress != nil {
@@ -352,10 +353,10 @@ func (d *Driver) reattach(ctx context.Context, name string, labels map[string]st
 	if err := os.MkdirAll(d.netDir(name), 0o755); err != nil {
 		return nil, err
 	}
-	if err := atomicWrite(filepath.Join(d.netDir(name), "resolv.conf"), d.resolvConf(name)); err != nil {
+	if err := writeShared(filepath.Join(d.netDir(name), "resolv.conf"), d.resolvConf(name)); err != nil {
 		return nil, err
 	}
-	if err := atomicWrite(filepath.Join(d.netDir(name), "hosts"), hostsFile(name, ns.addr)); err != nil {
+	if err := writeShared(filepath.Join(d.netDir(name), "hosts"), hostsFile(name, ns.addr)); err != nil {
 		return nil, err
 	}
 	if err := d.applyEgress(ctx, name, ns.addr, ns.veth); err != nil {
@@ -458,14 +459,6 @@ func isNetns(path string) bool {
 	return unix.Statfs(path, &st) == nil && st.Type == unix.NSFS_MAGIC
 }
 
-func atomicWrite(path string, data []byte) error {
-	tmp := path + ".tmp"
-	if err := os.WriteFile(tmp, data, 0o644); err != nil {
-		return err
-	}
-	return os.Rename(tmp, path)
-}
-
 // sweepNetwork removes the network of every container that is gone:
 // attachments, egress policies, namespaces and files a killed agent
 // left; and applies again the egress policies of those that exist.
@@ -520,3 +513,7 @@ func (d *Driver) sweepNetwork(ctx context.Context, containers map[string]map[str
 	}
 	return gone, errors.Join(errs...)
 }
+
+// writeShared writes a file a workload reads (its resolv.conf, hosts and
+// egress list), readable by whatever user it runs as.
+func writeShared(path string, data []byte) error { return atomicfile.WriteMode(path, data, 0o644) }

@@ -164,15 +164,7 @@ func (d *Driver) guestDNS() []netip.Addr {
 		d.log.Warn("no DNS server for VMs", "err", err)
 		return nil
 	}
-	var out []netip.Addr
-	for _, line := range strings.Split(string(conf), "\n") {
-		if rest, ok := strings.CutPrefix(line, "nameserver "); ok {
-			if a, err := netip.ParseAddr(strings.TrimSpace(rest)); err == nil {
-				out = append(out, a)
-			}
-		}
-	}
-	return out
+	return network.ResolvConfServers(conf)
 }
 
 // applyEgress enforces the egress policy of bridged VM in (attached),
@@ -228,6 +220,10 @@ func (d *Driver) ensureEgress(ctx context.Context, in instance) {
 	}
 	var w edgeboxv1.Workload
 	if err := protojson.Unmarshal(in.Workload, &w); err != nil || !restrictsEgress(&w) {
+		// Nothing to apply at this address: not looked at again each scan.
+		d.egressMu.Lock()
+		d.egressFor[in.Name] = in.Net.Addr
+		d.egressMu.Unlock()
 		return
 	}
 	if err := d.applyEgress(ctx, in, &w); err != nil {
