@@ -32,6 +32,7 @@ import (
 	"github.com/edgebox/edgebox/enroll"
 	"github.com/edgebox/edgebox/errdefs/errgrpc"
 	"github.com/edgebox/edgebox/images/pull"
+	"github.com/edgebox/edgebox/internal/atomicfile"
 	edgeboxv1 "github.com/edgebox/edgebox/proto/edgebox/v1"
 	"github.com/edgebox/edgebox/tunnel"
 	"github.com/edgebox/edgebox/usbhub"
@@ -261,7 +262,14 @@ func (a *Agent) setStatus(f func(*Status)) {
 	if a.wipe.active.Load() {
 		return // a wiped box leaves nothing of itself
 	}
-	if err := writeJSON(filepath.Join(a.cfg.DataDir, statusFile), s); err != nil {
+	// Not synced: the agent writes it anew at every start and on every
+	// failed dial, which must cost an outage neither an fsync each nor
+	// the flash's wear.
+	b, err := json.MarshalIndent(s, "", "  ")
+	if err == nil {
+		err = atomicfile.WriteUnsynced(filepath.Join(a.cfg.DataDir, statusFile), append(b, '\n'))
+	}
+	if err != nil {
 		a.log.Warn("writing status", "err", err)
 	}
 }
@@ -505,6 +513,9 @@ func ReadStatus(dir string) (Status, error) {
 		return s, errors.New("the agent has not run yet; start it with 'edgebox-agent run'")
 	} else if err != nil {
 		return s, err
+	}
+	if len(raw) == 0 {
+		return s, errors.New("the agent has not reported since the box lost power; it writes its status again when it runs")
 	}
 	return s, json.Unmarshal(raw, &s)
 }

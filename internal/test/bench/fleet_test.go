@@ -7,6 +7,7 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"errors"
 	"fmt"
 	"io"
 	"math/rand/v2"
@@ -48,6 +49,9 @@ func (c *consoleProc) start(b *testing.B) []byte {
 // output. EDGEBOX_BENCH_CONSOLE_LOG_LEVEL is its log level (error unless
 // set); EDGEBOX_BENCH_CONSOLE_ARGS adds space-separated flags;
 // EDGEBOX_BENCH_CONSOLE_CPUS pins it to those CPUs (taskset's list);
+// EDGEBOX_BENCH_CONSOLE_CPU_QUOTA limits it to that many cores' time (0.5:
+// half of one, through a cgroup; root only), so that the console, not the
+// simulator beside it, is what limits a storm;
 // EDGEBOX_BENCH_CONSOLE_ENV adds space-separated NAME=value pairs
 // to its environment (GOMAXPROCS=1 limits it to one core), after
 // EDGEBOX_BENCH_HEAP_PROFILE's and EDGEBOX_BENCH_CONSOLE_GODEBUG's GODEBUG.
@@ -77,7 +81,49 @@ func (c *consoleProc) launch(b *testing.B) *bytes.Buffer {
 			b.Fatalf("taskset %s: %v: %s", cpus, err, out)
 		}
 	}
+	if q := os.Getenv("EDGEBOX_BENCH_CONSOLE_CPU_QUOTA"); q != "" {
+		if err := limitCPU(c.cmd.Process.Pid, q); err != nil {
+			b.Fatalf("EDGEBOX_BENCH_CONSOLE_CPU_QUOTA=%s: %v", q, err)
+		}
+	}
 	return &out
+}
+
+// limitCPU moves the process pid into a cgroup of its own whose CPU time
+// is limited to cores (a fraction such as "0.5") in every 100 ms, through
+// cgroup v2's cpu.max or v1's CFS quota, whichever the machine mounts.
+func limitCPU(pid int, cores string) error {
+	f, err := strconv.ParseFloat(cores, 64)
+	if err != nil || f <= 0 || f > 64 {
+		return errors.New("want a number of cores such as 0.5")
+	}
+	quota := strconv.Itoa(int(f * 100000))
+	write := func(dir, file, value string) error {
+		return os.WriteFile(filepath.Join(dir, file), []byte(value), 0o644)
+	}
+	if ctl, err := os.ReadFile("/sys/fs/cgroup/cgroup.controllers"); err == nil && slices.Contains(strings.Fields(string(ctl)), "cpu") {
+		dir := "/sys/fs/cgroup/edgebox-bench-console"
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			return err
+		}
+		if err := write(dir, "cpu.max", quota+" 100000"); err != nil {
+			return err
+		}
+		return write(dir, "cgroup.procs", strconv.Itoa(pid))
+	}
+	if _, err := os.Stat("/sys/fs/cgroup/cpu/cpu.cfs_quota_us"); err != nil {
+		return errors.New("no cgroup CPU controller mounted under /sys/fs/cgroup")
+	}
+	dir := "/sys/fs/cgroup/cpu/edgebox-bench-console"
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	for _, f := range [][2]string{{"cpu.cfs_period_us", "100000"}, {"cpu.cfs_quota_us", quota}, {"cgroup.procs", strconv.Itoa(pid)}} {
+		if err := write(dir, f[0], f[1]); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // waitHealthy waits until the console's /healthz answers.

@@ -157,8 +157,13 @@ func Start(cfg Config) (*Fleet, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	if err := os.MkdirAll(cfg.Dir, 0o700); err != nil {
-		return nil, err
+	for _, dir := range []string{cfg.Dir, cfg.LogDir, cfg.ProfileDir} {
+		if dir == "" {
+			continue
+		}
+		if err := os.MkdirAll(dir, 0o700); err != nil {
+			return nil, err
+		}
 	}
 	f := &Fleet{cfg: cfg, log: log.With("component", "fleetsim"),
 		events: make([][]Event, cfg.Boxes), ids: make([]string, cfg.Boxes)}
