@@ -19,9 +19,19 @@ import (
 // Client calls the console API. Its zero value is not usable; use
 // NewClient.
 type Client struct {
-	base  string
-	token string
-	http  *http.Client
+	base   string
+	token  string
+	tenant string
+	http   *http.Client
+}
+
+// InTenant returns a client whose calls act in tenant, for users who hold
+// roles in several; "" acts in the console's choice (the console's own
+// tenant when the user holds a role there).
+func (c *Client) InTenant(tenant string) *Client {
+	cc := *c
+	cc.tenant = tenant
+	return &cc
 }
 
 // NewClient returns a client for the console at baseURL that trusts only
@@ -73,7 +83,12 @@ func (c *Client) doWith(ctx context.Context, hc *http.Client, method, path strin
 	if in != nil {
 		req.Header.Set("Content-Type", "application/json")
 	}
-	req.Header.Set("Authorization", "Bearer "+c.token)
+	if c.token != "" {
+		req.Header.Set("Authorization", "Bearer "+c.token)
+	}
+	if c.tenant != "" {
+		req.Header.Set("X-Edgebox-Tenant", c.tenant)
+	}
 	resp, err := hc.Do(req)
 	if err != nil {
 		return fmt.Errorf("cannot reach the console at %s: %w", c.base, err)
@@ -335,3 +350,94 @@ func (c *Client) KeyHistory(ctx context.Context, id string) (KeyHistory, error) 
 }
 
 func keyPath(id string) string { return "/api/v1/keys/" + url.PathEscape(id) }
+
+// Login checks a user's password and returns a new API token of that
+// user, named name, ending after ttl ("" never). The client needs no token
+// for it.
+func (c *Client) Login(ctx context.Context, user, password, name, ttl string) (Me, error) {
+	var me Me
+	err := c.do(ctx, http.MethodPost, "/api/v1/login", LoginRequest{User: user, Password: password, TokenName: name, TokenTTL: ttl}, &me)
+	return me, err
+}
+
+// Me says who the client's token belongs to, and its roles.
+func (c *Client) Me(ctx context.Context) (Me, error) {
+	var me Me
+	err := c.do(ctx, http.MethodGet, "/api/v1/me", nil, &me)
+	return me, err
+}
+
+// ChangePassword changes the caller's own password.
+func (c *Client) ChangePassword(ctx context.Context, old, password string) error {
+	return c.do(ctx, http.MethodPost, "/api/v1/me/password", PasswordRequest{Old: old, Password: password}, nil)
+}
+
+// LogOutEverywhere ends every browser session of the caller.
+func (c *Client) LogOutEverywhere(ctx context.Context) error {
+	return c.do(ctx, http.MethodPost, "/api/v1/logout/everywhere", nil, nil)
+}
+
+// Users lists the users of the client's tenant.
+func (c *Client) Users(ctx context.Context) ([]User, error) {
+	var out []User
+	err := c.do(ctx, http.MethodGet, "/api/v1/users", nil, &out)
+	return out, err
+}
+
+// CreateUser makes a user with a role in the client's tenant.
+func (c *Client) CreateUser(ctx context.Context, r UserRequest) (User, error) {
+	var u User
+	err := c.do(ctx, http.MethodPost, "/api/v1/users", r, &u)
+	return u, err
+}
+
+// SetRole sets a user's role in the client's tenant; "" takes it away.
+func (c *Client) SetRole(ctx context.Context, name, role string) (User, error) {
+	var u User
+	err := c.do(ctx, http.MethodPut, "/api/v1/users/"+url.PathEscape(name)+"/role", RoleRequest{Role: role}, &u)
+	return u, err
+}
+
+// SetPassword sets another user's password.
+func (c *Client) SetPassword(ctx context.Context, name, password string) error {
+	return c.do(ctx, http.MethodPut, "/api/v1/users/"+url.PathEscape(name)+"/password", PasswordRequest{Password: password}, nil)
+}
+
+// DeleteUser takes a user's role in the client's tenant away, and deletes
+// the user when it was its last.
+func (c *Client) DeleteUser(ctx context.Context, name string) error {
+	return c.do(ctx, http.MethodDelete, "/api/v1/users/"+url.PathEscape(name), nil, nil)
+}
+
+// APITokens lists the caller's API tokens.
+func (c *Client) APITokens(ctx context.Context) ([]APIToken, error) {
+	var out []APIToken
+	err := c.do(ctx, http.MethodGet, "/api/v1/apitokens", nil, &out)
+	return out, err
+}
+
+// CreateAPIToken makes an API token of the caller's.
+func (c *Client) CreateAPIToken(ctx context.Context, r APITokenRequest) (APIToken, error) {
+	var t APIToken
+	err := c.do(ctx, http.MethodPost, "/api/v1/apitokens", r, &t)
+	return t, err
+}
+
+// RevokeAPIToken ends one of the caller's API tokens.
+func (c *Client) RevokeAPIToken(ctx context.Context, id string) error {
+	return c.do(ctx, http.MethodDelete, "/api/v1/apitokens/"+url.PathEscape(id), nil, nil)
+}
+
+// Tenants lists the tenants the caller works in.
+func (c *Client) Tenants(ctx context.Context) ([]Tenant, error) {
+	var out []Tenant
+	err := c.do(ctx, http.MethodGet, "/api/v1/tenants", nil, &out)
+	return out, err
+}
+
+// CreateTenant makes a tenant.
+func (c *Client) CreateTenant(ctx context.Context, id, name string) (Tenant, error) {
+	var t Tenant
+	err := c.do(ctx, http.MethodPost, "/api/v1/tenants", Tenant{ID: id, Name: name}, &t)
+	return t, err
+}

@@ -407,3 +407,81 @@ type KeyHistory struct {
 	Key    string     `json:"key"`
 	Events []KeyEvent `json:"events"`
 }
+
+// LoginRequest logs a user in: POST /api/v1/login. With TokenName set, the
+// answer is a new API token for the user (what 'edgebox login --user'
+// keeps); without, a browser session cookie.
+type LoginRequest struct {
+	User      string `json:"user"`
+	Password  string `json:"password"`
+	TokenName string `json:"token_name,omitempty"`
+	// TokenTTL is a Go duration ("720h"); empty: the token never expires.
+	TokenTTL string `json:"token_ttl,omitempty"`
+}
+
+// Me is who the caller is: GET /api/v1/me, and the answer to a login.
+type Me struct {
+	User string `json:"user"`
+	// Roles is the caller's role in each tenant it holds one in.
+	Roles map[string]string `json:"roles"`
+	// Tenant is the tenant this call acted in, and Role the caller's there.
+	Tenant string `json:"tenant"`
+	Role   string `json:"role"`
+	// CSRF is what a browser session sends in X-CSRF-Token with every
+	// change; empty for API tokens.
+	CSRF      string    `json:"csrf,omitempty"`
+	ExpiresAt time.Time `json:"expires_at,omitzero"`
+	// Token is a new API token, only in the answer to a login that asked
+	// for one.
+	Token string `json:"token,omitempty"`
+}
+
+// User is a user as an admin sees it.
+type User struct {
+	Name      string            `json:"name"`
+	Roles     map[string]string `json:"roles"`
+	CreatedAt time.Time         `json:"created_at"`
+}
+
+// UserRequest creates a user with a role in the caller's tenant.
+type UserRequest struct {
+	Name     string `json:"name"`
+	Password string `json:"password"`
+	Role     string `json:"role"`
+}
+
+// RoleRequest sets a user's role in the caller's tenant; "" takes it away.
+type RoleRequest struct {
+	Role string `json:"role"`
+}
+
+// PasswordRequest changes a password. Old is required when users change
+// their own.
+type PasswordRequest struct {
+	Old      string `json:"old,omitempty"`
+	Password string `json:"password"`
+}
+
+// APITokenRequest makes an API token for the caller.
+type APITokenRequest struct {
+	Name string `json:"name"`
+	TTL  string `json:"ttl,omitempty"` // Go duration; empty: never expires
+}
+
+// APIToken describes an API token (never its secret).
+type APIToken struct {
+	ID        string    `json:"id"`
+	Name      string    `json:"name"`
+	User      string    `json:"user"`
+	CreatedAt time.Time `json:"created_at"`
+	ExpiresAt time.Time `json:"expires_at,omitzero"`
+	// Token is the token's text, only in the answer that made it.
+	Token string `json:"token,omitempty"`
+}
+
+// Tenant is a customer of the console.
+type Tenant struct {
+	ID        string    `json:"id"`
+	Name      string    `json:"name"`
+	CreatedAt time.Time `json:"created_at,omitzero"`
+}

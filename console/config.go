@@ -43,6 +43,8 @@ type Config struct {
 	port.Config
 	// Out receives the first-start message with the admin token.
 	Out io.Writer
+	// SessionTTL is how long a browser login lasts.
+	SessionTTL time.Duration
 	// Clock tells the time for token expiry; nil is time.Now. Tests move it.
 	Clock func() time.Time
 	// DistDir holds the agent binaries and SHA256SUMS served at /dl/ to
@@ -100,6 +102,7 @@ func DefaultConfig() Config {
 		KeepRevisions: 100_000,
 		AppsSyncEvery: time.Minute,
 		Admission:     admission.DefaultConfig(),
+		SessionTTL:    12 * time.Hour,
 	}
 }
 
@@ -123,6 +126,9 @@ func (c Config) Validate() error {
 		if _, err := enroll.ParseConsoleURL(c.PublicURL); err != nil {
 			errs = append(errs, fmt.Errorf("public URL: %v", err))
 		}
+	}
+	if c.SessionTTL < time.Minute || c.SessionTTL > 30*24*time.Hour {
+		errs = append(errs, errors.New("browser session lifetime must be from 1m to 720h"))
 	}
 	if c.BoxCertTTL < 5*time.Second {
 		errs = append(errs, errors.New("box certificate lifetime must be at least 5s"))

@@ -2,6 +2,8 @@ package console
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"io"
@@ -10,6 +12,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"sync"
 	"time"
@@ -37,6 +40,7 @@ import (
 	"github.com/edgebox/edgebox/console/port"
 	"github.com/edgebox/edgebox/console/presence"
 	"github.com/edgebox/edgebox/console/store"
+	"github.com/edgebox/edgebox/console/webui"
 	"github.com/edgebox/edgebox/enroll"
 	"github.com/edgebox/edgebox/images/registry"
 	edgeboxv1 "github.com/edgebox/edgebox/proto/edgebox/v1"
@@ -72,6 +76,7 @@ type Console struct {
 	compactor *store.Compactor
 	appsync   *appsync.Loop
 	admission *admission.Controller
+	users     *auth.Users
 
 	mu      sync.Mutex     // guards state and closers
 	state   lifecycle      //
@@ -146,9 +151,14 @@ func New(cfg Config, log *slog.Logger) (_ *Console, err error) {
 		return nil, err
 	}
 
-	// The records: fleet, API tokens, audit log, all on the store.
+	// The records: users, fleet, API tokens, audit log, all on the store.
 	tokens := auth.New(st)
-	if err := c.firstStart(ctx, tokens, authority, public); err != nil {
+	now := cfg.Clock
+	if now == nil {
+		now = time.Now
+	}
+	c.users = auth.NewUsers(st, auth.NewHasher(auth.DefaultHashParams, runtime.GOMAXPROCS(0), 5*time.Second), now)
+	if err := c.firstStart(ctx, tokens, c.users, authority, public); err != nil {
 		return nil, err
 	}
 	fl, err := fleet.New(ctx, st, cfg.Clock)
@@ -216,7 +226,7 @@ func New(cfg Config, log *slog.Logger) (_ *Console, err error) {
 	if c.compactor, err = store.NewCompactor(st, cfg.CompactEvery, cfg.KeepRevisions, c.log); err != nil {
 		return nil, err
 	}
-	if c.appsync, err = appsync.New(catalogue, cfg.AppsSyncEvery, c.log); err != nil {
+	if c.appsync, err = appsync.New(catalogue, c.tenantIDs, cfg.AppsSyncEvery, c.log); err != nil {
 		return nil, err
 	}
 
@@ -226,10 +236,11 @@ func New(cfg Config, log *slog.Logger) (_ *Console, err error) {
 	}
 	c.api = &http.Server{
 		Handler: httpapi.New(httpapi.Deps{
-			Fleet: fl, Audit: auditLog, Tokens: tokens, PKI: authority, Sessions: pres, Desired: c.desired, Downloads: downloads,
+			Fleet: fl, Audit: auditLog, Tokens: tokens, Users: c.users, SessionTTL: cfg.SessionTTL,
+			Throttle: auth.NewThrottle(auth.DefaultThrottleConfig, now), PKI: authority, Sessions: pres, Desired: c.desired, Downloads: downloads,
 			Registry: reg, RegistryHosts: registryHosts, Apps: catalogue, Agents: c.agents, Keys: keyRegistry,
 			ConsoleURL: public, BoxCertTTL: cfg.BoxCertTTL, Log: c.log,
-			Metrics: promhttp.HandlerFor(promReg, promhttp.HandlerOpts{}),
+			Metrics: promhttp.HandlerFor(promReg, promhttp.HandlerOpts{}), WebUI: webui.Handler(),
 		}),
 		ReadHeaderTimeout: cfg.HandshakeTimeout,
 		IdleTimeout:       2 * time.Minute,
@@ -313,6 +324,7 @@ func (c *Console) Run(ctx context.Context) error {
 	start(loops, "compaction", c.compactor.Run)
 	start(loops, "app sync", c.appsync.Run)
 	start(loops, "admission", c.admission.Run)
+	start(loops, "session sweep", func(ctx context.Context) error { return c.users.RunSweeper(ctx, 10*time.Minute, c.log) })
 
 	<-gctx.Done()
 	edge.stop()
@@ -439,25 +451,58 @@ func (c *Console) publicURL(ln net.Listener) string {
 	return "https://" + net.JoinHostPort(host, port)
 }
 
-// firstStart creates the admin API token when there is none and prints it
-// once, with the CA fingerprint operators pin.
-func (c *Console) firstStart(ctx context.Context, toks *auth.Tokens, a *pki.Authority, public string) error {
-	anyTok, err := toks.Any(ctx)
-	if err != nil || anyTok {
+// tenantIDs lists every tenant's ID.
+func (c *Console) tenantIDs(ctx context.Context) ([]string, error) {
+	ts, err := c.users.Tenants(ctx)
+	ids := make([]string, len(ts))
+	for i, t := range ts {
+		ids[i] = t.ID
+	}
+	return ids, err
+}
+
+// firstStart creates the admin user when there is none, with a random
+// password, and on a new console an API token of that user; it prints
+// them once, with the CA fingerprint operators pin. A console from before
+// users keeps its tokens, and gains the admin user.
+func (c *Console) firstStart(ctx context.Context, toks *auth.Tokens, users *auth.Users, a *pki.Authority, public string) error {
+	anyUser, err := users.Any(ctx)
+	if err != nil || anyUser {
 		return err
 	}
-	text, err := toks.Create(ctx, auth.APIToken{Name: "admin", TenantID: fleet.DefaultTenant, Role: "admin", CreatedAt: time.Now().UTC()})
+	anyTok, err := toks.Any(ctx)
 	if err != nil {
 		return err
 	}
+	pw := make([]byte, 15)
+	rand.Read(pw)
+	password := base64.RawURLEncoding.EncodeToString(pw)
+	by := audit.Actor{TenantID: auth.ConsoleTenant, Name: "console"}
+	if _, err := users.Create(ctx, by, "admin", password, auth.ConsoleTenant, auth.Admin); err != nil {
+		return err
+	}
 	h := a.CAHash()
+	if anyTok {
+		fmt.Fprintf(c.cfg.Out, `edgebox console: users arrived; the admin user was made
+  user:      admin
+  password:  %s
+This password is shown once; change it with 'edgebox user passwd admin'.
+`, password)
+		return nil
+	}
+	text, err := toks.Create(ctx, auth.APIToken{Name: "admin", User: "admin", CreatedAt: time.Now().UTC()})
+	if err != nil {
+		return err
+	}
 	fmt.Fprintf(c.cfg.Out, `edgebox console initialised in %s
   console URL:  %s
   CA sha256:    %x
+  admin user:   admin
+  password:     %s
   admin token:  %s
-This token is shown once. Log in with:
+The password and token are shown once. Open %s in a browser, or log in with:
   edgebox login %s --token %s --ca-sha256 %x
-`, c.cfg.DataDir, public, h, text, public, text, h)
+`, c.cfg.DataDir, public, h, password, text, public, public, text, h)
 	return nil
 }
 

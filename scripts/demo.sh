@@ -41,6 +41,7 @@ until grep -q 'admin token' "$DEMO/console.out" 2>/dev/null; do
 done
 TOKEN=$(awk '/admin token:/ {print $3}' "$DEMO/console.out")
 CAHASH=$(awk '/CA sha256:/ {print $3}' "$DEMO/console.out")
+PASSWORD=$(awk '/^  password:/ {print $2}' "$DEMO/console.out")
 
 bin/edgebox login "$URL" --token "$TOKEN" --ca-sha256 "$CAHASH"
 ENROLL=$(bin/edgebox token create --region demo --site local -o json | sed -n 's/.*"token": "\(ebx1[^"]*\)".*/\1/p')
@@ -78,8 +79,9 @@ The console and one box are up. In another shell, try:
   bin/edgebox logs demo-box clock           # the clock now holds the key: its node, in $DEMO/agent/usb-sim
   bin/edgebox keys history KEY              # who held the key, when
   bin/edgebox audit ls
+  bin/edgebox user create alice --role viewer   # asks for her password
 
-Admin token: $TOKEN   (also in $DEMO/console.out)
+Admin user: admin, password $PASSWORD; admin token: $TOKEN   (also in $DEMO/console.out)
 Press Ctrl-C to stop.
 MSG
 wait

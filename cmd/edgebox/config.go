@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -24,6 +25,8 @@ type cliConfig struct {
 	Console string `json:"console"`
 	Token   string `json:"token"`
 	CAPEM   string `json:"ca_pem"`
+	// Tenant is the tenant commands act in; empty: the console's choice.
+	Tenant string `json:"tenant,omitempty"`
 }
 
 // configPath is $EDGEBOX_CONFIG or <user config dir>/edgebox/cli.json.
@@ -52,6 +55,9 @@ func loadConfig() (cliConfig, error) {
 	if v := os.Getenv("EDGEBOX_TOKEN"); v != "" {
 		c.Token = v
 	}
+	if v := os.Getenv("EDGEBOX_TENANT"); v != "" {
+		c.Tenant = v
+	}
 	return c, nil
 }
 
@@ -69,19 +75,34 @@ func client() (*api.Client, error) {
 	if err != nil {
 		return nil, err
 	}
-	return api.NewClient(c.Console, c.Token, []byte(c.CAPEM))
+	cl, err := api.NewClient(c.Console, c.Token, []byte(c.CAPEM))
+	if err != nil {
+		return nil, err
+	}
+	return cl.InTenant(c.Tenant), nil
 }
 
-// login fetches the console's CA over a connection pinned to caHash, checks
-// the token works, and stores all three.
-func login(ctx context.Context, consoleURL, token, caHashHex string) error {
-	u, err := enroll.ParseConsoleURL(consoleURL)
+// loginOpts are what 'edgebox login' was given: a token, or a user whose
+// password makes one.
+type loginOpts struct {
+	url, caHash   string
+	token         string
+	user, pw, ttl string
+	tenant        string
+}
+
+// login fetches the console's CA over a connection pinned to caHash, gets
+// a token from the user's password when given a user, checks the token
+// works, and stores the URL, the CA and the token.
+func login(ctx context.Context, o loginOpts) (api.Me, error) {
+	var me api.Me
+	u, err := enroll.ParseConsoleURL(o.url)
 	if err != nil {
-		return err
+		return me, err
 	}
-	hb, err := hex.DecodeString(strings.TrimPrefix(strings.ToLower(caHashHex), "sha256:"))
+	hb, err := hex.DecodeString(strings.TrimPrefix(strings.ToLower(o.caHash), "sha256:"))
 	if err != nil || len(hb) != sha256.Size {
-		return fmt.Errorf("--ca-sha256 must be the 64 hex digits the console printed at its first start")
+		return me, fmt.Errorf("--ca-sha256 must be the 64 hex digits the console printed at its first start")
 	}
 	hc := &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{
 		TLSClientConfig: enroll.PinnedTLS([32]byte(hb), u.Hostname()), Proxy: http.ProxyFromEnvironment}}
@@ -90,25 +111,38 @@ func login(ctx context.Context, consoleURL, token, caHashHex string) error {
 	resp, err := hc.Do(req)
 	if err != nil {
 		if errors.Is(err, enroll.ErrWrongConsole) {
-			return fmt.Errorf("%s presented a CA other than %s; check the URL and the hash", consoleURL, caHashHex)
+			return me, fmt.Errorf("%s presented a CA other than %s; check the URL and the hash", o.url, o.caHash)
 		}
-		return fmt.Errorf("cannot reach %s: %w", consoleURL, err)
+		return me, fmt.Errorf("cannot reach %s: %w", o.url, err)
 	}
 	defer resp.Body.Close()
 	caPEM, err := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
 	if err != nil {
-		return err
+		return me, err
 	}
 	blk, _ := pem.Decode(caPEM)
 	if blk == nil || sha256.Sum256(blk.Bytes) != [32]byte(hb) {
-		return errors.New("the console served a CA that does not match --ca-sha256")
+		return me, errors.New("the console served a CA that does not match --ca-sha256")
+	}
+	token := o.token
+	if o.user != "" {
+		anon, err := api.NewClient(base, "", caPEM)
+		if err != nil {
+			return me, err
+		}
+		host, _ := os.Hostname()
+		m, err := anon.Login(ctx, o.user, o.pw, "cli@"+cmp.Or(host, "unknown"), o.ttl)
+		if err != nil {
+			return me, fmt.Errorf("logging in as %s: %w", o.user, err)
+		}
+		token = m.Token
 	}
 	cl, err := api.NewClient(base, token, caPEM)
 	if err != nil {
-		return err
+		return me, err
 	}
-	if _, err := cl.Boxes(ctx); err != nil {
-		return fmt.Errorf("the console refused the token: %w", err)
+	if me, err = cl.InTenant(o.tenant).Me(ctx); err != nil {
+		return me, fmt.Errorf("the console refused the token: %w", err)
 	}
-	return saveConfig(cliConfig{Console: base, Token: token, CAPEM: string(caPEM)})
+	return me, saveConfig(cliConfig{Console: base, Token: token, CAPEM: string(caPEM), Tenant: o.tenant})
 }

@@ -25,9 +25,10 @@ func newRoot() *cobra.Command {
 		Short: "Operate an edgebox console: boxes, enrollment tokens, apps and deploys, audit",
 		Long: `edgebox talks to an edgebox console's API.
 
-Log in once with the URL, admin token and CA hash the console printed at its
-first start; the CLI keeps them in $EDGEBOX_CONFIG (default: your config
-directory). EDGEBOX_TOKEN overrides the stored token.`,
+Log in once with the URL and CA hash the console printed at its first
+start, as a user (--user) or with an API token (--token); the CLI keeps
+them in $EDGEBOX_CONFIG (default: your config directory). EDGEBOX_TOKEN
+overrides the stored token, EDGEBOX_TENANT the tenant commands act in.`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 		Version:       version,
@@ -47,7 +48,7 @@ directory). EDGEBOX_TOKEN overrides the stored token.`,
 			return fmt.Errorf("--output %q: use table or json", output)
 		}
 	}
-	root.AddCommand(loginCmd(), tokenCmd(out), boxesCmd(out), auditCmd(out),
+	root.AddCommand(loginCmd(), whoamiCmd(out), userCmd(out), tenantCmd(out), apiTokenCmd(out), tokenCmd(out), boxesCmd(out), auditCmd(out),
 		appCmd(out), releaseCmd(out), deployCmd(out), undeployCmd(out), statusCmd(out), logsCmd(), imageCmd(), keysCmd(out))
 	return root
 }
@@ -55,24 +56,50 @@ directory). EDGEBOX_TOKEN overrides the stored token.`,
 type printer func(cmd *cobra.Command, v any, table func(w io.Writer)) error
 
 func loginCmd() *cobra.Command {
-	var token, caHash string
+	var o loginOpts
 	c := &cobra.Command{
-		Use:   "login URL --token TOKEN --ca-sha256 HASH",
-		Short: "Store the console's URL, CA and an API token for later commands",
-		Args:  cobra.ExactArgs(1),
+		Use:   "login URL --ca-sha256 HASH (--user NAME | --token TOKEN)",
+		Short: "Log in to a console and keep its URL, CA and an API token for later commands",
+		Long: `Log in to a console and keep its URL, its CA and an API token in
+$EDGEBOX_CONFIG for later commands.
+
+With --user, the CLI asks for the password (or reads EDGEBOX_PASSWORD, or a
+line of standard input when it is not a terminal) and keeps a new API token
+of that user, named cli@<this host>. With --token, it keeps that token.
+
+--tenant picks the tenant later commands act in, for users who work in
+several; EDGEBOX_TENANT overrides it for one command.`,
+		Example: `  edgebox login https://console.example:8443 --ca-sha256 9f86d0… --user admin
+  edgebox login https://console.example:8443 --ca-sha256 9f86d0… --token ebxa_…`,
+		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if token == "" || caHash == "" {
-				return fmt.Errorf("--token and --ca-sha256 are required (the console prints both at its first start)")
+			o.url = args[0]
+			if o.caHash == "" {
+				return fmt.Errorf("--ca-sha256 is required (the console prints it at its first start)")
 			}
-			if err := login(cmd.Context(), args[0], token, caHash); err != nil {
+			if (o.user == "") == (o.token == "") {
+				return fmt.Errorf("give --user NAME (and its password) or --token TOKEN")
+			}
+			if o.user != "" {
+				pw, err := readPassword(cmd, "password for "+o.user+": ", "EDGEBOX_PASSWORD")
+				if err != nil {
+					return err
+				}
+				o.pw = pw
+			}
+			me, err := login(cmd.Context(), o)
+			if err != nil {
 				return err
 			}
-			fmt.Fprintf(cmd.OutOrStdout(), "logged in to %s (config %s)\n", args[0], configPath())
+			fmt.Fprintf(cmd.OutOrStdout(), "logged in to %s as %s, %s in tenant %s (config %s)\n", o.url, me.User, me.Role, me.Tenant, configPath())
 			return nil
 		},
 	}
-	c.Flags().StringVar(&token, "token", os.Getenv("EDGEBOX_TOKEN"), "API token")
-	c.Flags().StringVar(&caHash, "ca-sha256", "", "SHA-256 of the console CA, as printed at its first start")
+	c.Flags().StringVar(&o.token, "token", os.Getenv("EDGEBOX_TOKEN"), "API token")
+	c.Flags().StringVar(&o.user, "user", "", "user name: log in with its password")
+	c.Flags().StringVar(&o.ttl, "token-ttl", "", "with --user, how long the new token lasts (e.g. 720h; default: until revoked)")
+	c.Flags().StringVar(&o.tenant, "tenant", "", "tenant later commands act in (default: the console's choice)")
+	c.Flags().StringVar(&o.caHash, "ca-sha256", "", "SHA-256 of the console CA, as printed at its first start")
 	return c
 }
 

@@ -34,6 +34,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/edgebox/edgebox/console/audit"
+	"github.com/edgebox/edgebox/console/auth"
 	"github.com/edgebox/edgebox/console/desired"
 	"github.com/edgebox/edgebox/console/fleet"
 	"github.com/edgebox/edgebox/console/store"
@@ -260,7 +261,7 @@ func (a *Apps) CreateRelease(ctx context.Context, who audit.Actor, app string, s
 	}
 	rel := Release{TenantID: who.TenantID, App: app, Spec: spec, CreatedAt: a.now().UTC(), CreatedBy: who.Name}
 	if spec.Runtime != edgeboxv1.RuntimeProcess {
-		image, tag, err := a.resolveImage(ctx, spec.Image)
+		image, tag, err := a.resolveImage(ctx, who.TenantID, spec.Image)
 		if err != nil {
 			return Release{}, err
 		}
@@ -272,7 +273,10 @@ func (a *Apps) CreateRelease(ctx context.Context, who audit.Actor, app string, s
 
 // resolveImage turns an operator's reference (with or without the
 // console's host, by tag or digest) into the console's host/repo@digest.
-func (a *Apps) resolveImage(ctx context.Context, s string) (image, tag string, err error) {
+// A tenant's releases use images of its own namespace (<tenant>/…) only,
+// so its boxes pull nothing of another tenant's; the console's own tenant
+// may use any.
+func (a *Apps) resolveImage(ctx context.Context, tenant, s string) (image, tag string, err error) {
 	ref, err := registry.ParseRef(s)
 	if err != nil {
 		return "", "", err
@@ -282,6 +286,9 @@ func (a *Apps) resolveImage(ctx context.Context, s string) (image, tag string, e
 	}
 	if ref.Host == "" && strings.HasPrefix(ref.Repo, "library/") && !strings.Contains(s, "library/") {
 		ref.Repo = strings.TrimPrefix(ref.Repo, "library/")
+	}
+	if tenant != auth.ConsoleTenant && !strings.HasPrefix(ref.Repo, tenant+"/") {
+		return "", "", errdefs.Invalid("image %s is outside tenant %s's namespace: push it to %s/%s/… and use that", s, tenant, a.hosts[0], tenant)
 	}
 	d := ref.Digest
 	if d == "" {

@@ -68,7 +68,7 @@ func newApps(t *testing.T, bs boxes) (*Apps, *desired.State) {
 func newAppsOn(t *testing.T, s store.Store, bs boxes) (*Apps, *desired.State) {
 	t.Helper()
 	d := desired.New(s)
-	im := images{"robots/clock:1": d1, "robots/clock:2": d2}
+	im := images{"robots/clock:1": d1, "robots/clock:2": d2, "acme/clock:1": d1, "acme/clock:2": d2}
 	return New(s, d, bs, im, []string{host, "console.example"}, nil, slog.New(slog.NewTextHandler(io.Discard, nil))), d
 }
 

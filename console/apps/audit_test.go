@@ -43,8 +43,8 @@ func TestEveryChangeIsAuditedInItsTransaction(t *testing.T) {
 	}{
 		{action: "app.create", target: "clock",
 			op: func() (Outcome, error) { _, err := a.CreateApp(ctx, who, "clock", "a clock"); return Outcome{}, err }},
-		{action: "release.create", target: "clock@1", detail: host + "/robots/clock@" + d1.String(), op: release("1", "robots/clock:1")},
-		{action: "release.create", target: "clock@2", detail: host + "/robots/clock@" + d2.String(), op: release("2", host+"/robots/clock:2")},
+		{action: "release.create", target: "clock@1", detail: host + "/acme/clock@" + d1.String(), op: release("1", "acme/clock:1")},
+		{action: "release.create", target: "clock@2", detail: host + "/acme/clock@" + d2.String(), op: release("2", host+"/acme/clock:2")},
 		{action: "app.deploy", target: "clock@1", detail: "region east", changed: 2, op: deploy("1", ScopeRegion, "east")},
 		{action: "app.deploy", target: "clock@2", detail: "box bx-b", changed: 1, op: deploy("2", ScopeBox, "bx-b")},
 		{action: "app.deploy", target: "clock@1", detail: "box bx-b", changed: 1, op: deploy("1", ScopeBox, "bx-b")},

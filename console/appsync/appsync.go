@@ -10,23 +10,23 @@ import (
 	"time"
 
 	"github.com/edgebox/edgebox/console/apps"
-	"github.com/edgebox/edgebox/console/fleet"
 )
 
 // Loop is the periodic app sync.
 type Loop struct {
-	apps  *apps.Apps
-	every time.Duration
-	log   *slog.Logger
+	apps    *apps.Apps
+	tenants func(context.Context) ([]string, error)
+	every   time.Duration
+	log     *slog.Logger
 }
 
-// New returns the loop that syncs a's boxes every interval, which must be
-// positive. It starts nothing.
-func New(a *apps.Apps, every time.Duration, log *slog.Logger) (*Loop, error) {
+// New returns the loop that syncs the boxes of every tenant tenants
+// lists, every interval, which must be positive. It starts nothing.
+func New(a *apps.Apps, tenants func(context.Context) ([]string, error), every time.Duration, log *slog.Logger) (*Loop, error) {
 	if every <= 0 {
 		return nil, errors.New("appsync: the interval must be positive")
 	}
-	return &Loop{apps: a, every: every, log: log.With("component", "appsync")}, nil
+	return &Loop{apps: a, tenants: tenants, every: every, log: log.With("component", "appsync")}, nil
 }
 
 // Run syncs every interval until ctx ends, and returns nil then. A failed
@@ -40,8 +40,11 @@ func (l *Loop) Run(ctx context.Context) error {
 			return nil
 		case <-t.C:
 		}
-		// One tenant until tenants are managed.
-		if err := l.apps.SyncAll(ctx, []string{fleet.DefaultTenant}); err != nil && ctx.Err() == nil {
+		ts, err := l.tenants(ctx)
+		if err == nil {
+			err = l.apps.SyncAll(ctx, ts)
+		}
+		if err != nil && ctx.Err() == nil {
 			l.log.Warn("periodic app sync", "err", err)
 		}
 	}

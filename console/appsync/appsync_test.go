@@ -88,7 +88,7 @@ func TestRunBringsLateBoxesTheirApps(t *testing.T) {
 	}
 	boxes.add(fleet.Box{ID: "b-late", TenantID: fleet.DefaultTenant, Region: "east", State: fleet.StateApproved})
 
-	l, err := New(a, 10*time.Millisecond, log)
+	l, err := New(a, func(context.Context) ([]string, error) { return []string{fleet.DefaultTenant}, nil }, 10*time.Millisecond, log)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -113,7 +113,7 @@ func TestRunBringsLateBoxesTheirApps(t *testing.T) {
 	if err := <-ran; err != nil {
 		t.Fatalf("Run returned %v when its context ended, want nil", err)
 	}
-	if _, err := New(a, 0, log); err == nil {
+	if _, err := New(a, nil, 0, log); err == nil {
 		t.Error("New accepted an interval of 0")
 	}
 }

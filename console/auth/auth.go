@@ -1,10 +1,16 @@
-// Package auth checks the bearer tokens of API callers. Tokens are random
-// 32-byte strings; the console stores only their SHA-256, so a stolen
-// store yields no usable token.
+// Package auth says who calls the console and what they may do: users
+// with argon2id passwords and roles per tenant (Role, Permission), their
+// API tokens and browser sessions, tenants, and a throttle on password
+// guessing. Tokens and session cookies are random 32-byte strings; the
+// console stores only their SHA-256, so a stolen store yields no usable
+// credential.
 //
 // Records live on the console's store (console/store), as JSON:
 //
-//	auth/tokens/<sha256 of the token, hex>  -> APIToken
+//	auth/tokens/<sha256 of the token, hex>     -> APIToken
+//	auth/users/<name>                          -> User
+//	auth/tenants/<id>                          -> Tenant
+//	auth/sessions/<sha256 of the cookie, hex>  -> Session
 package auth
 
 import (
@@ -18,6 +24,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/edgebox/edgebox/console/audit"
 	"github.com/edgebox/edgebox/console/store"
 	"github.com/edgebox/edgebox/errdefs"
 )
@@ -33,10 +40,23 @@ func Key(hashHex string) string { return Prefix + hashHex }
 
 // APIToken is the stored record of an API token.
 type APIToken struct {
-	Name      string    `json:"name"`
-	TenantID  string    `json:"tenant_id"`
-	Role      string    `json:"role"` // "admin" for now
+	Name string `json:"name"`
+	// User is the user the token acts for, with the user's roles as they
+	// are at each call. A token from before users has none, and acts as
+	// Role in TenantID.
+	User      string    `json:"user,omitempty"`
+	TenantID  string    `json:"tenant_id,omitempty"`
+	Role      string    `json:"role,omitempty"`
 	CreatedAt time.Time `json:"created_at"`
+	// ExpiresAt, when set, ends the token.
+	ExpiresAt time.Time `json:"expires_at,omitzero"`
+}
+
+// TokenInfo is a token as listed: its record and its ID, the first 16
+// hex digits of its hash, which names it for revoking.
+type TokenInfo struct {
+	ID string
+	APIToken
 }
 
 // Tokens issues and checks API tokens. It is safe for concurrent use.
@@ -94,5 +114,86 @@ func (t *Tokens) Check(ctx context.Context, text string) (APIToken, error) {
 	if err := json.Unmarshal(kv.Value, &rec); err != nil {
 		return rec, fmt.Errorf("auth: token record: %w", err)
 	}
+	if !rec.ExpiresAt.IsZero() && !time.Now().Before(rec.ExpiresAt) {
+		return rec, errdefs.Permission("API token %q expired at %s; make another", rec.Name, rec.ExpiresAt.Format(time.RFC3339))
+	}
 	return rec, nil
+}
+
+// List returns the tokens of user, or every token when user is "".
+func (t *Tokens) List(ctx context.Context, user string) ([]TokenInfo, error) {
+	kvs, _, err := t.s.Range(ctx, Prefix, 0)
+	if err != nil {
+		return nil, fmt.Errorf("auth: listing tokens: %w", err)
+	}
+	var out []TokenInfo
+	for _, kv := range kvs {
+		var rec APIToken
+		if err := json.Unmarshal(kv.Value, &rec); err != nil {
+			return nil, fmt.Errorf("auth: token record: %w", err)
+		}
+		if user == "" || rec.User == user {
+			out = append(out, TokenInfo{ID: tokenID(kv.Key), APIToken: rec})
+		}
+	}
+	return out, nil
+}
+
+func tokenID(key string) string {
+	h := key[len(Prefix):]
+	return h[:min(16, len(h))]
+}
+
+// Revoke deletes the token of user (any user's, when user is "") whose ID
+// is id, writing e in the same transaction.
+func (t *Tokens) Revoke(ctx context.Context, user, id string, e audit.Entry) error {
+	all, err := t.List(ctx, user)
+	if err != nil {
+		return err
+	}
+	for _, ti := range all {
+		if ti.ID != id {
+			continue
+		}
+		kvs, _, err := t.s.Range(ctx, Prefix+id, 2)
+		if err != nil {
+			return fmt.Errorf("auth: %w", err)
+		}
+		if len(kvs) != 1 {
+			return errdefs.Conflict("API token %s is ambiguous or gone", id)
+		}
+		_, err = t.s.Txn(ctx, store.Txn{If: []store.Cmp{{Key: kvs[0].Key, ModRevision: kvs[0].ModRevision}},
+			Then: []store.Op{{Key: kvs[0].Key, Delete: true}, audit.Op(time.Now(), e)}})
+		if err != nil {
+			return fmt.Errorf("auth: revoking token %s: %w", id, err)
+		}
+		return nil
+	}
+	return errdefs.NotFound("no API token %q", trunc(id))
+}
+
+// Principal is an authenticated caller: who, through what, and the role
+// it holds in each tenant.
+type Principal struct {
+	User  string
+	Via   string // "session" or "token:<name>"
+	Roles map[string]Role
+	// Legacy marks a token from before users: User is the token's name,
+	// not a user's.
+	Legacy bool
+}
+
+// Principal returns who a checked token acts for: its user, with the
+// user's roles now; or, for a token from before users, its own role.
+func (u *Users) Principal(ctx context.Context, rec APIToken) (Principal, error) {
+	if rec.User == "" {
+		return Principal{User: rec.Name, Via: "token:" + rec.Name, Roles: map[string]Role{rec.TenantID: Role(rec.Role)}, Legacy: true}, nil
+	}
+	usr, _, err := u.Get(ctx, rec.User)
+	if errors.Is(err, errdefs.ErrNotFound) {
+		return Principal{}, errdefs.Permission("API token %q belongs to a user who no longer exists", rec.Name)
+	} else if err != nil {
+		return Principal{}, err
+	}
+	return Principal{User: usr.Name, Via: "token:" + rec.Name, Roles: usr.Roles}, nil
 }

@@ -40,13 +40,17 @@ type Sessions interface {
 
 // Deps are the parts the API serves.
 type Deps struct {
-	Fleet     *fleet.Fleet
-	Audit     *audit.Log
-	Tokens    *auth.Tokens
-	PKI       *pki.Authority
-	Sessions  Sessions
-	Desired   *desired.State
-	Downloads *dist.Dir
+	Fleet    *fleet.Fleet
+	Audit    *audit.Log
+	Tokens   *auth.Tokens
+	Users    *auth.Users
+	Throttle *auth.Throttle
+	// SessionTTL is how long a browser session lasts.
+	SessionTTL time.Duration
+	PKI        *pki.Authority
+	Sessions   Sessions
+	Desired    *desired.State
+	Downloads  *dist.Dir
 	// Registry is the console's OCI registry, served at /v2/ to operators.
 	Registry *registry.Registry
 	// RegistryHosts are the names images give the console's registry.
@@ -57,7 +61,10 @@ type Deps struct {
 	ConsoleURL    string
 	BoxCertTTL    time.Duration
 	Metrics       http.Handler
-	Log           *slog.Logger
+	// WebUI serves the web console on every path that is not the API's
+	// or the registry's; nil serves none.
+	WebUI http.Handler
+	Log   *slog.Logger
 }
 
 type server struct{ Deps }
@@ -69,7 +76,14 @@ func New(d Deps) http.Handler {
 	r := gin.New()
 	r.Use(gin.Recovery())
 	r.HandleMethodNotAllowed = true
-	r.NoRoute(func(c *gin.Context) { fail(c, errdefs.NotFound("no such API path %s", c.Request.URL.Path)) })
+	r.NoRoute(func(c *gin.Context) {
+		p := c.Request.URL.Path
+		if d.WebUI != nil && !strings.HasPrefix(p, "/api/") && !strings.HasPrefix(p, "/v2/") {
+			d.WebUI.ServeHTTP(c.Writer, c.Request)
+			return
+		}
+		fail(c, errdefs.NotFound("no such API path %s", p))
+	})
 	r.NoMethod(func(c *gin.Context) {
 		c.AbortWithStatusJSON(http.StatusMethodNotAllowed, api.Error{Error: "method " + c.Request.Method + " not allowed here"})
 	})
@@ -83,46 +97,87 @@ func New(d Deps) http.Handler {
 		r.Any("/v2/*path", s.registry)
 	}
 
+	r.POST("/api/v1/login", s.login)
+
 	a := r.Group("/", s.authenticate, s.auditFailures)
-	a.GET("/metrics", gin.WrapH(d.Metrics))
-	a.GET("/debug/pprof/:name", func(c *gin.Context) {
-		if c.Param("name") == "profile" { // CPU, for ?seconds=N
-			pprof.Profile(c.Writer, c.Request)
-			return
-		}
-		pprof.Handler(c.Param("name")).ServeHTTP(c.Writer, c.Request)
-	})
-	v1 := a.Group("/api/v1")
-	v1.GET("/boxes", s.listBoxes)
-	v1.GET("/boxes/:id", s.getBox)
-	v1.POST("/boxes/:id/labels", s.labelBox)
-	v1.POST("/boxes/:id/approve", s.approveBox)
-	v1.POST("/boxes/:id/revoke", s.revokeBox)
-	v1.GET("/boxes/:id/state", s.boxState)
-	v1.PUT("/boxes/:id/desired/:kind/:name", s.putDesired)
-	v1.DELETE("/boxes/:id/desired/:kind/:name", s.deleteDesired)
-	v1.GET("/boxes/:id/workloads/:name/logs", s.workloadLogs)
-	v1.GET("/apps", s.listApps)
-	v1.POST("/apps", s.createApp)
-	v1.GET("/apps/:app", s.getApp)
-	v1.DELETE("/apps/:app", s.deleteApp)
-	v1.GET("/apps/:app/releases", s.listReleases)
-	v1.POST("/apps/:app/releases", s.createRelease)
-	v1.GET("/apps/:app/pins", s.listPins)
-	v1.PUT("/apps/:app/pins/:scope/:target", s.deploy)
-	v1.DELETE("/apps/:app/pins/:scope/:target", s.undeploy)
-	v1.GET("/apps/:app/status", s.appStatus)
-	v1.GET("/keys", s.listKeys)
-	v1.GET("/keys/:key", s.getKey)
-	v1.POST("/keys/:key/labels", s.labelKey)
-	v1.POST("/keys/:key/lease", s.leaseKey)
-	v1.POST("/keys/:key/release", s.releaseKey)
-	v1.GET("/keys/:key/history", s.keyHistory)
-	v1.GET("/tokens", s.listTokens)
-	v1.POST("/tokens", s.createToken)
-	v1.DELETE("/tokens/:id", s.revokeToken)
-	v1.GET("/audit", s.listAudit)
+	for _, rt := range s.routes() {
+		a.Handle(rt.method, rt.path, need(rt.perm), rt.h)
+	}
 	return r
+}
+
+// route is one authenticated API route and what a caller's role must
+// allow for it.
+type route struct {
+	method, path string
+	perm         auth.Permission
+	h            gin.HandlerFunc
+}
+
+// routes lists every authenticated route. A route's permission is checked
+// before its handler runs; the handler then sees only the call's tenant.
+func (s *server) routes() []route {
+	const v1 = "/api/v1"
+	return []route{
+		{"GET", "/metrics", manageConsole, gin.WrapH(s.Metrics)},
+		{"GET", "/debug/pprof/:name", manageConsole, func(c *gin.Context) {
+			if c.Param("name") == "profile" { // CPU, for ?seconds=N
+				pprof.Profile(c.Writer, c.Request)
+				return
+			}
+			pprof.Handler(c.Param("name")).ServeHTTP(c.Writer, c.Request)
+		}},
+
+		{"GET", v1 + "/me", anyone, s.me},
+		{"POST", v1 + "/me/password", anyone, s.changeOwnPassword},
+		{"POST", v1 + "/logout", anyone, s.logout},
+		{"POST", v1 + "/logout/everywhere", anyone, s.logoutEverywhere},
+		{"GET", v1 + "/apitokens", anyone, s.listAPITokens},
+		{"POST", v1 + "/apitokens", anyone, s.createAPIToken},
+		{"DELETE", v1 + "/apitokens/:id", anyone, s.revokeAPIToken},
+		{"GET", v1 + "/tenants", anyone, s.listTenants},
+		{"POST", v1 + "/tenants", manageConsole, s.createTenant},
+
+		{"GET", v1 + "/users", auth.Administer, s.listUsers},
+		{"POST", v1 + "/users", auth.Administer, s.createUser},
+		{"PUT", v1 + "/users/:name/role", auth.Administer, s.setRole},
+		{"PUT", v1 + "/users/:name/password", auth.Administer, s.setPassword},
+		{"DELETE", v1 + "/users/:name", auth.Administer, s.deleteUser},
+
+		{"GET", v1 + "/boxes", auth.Read, s.listBoxes},
+		{"GET", v1 + "/boxes/:id", auth.Read, s.getBox},
+		{"POST", v1 + "/boxes/:id/labels", auth.Operate, s.labelBox},
+		{"POST", v1 + "/boxes/:id/approve", auth.Operate, s.approveBox},
+		{"POST", v1 + "/boxes/:id/revoke", auth.Administer, s.revokeBox},
+		{"GET", v1 + "/boxes/:id/state", auth.Read, s.boxState},
+		{"PUT", v1 + "/boxes/:id/desired/:kind/:name", auth.Operate, s.putDesired},
+		{"DELETE", v1 + "/boxes/:id/desired/:kind/:name", auth.Operate, s.deleteDesired},
+		{"GET", v1 + "/boxes/:id/workloads/:name/logs", auth.Read, s.workloadLogs},
+
+		{"GET", v1 + "/apps", auth.Read, s.listApps},
+		{"POST", v1 + "/apps", auth.Operate, s.createApp},
+		{"GET", v1 + "/apps/:app", auth.Read, s.getApp},
+		{"DELETE", v1 + "/apps/:app", auth.Operate, s.deleteApp},
+		{"GET", v1 + "/apps/:app/releases", auth.Read, s.listReleases},
+		{"POST", v1 + "/apps/:app/releases", auth.Operate, s.createRelease},
+		{"GET", v1 + "/apps/:app/pins", auth.Read, s.listPins},
+		{"PUT", v1 + "/apps/:app/pins/:scope/:target", auth.Operate, s.deploy},
+		{"DELETE", v1 + "/apps/:app/pins/:scope/:target", auth.Operate, s.undeploy},
+		{"GET", v1 + "/apps/:app/status", auth.Read, s.appStatus},
+
+		{"GET", v1 + "/keys", auth.Read, s.listKeys},
+		{"GET", v1 + "/keys/:key", auth.Read, s.getKey},
+		{"POST", v1 + "/keys/:key/labels", auth.Operate, s.labelKey},
+		{"POST", v1 + "/keys/:key/lease", auth.Operate, s.leaseKey},
+		{"POST", v1 + "/keys/:key/release", auth.Operate, s.releaseKey},
+		{"GET", v1 + "/keys/:key/history", auth.Read, s.keyHistory},
+
+		{"GET", v1 + "/tokens", auth.Administer, s.listTokens},
+		{"POST", v1 + "/tokens", auth.Administer, s.createToken},
+		{"DELETE", v1 + "/tokens/:id", auth.Administer, s.revokeToken},
+
+		{"GET", v1 + "/audit", auth.Audit, s.listAudit},
+	}
 }
 
 // Status maps the error vocabulary to HTTP; it is the only place that does.
@@ -160,25 +215,6 @@ func fail(c *gin.Context, err error) {
 	}
 	c.AbortWithStatusJSON(code, api.Error{Error: msg})
 }
-
-const callerKey = "edgebox.caller"
-
-func (s *server) authenticate(c *gin.Context) {
-	h := c.GetHeader("Authorization")
-	tok, ok := strings.CutPrefix(h, "Bearer ")
-	if !ok {
-		c.AbortWithStatusJSON(http.StatusUnauthorized, api.Error{Error: "this call needs an API token: 'Authorization: Bearer <token>' (run 'edgebox login')"})
-		return
-	}
-	rec, err := s.Tokens.Check(c.Request.Context(), tok)
-	if err != nil {
-		c.AbortWithStatusJSON(http.StatusUnauthorized, api.Error{Error: err.Error()})
-		return
-	}
-	c.Set(callerKey, audit.Actor{TenantID: rec.TenantID, Name: rec.Name, Remote: c.ClientIP()})
-}
-
-func caller(c *gin.Context) audit.Actor { return c.MustGet(callerKey).(audit.Actor) }
 
 // auditFailures records refused or failed mutating calls; successful ones
 // are audited by the change itself, in the same transaction.

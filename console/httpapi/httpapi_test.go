@@ -40,7 +40,9 @@ func newAPI(t testing.TB) (http.Handler, string) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	users := auth.NewUsers(st, auth.NewHasher(cheapHash, 2, time.Minute), time.Now)
 	h := New(Deps{Fleet: fl, Audit: audit.New(st, nil), Tokens: toks, PKI: a, Sessions: noSessions{},
+		Users: users, Throttle: auth.NewThrottle(auth.DefaultThrottleConfig, time.Now), SessionTTL: time.Hour,
 		ConsoleURL: "https://127.0.0.1:8443", BoxCertTTL: time.Hour, Metrics: http.NotFoundHandler(),
 		Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	return h, tok
@@ -52,6 +54,9 @@ var bodySeeds = []string{
 	`{"labels":{"bank":"icbc","old":""}}`,
 	`{"token":"ebx1.AAAA","csr":"-----BEGIN CERTIFICATE REQUEST-----\n-----END CERTIFICATE REQUEST-----\n"}`,
 	`{"ttl":"-5h","uses":-1}`,
+	`{"user":"admin","password":"x","token_name":"cli","token_ttl":"1h"}`,
+	`{"name":"bob","password":"a long enough password","role":"viewer"}`,
+	`{"id":"bank-1","name":"<b>Bank</b>"}`,
 	`[1,2,3]`, `null`, `{`, ``,
 }
 
@@ -62,7 +67,8 @@ func FuzzAPIBodies(f *testing.F) {
 	for _, s := range bodySeeds {
 		f.Add(s)
 	}
-	paths := []string{"/api/v1/tokens", "/api/v1/boxes/bx-1/labels", "/api/v1/enroll"}
+	paths := []string{"/api/v1/tokens", "/api/v1/boxes/bx-1/labels", "/api/v1/enroll", "/api/v1/login", "/api/v1/users",
+		"/api/v1/tenants", "/api/v1/apitokens", "/api/v1/me/password"}
 	f.Fuzz(func(t *testing.T, body string) {
 		for _, p := range paths {
 			req := httptest.NewRequest(http.MethodPost, p, bytes.NewBufferString(body))

@@ -82,6 +82,7 @@ func newNetworkAPI(t *testing.T) networkAPI {
 	t.Cleanup(srv.Close)
 	host := strings.TrimPrefix(srv.URL, "https://")
 	h = New(Deps{Fleet: fl, Audit: audit.New(s, nil), Tokens: toks, Sessions: noSessions{}, Desired: d, Registry: reg,
+		Users:         auth.NewUsers(s, auth.NewHasher(cheapHash, 2, time.Minute), time.Now),
 		RegistryHosts: []string{host}, Apps: apps.New(s, d, fl, reg, []string{host}, nil, log), Metrics: http.NotFoundHandler(), Log: log})
 
 	img, err := random.Image(256, 1)

@@ -8,16 +8,19 @@ import (
 	"github.com/gin-gonic/gin"
 
 	"github.com/edgebox/edgebox/console/audit"
+	"github.com/edgebox/edgebox/console/auth"
 	"github.com/edgebox/edgebox/images/registry"
 )
 
 // registry serves the OCI registry to operators, who log in with an API
 // token (docker login / crane auth login with any user name and the token
-// as password, or a bearer token). Manifest pushes and deletes go into the
-// audit log.
+// as password, or a bearer token). Each tenant's repositories live under
+// its ID (auth.RepoTenant): a caller sees a repository where its role
+// may read, and pushes where it may operate. Manifest pushes and deletes
+// go into the audit log of the repository's tenant.
 func (s *server) registry(c *gin.Context) {
 	var who string
-	var tenant string
+	var tenants map[string]bool
 	// authorize looks at the request's headers only: a refused caller's
 	// body is never read.
 	authorize := func(req *http.Request) (registry.Access, error) {
@@ -29,20 +32,44 @@ func (s *server) registry(c *gin.Context) {
 		if err != nil {
 			return registry.Access{}, err
 		}
-		who, tenant = rec.Name, rec.TenantID
-		// An operator's token sees every repository; a tenant's token
-		// will see its tenant's (Access.Sees).
-		return registry.Access{}, nil
+		p, err := s.Users.Principal(req.Context(), rec)
+		if err != nil {
+			return registry.Access{}, err
+		}
+		all, err := s.Users.Tenants(req.Context())
+		if err != nil {
+			return registry.Access{}, err
+		}
+		tenants = map[string]bool{}
+		for _, t := range all {
+			tenants[t.ID] = true
+		}
+		who = p.User
+		role := func(repo string) auth.Role {
+			t := auth.RepoTenant(repo, func(id string) bool { return tenants[id] })
+			if r, ok := p.Roles[t]; ok {
+				return r
+			}
+			if p.Roles[auth.ConsoleTenant] == auth.Admin {
+				return auth.Admin
+			}
+			return ""
+		}
+		return registry.Access{
+			Sees:   func(repo string) bool { return role(repo).Can(auth.Read) },
+			Writes: func(repo string) bool { return role(repo).Can(auth.Operate) },
+		}, nil
 	}
 	s.Registry.Operators(authorize).ServeHTTP(c.Writer, c.Request)
 	m := c.Request.Method
-	if who == "" || (m != http.MethodPut && m != http.MethodDelete) || !strings.Contains(c.Request.URL.Path, "/manifests/") {
+	repo, _, isManifest := strings.Cut(strings.TrimPrefix(c.Request.URL.Path, "/v2/"), "/manifests/")
+	if who == "" || (m != http.MethodPut && m != http.MethodDelete) || !isManifest {
 		return
 	}
 	result := "ok"
 	if st := c.Writer.Status(); st >= 300 {
 		result = "failed: " + http.StatusText(st)
 	}
-	s.record(c, audit.Entry{TenantID: tenant, Actor: who, Remote: c.ClientIP(),
+	s.record(c, audit.Entry{TenantID: auth.RepoTenant(repo, func(id string) bool { return tenants[id] }), Actor: who, Remote: c.ClientIP(),
 		Action: m + " image manifest", Target: strings.TrimPrefix(c.Request.URL.Path, "/v2/"), Result: result})
 }

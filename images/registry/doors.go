@@ -47,9 +47,14 @@ type Access struct {
 	// catalog lists only those, and other repositories answer as if they
 	// did not exist. Nil sees every repository.
 	Sees func(repo string) bool
+	// Writes says whether the caller may push to and delete from a
+	// repository it sees; a refused write answers 403 DENIED. Nil may
+	// write to every repository it sees.
+	Writes func(repo string) bool
 }
 
-func (a Access) sees(repo string) bool { return a.Sees == nil || a.Sees(repo) }
+func (a Access) sees(repo string) bool   { return a.Sees == nil || a.Sees(repo) }
+func (a Access) writes(repo string) bool { return a.Writes == nil || a.Writes(repo) }
 
 // Operators returns the registry behind a check of the caller's API token,
 // made from the request's headers before any of its body is read:

@@ -31,6 +31,10 @@ func (r *Registry) serve(w http.ResponseWriter, req *http.Request, acc Access) {
 		refuse(w, req, http.StatusNotFound, "NAME_UNKNOWN", "no repository "+rt.repo)
 		return
 	}
+	if rt.repo != "" && req.Method != http.MethodGet && req.Method != http.MethodHead && !acc.writes(rt.repo) {
+		refuse(w, req, http.StatusForbidden, "DENIED", "you may pull from "+rt.repo+" but not push to it or delete from it")
+		return
+	}
 	if rt.kind == routeUploads {
 		// distribution reads mount and from with FormValue, which would
 		// parse a form body too; only the query counts, and a blob is

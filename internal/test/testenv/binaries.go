@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"sync"
 	"syscall"
@@ -61,6 +62,7 @@ type Binaries struct {
 	url     string
 	admin   *api.Client
 	token   string
+	pw      string // the admin user's password
 	caPEM   []byte
 	cliConf string // the CLI's config file, once logged in
 
@@ -88,7 +90,11 @@ func NewBinariesWith(t testing.TB, prepare func(t testing.TB, dataDir, binDir st
 	if err != nil {
 		t.Fatal(err)
 	}
-	e.token, e.caPEM = tok, FetchCA(t, e.url)
+	m := adminPasswordRE.FindSubmatch(out)
+	if m == nil {
+		t.Fatalf("no admin password in console output %q", out)
+	}
+	e.token, e.pw, e.caPEM = tok, string(m[1]), FetchCA(t, e.url)
 	e.admin, err = api.NewClient(e.url, tok, e.caPEM)
 	if err != nil {
 		t.Fatal(err)
@@ -183,6 +189,24 @@ func (e *Binaries) CAPEM() []byte { return e.caPEM }
 
 // AdminToken is the admin's API token.
 func (e *Binaries) AdminToken() string { return e.token }
+
+// AdminPassword is the admin user's password, printed at first start.
+func (e *Binaries) AdminPassword() string { return e.pw }
+
+var adminPasswordRE = regexp.MustCompile(`(?m)^\s+password:\s+(\S+)`)
+
+// CLIWith runs the edgebox CLI with env added to its environment (its own
+// EDGEBOX_CONFIG, say, to act as another user) and returns its combined
+// output.
+func (e *Binaries) CLIWith(t testing.TB, env []string, args ...string) (string, error) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, filepath.Join(e.bin, "edgebox"), args...)
+	cmd.Env = append(append(os.Environ(), "EDGEBOX_TOKEN=", "EDGEBOX_TENANT="), env...)
+	out, err := cmd.CombinedOutput()
+	return string(out), err
+}
 
 func (e *Binaries) Token(t testing.TB, req api.TokenRequest) string {
 	return createToken(t, e.admin, req)

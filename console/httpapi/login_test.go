@@ -1,0 +1,177 @@
+package httpapi
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+
+	"github.com/edgebox/edgebox/api"
+	"github.com/edgebox/edgebox/console/audit"
+)
+
+// browser calls the API as a browser would: the session cookie it was
+// given, and the headers a page of the console's own origin sends.
+type browser struct {
+	e      *rolesEnv
+	addr   string
+	cookie *http.Cookie
+	csrf   string
+}
+
+func (b *browser) do(method, path, body string, hdr map[string]string) *httptest.ResponseRecorder {
+	req := httptest.NewRequest(method, "https://console.example"+path, bytes.NewBufferString(body))
+	req.RemoteAddr = b.addr + ":50000"
+	req.Header.Set("Content-Type", "application/json")
+	if b.cookie != nil {
+		req.AddCookie(b.cookie)
+	}
+	if b.csrf != "" && method != http.MethodGet {
+		req.Header.Set(CSRFHeader, b.csrf)
+	}
+	for k, v := range hdr {
+		req.Header.Set(k, v)
+	}
+	rec := httptest.NewRecorder()
+	b.e.h.ServeHTTP(rec, req)
+	return rec
+}
+
+func (b *browser) login(t *testing.T, user, pw string) *httptest.ResponseRecorder {
+	t.Helper()
+	body, _ := json.Marshal(api.LoginRequest{User: user, Password: pw})
+	rec := b.do("POST", "/api/v1/login", string(body), nil)
+	if rec.Code != http.StatusOK {
+		return rec
+	}
+	for _, c := range rec.Result().Cookies() {
+		if c.Name == SessionCookie {
+			if !c.HttpOnly || !c.Secure || c.SameSite != http.SameSiteStrictMode || c.Path != "/" {
+				t.Errorf("session cookie %+v: want HttpOnly, Secure, SameSite=Strict, Path=/", c)
+			}
+			b.cookie = c
+		}
+	}
+	var me api.Me
+	if err := json.Unmarshal(rec.Body.Bytes(), &me); err != nil || me.CSRF == "" || b.cookie == nil {
+		t.Fatalf("login answer %s, cookie %v: %v", rec.Body, b.cookie, err)
+	}
+	b.csrf = me.CSRF
+	return rec
+}
+
+func TestBrowserSessionLogsInRefusesCrossSiteAndLogsOut(t *testing.T) {
+	t.Parallel()
+	e := newRolesEnv(t)
+	b := &browser{e: e, addr: "192.0.2.10"}
+	if rec := b.login(t, "operator", "a long enough password"); rec.Code != http.StatusOK {
+		t.Fatalf("login: %d %s", rec.Code, rec.Body)
+	}
+	if rec := b.do("GET", "/api/v1/boxes", "", nil); rec.Code != http.StatusOK || !strings.Contains(rec.Body.String(), "bank1-box") {
+		t.Fatalf("boxes with the session: %d %s", rec.Code, rec.Body)
+	}
+	label := `{"labels":{"floor":"2"}}`
+	path := "/api/v1/boxes/" + e.own.box + "/labels"
+	for name, h := range map[string]map[string]string{
+		"no CSRF token":         {CSRFHeader: ""},
+		"a wrong CSRF token":    {CSRFHeader: "x" + b.csrf},
+		"another origin":        {"Origin": "https://evil.example"},
+		"a cross-site fetch":    {"Sec-Fetch-Site": "cross-site"},
+		"a same-site subdomain": {"Sec-Fetch-Site": "same-site"},
+	} {
+		rec := b.do("POST", path, label, h)
+		if rec.Code != http.StatusForbidden || !strings.Contains(rec.Body.String(), "cross-site") {
+			t.Errorf("a change with %s: %d %s, want 403", name, rec.Code, rec.Body)
+		}
+	}
+	if rec := b.do("POST", path, label, map[string]string{"Origin": "https://console.example", "Sec-Fetch-Site": "same-origin"}); rec.Code != http.StatusOK {
+		t.Fatalf("a change from the console's own page: %d %s", rec.Code, rec.Body)
+	}
+	// A second browser of the same user, then log out everywhere from it.
+	b2 := &browser{e: e, addr: "192.0.2.11"}
+	b2.login(t, "operator", "a long enough password")
+	if rec := b.do("POST", "/api/v1/logout", "", nil); rec.Code != http.StatusNoContent {
+		t.Fatalf("logout: %d %s", rec.Code, rec.Body)
+	}
+	if rec := b.do("GET", "/api/v1/me", "", nil); rec.Code != http.StatusUnauthorized {
+		t.Errorf("after logout: %d %s", rec.Code, rec.Body)
+	}
+	if rec := b2.do("GET", "/api/v1/me", "", nil); rec.Code != http.StatusOK {
+		t.Fatalf("the other browser after the first logged out: %d %s", rec.Code, rec.Body)
+	}
+	if rec := b2.do("POST", "/api/v1/logout/everywhere", "", nil); rec.Code != http.StatusNoContent {
+		t.Fatalf("logout everywhere: %d %s", rec.Code, rec.Body)
+	}
+	if rec := b2.do("GET", "/api/v1/me", "", nil); rec.Code != http.StatusUnauthorized {
+		t.Errorf("after logging out everywhere: %d %s", rec.Code, rec.Body)
+	}
+	// The API token of the same user still works: it is not a session.
+	if rec := e.call("operator", "", "GET", "/api/v1/me", ""); rec.Code != http.StatusOK {
+		t.Errorf("the user's API token after logging out everywhere: %d %s", rec.Code, rec.Body)
+	}
+}
+
+func TestWrongPasswordsSlowTheGuesserAndLockNobodyElseOut(t *testing.T) {
+	t.Parallel()
+	e := newRolesEnv(t)
+	attacker := &browser{e: e, addr: "203.0.113.66"}
+	codes := map[int]int{}
+	for range 50 {
+		rec := attacker.login(t, "admin", "not the password")
+		codes[rec.Code]++
+		if rec.Code == http.StatusTooManyRequests && rec.Header().Get("Retry-After") == "" {
+			t.Fatal("a throttled login says not when to come back")
+		}
+	}
+	if codes[http.StatusUnauthorized] > 5 || codes[http.StatusTooManyRequests] < 45 {
+		t.Errorf("50 wrong passwords: %v, want a few refused and the rest told to wait", codes)
+	}
+	// Everyone else logs in as usual, the attacked user from its own
+	// address after its own, shorter, wait.
+	if rec := (&browser{e: e, addr: "192.0.2.20"}).login(t, "viewer", "a long enough password"); rec.Code != http.StatusOK {
+		t.Errorf("another user during the attack: %d %s", rec.Code, rec.Body)
+	}
+	// Failed logins are audited.
+	entries, err := audit.New(e.st, nil).List(context.Background(), audit.Query{TenantID: "bank1", Limit: 1000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, en := range entries {
+		if en.Action == "user.login" && en.Target == "admin" && strings.HasPrefix(en.Result, "failed") && en.Remote == "203.0.113.66" {
+			n++
+		}
+	}
+	if n != codes[http.StatusUnauthorized] {
+		t.Errorf("%d failed logins audited in bank1, want %d", n, codes[http.StatusUnauthorized])
+	}
+}
+
+func TestLoginCanMakeAnAPIToken(t *testing.T) {
+	t.Parallel()
+	e := newRolesEnv(t)
+	body, _ := json.Marshal(api.LoginRequest{User: "maintainer", Password: "a long enough password", TokenName: "laptop", TokenTTL: "24h"})
+	rec := (&browser{e: e, addr: "192.0.2.30"}).do("POST", "/api/v1/login", string(body), nil)
+	var me api.Me
+	if err := json.Unmarshal(rec.Body.Bytes(), &me); rec.Code != http.StatusOK || err != nil || me.Token == "" || me.ExpiresAt.IsZero() {
+		t.Fatalf("login for a token: %d %s", rec.Code, rec.Body)
+	}
+	if len(rec.Result().Cookies()) != 0 {
+		t.Error("a login for a token also set a cookie")
+	}
+	e.tokens["laptop"] = me.Token
+	rec = e.call("laptop", "", "GET", "/api/v1/me", "")
+	if err := json.Unmarshal(rec.Body.Bytes(), &me); err != nil || me.User != "maintainer" || me.Role != "maintainer" || me.Tenant != "bank1" {
+		t.Fatalf("me with the new token: %d %s", rec.Code, rec.Body)
+	}
+	// Taking the user's role away takes the token's with it.
+	if rec := e.call("admin", "", "PUT", "/api/v1/users/maintainer/role", `{"role":""}`); rec.Code != http.StatusOK {
+		t.Fatalf("take the role away: %d %s", rec.Code, rec.Body)
+	}
+	if rec := e.call("laptop", "bank1", "GET", "/api/v1/boxes", ""); rec.Code != http.StatusNotFound {
+		t.Errorf("the token of a user with no role left: %d %s, want 404", rec.Code, rec.Body)
+	}
+}
