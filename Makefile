@@ -6,7 +6,7 @@ LDFLAGS  := -X github.com/edgebox/edgebox/console.Version=$(VERSION) -X main.ver
 BINARIES := edgebox-console edgebox-agent edgebox
 GOBIN    := $(shell $(GO) env GOPATH)/bin
 
-.PHONY: all build dist test check proto demo bench fuzz soak help clean
+.PHONY: all build dist test check proto web demo bench fuzz soak help clean
 
 all: build ## build the three binaries into bin/ (the default)
 
@@ -32,10 +32,15 @@ check: ## gofmt, vet, generated code in sync, go mod tidy, dependency rules, cro
 	@echo "check: vet"; $(GO) vet ./... && $(GO) vet -tags gousb ./usbhub/ ./cmd/edgebox-agent/
 	@echo "check: generated code"; $(MAKE) -s proto && git diff --exit-code -- proto/
 	@echo "check: go mod tidy"; $(GO) mod tidy && git diff --exit-code -- go.mod go.sum
+	@echo "check: web bundle"; $(MAKE) -s web >/dev/null && git diff --exit-code -- console/webui/dist && \
+		test -z "$$(git status --porcelain -- console/webui/dist)" || { echo "the committed web bundle differs from a fresh build: run make web and commit it"; exit 1; }
 	@echo "check: dependency rules"; $(GO) test -count=1 -run 'TestDependencyRules|TestDirectImportRules|TestConsoleLayers' .
 	@for p in windows/amd64 windows/arm64 linux/arm64; do \
 		echo "check: build $$p"; GOOS=$${p%/*} GOARCH=$${p#*/} $(GO) build -o /dev/null ./cmd/... || exit 1; \
 	done
+
+web: ## rebuild the web console (web/, with the versions of web/package-lock.json) into console/webui/dist, which is committed
+	cd web && npm ci --no-audit --no-fund && npm run build
 
 proto: ## regenerate proto/ Go code with protoc, protoc-gen-go and protoc-gen-go-grpc
 	@sh scripts/test-deps.sh >/dev/null
@@ -60,6 +65,7 @@ fuzz: ## run each fuzz target for 30 s
 	$(GO) test -run '^$$' -fuzz FuzzParseToken -fuzztime 30s ./enroll/
 	$(GO) test -run '^$$' -fuzz FuzzDecodeRequest -fuzztime 30s ./enroll/
 	$(GO) test -run '^$$' -fuzz FuzzAPIBodies -fuzztime 30s ./console/httpapi/
+	$(GO) test -run '^$$' -fuzz FuzzParseHash -fuzztime 30s ./console/auth/
 	$(GO) test -run '^$$' -fuzz FuzzSyncUp -fuzztime 30s ./console/boxsync/
 	$(GO) test -run '^$$' -fuzz FuzzSyncDown -fuzztime 30s ./agent/
 	$(GO) test -run '^$$' -fuzz FuzzParseTarget -fuzztime 30s ./images/registry/

@@ -10,7 +10,13 @@ GO_PROTOC_GEN_GO_GRPC=google.golang.org/grpc/cmd/protoc-gen-go-grpc@v1.6.2
 # containerd, runc and busybox-static for the containerd driver's tests
 # (they start their own daemon); QEMU for the qemu driver's; libusb for
 # the hub power switching built with -tags gousb.
-APT_PACKAGES="protobuf-compiler libprotobuf-dev systemd lintian rpm curl util-linux ca-certificates containerd runc busybox-static qemu-system-x86 qemu-utils libusb-1.0-0-dev pkg-config containernetworking-plugins iproute2"
+# Chromium runs the web console's browser tests, driven by
+# playwright-core (never a downloaded browser).
+APT_PACKAGES="protobuf-compiler libprotobuf-dev systemd lintian rpm curl util-linux ca-certificates containerd runc busybox-static qemu-system-x86 qemu-utils libusb-1.0-0-dev pkg-config containernetworking-plugins iproute2 chromium fonts-dejavu-core"
+# Node and npm build the web console (make web): Debian's, unless the
+# machine has its own.
+command -v node >/dev/null 2>&1 || APT_PACKAGES="$APT_PACKAGES nodejs"
+command -v npm >/dev/null 2>&1 || APT_PACKAGES="$APT_PACKAGES npm"
 
 missing=""
 for p in $APT_PACKAGES; do
@@ -50,4 +56,9 @@ fi
 GOBIN=$(go env GOPATH)/bin
 [ -x "$GOBIN/protoc-gen-go" ] && "$GOBIN/protoc-gen-go" --version 2>/dev/null | grep -q v1.36.12 || go install "$GO_PROTOC_GEN_GO"
 [ -x "$GOBIN/protoc-gen-go-grpc" ] && "$GOBIN/protoc-gen-go-grpc" --version 2>/dev/null | grep -q 1.6.2 || go install "$GO_PROTOC_GEN_GO_GRPC"
+# The web console's build and browser-test packages, exactly as locked.
+WEB=$(dirname "$0")/../web
+if [ ! -d "$WEB/node_modules/playwright-core" ] || [ "$WEB/package-lock.json" -nt "$WEB/node_modules/.package-lock.json" ]; then
+	(cd "$WEB" && npm ci --no-audit --no-fund --loglevel=error >/dev/null)
+fi
 echo "test-deps: ready"

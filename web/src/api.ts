@@ -1,0 +1,190 @@
+// The console's API as the web app calls it: same origin, the session
+// cookie, the CSRF token on every change, and the tenant the user works in.
+
+export interface Me {
+  user: string;
+  roles: Record<string, string>;
+  tenant: string;
+  role: string;
+  csrf?: string;
+  expires_at?: string;
+}
+
+export interface Box {
+  id: string;
+  name: string;
+  tenant_id: string;
+  region: string;
+  site: string;
+  labels?: Record<string, string>;
+  state: 'pending' | 'approved' | 'revoked';
+  online: boolean;
+  rtt_ms?: number;
+  connected_at?: string;
+  last_seen?: string;
+  hostname?: string;
+  os?: string;
+  arch?: string;
+  os_version?: string;
+  agent_version?: string;
+  cpus?: number;
+  memory_bytes?: number;
+  enrolled_at: string;
+}
+
+export interface ObjectStatus {
+  kind: string;
+  name: string;
+  observed_revision: number;
+  phase: string;
+  message?: string;
+  updated_at: string;
+  release?: string;
+  health?: string;
+  address?: string;
+}
+
+export interface BoxEvent {
+  time: string;
+  kind: string;
+  name: string;
+  reason: string;
+  message?: string;
+  warning?: boolean;
+}
+
+export interface BoxState {
+  box_id: string;
+  revision: number;
+  acked: number;
+  objects: { kind: string; name: string; revision: number; spec: unknown }[];
+  statuses: ObjectStatus[];
+  events: BoxEvent[];
+}
+
+export interface Key {
+  id: string;
+  box_id: string;
+  port: string;
+  vendor_id: string;
+  product_id: string;
+  serial?: string;
+  labels?: Record<string, string>;
+  state: string;
+  holder?: string;
+}
+
+export interface CreatedToken {
+  id: string;
+  token: string;
+  install_linux: string;
+  install_windows: string;
+  expires_at: string;
+}
+
+export interface User {
+  name: string;
+  roles: Record<string, string>;
+  created_at: string;
+}
+
+/** ApiError is a refused or failed call, with the console's message. */
+export class ApiError extends Error {
+  constructor(
+    readonly status: number,
+    message: string,
+  ) {
+    super(message);
+  }
+}
+
+/** Session is what calls carry: the CSRF token and the tenant. */
+export interface Session {
+  csrf: string;
+  tenant: string;
+  /** onExpired runs when the console says the session is over. */
+  onExpired: () => void;
+}
+
+export async function call<T>(s: Session | null, method: string, path: string, body?: unknown): Promise<T> {
+  const headers: Record<string, string> = { Accept: 'application/json' };
+  if (body !== undefined) headers['Content-Type'] = 'application/json';
+  if (s?.csrf && method !== 'GET') headers['X-CSRF-Token'] = s.csrf;
+  if (s?.tenant) headers['X-Edgebox-Tenant'] = s.tenant;
+  const resp = await fetch(path, {
+    method,
+    headers,
+    credentials: 'same-origin',
+    body: body === undefined ? undefined : JSON.stringify(body),
+  });
+  if (resp.status === 401 && s && path !== '/api/v1/login') {
+    s.onExpired();
+  }
+  const text = await resp.text();
+  if (!resp.ok) {
+    let msg = resp.statusText;
+    try {
+      msg = (JSON.parse(text) as { error?: string }).error || msg;
+    } catch {
+      /* not JSON: keep the status text */
+    }
+    throw new ApiError(resp.status, msg);
+  }
+  return (text ? JSON.parse(text) : undefined) as T;
+}
+
+export const login = (user: string, password: string) =>
+  call<Me>(null, 'POST', '/api/v1/login', { user, password });
+
+export const me = (s: Session) => call<Me>(s, 'GET', '/api/v1/me');
+export const logout = (s: Session) => call<void>(s, 'POST', '/api/v1/logout');
+export const logoutEverywhere = (s: Session) => call<void>(s, 'POST', '/api/v1/logout/everywhere');
+
+export const boxes = (s: Session) => call<{ boxes: Box[] }>(s, 'GET', '/api/v1/boxes').then((r) => r.boxes);
+export const box = (s: Session, id: string) => call<Box>(s, 'GET', `/api/v1/boxes/${encodeURIComponent(id)}`);
+export const boxState = (s: Session, id: string) =>
+  call<BoxState>(s, 'GET', `/api/v1/boxes/${encodeURIComponent(id)}/state`);
+export const approve = (s: Session, id: string) =>
+  call<Box>(s, 'POST', `/api/v1/boxes/${encodeURIComponent(id)}/approve`);
+export const revoke = (s: Session, id: string) =>
+  call<Box>(s, 'POST', `/api/v1/boxes/${encodeURIComponent(id)}/revoke`, {});
+export const logs = (s: Session, id: string, workload: string, tail: number) =>
+  call<{ text: string; truncated?: boolean }>(
+    s,
+    'GET',
+    `/api/v1/boxes/${encodeURIComponent(id)}/workloads/${encodeURIComponent(workload)}/logs?tail=${tail}`,
+  );
+export const keys = (s: Session, boxID: string) =>
+  call<{ keys: Key[] }>(s, 'GET', `/api/v1/keys?box=${encodeURIComponent(boxID)}`).then((r) => r.keys);
+
+export const createToken = (
+  s: Session,
+  req: { region: string; site: string; labels?: Record<string, string>; ttl?: string; uses?: number; require_approval?: boolean },
+) => call<CreatedToken>(s, 'POST', '/api/v1/tokens', req);
+
+export const users = (s: Session) => call<User[]>(s, 'GET', '/api/v1/users');
+export const createUser = (s: Session, name: string, password: string, role: string) =>
+  call<User>(s, 'POST', '/api/v1/users', { name, password, role });
+export const setRole = (s: Session, name: string, role: string) =>
+  call<User>(s, 'PUT', `/api/v1/users/${encodeURIComponent(name)}/role`, { role });
+export const deleteUser = (s: Session, name: string) =>
+  call<void>(s, 'DELETE', `/api/v1/users/${encodeURIComponent(name)}`);
+
+/** The permissions of each role, as the console checks them. */
+export type Permission = 'read' | 'operate' | 'maintain' | 'administer' | 'audit';
+
+export function can(role: string, p: Permission): boolean {
+  switch (role) {
+    case 'admin':
+      return true;
+    case 'maintainer':
+      return p === 'read' || p === 'operate' || p === 'maintain';
+    case 'operator':
+      return p === 'read' || p === 'operate';
+    case 'auditor':
+      return p === 'read' || p === 'audit';
+    case 'viewer':
+      return p === 'read';
+  }
+  return false;
+}

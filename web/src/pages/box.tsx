@@ -1,0 +1,124 @@
+import { useState } from 'preact/hooks';
+import * as api from '../api';
+import { useApp } from '../app';
+import { formatTime } from '../i18n';
+import { usePoll } from '../ui/poll';
+
+export function BoxPage({ id }: { id: string }) {
+  const { session, t, lang } = useApp();
+  const box = usePoll(() => api.box(session, id), [id, session.tenant]);
+  const state = usePoll(() => api.boxState(session, id), [id, session.tenant]);
+  const keys = usePoll(() => api.keys(session, id), [id, session.tenant]);
+  const [logsOf, setLogsOf] = useState('');
+  const b = box.data;
+  if (box.error && !b) return <p class="error">{t('common.error', { msg: box.error })}</p>;
+  if (!b) return <p class="loading">{t('common.loading')}</p>;
+  const st = state.data;
+  const workloads = (st?.statuses ?? []).filter((s) => s.kind === 'Workload');
+  const facts: [string, string][] = [
+    [t('box.os'), [b.os, b.os_version].filter(Boolean).join(' ')],
+    [t('box.arch'), b.arch ?? ''],
+    [t('box.agent'), b.agent_version ?? ''],
+    [t('box.address'), b.hostname ?? ''],
+    [t('box.seen'), b.online ? t('state.online') : formatTime(lang, b.last_seen)],
+    [t('box.rtt'), b.rtt_ms ? `${b.rtt_ms.toFixed(1)} ms` : '—'],
+    [t('box.enrolled'), formatTime(lang, b.enrolled_at)],
+  ];
+  return (
+    <section class="box">
+      <h1 data-testid="box-name">
+        {b.name} <span class={'state ' + (b.online ? 'on' : 'off')}>{b.online ? t('state.online') : t('state.offline')}</span>
+      </h1>
+      <p class="muted">
+        {b.id} · {b.region} / {b.site}
+      </p>
+      <h2>{t('box.facts')}</h2>
+      <dl class="facts">
+        {facts.map(([k, v]) => (
+          <>
+            <dt>{k}</dt>
+            <dd>{v || '—'}</dd>
+          </>
+        ))}
+      </dl>
+      {st && <p class="muted" data-testid="revision">{t('box.revision', { desired: st.revision, acked: st.acked })}</p>}
+      <h2>{t('box.workloads')}</h2>
+      <table data-testid="workloads">
+        <thead>
+          <tr>
+            <th>{t('box.col.workload')}</th>
+            <th>{t('box.col.release')}</th>
+            <th>{t('box.col.phase')}</th>
+            <th>{t('box.col.health')}</th>
+            <th>{t('box.col.message')}</th>
+            <th />
+          </tr>
+        </thead>
+        <tbody>
+          {workloads.length === 0 && (
+            <tr>
+              <td colSpan={6}>{t('common.none')}</td>
+            </tr>
+          )}
+          {workloads.map((w) => (
+            <tr data-workload={w.name}>
+              <td>{w.name}</td>
+              <td>{w.release ?? ''}</td>
+              <td class={'phase ' + w.phase.toLowerCase()}>{w.phase}</td>
+              <td>{w.health ?? ''}</td>
+              <td>{w.message ?? ''}</td>
+              <td>
+                <button class="quiet" onClick={() => setLogsOf(w.name)}>{t('box.logs')}</button>
+              </td>
+            </tr>
+          ))}
+        </tbody>
+      </table>
+      {logsOf && <Logs box={id} workload={logsOf} />}
+      <h2>{t('box.keys')}</h2>
+      <table data-testid="keys">
+        <thead>
+          <tr>
+            <th>{t('box.col.key')}</th>
+            <th>{t('box.col.port')}</th>
+            <th>{t('fleet.col.state')}</th>
+            <th>{t('box.col.holder')}</th>
+            <th>{t('fleet.col.labels')}</th>
+          </tr>
+        </thead>
+        <tbody>
+          {(keys.data ?? []).map((k) => (
+            <tr>
+              <td>{k.id}</td>
+              <td>{k.port}</td>
+              <td>{k.state}</td>
+              <td>{k.holder ?? ''}</td>
+              <td>{Object.entries(k.labels ?? {}).map(([a, v]) => `${a}=${v}`).join(', ')}</td>
+            </tr>
+          ))}
+        </tbody>
+      </table>
+      <h2>{t('box.events')}</h2>
+      <ul class="events" data-testid="events">
+        {(st?.events ?? []).slice(-50).reverse().map((e) => (
+          <li class={e.warning ? 'warn' : ''}>
+            <time>{formatTime(lang, e.time)}</time> {e.kind}/{e.name} {e.reason} {e.message ?? ''}
+          </li>
+        ))}
+      </ul>
+    </section>
+  );
+}
+
+function Logs({ box, workload }: { box: string; workload: string }) {
+  const { session, t } = useApp();
+  const logs = usePoll(() => api.logs(session, box, workload, 200), [box, workload, session.tenant]);
+  return (
+    <div class="logs">
+      <h3>{t('box.logsOf', { name: workload })}</h3>
+      <p class="muted">{t('box.logsFollow')}</p>
+      {logs.error && <p class="error">{t('common.error', { msg: logs.error })}</p>}
+      <pre data-testid="logs">{logs.data?.text || t('box.noLogs')}</pre>
+    </div>
+  );
+}
