@@ -115,7 +115,17 @@ type Query struct {
 	After    uint64 // only entries with Seq > After
 	Limit    int    // at most this many, the newest
 	Target   string // only entries about this target
+	Actor    string // only entries of this actor
+	Action   string // only entries whose action starts with this
+	// Since and Until, when set, bound the entries' times: Since <= Time
+	// < Until.
+	Since, Until time.Time
 }
+
+// maxScan bounds the entries one List reads, however few match: a
+// filter that matches nothing in a long log still answers in time, with
+// what it found.
+const maxScan = 200_000
 
 // List returns the newest entries matching q, oldest first.
 func (l *Log) List(ctx context.Context, q Query) ([]Entry, error) {
@@ -128,7 +138,8 @@ func (l *Log) List(ctx context.Context, q Query) ([]Entry, error) {
 	prefix := Prefix + q.TenantID + "/"
 	var out []Entry
 	after := ""
-	for len(out) < q.Limit {
+	scanned := 0
+	for len(out) < q.Limit && scanned < maxScan {
 		kvs, _, err := l.s.Scan(ctx, prefix, after, 256)
 		if err != nil {
 			return nil, fmt.Errorf("audit: %w", err)
@@ -138,12 +149,14 @@ func (l *Log) List(ctx context.Context, q Query) ([]Entry, error) {
 			if err := json.Unmarshal(kv.Value, &e); err != nil {
 				return nil, fmt.Errorf("audit: entry %s: %w", kv.Key, err)
 			}
+			scanned++
 			e.Seq = uint64(kv.CreateRevision)
-			if e.Seq <= q.After {
+			if e.Seq <= q.After || (!q.Since.IsZero() && e.Time.Before(q.Since)) {
 				kvs = nil // older than asked for: done
 				break
 			}
-			if q.Target != "" && e.Target != q.Target {
+			if (q.Target != "" && e.Target != q.Target) || (q.Actor != "" && e.Actor != q.Actor) ||
+				!strings.HasPrefix(e.Action, q.Action) || (!q.Until.IsZero() && !e.Time.Before(q.Until)) {
 				continue
 			}
 			if out = append(out, e); len(out) == q.Limit {

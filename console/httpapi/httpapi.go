@@ -6,6 +6,7 @@ package httpapi
 
 import (
 	"context"
+	"encoding/csv"
 	"log/slog"
 	"net/http"
 	"net/http/pprof"
@@ -462,9 +463,26 @@ func (s *server) revokeToken(c *gin.Context) {
 	c.Status(http.StatusNoContent)
 }
 
+// listAudit lists the newest audit entries of the caller's tenant,
+// filtered by target, actor, action (a prefix) and time (since, until, in
+// RFC 3339); format=csv answers a CSV file instead of JSON.
 func (s *server) listAudit(c *gin.Context) {
-	limit, _ := strconv.Atoi(c.Query("limit"))
-	entries, err := s.Audit.List(c.Request.Context(), audit.Query{TenantID: caller(c).TenantID, Limit: limit, Target: c.Query("target")})
+	q := audit.Query{TenantID: caller(c).TenantID, Target: c.Query("target"), Actor: c.Query("actor"), Action: c.Query("action")}
+	q.Limit, _ = strconv.Atoi(c.Query("limit"))
+	for _, b := range []struct {
+		name string
+		to   *time.Time
+	}{{"since", &q.Since}, {"until", &q.Until}} {
+		if v := c.Query(b.name); v != "" {
+			t, err := time.Parse(time.RFC3339, v)
+			if err != nil {
+				fail(c, errdefs.Invalid("%s %q: use an RFC 3339 time such as 2026-11-24T09:00:00+08:00", b.name, truncate(v, 40)))
+				return
+			}
+			*b.to = t
+		}
+	}
+	entries, err := s.Audit.List(c.Request.Context(), q)
 	if err != nil {
 		s.fail(c, err)
 		return
@@ -474,7 +492,33 @@ func (s *server) listAudit(c *gin.Context) {
 		out.Entries = append(out.Entries, api.AuditEntry{Seq: e.Seq, Time: e.Time, Actor: e.Actor, Action: e.Action,
 			Target: e.Target, Remote: e.Remote, Result: e.Result, Detail: e.Detail})
 	}
+	if c.Query("format") == "csv" {
+		writeAuditCSV(c, out.Entries)
+		return
+	}
 	c.JSON(http.StatusOK, out)
+}
+
+// writeAuditCSV answers entries as a CSV file. A cell that a spreadsheet
+// would take for a formula (=, +, -, @, tab, return) gets a leading
+// apostrophe, so a hostile box name cannot run in the auditor's
+// spreadsheet.
+func writeAuditCSV(c *gin.Context, entries []api.AuditEntry) {
+	c.Header("Content-Type", "text/csv; charset=utf-8")
+	c.Header("Content-Disposition", `attachment; filename="edgebox-audit.csv"`)
+	w := csv.NewWriter(c.Writer)
+	cell := func(s string) string {
+		if s != "" && strings.ContainsRune("=+-@\t\r", rune(s[0])) {
+			return "'" + s
+		}
+		return s
+	}
+	w.Write([]string{"seq", "time", "actor", "action", "target", "remote", "result", "detail"})
+	for _, e := range entries {
+		w.Write([]string{strconv.FormatUint(e.Seq, 10), e.Time.UTC().Format(time.RFC3339Nano), cell(e.Actor), cell(e.Action),
+			cell(e.Target), cell(e.Remote), cell(e.Result), cell(e.Detail)})
+	}
+	w.Flush()
 }
 
 // record appends an audit entry of its own: a refused call, a registry

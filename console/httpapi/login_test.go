@@ -3,11 +3,17 @@ package httpapi
 import (
 	"bytes"
 	"context"
+	"encoding/csv"
 	"encoding/json"
+	"io"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/gin-gonic/gin"
 
 	"github.com/edgebox/edgebox/api"
 	"github.com/edgebox/edgebox/console/audit"
@@ -173,5 +179,88 @@ func TestLoginCanMakeAnAPIToken(t *testing.T) {
 	}
 	if rec := e.call("laptop", "bank1", "GET", "/api/v1/boxes", ""); rec.Code != http.StatusNotFound {
 		t.Errorf("the token of a user with no role left: %d %s, want 404", rec.Code, rec.Body)
+	}
+}
+
+// TestAuditFiltersAndCSV: the audit log filters by actor, action, target
+// and time, and exports CSV in which a hostile value cannot be a formula.
+func TestAuditFiltersAndCSV(t *testing.T) {
+	t.Parallel()
+	e := newRolesEnv(t)
+	before := time.Now().UTC().Format(time.RFC3339Nano)
+	if rec := e.call("operator", "", "POST", "/api/v1/boxes/"+e.own.box+"/labels", `{"labels":{"note":"=HYPERLINK(\"http://x\")"}}`); rec.Code != http.StatusOK {
+		t.Fatalf("label: %d %s", rec.Code, rec.Body)
+	}
+	if rec := e.call("admin", "", "POST", "/api/v1/apps", `{"name":"robot"}`); rec.Code != http.StatusCreated {
+		t.Fatalf("app: %d %s", rec.Code, rec.Body)
+	}
+	list := func(q string) []api.AuditEntry {
+		t.Helper()
+		rec := e.call("auditor", "", "GET", "/api/v1/audit?"+q, "")
+		var l api.AuditList
+		if err := json.Unmarshal(rec.Body.Bytes(), &l); rec.Code != http.StatusOK || err != nil {
+			t.Fatalf("audit ?%s: %d %s", q, rec.Code, rec.Body)
+		}
+		return l.Entries
+	}
+	for q, want := range map[string]string{
+		"actor=operator":                                    "box.label",
+		"action=app.&actor=admin":                           "app.create",
+		"target=" + e.own.box + "&actor=operator":           "box.label",
+		"since=" + url.QueryEscape(before) + "&action=box.": "box.label",
+	} {
+		got := list(q)
+		if len(got) != 1 || got[0].Action != want {
+			t.Errorf("audit ?%s: %+v, want one %s", q, got, want)
+		}
+	}
+	if got := list("until=" + url.QueryEscape(before) + "&action=app.&actor=admin"); len(got) != 0 {
+		t.Errorf("entries before %s: %+v", before, got)
+	}
+	if rec := e.call("auditor", "", "GET", "/api/v1/audit?since=yesterday", ""); rec.Code != http.StatusBadRequest {
+		t.Errorf("a bad time: %d %s", rec.Code, rec.Body)
+	}
+	rec := e.call("auditor", "", "GET", "/api/v1/audit?format=csv&actor=operator", "")
+	if rec.Code != http.StatusOK || !strings.HasPrefix(rec.Header().Get("Content-Type"), "text/csv") {
+		t.Fatalf("csv: %d %s", rec.Code, rec.Header())
+	}
+	rows, err := csv.NewReader(rec.Body).ReadAll()
+	if err != nil || len(rows) != 2 || rows[0][3] != "action" || rows[1][3] != "box.label" {
+		t.Fatalf("csv rows %q, %v", rows, err)
+	}
+	for _, cell := range rows[1] {
+		if strings.HasPrefix(cell, "=") {
+			t.Errorf("a cell starts a formula: %q", cell)
+		}
+	}
+}
+
+func TestAuditCSVDisarmsFormulas(t *testing.T) {
+	t.Parallel()
+	gin.SetMode(gin.ReleaseMode)
+	rec := httptest.NewRecorder()
+	c, _ := gin.CreateTestContext(rec)
+	writeAuditCSV(c, []api.AuditEntry{{Seq: 1, Actor: "=cmd|' /C calc'!A0", Action: "+1", Target: "-2", Remote: "@SUM(A1)", Result: "ok", Detail: "\tx"}})
+	rows, err := csv.NewReader(rec.Body).ReadAll()
+	if err != nil || len(rows) != 2 {
+		t.Fatalf("%q %v", rows, err)
+	}
+	for i, want := range map[int]string{2: "'=cmd|' /C calc'!A0", 3: "'+1", 4: "'-2", 5: "'@SUM(A1)", 6: "ok", 7: "'\tx"} {
+		if rows[1][i] != want {
+			t.Errorf("cell %d: %q, want %q", i, rows[1][i], want)
+		}
+	}
+}
+
+func TestTheWebAppHasEveryPathButTheAPIs(t *testing.T) {
+	t.Parallel()
+	h := New(Deps{WebUI: http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { io.WriteString(w, "the app") }),
+		Metrics: http.NotFoundHandler()})
+	for path, want := range map[string]string{"/": "the app", "/boxes/bx-1": "the app", "/api/v1/nope": `"error"`, "/api/nope": `"error"`} {
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, httptest.NewRequest("GET", path, nil))
+		if !strings.Contains(rec.Body.String(), want) {
+			t.Errorf("GET %s: %d %s, want %s", path, rec.Code, rec.Body, want)
+		}
 	}
 }

@@ -72,6 +72,7 @@ export interface Key {
   labels?: Record<string, string>;
   state: string;
   holder?: string;
+  product?: string;
 }
 
 export interface CreatedToken {
@@ -156,6 +157,59 @@ export const logs = (s: Session, id: string, workload: string, tail: number) =>
   );
 export const keys = (s: Session, boxID: string) =>
   call<{ keys: Key[] }>(s, 'GET', `/api/v1/keys?box=${encodeURIComponent(boxID)}`).then((r) => r.keys);
+export const allKeys = (s: Session, labels: string[]) =>
+  call<{ keys: Key[] }>(s, 'GET', '/api/v1/keys?' + labels.map((l) => 'label=' + encodeURIComponent(l)).join('&')).then((r) => r.keys);
+export const labelKey = (s: Session, id: string, labels: Record<string, string>) =>
+  call<Key>(s, 'POST', `/api/v1/keys/${encodeURIComponent(id)}/labels`, { labels });
+export const leaseKey = (s: Session, id: string, workload: string) =>
+  call<Key>(s, 'POST', `/api/v1/keys/${encodeURIComponent(id)}/lease`, { workload });
+export const releaseKey = (s: Session, id: string) => call<Key>(s, 'POST', `/api/v1/keys/${encodeURIComponent(id)}/release`);
+
+export interface KeyEvent {
+  time: string;
+  event: string;
+  workload?: string;
+  actor?: string;
+  detail?: string;
+}
+export const keyHistory = (s: Session, id: string) =>
+  call<{ key: string; events: KeyEvent[] }>(s, 'GET', `/api/v1/keys/${encodeURIComponent(id)}/history`).then((r) => r.events);
+
+export interface AuditEntry {
+  seq: number;
+  time: string;
+  actor: string;
+  action: string;
+  target?: string;
+  remote?: string;
+  result: string;
+  detail?: string;
+}
+export interface AuditFilter {
+  actor?: string;
+  action?: string;
+  target?: string;
+  since?: string;
+  until?: string;
+}
+function auditQuery(f: AuditFilter, extra: Record<string, string>): string {
+  const q = new URLSearchParams(extra);
+  for (const [k, v] of Object.entries(f)) if (v) q.set(k, v);
+  return q.toString();
+}
+export const audit = (s: Session, f: AuditFilter) =>
+  call<{ entries: AuditEntry[] }>(s, 'GET', '/api/v1/audit?' + auditQuery(f, { limit: '500' })).then((r) => r.entries);
+
+/** auditCSV fetches the filtered audit log as a CSV file's text. */
+export async function auditCSV(s: Session, f: AuditFilter): Promise<Blob> {
+  const resp = await fetch('/api/v1/audit?' + auditQuery(f, { limit: '1000', format: 'csv' }), {
+    credentials: 'same-origin',
+    headers: s.tenant ? { 'X-Edgebox-Tenant': s.tenant } : {},
+  });
+  if (resp.status === 401) s.onExpired();
+  if (!resp.ok) throw new ApiError(resp.status, resp.statusText);
+  return resp.blob();
+}
 
 export const createToken = (
   s: Session,

@@ -8,6 +8,8 @@ import { BoxPage } from './pages/box';
 import { Waiting } from './pages/waiting';
 import { Enroll } from './pages/enroll';
 import { Users } from './pages/users';
+import { Keys } from './pages/keys';
+import { Audit } from './pages/audit';
 
 /** Ctx is what every page reads: who is logged in, where, and in which language. */
 export interface Ctx {
@@ -119,8 +121,10 @@ export function App() {
         </a>
         <nav>
           <NavLink to="/" label={t('nav.fleet')} />
+          <NavLink to="/keys" label={t('nav.keys')} />
           {api.can(me.role, 'operate') && <NavLink to="/waiting" label={t('nav.waiting')} />}
           {api.can(me.role, 'administer') && <NavLink to="/enroll" label={t('nav.enroll')} />}
+          {api.can(me.role, 'audit') && <NavLink to="/audit" label={t('nav.audit')} />}
           {api.can(me.role, 'administer') && <NavLink to="/users" label={t('nav.users')} />}
         </nav>
         <div class="who">
@@ -186,5 +190,7 @@ function Route({ pathname }: { pathname: string }) {
   if (pathname === '/waiting') return <Waiting />;
   if (pathname === '/enroll') return <Enroll />;
   if (pathname === '/users') return <Users />;
+  if (pathname === '/keys') return <Keys />;
+  if (pathname === '/audit') return <Audit />;
   return <h1>{t('notfound.title')}</h1>;
 }

@@ -70,7 +70,7 @@ export function Fleet() {
     <section class="fleet">
       <h1>{t('fleet.title')}</h1>
       {polled.error && <p class="error">{t('common.error', { msg: polled.error })}</p>}
-      <p class="counts" data-testid="fleet-counts">{t('fleet.counts', total as unknown as Record<string, number>)}</p>
+      <p class="counts" data-testid="fleet-counts">{t('fleet.counts', { ...total })}</p>
       <div class="fleet-body">
         <aside class="tree" data-testid="tree">
           <a class={!region ? 'active' : ''} href="/" onClick={(e) => { e.preventDefault(); setRegion(''); setSite(''); }}>

@@ -1,0 +1,131 @@
+package browser
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/edgebox/edgebox/api"
+	"github.com/edgebox/edgebox/internal/test/require"
+	"github.com/edgebox/edgebox/internal/test/testenv"
+)
+
+// webDir is the web app's source folder, where its tests and their
+// node_modules (scripts/test-deps.sh) are.
+func webDir(t *testing.T) string {
+	_, file, _, _ := runtime.Caller(0)
+	dir := filepath.Join(filepath.Dir(file), "..", "..", "..", "web")
+	require.File(t, filepath.Join(dir, "node_modules", "playwright-core", "package.json"), "npm ci in web/ (scripts/test-deps.sh)")
+	return dir
+}
+
+// screenshots is where a test's screenshots go.
+func screenshots(t *testing.T) string {
+	base := os.Getenv("EDGEBOX_SCREENSHOTS")
+	if base == "" {
+		base = filepath.Join(os.TempDir(), "edgebox-screenshots")
+	}
+	dir := filepath.Join(base, t.Name())
+	os.RemoveAll(dir)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("screenshots in %s", dir)
+	return dir
+}
+
+// runScript runs web/tests/<script> with node, the console's URL and
+// what else the script needs in its environment, and fails the test with
+// the script's output when it fails.
+func runScript(t *testing.T, script string, env ...string) string {
+	t.Helper()
+	require.Tools(t, "apt-get install nodejs chromium (scripts/test-deps.sh)", "node", "chromium")
+	dir := webDir(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "node", filepath.Join("tests", script))
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), env...)
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	err := cmd.Run()
+	for _, l := range strings.Split(strings.TrimSpace(out.String()), "\n") {
+		t.Log(l)
+	}
+	if err != nil {
+		t.Fatalf("node tests/%s: %v", script, err)
+	}
+	return out.String()
+}
+
+// TestWebConsole walks the web console as an operator does, in Chromium:
+// log in, enroll a box and read its install line, approve a waiting box
+// and see it come online without reloading, open a box, switch to
+// Chinese, come back after the session expired to the page left, see
+// hostile names as text, and log out; a viewer sees no button it may not
+// use. web/tests/console.mjs says each step.
+func TestWebConsole(t *testing.T) {
+	t.Parallel()
+	h := testenv.NewBinaries(t)
+	ctx := context.Background()
+	admin := h.Admin()
+
+	// Two real agents: one approved at once, one waiting for approval,
+	// its name hostile markup that the page must show as text.
+	first, err := h.Enroll(t, h.Token(t, api.TokenRequest{Region: "east", Site: "shop-1"}), "shop-1-box")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// One simulated bank key on the first box, for the keys page.
+	sim := filepath.Join(t.TempDir(), "usb-sim.json")
+	if err := os.WriteFile(sim, []byte(`{"hubs": [{"port": "1-1"}], "keys": [{"port": "1-1.1", "vendor_id": "096e", "product_id": "0702",
+		"serial": "ICBC0001", "manufacturer": "Feitian", "product": "ICBC U-Key", "class": "smartcard"}]}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	testenv.StartAgentArgs(t, first, "--usb-sim", sim)
+	waiting, err := h.Enroll(t, h.Token(t, api.TokenRequest{Region: "east", Site: "shop-2", RequireApproval: true}), "shop-2-box")
+	if err != nil {
+		t.Fatal(err)
+	}
+	waiting.Start(t)
+	if _, err := admin.Label(ctx, first.ID(), map[string]string{"note": `<img src=x onerror="window.__xss=1">`}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := admin.CreateUser(ctx, api.UserRequest{Name: "vera", Password: "vera's long password", Role: "viewer"}); err != nil {
+		t.Fatal(err)
+	}
+	testenv.WaitFor(t, 20*time.Second, "the first box online with its key", func() bool {
+		b, err := admin.Box(ctx, first.ID())
+		ks, kerr := admin.Keys(ctx, first.ID(), nil)
+		return err == nil && b.Online && kerr == nil && len(ks) == 1
+	})
+
+	runScript(t, "console.mjs",
+		"EDGEBOX_URL="+h.URL(),
+		"EDGEBOX_ADMIN_PASSWORD="+h.AdminPassword(),
+		"EDGEBOX_ADMIN_TOKEN="+h.AdminToken(),
+		"EDGEBOX_VIEWER=vera",
+		"EDGEBOX_VIEWER_PASSWORD=vera's long password",
+		"EDGEBOX_FIRST_BOX="+first.ID(),
+		"EDGEBOX_SCREENSHOTS="+screenshots(t))
+
+	// What the page did, the console did.
+	b, err := admin.Box(ctx, waiting.ID())
+	if err != nil || b.State != "approved" {
+		t.Errorf("the box approved in the page: %+v %v", b, err)
+	}
+	toks, err := admin.Tokens(ctx)
+	if err != nil || len(toks) != 3 {
+		t.Errorf("enrollment tokens after the page made one: %d %v", len(toks), err)
+	}
+	ks, err := admin.Keys(ctx, first.ID(), nil)
+	if err != nil || len(ks) != 1 || ks[0].Holder != "robot" || ks[0].Labels["bank"] != "icbc" {
+		t.Errorf("the key the page labelled and leased: %+v %v", ks, err)
+	}
+}

@@ -1,0 +1,7 @@
+// Package browser tests the web console in a real browser: Debian's
+// Chromium, driven by playwright-core from web/tests, against the real
+// console binary and real agents. Each test saves a screenshot of every
+// page it visits under $EDGEBOX_SCREENSHOTS (default: the system's
+// temporary directory, edgebox-screenshots/<test>) and names the folder in
+// its output.
+package browser
