@@ -485,3 +485,25 @@ type Tenant struct {
 	Name      string    `json:"name"`
 	CreatedAt time.Time `json:"created_at,omitzero"`
 }
+
+// DeployPreview is what a deploy would do: GET
+// /api/v1/apps/{app}/pins/{scope}/{target}/preview?version=V.
+type DeployPreview struct {
+	// Boxes are the boxes that would run the release; Already of them
+	// have it now; Offline are not connected.
+	Boxes   []PreviewBox `json:"boxes"`
+	Already int          `json:"already"`
+	Offline int          `json:"offline"`
+	// NoKey counts boxes where a key the release needs has no free match.
+	NoKey int `json:"no_key"`
+	// Kept counts boxes of the scope where a narrower pin wins.
+	Kept int `json:"kept"`
+}
+
+// PreviewBox is one box a deploy would reach.
+type PreviewBox struct {
+	ID          string   `json:"id"`
+	Name        string   `json:"name"`
+	Online      bool     `json:"online"`
+	MissingKeys []string `json:"missing_keys,omitempty"`
+}

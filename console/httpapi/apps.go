@@ -152,6 +152,31 @@ func (s *server) deploy(c *gin.Context) {
 	c.JSON(http.StatusOK, api.DeployResult{Pin: pinView(p), Changed: nonNil(out.Changed), Problems: out.Problems})
 }
 
+// previewDeploy says what a deploy would do, and does nothing.
+func (s *server) previewDeploy(c *gin.Context) {
+	scope, target, ok := s.pinTarget(c)
+	if !ok {
+		return
+	}
+	im, err := s.Apps.Preview(c.Request.Context(), caller(c).TenantID, c.Param("app"), c.Query("version"), scope, target)
+	if err != nil {
+		s.fail(c, err)
+		return
+	}
+	out := api.DeployPreview{Boxes: make([]api.PreviewBox, 0, len(im.Boxes)), Already: im.Already, Kept: len(im.Kept)}
+	for _, b := range im.Boxes {
+		pb := api.PreviewBox{ID: b.ID, Name: b.Name, Online: s.Sessions.Presence(b.ID).Online, MissingKeys: im.MissingKeys[b.ID]}
+		if !pb.Online {
+			out.Offline++
+		}
+		if len(pb.MissingKeys) > 0 {
+			out.NoKey++
+		}
+		out.Boxes = append(out.Boxes, pb)
+	}
+	c.JSON(http.StatusOK, out)
+}
+
 func (s *server) undeploy(c *gin.Context) {
 	scope, target, ok := s.pinTarget(c)
 	if !ok {

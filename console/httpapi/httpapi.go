@@ -163,6 +163,7 @@ func (s *server) routes() []route {
 		{"POST", v1 + "/apps/:app/releases", auth.Operate, s.createRelease},
 		{"GET", v1 + "/apps/:app/pins", auth.Read, s.listPins},
 		{"PUT", v1 + "/apps/:app/pins/:scope/:target", auth.Operate, s.deploy},
+		{"GET", v1 + "/apps/:app/pins/:scope/:target/preview", auth.Operate, s.previewDeploy},
 		{"DELETE", v1 + "/apps/:app/pins/:scope/:target", auth.Operate, s.undeploy},
 		{"GET", v1 + "/apps/:app/status", auth.Read, s.appStatus},
 

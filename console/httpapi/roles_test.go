@@ -114,6 +114,10 @@ func newRolesEnv(t *testing.T) *rolesEnv {
 		if _, err := catalogue.CreateApp(ctx, by, app, ""); err != nil {
 			t.Fatal(err)
 		}
+		if _, err := catalogue.CreateRelease(ctx, by, app, apps.Spec{Version: "1", Runtime: "process", Image: "/bin/sleep",
+			Keys: []apps.KeyNeed{{Labels: map[string]string{"bank": "icbc"}}}}); err != nil {
+			t.Fatal(err)
+		}
 		f := tenantFixture{box: b.ID, key: keys.ID(b.ID, dev), app: app}
 		if tenant == "bank1" {
 			e.own = f
@@ -211,26 +215,27 @@ func routeTable() map[string]routeCase {
 		"DELETE /api/v1/boxes/:id/desired/:kind/:name": {perm: auth.Operate, path: box("/desired/Workload/robot"), objects: true},
 		"GET /api/v1/boxes/:id/workloads/:name/logs":   {perm: auth.Read, path: box("/workloads/robot/logs"), objects: true},
 
-		"GET /api/v1/apps":                             {perm: auth.Read, path: fixed("/api/v1/apps")},
-		"POST /api/v1/apps":                            {perm: auth.Operate, path: fixed("/api/v1/apps"), body: `{"name":"another"}`},
-		"GET /api/v1/apps/:app":                        {perm: auth.Read, path: app(""), objects: true},
-		"DELETE /api/v1/apps/:app":                     {perm: auth.Operate, path: app(""), objects: true},
-		"GET /api/v1/apps/:app/releases":               {perm: auth.Read, path: app("/releases"), objects: true},
-		"POST /api/v1/apps/:app/releases":              {perm: auth.Operate, path: app("/releases"), body: `{"version":"1","runtime":"process","image":"/bin/sleep"}`, objects: true},
-		"GET /api/v1/apps/:app/pins":                   {perm: auth.Read, path: app("/pins"), objects: true},
-		"PUT /api/v1/apps/:app/pins/:scope/:target":    {perm: auth.Operate, path: app("/pins/region/east"), body: `{"version":"1"}`, objects: true},
-		"DELETE /api/v1/apps/:app/pins/:scope/:target": {perm: auth.Operate, path: app("/pins/region/east"), objects: true},
-		"GET /api/v1/apps/:app/status":                 {perm: auth.Read, path: app("/status"), objects: true},
-		"GET /api/v1/keys":                             {perm: auth.Read, path: fixed("/api/v1/keys")},
-		"GET /api/v1/keys/:key":                        {perm: auth.Read, path: key(""), objects: true},
-		"POST /api/v1/keys/:key/labels":                {perm: auth.Operate, path: key("/labels"), body: `{"labels":{"bank":"icbc"}}`, objects: true},
-		"POST /api/v1/keys/:key/lease":                 {perm: auth.Operate, path: key("/lease"), body: `{"workload":"robot"}`, objects: true},
-		"POST /api/v1/keys/:key/release":               {perm: auth.Operate, path: key("/release"), objects: true},
-		"GET /api/v1/keys/:key/history":                {perm: auth.Read, path: key("/history"), objects: true},
-		"GET /api/v1/tokens":                           {perm: auth.Administer, path: fixed("/api/v1/tokens")},
-		"POST /api/v1/tokens":                          {perm: auth.Administer, path: fixed("/api/v1/tokens"), body: `{"region":"east","site":"b"}`},
-		"DELETE /api/v1/tokens/:id":                    {perm: auth.Administer, path: fixed("/api/v1/tokens/nope")},
-		"GET /api/v1/audit":                            {perm: auth.Audit, path: fixed("/api/v1/audit")},
+		"GET /api/v1/apps":                                  {perm: auth.Read, path: fixed("/api/v1/apps")},
+		"POST /api/v1/apps":                                 {perm: auth.Operate, path: fixed("/api/v1/apps"), body: `{"name":"another"}`},
+		"GET /api/v1/apps/:app":                             {perm: auth.Read, path: app(""), objects: true},
+		"DELETE /api/v1/apps/:app":                          {perm: auth.Operate, path: app(""), objects: true},
+		"GET /api/v1/apps/:app/releases":                    {perm: auth.Read, path: app("/releases"), objects: true},
+		"POST /api/v1/apps/:app/releases":                   {perm: auth.Operate, path: app("/releases"), body: `{"version":"1","runtime":"process","image":"/bin/sleep"}`, objects: true},
+		"GET /api/v1/apps/:app/pins":                        {perm: auth.Read, path: app("/pins"), objects: true},
+		"PUT /api/v1/apps/:app/pins/:scope/:target":         {perm: auth.Operate, path: app("/pins/region/east"), body: `{"version":"1"}`, objects: true},
+		"DELETE /api/v1/apps/:app/pins/:scope/:target":      {perm: auth.Operate, path: app("/pins/region/east"), objects: true},
+		"GET /api/v1/apps/:app/pins/:scope/:target/preview": {perm: auth.Operate, path: app("/pins/region/east/preview?version=1"), objects: true},
+		"GET /api/v1/apps/:app/status":                      {perm: auth.Read, path: app("/status"), objects: true},
+		"GET /api/v1/keys":                                  {perm: auth.Read, path: fixed("/api/v1/keys")},
+		"GET /api/v1/keys/:key":                             {perm: auth.Read, path: key(""), objects: true},
+		"POST /api/v1/keys/:key/labels":                     {perm: auth.Operate, path: key("/labels"), body: `{"labels":{"bank":"icbc"}}`, objects: true},
+		"POST /api/v1/keys/:key/lease":                      {perm: auth.Operate, path: key("/lease"), body: `{"workload":"robot"}`, objects: true},
+		"POST /api/v1/keys/:key/release":                    {perm: auth.Operate, path: key("/release"), objects: true},
+		"GET /api/v1/keys/:key/history":                     {perm: auth.Read, path: key("/history"), objects: true},
+		"GET /api/v1/tokens":                                {perm: auth.Administer, path: fixed("/api/v1/tokens")},
+		"POST /api/v1/tokens":                               {perm: auth.Administer, path: fixed("/api/v1/tokens"), body: `{"region":"east","site":"b"}`},
+		"DELETE /api/v1/tokens/:id":                         {perm: auth.Administer, path: fixed("/api/v1/tokens/nope")},
+		"GET /api/v1/audit":                                 {perm: auth.Audit, path: fixed("/api/v1/audit")},
 	}
 }
 

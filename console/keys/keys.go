@@ -498,6 +498,41 @@ func (r *Registry) EnsureLeases(ctx context.Context, who audit.Actor, box, workl
 	return errors.Join(errs...)
 }
 
+// MissingKeys says, without leasing anything, which of needs workload on
+// box would find no key for: keys it holds count first, then free
+// present ones, one key a need. It is what EnsureLeases would report.
+func (r *Registry) MissingKeys(ctx context.Context, tenant, box, workload string, needs []map[string]string) ([]string, error) {
+	ks, err := r.List(ctx, tenant, Filter{Box: box})
+	if err != nil {
+		return nil, err
+	}
+	used := map[string]bool{}
+	var missing []string
+	for _, need := range needs {
+		found := ""
+		for _, k := range ks {
+			if k.Holder == workload && !used[k.ID] && matches(k, need) {
+				found = k.ID
+				break
+			}
+		}
+		for _, k := range ks {
+			if found != "" {
+				break
+			}
+			if k.Holder == "" && k.State != Absent && !used[k.ID] && matches(k, need) {
+				found = k.ID
+			}
+		}
+		if found == "" {
+			missing = append(missing, needText(need))
+			continue
+		}
+		used[found] = true
+	}
+	return missing, nil
+}
+
 // leaseFor finds workload a key of ks for need, not used yet: one it holds
 // already, else a free one it leases. It returns "" when there is none.
 func (r *Registry) leaseFor(ctx context.Context, who audit.Actor, ks []Key, used map[string]bool, workload string, need map[string]string) (string, error) {

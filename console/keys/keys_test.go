@@ -95,3 +95,54 @@ func TestLeaseStaysOnItsBox(t *testing.T) {
 		t.Errorf("release of a missing key: %v", err)
 	}
 }
+
+// TestMissingKeysSaysWhatEnsureLeasesWould: keys a workload holds count
+// first, then free present ones; each key meets one need; nothing is
+// leased by asking.
+func TestMissingKeysSaysWhatEnsureLeasesWould(t *testing.T) {
+	t.Parallel()
+	r := newRegistry(t)
+	ctx := context.Background()
+	admin := audit.Actor{TenantID: fleet.DefaultTenant, Name: "admin"}
+	if err := r.Report(ctx, boxA, []*edgeboxv1.UsbDevice{
+		{Port: "1-1", VendorId: "096e", ProductId: "0702", Serial: "A"},
+		{Port: "1-2", VendorId: "096e", ProductId: "0702", Serial: "B"},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	ks, _ := r.List(ctx, fleet.DefaultTenant, Filter{})
+	for _, k := range ks {
+		if _, err := r.Label(ctx, admin, k.ID, map[string]string{"bank": "icbc"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := r.Lease(ctx, admin, ks[0].ID, "other"); err != nil {
+		t.Fatal(err)
+	}
+	icbc := map[string]string{"bank": "icbc"}
+	for _, tc := range []struct {
+		workload string
+		needs    []map[string]string
+		missing  string
+	}{
+		{"clock", []map[string]string{icbc}, ""},
+		{"clock", []map[string]string{icbc, icbc}, "bank=icbc"},
+		{"other", []map[string]string{icbc, icbc}, ""}, // its own key, then the free one
+		{"clock", []map[string]string{{"bank": "abc"}}, "bank=abc"},
+	} {
+		got, err := r.MissingKeys(ctx, fleet.DefaultTenant, boxA.ID, tc.workload, tc.needs)
+		if err != nil || strings.Join(got, ";") != tc.missing {
+			t.Errorf("%s needing %v: missing %v, %v; want %q", tc.workload, tc.needs, got, err, tc.missing)
+		}
+	}
+	after, _ := r.List(ctx, fleet.DefaultTenant, Filter{})
+	held := 0
+	for _, k := range after {
+		if k.Holder != "" {
+			held++
+		}
+	}
+	if held != 1 {
+		t.Errorf("%d keys held after asking, want the 1 leased before", held)
+	}
+}

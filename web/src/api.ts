@@ -242,3 +242,74 @@ export function can(role: string, p: Permission): boolean {
   }
   return false;
 }
+
+export interface App {
+  name: string;
+  description?: string;
+  created_at: string;
+  created_by: string;
+}
+export interface ReleaseSpec {
+  version: string;
+  runtime: string;
+  image: string;
+  env?: string[];
+  args?: string[];
+  memory_bytes?: number;
+  keys?: { labels: Record<string, string> }[];
+  probes?: { http?: string; exec?: string[] }[];
+}
+export interface Release extends ReleaseSpec {
+  app: string;
+  tag?: string;
+  created_at: string;
+  created_by: string;
+}
+export interface Pin {
+  app: string;
+  scope: string;
+  target: string;
+  version: string;
+  at: string;
+  by: string;
+}
+export interface AppBoxStatus {
+  box_id: string;
+  box_name: string;
+  online: boolean;
+  desired_release: string;
+  running_release?: string;
+  phase?: string;
+  health?: string;
+  message?: string;
+}
+export interface DeployPreview {
+  boxes: { id: string; name: string; online: boolean; missing_keys?: string[] }[];
+  already: number;
+  offline: number;
+  no_key: number;
+  kept: number;
+}
+export interface DeployResult {
+  changed_boxes: string[];
+  problems?: string[];
+}
+
+const appPath = (app: string) => `/api/v1/apps/${encodeURIComponent(app)}`;
+const pinPath = (app: string, scope: string, target: string) =>
+  `${appPath(app)}/pins/${encodeURIComponent(scope)}/${encodeURIComponent(target)}`;
+
+export const apps = (s: Session) => call<{ apps: App[] }>(s, 'GET', '/api/v1/apps').then((r) => r.apps);
+export const createApp = (s: Session, name: string, description: string) => call<App>(s, 'POST', '/api/v1/apps', { name, description });
+export const releases = (s: Session, app: string) =>
+  call<{ releases: Release[] }>(s, 'GET', `${appPath(app)}/releases`).then((r) => r.releases);
+export const createRelease = (s: Session, app: string, spec: ReleaseSpec) => call<Release>(s, 'POST', `${appPath(app)}/releases`, spec);
+export const pins = (s: Session, app: string) => call<{ pins: Pin[] }>(s, 'GET', `${appPath(app)}/pins`).then((r) => r.pins);
+export const preview = (s: Session, app: string, version: string, scope: string, target: string) =>
+  call<DeployPreview>(s, 'GET', `${pinPath(app, scope, target)}/preview?version=${encodeURIComponent(version)}`);
+export const deploy = (s: Session, app: string, version: string, scope: string, target: string) =>
+  call<DeployResult>(s, 'PUT', pinPath(app, scope, target), { version });
+export const undeploy = (s: Session, app: string, scope: string, target: string) =>
+  call<DeployResult>(s, 'DELETE', pinPath(app, scope, target));
+export const appStatus = (s: Session, app: string) =>
+  call<{ app: string; boxes: AppBoxStatus[] }>(s, 'GET', `${appPath(app)}/status`).then((r) => r.boxes);

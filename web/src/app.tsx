@@ -9,6 +9,7 @@ import { Waiting } from './pages/waiting';
 import { Enroll } from './pages/enroll';
 import { Users } from './pages/users';
 import { Keys } from './pages/keys';
+import { Apps, AppPage } from './pages/apps';
 import { Audit } from './pages/audit';
 
 /** Ctx is what every page reads: who is logged in, where, and in which language. */
@@ -121,6 +122,7 @@ export function App() {
         </a>
         <nav>
           <NavLink to="/" label={t('nav.fleet')} />
+          <NavLink to="/apps" label={t('nav.apps')} />
           <NavLink to="/keys" label={t('nav.keys')} />
           {api.can(me.role, 'operate') && <NavLink to="/waiting" label={t('nav.waiting')} />}
           {api.can(me.role, 'administer') && <NavLink to="/enroll" label={t('nav.enroll')} />}
@@ -191,6 +193,9 @@ function Route({ pathname }: { pathname: string }) {
   if (pathname === '/enroll') return <Enroll />;
   if (pathname === '/users') return <Users />;
   if (pathname === '/keys') return <Keys />;
+  if (pathname === '/apps') return <Apps />;
+  const am = pathname.match(/^\/apps\/([^/]+)$/);
+  if (am) return <AppPage name={decodeURIComponent(am[1])} />;
   if (pathname === '/audit') return <Audit />;
   return <h1>{t('notfound.title')}</h1>;
 }

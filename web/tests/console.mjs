@@ -122,6 +122,48 @@ await step(page, 'approve the waiting box and watch it come online without reloa
   });
 });
 
+await step(page, "a bad release shows the console's message by field", async () => {
+  await page.click('nav >> text=Apps');
+  await page.fill('[data-testid=app-form] input[name=app]', 'clock');
+  await page.click('[data-testid=app-form] button[type=submit]');
+  await page.click('[data-testid=apps] >> text=clock');
+  await page.waitForSelector('[data-testid=release-form]');
+  await page.fill('[data-testid=release-form] input[name=version]', 'not a version!');
+  await page.click('[data-testid=release-form] button[type=submit]');
+  await page.waitForSelector('[data-field-error=version]');
+  expect(await page.$('[data-field-error=image]'), 'no message under the image field');
+});
+
+await step(page, 'one-click deploy to a region: see the impact, confirm, watch both boxes run and turn healthy', async () => {
+  await page.fill('[data-testid=release-form] input[name=version]', '1.0');
+  await page.selectOption('[data-testid=release-form] select[name=runtime]', 'process');
+  await page.fill('[data-testid=release-form] input[name=image]', '/bin/sh');
+  await page.fill('[data-testid=release-form] textarea[name=args]', '-c\nwhile :; do echo tick from the clock; sleep 1; done');
+  await page.fill('[data-testid=release-form] input[name=probeExec]', '/bin/true');
+  await page.click('[data-testid=release-form] button[type=submit]');
+  await page.waitForSelector('[data-testid=releases] [data-release="1.0"]');
+  await page.click('[data-testid=scope-tree] >> text=region east');
+  await page.waitForSelector('[data-testid=impact]');
+  const impact = await page.textContent('[data-testid=impact]');
+  expect(impact.includes('2 boxes, 0 offline, 0 without a free key'), `impact ${impact}`);
+  await page.click('[data-testid=confirm-deploy]');
+  await page.waitForSelector('[data-testid=deploy-result]');
+  await page.waitForFunction(
+    () => {
+      const rows = [...document.querySelectorAll('[data-testid=app-status] tbody tr')];
+      return rows.length === 2 && rows.every((r) => /Running/i.test(r.textContent) && r.textContent.includes('healthy') && !r.textContent.includes('unhealthy'));
+    },
+    null,
+    { timeout: 90000 },
+  );
+});
+
+await step(page, "read a workload's logs", async () => {
+  await page.goto(`${url}/boxes/${firstBox}`);
+  await page.click('[data-workload=clock] >> text=Logs');
+  await page.waitForFunction(() => document.querySelector('[data-testid=logs]')?.textContent?.includes('tick from the clock'), null, { timeout: 20000 });
+});
+
 await step(page, 'label a key and lease it to a robot, and read its history', async () => {
   await page.click('nav >> text=Keys');
   await page.waitForSelector('[data-testid=keys] [data-key]');
@@ -138,7 +180,7 @@ await step(page, 'label a key and lease it to a robot, and read its history', as
 await step(page, 'find what was done in the audit page, and export it', async () => {
   await page.click('nav >> text=Audit');
   await page.waitForSelector('[data-testid=audit] [data-action="key.lease"]');
-  for (const a of ['token.create', 'box.approve', 'key.label', 'user.login']) {
+  for (const a of ['token.create', 'box.approve', 'key.label', 'user.login', 'app.deploy', 'release.create']) {
     expect(await page.$(`[data-testid=audit] [data-action="${a}"]`), `no ${a} in the audit page`);
   }
   await page.fill('[data-testid=audit-filter] input[name=action]', 'key.');
