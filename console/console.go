@@ -33,6 +33,7 @@ import (
 	"github.com/edgebox/edgebox/console/db"
 	"github.com/edgebox/edgebox/console/desired"
 	"github.com/edgebox/edgebox/console/dist"
+	"github.com/edgebox/edgebox/console/events"
 	"github.com/edgebox/edgebox/console/fleet"
 	"github.com/edgebox/edgebox/console/httpapi"
 	"github.com/edgebox/edgebox/console/keys"
@@ -77,6 +78,7 @@ type Console struct {
 	appsync   *appsync.Loop
 	admission *admission.Controller
 	users     *auth.Users
+	events    *events.Hub
 
 	mu      sync.Mutex     // guards state and closers
 	state   lifecycle      //
@@ -192,6 +194,8 @@ func New(cfg Config, log *slog.Logger) (_ *Console, err error) {
 
 	// The tunnel server tells presence and the sync server of sessions.
 	// Both are set below, and sessions come only once Run serves.
+	// Web pages hear what changed; at most 256 open at once.
+	c.events = events.NewHub(st, fl.BoxByID, 256, c.log)
 	var pres *presence.Tracker
 	var syncs *boxsync.Server
 	promReg := prometheus.NewRegistry()
@@ -204,6 +208,7 @@ func New(cfg Config, log *slog.Logger) (_ *Console, err error) {
 		Admit: c.admission.Admit,
 		OnSession: func(ev tunnel.SessionEvent) {
 			pres.OnSession(ev)
+			c.events.BoxChanged(ev.BoxID)
 			if !ev.Up {
 				syncs.SessionEnded(ev.BoxID, ev.Session)
 				if !ev.Replaced { // a box on a newer session is still in flight
@@ -240,7 +245,7 @@ func New(cfg Config, log *slog.Logger) (_ *Console, err error) {
 			Throttle: auth.NewThrottle(auth.DefaultThrottleConfig, now), PKI: authority, Sessions: pres, Desired: c.desired, Downloads: downloads,
 			Registry: reg, RegistryHosts: registryHosts, Apps: catalogue, Agents: c.agents, Keys: keyRegistry,
 			ConsoleURL: public, BoxCertTTL: cfg.BoxCertTTL, Log: c.log,
-			Metrics: promhttp.HandlerFor(promReg, promhttp.HandlerOpts{}), WebUI: webui.Handler(),
+			Metrics: promhttp.HandlerFor(promReg, promhttp.HandlerOpts{}), WebUI: webui.Handler(), Events: c.events,
 		}),
 		ReadHeaderTimeout: cfg.HandshakeTimeout,
 		IdleTimeout:       2 * time.Minute,
@@ -324,6 +329,7 @@ func (c *Console) Run(ctx context.Context) error {
 	start(loops, "compaction", c.compactor.Run)
 	start(loops, "app sync", c.appsync.Run)
 	start(loops, "admission", c.admission.Run)
+	start(loops, "events", c.events.Run)
 	start(loops, "session sweep", func(ctx context.Context) error { return c.users.RunSweeper(ctx, 10*time.Minute, c.log) })
 
 	<-gctx.Done()

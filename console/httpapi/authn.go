@@ -141,6 +141,9 @@ func checkCSRF(r *http.Request, want string) error {
 // tell, unless it administers the console: then it is an admin there.
 func (s *server) pickTenant(c *gin.Context, a *access) error {
 	t := c.GetHeader(TenantHeader)
+	if t == "" && c.Request.Method == http.MethodGet {
+		t = c.Query("tenant") // a browser's EventSource sets no headers
+	}
 	if t == "" {
 		t = auth.ConsoleTenant
 		if _, ok := a.Roles[t]; !ok {

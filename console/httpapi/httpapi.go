@@ -22,6 +22,7 @@ import (
 	"github.com/edgebox/edgebox/console/auth"
 	"github.com/edgebox/edgebox/console/desired"
 	"github.com/edgebox/edgebox/console/dist"
+	"github.com/edgebox/edgebox/console/events"
 	"github.com/edgebox/edgebox/console/fleet"
 	"github.com/edgebox/edgebox/console/keys"
 	"github.com/edgebox/edgebox/console/pki"
@@ -62,6 +63,8 @@ type Deps struct {
 	ConsoleURL    string
 	BoxCertTTL    time.Duration
 	Metrics       http.Handler
+	// Events tells web pages what changed; nil serves no event stream.
+	Events *events.Hub
 	// WebUI serves the web console on every path that is not the API's
 	// or the registry's; nil serves none.
 	WebUI http.Handler
@@ -130,6 +133,7 @@ func (s *server) routes() []route {
 		}},
 
 		{"GET", v1 + "/me", anyone, s.me},
+		{"GET", v1 + "/events", auth.Read, s.events},
 		{"POST", v1 + "/me/password", anyone, s.changeOwnPassword},
 		{"POST", v1 + "/logout", anyone, s.logout},
 		{"POST", v1 + "/logout/everywhere", anyone, s.logoutEverywhere},

@@ -1,6 +1,7 @@
 package httpapi
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"encoding/csv"
@@ -262,5 +263,69 @@ func TestTheWebAppHasEveryPathButTheAPIs(t *testing.T) {
 		if !strings.Contains(rec.Body.String(), want) {
 			t.Errorf("GET %s: %d %s, want %s", path, rec.Code, rec.Body, want)
 		}
+	}
+}
+
+// TestEventsTellATenantsPagesWhatChanged: a page's event stream names the
+// topics of its own tenant that change, and nothing of another's.
+func TestEventsTellATenantsPagesWhatChanged(t *testing.T) {
+	t.Parallel()
+	e := newRolesEnv(t)
+	req, _ := http.NewRequest("GET", e.srv.URL+"/api/v1/events?tenant=bank1", nil)
+	req.Header.Set("Authorization", "Bearer "+e.tokens["viewer"])
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	resp, err := e.srv.Client().Do(req.WithContext(ctx))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK || resp.Header.Get("Content-Type") != "text/event-stream" {
+		t.Fatalf("events: %d %v", resp.StatusCode, resp.Header)
+	}
+	lines := make(chan string, 100)
+	go func() {
+		sc := bufio.NewScanner(resp.Body)
+		for sc.Scan() {
+			lines <- sc.Text()
+		}
+		close(lines)
+	}()
+	next := func(what string) string {
+		t.Helper()
+		for {
+			select {
+			case l, ok := <-lines:
+				if !ok {
+					t.Fatalf("the stream ended waiting for %s", what)
+				}
+				if d, ok := strings.CutPrefix(l, "data: "); ok {
+					return d
+				}
+			case <-ctx.Done():
+				t.Fatalf("no event for %s", what)
+			}
+		}
+	}
+	// The first page wakes the hub's watch: pages fetch everything once.
+	if got := next("the watch to begin"); got != `{"topics":["all"]}` {
+		t.Fatalf("first event %s, want all", got)
+	}
+	// Another tenant's change first: bank1's page must not hear of it.
+	if rec := e.call("root", "bank2", "POST", "/api/v1/boxes/"+e.other.box+"/labels", `{"labels":{"a":"b"}}`); rec.Code != http.StatusOK {
+		t.Fatalf("label bank2's box: %d %s", rec.Code, rec.Body)
+	}
+	if rec := e.call("operator", "", "POST", "/api/v1/boxes/"+e.own.box+"/labels", `{"labels":{"a":"b"}}`); rec.Code != http.StatusOK {
+		t.Fatalf("label bank1's box: %d %s", rec.Code, rec.Body)
+	}
+	if got := next("a label"); got != `{"topics":["boxes","audit"]}` {
+		t.Errorf("after labelling bank1's box: %s", got)
+	}
+	if rec := e.call("operator", "", "PUT", "/api/v1/boxes/"+e.own.box+"/desired/Workload/robot",
+		`{"app":"robot","release":"1","runtime":"process","image":"/bin/sleep"}`); rec.Code != http.StatusOK {
+		t.Fatalf("desired: %d %s", rec.Code, rec.Body)
+	}
+	if got := next("a desired change"); got != `{"topics":["state","audit"]}` {
+		t.Errorf("after a desired change: %s", got)
 	}
 }

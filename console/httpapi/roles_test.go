@@ -27,6 +27,7 @@ import (
 	"github.com/edgebox/edgebox/console/audit"
 	"github.com/edgebox/edgebox/console/auth"
 	"github.com/edgebox/edgebox/console/desired"
+	"github.com/edgebox/edgebox/console/events"
 	"github.com/edgebox/edgebox/console/fleet"
 	"github.com/edgebox/edgebox/console/keys"
 	"github.com/edgebox/edgebox/console/pki"
@@ -139,7 +140,12 @@ func newRolesEnv(t *testing.T) *rolesEnv {
 		mk(string(r), "bank1", r)
 	}
 	mk("root", auth.ConsoleTenant, auth.Admin)
-	e.h = New(Deps{Fleet: fl, Audit: audit.New(st, nil), Tokens: toks, Users: users, SessionTTL: time.Hour,
+	hub := events.NewHub(st, fl.BoxByID, 8, log)
+	hubCtx, stopHub := context.WithCancel(ctx)
+	hubDone := make(chan struct{})
+	go func() { hub.Run(hubCtx); close(hubDone) }()
+	t.Cleanup(func() { stopHub(); <-hubDone })
+	e.h = New(Deps{Fleet: fl, Events: hub, Audit: audit.New(st, nil), Tokens: toks, Users: users, SessionTTL: time.Hour,
 		Throttle: auth.NewThrottle(auth.DefaultThrottleConfig, time.Now), Sessions: noSessions{}, Desired: d, Keys: kr,
 		PKI: a, Apps: catalogue, Registry: reg, RegistryHosts: []string{host}, ConsoleURL: "https://127.0.0.1:8443", Log: log,
 		Metrics: http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { io.WriteString(w, "ok\n") })})
@@ -149,6 +155,11 @@ func newRolesEnv(t *testing.T) *rolesEnv {
 
 func (e *rolesEnv) call(user, tenant, method, path, body string) *httptest.ResponseRecorder {
 	req := httptest.NewRequest(method, path, bytes.NewBufferString(body))
+	if strings.HasPrefix(path, "/api/v1/events") { // a stream: answered, then cut
+		ctx, cancel := context.WithTimeout(req.Context(), 200*time.Millisecond)
+		defer cancel()
+		req = req.WithContext(ctx)
+	}
 	req.Header.Set("Authorization", "Bearer "+e.tokens[user])
 	req.Header.Set("Content-Type", "application/json")
 	if tenant != "" {
@@ -190,6 +201,7 @@ func routeTable() map[string]routeCase {
 		"GET /debug/pprof/:name": {perm: manageConsole, path: fixed("/debug/pprof/goroutine")},
 
 		"GET /api/v1/me":                 {perm: anyone, path: fixed("/api/v1/me")},
+		"GET /api/v1/events":             {perm: auth.Read, path: fixed("/api/v1/events")},
 		"POST /api/v1/me/password":       {perm: anyone, path: fixed("/api/v1/me/password"), body: `{"old":"a long enough password","password":"a long enough password"}`},
 		"POST /api/v1/logout":            {perm: anyone, path: fixed("/api/v1/logout")},
 		"POST /api/v1/logout/everywhere": {perm: anyone, path: fixed("/api/v1/logout/everywhere")},

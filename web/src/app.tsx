@@ -1,6 +1,7 @@
 import { createContext } from 'preact';
 import { useContext, useEffect, useMemo, useState } from 'preact/hooks';
 import * as api from './api';
+import * as live from './live';
 import { initialLang, languages, saveLang, translator, type Lang, type T } from './i18n';
 import { Login } from './pages/login';
 import { Fleet } from './pages/fleet';
@@ -68,6 +69,15 @@ export function App() {
       .catch(() => setMe(null))
       .finally(() => setChecked(true));
   }, [tenant]);
+
+  // Live updates for the tenant in use, while logged in. When the stream
+  // ends for good, asking who we are says whether the session is over.
+  useEffect(() => {
+    if (!me) return;
+    return live.connect(tenant, () => {
+      api.me({ csrf: '', tenant, onExpired: expired }).catch(() => {});
+    });
+  }, [me?.user, tenant]);
 
   useEffect(() => {
     if (checked && !me && location.pathname !== '/login') {

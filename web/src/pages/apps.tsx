@@ -6,7 +6,7 @@ import { usePoll } from '../ui/poll';
 
 export function Apps() {
   const { session, t, lang, me, navigate } = useApp();
-  const polled = usePoll(() => api.apps(session), [session.tenant]);
+  const polled = usePoll(() => api.apps(session), [session.tenant], ['apps']);
   const [name, setName] = useState('');
   const [error, setError] = useState('');
   return (
@@ -57,9 +57,9 @@ function fieldErrors(msg: string, fields: string[]): Record<string, string> {
 
 export function AppPage({ name }: { name: string }) {
   const { session, t, lang, me } = useApp();
-  const releases = usePoll(() => api.releases(session, name), [name, session.tenant], 15000);
-  const pins = usePoll(() => api.pins(session, name), [name, session.tenant], 15000);
-  const status = usePoll(() => api.appStatus(session, name), [name, session.tenant]);
+  const releases = usePoll(() => api.releases(session, name), [name, session.tenant], ['apps']);
+  const pins = usePoll(() => api.pins(session, name), [name, session.tenant], ['apps']);
+  const status = usePoll(() => api.appStatus(session, name), [name, session.tenant], ['apps', 'state', 'boxes']);
   const operate = api.can(me.role, 'operate');
   const [error, setError] = useState('');
   const reload = () => { releases.reload(); pins.reload(); status.reload(); };
@@ -203,7 +203,7 @@ function ReleaseForm({ app, onMade }: { app: string; onMade: () => void }) {
 function DeployPanel(props: { app: string; releases: api.Release[]; onDone: () => void; setError: (s: string) => void }) {
   const { session, t } = useApp();
   const { app, releases } = props;
-  const fleet = usePoll(() => api.boxes(session), [session.tenant], 30000);
+  const fleet = usePoll(() => api.boxes(session), [session.tenant], ['boxes']);
   const [version, setVersion] = useState(releases[releases.length - 1].version);
   const [scope, setScope] = useState<[string, string] | null>(null);
   const [impact, setImpact] = useState<api.DeployPreview | null>(null);

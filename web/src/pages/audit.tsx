@@ -11,7 +11,7 @@ export function Audit() {
   const { session, t, lang } = useApp();
   const [form, setForm] = useState({ actor: '', action: '', target: '', since: '', until: '' });
   const [filter, setFilter] = useState<api.AuditFilter>({});
-  const polled = usePoll(() => api.audit(session, filter), [session.tenant, JSON.stringify(filter)], 15000);
+  const polled = usePoll(() => api.audit(session, filter), [session.tenant, JSON.stringify(filter)], ['audit']);
   const [error, setError] = useState('');
   const input = (k: keyof typeof form, label: string, type = 'text') => (
     <label>

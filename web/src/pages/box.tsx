@@ -6,9 +6,9 @@ import { usePoll } from '../ui/poll';
 
 export function BoxPage({ id }: { id: string }) {
   const { session, t, lang } = useApp();
-  const box = usePoll(() => api.box(session, id), [id, session.tenant]);
-  const state = usePoll(() => api.boxState(session, id), [id, session.tenant]);
-  const keys = usePoll(() => api.keys(session, id), [id, session.tenant]);
+  const box = usePoll(() => api.box(session, id), [id, session.tenant], ['boxes']);
+  const state = usePoll(() => api.boxState(session, id), [id, session.tenant], ['state']);
+  const keys = usePoll(() => api.keys(session, id), [id, session.tenant], ['keys']);
   const [logsOf, setLogsOf] = useState('');
   const b = box.data;
   if (box.error && !b) return <p class="error">{t('common.error', { msg: box.error })}</p>;
@@ -112,7 +112,7 @@ export function BoxPage({ id }: { id: string }) {
 
 function Logs({ box, workload }: { box: string; workload: string }) {
   const { session, t } = useApp();
-  const logs = usePoll(() => api.logs(session, box, workload, 200), [box, workload, session.tenant]);
+  const logs = usePoll(() => api.logs(session, box, workload, 200), [box, workload, session.tenant], [], 5000);
   return (
     <div class="logs">
       <h3>{t('box.logsOf', { name: workload })}</h3>

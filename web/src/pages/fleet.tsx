@@ -34,7 +34,7 @@ function matches(b: api.Box, words: string[], label: [string, string] | null) {
 
 export function Fleet() {
   const { session, t, lang, navigate } = useApp();
-  const polled = usePoll(() => api.boxes(session), [session.tenant]);
+  const polled = usePoll(() => api.boxes(session), [session.tenant], ['boxes']);
   const [q, setQ] = useState('');
   const [labelQ, setLabelQ] = useState('');
   const [region, setRegion] = useState('');

@@ -10,7 +10,7 @@ export function Keys() {
   const [stateQ, setStateQ] = useState('');
   const [boxQ, setBoxQ] = useState('');
   const labels = labelQ.split(',').map((s) => s.trim()).filter((s) => s.includes('='));
-  const polled = usePoll(() => api.allKeys(session, labels), [session.tenant, labels.join(',')]);
+  const polled = usePoll(() => api.allKeys(session, labels), [session.tenant, labels.join(',')], ['keys']);
   const [open, setOpen] = useState('');
   const [error, setError] = useState('');
   const operate = api.can(me.role, 'operate');
@@ -107,7 +107,7 @@ function KeyRow(props: { k: api.Key; operate: boolean; run: (p: Promise<unknown>
 
 function History({ id }: { id: string }) {
   const { session, t, lang } = useApp();
-  const polled = usePoll(() => api.keyHistory(session, id), [id, session.tenant], 15000);
+  const polled = usePoll(() => api.keyHistory(session, id), [id, session.tenant], ['keys']);
   return (
     <div class="history" data-testid="key-history">
       <h3>{t('keys.history')}</h3>

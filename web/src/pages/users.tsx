@@ -8,7 +8,7 @@ const roles = ['viewer', 'auditor', 'operator', 'maintainer', 'admin'] as const;
 
 export function Users() {
   const { session, t, lang, me } = useApp();
-  const polled = usePoll(() => api.users(session), [session.tenant]);
+  const polled = usePoll(() => api.users(session), [session.tenant], ['audit']);
   const [name, setName] = useState('');
   const [password, setPassword] = useState('');
   const [role, setRole] = useState<string>('viewer');

@@ -6,7 +6,7 @@ import { usePoll } from '../ui/poll';
 
 export function Waiting() {
   const { session, t, lang, me } = useApp();
-  const polled = usePoll(() => api.boxes(session).then((all) => all.filter((b) => b.state === 'pending')), [session.tenant]);
+  const polled = usePoll(() => api.boxes(session).then((all) => all.filter((b) => b.state === 'pending')), [session.tenant], ['boxes']);
   const [done, setDone] = useState('');
   const [error, setError] = useState('');
   const act = (b: api.Box, approve: boolean) => {

@@ -1,4 +1,5 @@
 import { useEffect, useState } from 'preact/hooks';
+import { onTopic, type Topic } from '../live';
 
 /** Polled is a value fetched again every period, with the last error. */
 export interface Polled<T> {
@@ -9,11 +10,12 @@ export interface Polled<T> {
 }
 
 /**
- * usePoll fetches now and again every period (never faster than 5 s),
- * while the page is shown; a failed fetch keeps the last data and shows the
- * error until one succeeds.
+ * usePoll fetches now, again whenever one of topics changes on the console
+ * (live.ts), and every period as a net under the event stream (never
+ * faster than 5 s), while the page is shown; a failed fetch keeps the last
+ * data and shows the error until one succeeds.
  */
-export function usePoll<T>(fetch: () => Promise<T>, deps: unknown[], period = 5000): Polled<T> {
+export function usePoll<T>(fetch: () => Promise<T>, deps: unknown[], topics: Topic[] = [], period = 30000): Polled<T> {
   const [data, setData] = useState<T | undefined>(undefined);
   const [error, setError] = useState('');
   const [at, setAt] = useState<Date | undefined>(undefined);
@@ -35,8 +37,13 @@ export function usePoll<T>(fetch: () => Promise<T>, deps: unknown[], period = 50
         });
     };
     run();
+    const off = onTopic(topics, () => {
+      clearTimeout(timer);
+      run();
+    });
     return () => {
       live = false;
+      off();
       clearTimeout(timer);
     };
   }, [...deps, tick]);
