@@ -31,6 +31,9 @@ const (
 	Audit Topic = "audit" // the audit log
 	// All says "fetch everything again": changes may have been missed.
 	All Topic = "all"
+	// User says the subscriber's user changed (its roles, its password,
+	// a log out everywhere): its access is to be checked again at once.
+	User Topic = "user"
 )
 
 // BoxLookup finds a box's record, for the tenant of a box whose changes
@@ -57,9 +60,9 @@ type Hub struct {
 	overflow bool              // sessions overflowed: Run tells everyone All
 }
 
-// Sub is one subscriber: a page of one tenant.
+// Sub is one subscriber: a page of one user in one tenant.
 type Sub struct {
-	tenant string
+	tenant, user string
 	// C gets a value when topics are waiting; Take takes them.
 	C chan struct{}
 
@@ -73,14 +76,15 @@ func NewHub(s store.Store, lookup BoxLookup, max int, log *slog.Logger) *Hub {
 		sessions: make(chan string, 4096), woken: make(chan struct{}, 1), subs: map[*Sub]struct{}{}, tenantOf: map[string]string{}}
 }
 
-// Subscribe adds a subscriber for tenant's changes; cancel removes it.
-func (h *Hub) Subscribe(tenant string) (sub *Sub, cancel func(), err error) {
+// Subscribe adds a subscriber for tenant's changes, and its user's;
+// cancel removes it.
+func (h *Hub) Subscribe(tenant, user string) (sub *Sub, cancel func(), err error) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if len(h.subs) >= h.max {
 		return nil, nil, ErrFull
 	}
-	sub = &Sub{tenant: tenant, C: make(chan struct{}, 1), dirty: map[Topic]bool{}}
+	sub = &Sub{tenant: tenant, user: user, C: make(chan struct{}, 1), dirty: map[Topic]bool{}}
 	h.subs[sub] = struct{}{}
 	select {
 	case h.woken <- struct{}{}:
@@ -98,7 +102,7 @@ func (s *Sub) Take() []Topic {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	out := make([]Topic, 0, len(s.dirty))
-	for _, t := range []Topic{All, Boxes, State, Apps, Keys, Audit} {
+	for _, t := range []Topic{All, User, Boxes, State, Apps, Keys, Audit} {
 		if s.dirty[t] {
 			out = append(out, t)
 		}
@@ -255,6 +259,16 @@ func (h *Hub) route(ctx context.Context, ev store.Event) {
 	first, rest, _ := strings.Cut(ev.KV.Key, "/")
 	second, _, _ := strings.Cut(rest, "/")
 	switch first {
+	case "auth":
+		if name, ok := strings.CutPrefix(rest, "users/"); ok {
+			h.mu.Lock()
+			for s := range h.subs {
+				if s.user == name {
+					s.mark(User)
+				}
+			}
+			h.mu.Unlock()
+		}
 	case "fleet":
 		id, ok := strings.CutPrefix(ev.KV.Key, "fleet/boxes/")
 		if !ok {

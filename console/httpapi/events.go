@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -36,7 +37,7 @@ func (s *server) events(c *gin.Context) {
 		return
 	}
 	a := accessOf(c)
-	sub, cancel, err := s.Events.Subscribe(a.Tenant)
+	sub, cancel, err := s.Events.Subscribe(a.Tenant, a.User)
 	if err != nil {
 		c.Header("Retry-After", "30")
 		fail(c, err)
@@ -83,7 +84,19 @@ func (s *server) events(c *gin.Context) {
 				}
 			}
 			last = time.Now()
-			b, _ := json.Marshal(map[string][]events.Topic{"topics": sub.Take()})
+			topics := sub.Take()
+			if i := slices.Index(topics, events.User); i >= 0 {
+				// The user changed: its session or role may be gone.
+				if !s.stillAllowed(c, a) {
+					send("event: ended\ndata: {}\n\n")
+					return
+				}
+				topics = slices.Delete(topics, i, i+1)
+			}
+			if len(topics) == 0 {
+				continue
+			}
+			b, _ := json.Marshal(map[string][]events.Topic{"topics": topics})
 			if !send("event: change\ndata: " + string(b) + "\n\n") {
 				return
 			}

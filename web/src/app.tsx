@@ -105,9 +105,13 @@ export function App() {
         langPicker={langPicker}
         expired={url.searchParams.get('expired') === '1'}
         onLogin={(m) => {
-          setMe(m);
+          // The login's answer says who; asking again says in which tenant, as what.
           const next = url.searchParams.get('next');
-          navigate(next && next.startsWith('/') && !next.startsWith('//') ? next : '/');
+          const go = (who: api.Me) => {
+            setMe(who);
+            navigate(next && next.startsWith('/') && !next.startsWith('//') ? next : '/');
+          };
+          api.me({ csrf: m.csrf || '', tenant, onExpired: () => {} }).then((full) => go({ ...full, csrf: m.csrf }), () => go(m));
         }}
       />
     );

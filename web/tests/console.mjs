@@ -139,7 +139,7 @@ await step(page, 'one-click deploy to a region: see the impact, confirm, watch b
   await page.selectOption('[data-testid=release-form] select[name=runtime]', 'process');
   await page.fill('[data-testid=release-form] input[name=image]', '/bin/sh');
   await page.fill('[data-testid=release-form] textarea[name=args]', '-c\nwhile :; do echo tick from the clock; sleep 1; done');
-  await page.fill('[data-testid=release-form] input[name=probeExec]', '/bin/true');
+  await page.fill('[data-testid=release-form] input[name=probe]', env('EDGEBOX_PROBE_URL'));
   await page.click('[data-testid=release-form] button[type=submit]');
   await page.waitForSelector('[data-testid=releases] [data-release="1.0"]');
   await page.click('[data-testid=scope-tree] >> text=region east');
@@ -168,11 +168,11 @@ await step(page, 'label a key and lease it to a robot, and read its history', as
   await page.click('nav >> text=Keys');
   await page.waitForSelector('[data-testid=keys] [data-key]');
   await page.fill('[data-testid=key-label]', 'bank=icbc');
-  await page.click('[data-testid=keys] >> text=Label');
+  await page.click('[data-testid=keys] button:text-is("Label")');
   await page.waitForFunction(() => document.querySelector('[data-testid=keys] [data-key]')?.textContent?.includes('bank=icbc'));
   await page.fill('[data-testid=key-workload]', 'robot');
-  await page.click('[data-testid=keys] >> text=Lease');
-  await page.waitForSelector('[data-testid=keys] >> text=Release');
+  await page.click('[data-testid=keys] button:text-is("Lease")');
+  await page.waitForSelector('[data-testid=keys] button:text-is("Release")');
   await page.click('[data-testid=keys] [data-key] a');
   await page.waitForSelector('[data-testid=key-history] >> text=robot');
 });
@@ -202,6 +202,8 @@ await step(page, 'a cross-site change is refused', async () => {
 });
 
 await step(page, 'switch to Simplified Chinese', async () => {
+  await page.click('nav >> text=Fleet');
+  await page.waitForSelector('[data-box="shop-1-box"]');
   await page.selectOption('[data-testid=lang]', 'zh-CN');
   await page.waitForSelector('nav >> text=设备群');
   expect((await page.textContent('h1')) === '设备群', 'the heading is not translated');

@@ -3,6 +3,9 @@ package browser
 import (
 	"bytes"
 	"context"
+	"io"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -82,6 +85,17 @@ func TestWebConsole(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	waiting, err := h.Enroll(t, h.Token(t, api.TokenRequest{Region: "east", Site: "shop-2", RequireApproval: true}), "shop-2-box")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Workloads' users pass through the agents' data directories to their
+	// homes, as they do on a box (the agent's data directory is o+x).
+	for _, b := range []testenv.Box{first, waiting} {
+		for d := b.DataDir(); d != os.TempDir() && d != "/"; d = filepath.Dir(d) {
+			os.Chmod(d, 0o711)
+		}
+	}
 	// One simulated bank key on the first box, for the keys page.
 	sim := filepath.Join(t.TempDir(), "usb-sim.json")
 	if err := os.WriteFile(sim, []byte(`{"hubs": [{"port": "1-1"}], "keys": [{"port": "1-1.1", "vendor_id": "096e", "product_id": "0702",
@@ -89,11 +103,29 @@ func TestWebConsole(t *testing.T) {
 		t.Fatal(err)
 	}
 	testenv.StartAgentArgs(t, first, "--usb-sim", sim)
-	waiting, err := h.Enroll(t, h.Token(t, api.TokenRequest{Region: "east", Site: "shop-2", RequireApproval: true}), "shop-2-box")
-	if err != nil {
-		t.Fatal(err)
-	}
 	waiting.Start(t)
+	// Workloads outlive their agent, as on a box: the clock the page
+	// deploys is undeployed before the agents stop (cleanups run last
+	// first), and the boxes remove it.
+	t.Cleanup(func() {
+		if _, err := admin.Undeploy(context.Background(), "clock", "region", "east"); err != nil {
+			return // never deployed
+		}
+		testenv.WaitFor(t, 30*time.Second, "the boxes to remove the clock", func() bool {
+			for _, b := range []testenv.Box{first, waiting} {
+				st, err := admin.BoxState(context.Background(), b.ID())
+				if err != nil {
+					return false
+				}
+				for _, s := range st.Statuses {
+					if s.Kind == "Workload" {
+						return false
+					}
+				}
+			}
+			return true
+		})
+	})
 	if _, err := admin.Label(ctx, first.ID(), map[string]string{"note": `<img src=x onerror="window.__xss=1">`}); err != nil {
 		t.Fatal(err)
 	}
@@ -106,7 +138,29 @@ func TestWebConsole(t *testing.T) {
 		return err == nil && b.Online && kerr == nil && len(ks) == 1
 	})
 
+	t.Cleanup(func() { // what the boxes said, when a step failed
+		if !t.Failed() {
+			return
+		}
+		for _, b := range []testenv.Box{first, waiting} {
+			if st, err := admin.BoxState(context.Background(), b.ID()); err == nil {
+				for _, s := range st.Statuses {
+					t.Logf("box %s: %s/%s %s %s %s", b.ID(), s.Kind, s.Name, s.Phase, s.Health, s.Message)
+				}
+				for _, e := range st.Events {
+					t.Logf("box %s event: %s %s/%s %s %s", b.ID(), e.Time.Format("15:04:05"), e.Kind, e.Name, e.Reason, e.Message)
+				}
+			}
+		}
+	})
+	// The release's HTTP health probe: both boxes run on this one
+	// machine, where the process runtime shares the host's network, so
+	// they cannot both serve one port; the probe asks a server of the
+	// test's instead.
+	health := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { io.WriteString(w, "ok\n") }))
+	t.Cleanup(health.Close)
 	runScript(t, "console.mjs",
+		"EDGEBOX_PROBE_URL="+health.URL+"/healthz",
 		"EDGEBOX_URL="+h.URL(),
 		"EDGEBOX_ADMIN_PASSWORD="+h.AdminPassword(),
 		"EDGEBOX_ADMIN_TOKEN="+h.AdminToken(),
