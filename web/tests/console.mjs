@@ -138,7 +138,7 @@ await step(page, 'one-click deploy to a region: see the impact, confirm, watch b
   await page.fill('[data-testid=release-form] input[name=version]', '1.0');
   await page.selectOption('[data-testid=release-form] select[name=runtime]', 'process');
   await page.fill('[data-testid=release-form] input[name=image]', '/bin/sh');
-  await page.fill('[data-testid=release-form] textarea[name=args]', '-c\nwhile :; do echo tick from the clock; sleep 1; done');
+  await page.fill('[data-testid=release-form] textarea[name=args]', '-c\nwhile :; do echo tick from the clock; echo \'<img src=x onerror="window.__xss=2">\'; sleep 1; done');
   await page.fill('[data-testid=release-form] input[name=probe]', env('EDGEBOX_PROBE_URL'));
   await page.click('[data-testid=release-form] button[type=submit]');
   await page.waitForSelector('[data-testid=releases] [data-release="1.0"]');
@@ -162,6 +162,9 @@ await step(page, "read a workload's logs", async () => {
   await page.goto(`${url}/boxes/${firstBox}`);
   await page.click('[data-workload=clock] >> text=Logs');
   await page.waitForFunction(() => document.querySelector('[data-testid=logs]')?.textContent?.includes('tick from the clock'), null, { timeout: 20000 });
+  const text = await page.textContent('[data-testid=logs]');
+  expect(text.includes('<img src=x onerror="window.__xss=2">'), 'the log line with markup is not shown as text');
+  expect((await page.evaluate(() => window.__xss)) === undefined, 'a log line ran as markup');
 });
 
 await step(page, 'label a key and lease it to a robot, and read its history', async () => {
@@ -238,6 +241,10 @@ await step(viewer, 'a viewer sees no button it may not use, and the API refuses 
   await viewer.waitForSelector('[data-box="shop-1-box"]');
   const nav = await viewer.textContent('nav');
   expect(!nav.includes('Waiting room') && !nav.includes('Enroll') && !nav.includes('Users'), `nav ${nav}`);
+  await viewer.goto(`${url}/apps/clock`);
+  await viewer.waitForSelector('[data-testid=releases] [data-release="1.0"]');
+  expect(!(await viewer.$('[data-testid=deploy]')) && !(await viewer.$('[data-testid=release-form]')), 'a viewer sees the deploy panel');
+  expect(!(await viewer.$('[data-testid=pins] button')), 'a viewer sees an undeploy button');
   const status = await viewer.evaluate(async (id) => {
     const me = await (await fetch('/api/v1/me')).json();
     const r = await fetch(`/api/v1/boxes/${id}/approve`, { method: 'POST', headers: { 'X-CSRF-Token': me.csrf } });
