@@ -14,27 +14,30 @@ type Error struct {
 
 // Box is a box as the API shows it.
 type Box struct {
-	ID           string            `json:"id"`
-	Name         string            `json:"name"`
-	TenantID     string            `json:"tenant_id"`
-	Region       string            `json:"region"`
-	Site         string            `json:"site"`
-	Labels       map[string]string `json:"labels,omitempty"`
-	State        string            `json:"state"` // pending, approved, revoked
-	Online       bool              `json:"online"`
-	RTTMillis    float64           `json:"rtt_ms,omitempty"`
-	ConnectedAt  *time.Time        `json:"connected_at,omitempty"`
-	LastSeen     *time.Time        `json:"last_seen,omitempty"`
-	Hostname     string            `json:"hostname,omitempty"`
-	OS           string            `json:"os,omitempty"`
-	Arch         string            `json:"arch,omitempty"`
-	OSVersion    string            `json:"os_version,omitempty"`
-	AgentVersion string            `json:"agent_version,omitempty"`
-	Capability   uint32            `json:"capability_version,omitempty"`
-	CPUs         uint32            `json:"cpus,omitempty"`
-	MemoryBytes  uint64            `json:"memory_bytes,omitempty"`
-	EnrolledAt   time.Time         `json:"enrolled_at"`
-	CertNotAfter time.Time         `json:"cert_not_after"`
+	ID        string            `json:"id"`
+	Name      string            `json:"name"`
+	TenantID  string            `json:"tenant_id"`
+	Region    string            `json:"region"`
+	Site      string            `json:"site"`
+	Labels    map[string]string `json:"labels,omitempty"`
+	State     string            `json:"state"` // pending, approved, revoked
+	Online    bool              `json:"online"`
+	RTTMillis float64           `json:"rtt_ms,omitempty"`
+	// Address is where the box's tunnel comes from, as the console sees
+	// it (its office's public address, behind NAT), while it is online.
+	Address      string     `json:"address,omitempty"`
+	ConnectedAt  *time.Time `json:"connected_at,omitempty"`
+	LastSeen     *time.Time `json:"last_seen,omitempty"`
+	Hostname     string     `json:"hostname,omitempty"`
+	OS           string     `json:"os,omitempty"`
+	Arch         string     `json:"arch,omitempty"`
+	OSVersion    string     `json:"os_version,omitempty"`
+	AgentVersion string     `json:"agent_version,omitempty"`
+	Capability   uint32     `json:"capability_version,omitempty"`
+	CPUs         uint32     `json:"cpus,omitempty"`
+	MemoryBytes  uint64     `json:"memory_bytes,omitempty"`
+	EnrolledAt   time.Time  `json:"enrolled_at"`
+	CertNotAfter time.Time  `json:"cert_not_after"`
 	// Wipe is set for a box revoked with a wipe.
 	Wipe *BoxWipe `json:"wipe,omitempty"`
 }

@@ -166,6 +166,10 @@ func (s *Session) start() {
 // Peer returns the verified identity of the far side.
 func (s *Session) Peer() string { return s.peer }
 
+// RemoteAddr is the address the peer's connection comes from, as this
+// side sees it (behind a NAT, the NAT's).
+func (s *Session) RemoteAddr() net.Addr { return s.ys.RemoteAddr() }
+
 // Started returns when the session came up.
 func (s *Session) Started() time.Time { return s.started }
 

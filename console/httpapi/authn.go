@@ -75,20 +75,12 @@ func (s *server) authenticate(c *gin.Context) {
 		if err == nil {
 			a.Principal, err = s.Users.Principal(ctx, rec)
 		}
-		if errors.Is(err, errdefs.ErrPermission) {
-			unauthorized(c, err.Error())
-			return
-		} else if err != nil {
-			s.fail(c, err)
+		if s.refused(c, err) {
 			return
 		}
 	} else if ck, err := c.Cookie(SessionCookie); err == nil {
 		sess, usr, err := s.Users.CheckSession(ctx, ck)
-		if errors.Is(err, errdefs.ErrPermission) {
-			unauthorized(c, err.Error())
-			return
-		} else if err != nil {
-			s.fail(c, err)
+		if s.refused(c, err) {
 			return
 		}
 		if !safeMethod(c.Request.Method) {
@@ -111,6 +103,34 @@ func (s *server) authenticate(c *gin.Context) {
 	c.Set(callerKey, audit.Actor{TenantID: a.Tenant, Name: a.User, Remote: c.ClientIP()})
 }
 
+// refused answers a call whose credential check failed: 401 for a
+// credential that is not (or no longer) good, the usual error else. It
+// reports whether it answered.
+func (s *server) refused(c *gin.Context, err error) bool {
+	switch {
+	case err == nil:
+		return false
+	case errors.Is(err, errdefs.ErrPermission):
+		unauthorized(c, err.Error())
+	default:
+		s.fail(c, err)
+	}
+	return true
+}
+
+// parseTokenTTL reads the lifetime asked of a new API token, from the
+// request's field: a Go duration from 1m to ten years; "" is none.
+func parseTokenTTL(field, v string) (time.Duration, error) {
+	if v == "" {
+		return 0, nil
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil || d < time.Minute || d > 10*365*24*time.Hour {
+		return 0, errdefs.Invalid("%s %q: use a Go duration from 1m to 87600h", field, truncate(v, 32))
+	}
+	return d, nil
+}
+
 func safeMethod(m string) bool {
 	return m == http.MethodGet || m == http.MethodHead || m == http.MethodOptions
 }
@@ -120,6 +140,21 @@ func safeMethod(m string) bool {
 // origin when the browser says where it comes from.
 func checkCSRF(r *http.Request, want string) error {
 	refused := errdefs.Permission("cross-site request refused: a change from a browser needs the page's CSRF token")
+	if checkOrigin(r) != nil {
+		return refused
+	}
+	got := r.Header.Get(CSRFHeader)
+	if got == "" || subtle.ConstantTimeCompare([]byte(got), []byte(want)) != 1 {
+		return refused
+	}
+	return nil
+}
+
+// checkOrigin refuses a request a browser says comes from another site
+// (Sec-Fetch-Site, Origin); a request that says nothing (a CLI, an older
+// browser) passes.
+func checkOrigin(r *http.Request) error {
+	refused := errdefs.Permission("cross-site request refused")
 	if site := r.Header.Get("Sec-Fetch-Site"); site != "" && site != "same-origin" && site != "none" {
 		return refused
 	}
@@ -128,10 +163,6 @@ func checkCSRF(r *http.Request, want string) error {
 		if err != nil || u.Host != r.Host {
 			return refused
 		}
-	}
-	got := r.Header.Get(CSRFHeader)
-	if got == "" || subtle.ConstantTimeCompare([]byte(got), []byte(want)) != 1 {
-		return refused
 	}
 	return nil
 }
@@ -196,6 +227,13 @@ func need(p auth.Permission) gin.HandlerFunc {
 // an API token when asked for one. Guessing is slowed per user and per
 // client address (auth.Throttle), and every failure is audited.
 func (s *server) login(c *gin.Context) {
+	// A login from another site would log the browser in as someone else
+	// (login CSRF): a browser's login must come from the console's own
+	// page, as JSON, which another site's form cannot send.
+	if err := checkOrigin(c.Request); err != nil || !strings.HasPrefix(c.ContentType(), "application/json") {
+		fail(c, errdefs.Permission("cross-site login refused: log in from the console's own page, with a JSON body"))
+		return
+	}
 	var req api.LoginRequest
 	if !bindJSON(c, &req) {
 		return
@@ -213,14 +251,10 @@ func (s *server) login(c *gin.Context) {
 		c.AbortWithStatusJSON(http.StatusTooManyRequests, api.Error{Error: "too many wrong passwords: try again in " + strconv.Itoa(secs) + " s"})
 		return
 	}
-	var ttl time.Duration
-	if req.TokenTTL != "" {
-		d, err := time.ParseDuration(req.TokenTTL)
-		if err != nil || d < time.Minute || d > 10*365*24*time.Hour {
-			fail(c, errdefs.Invalid("token_ttl %q: use a Go duration from 1m to 87600h", truncate(req.TokenTTL, 32)))
-			return
-		}
-		ttl = d
+	ttl, err := parseTokenTTL("token_ttl", req.TokenTTL)
+	if err != nil {
+		fail(c, err)
+		return
 	}
 	usr, err := s.Users.Authenticate(ctx, name, req.Password)
 	if errors.Is(err, errdefs.ErrPermission) {

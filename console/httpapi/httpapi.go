@@ -273,6 +273,7 @@ func (s *server) view(b fleet.Box) api.Box {
 		MemoryBytes: b.MemoryBytes, EnrolledAt: b.EnrolledAt, CertNotAfter: b.CertNotAfter, Wipe: wipeView(b.Wipe)}
 	if p.Online {
 		v.RTTMillis = float64(p.RTT.Microseconds()) / 1000
+		v.Address = p.Address
 		at := p.ConnectedAt.UTC()
 		v.ConnectedAt = &at
 	}

@@ -329,3 +329,24 @@ func TestEventsTellATenantsPagesWhatChanged(t *testing.T) {
 		t.Errorf("after a desired change: %s", got)
 	}
 }
+
+func TestALoginFromAnotherSiteIsRefused(t *testing.T) {
+	t.Parallel()
+	e := newRolesEnv(t)
+	body := `{"user":"viewer","password":"a long enough password"}`
+	for name, hdr := range map[string]map[string]string{
+		"another origin":    {"Origin": "https://evil.example", "Content-Type": "application/json"},
+		"a cross-site form": {"Sec-Fetch-Site": "cross-site", "Content-Type": "application/json"},
+		"a text/plain body": {"Content-Type": "text/plain"},
+	} {
+		req := httptest.NewRequest("POST", "https://console.example/api/v1/login", strings.NewReader(body))
+		for k, v := range hdr {
+			req.Header.Set(k, v)
+		}
+		rec := httptest.NewRecorder()
+		e.h.ServeHTTP(rec, req)
+		if rec.Code != http.StatusForbidden || len(rec.Result().Cookies()) != 0 {
+			t.Errorf("%s: %d %s", name, rec.Code, rec.Body)
+		}
+	}
+}

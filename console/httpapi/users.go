@@ -216,14 +216,10 @@ func (s *server) createAPIToken(c *gin.Context) {
 	if !asUser(c) || !bindJSON(c, &req) {
 		return
 	}
-	var ttl time.Duration
-	if req.TTL != "" {
-		d, err := time.ParseDuration(req.TTL)
-		if err != nil || d < time.Minute || d > 10*365*24*time.Hour {
-			fail(c, errdefs.Invalid("ttl %q: use a Go duration from 1m to 87600h", truncate(req.TTL, 32)))
-			return
-		}
-		ttl = d
+	ttl, err := parseTokenTTL("ttl", req.TTL)
+	if err != nil {
+		fail(c, err)
+		return
 	}
 	a := accessOf(c)
 	t, err := s.makeToken(c, a.User, a.Roles, req.Name, ttl)

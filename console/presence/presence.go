@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"sync"
 	"time"
 
@@ -44,9 +45,11 @@ type Status struct {
 	// Online: a round trip through its session succeeded within the last
 	// two ping intervals plus a ping timeout.
 	Online bool
-	// RTT is the session's last round trip; ConnectedAt when it began.
+	// RTT is the session's last round trip; ConnectedAt when it began;
+	// Address where its connection comes from.
 	RTT         time.Duration
 	ConnectedAt time.Time
+	Address     string
 	// LastSeen is the last successful round trip, or for a box without a
 	// session, when its last session began or ended since the last flush
 	// (older times are in its fleet record).
@@ -95,6 +98,7 @@ func (p *Tracker) Presence(id string) Status {
 		Online:      time.Since(last) < p.cfg.DeadAfter,
 		RTT:         s.RTT(),
 		ConnectedAt: s.Started(),
+		Address:     addrString(s.RemoteAddr()),
 		LastSeen:    last,
 	}
 }
@@ -134,4 +138,14 @@ func (p *Tracker) Flush(ctx context.Context) {
 	if err := p.fleet.RecordSeen(ctx, batch); err != nil {
 		p.log.Warn("recording last-seen times", "err", err)
 	}
+}
+
+func addrString(a net.Addr) string {
+	if a == nil {
+		return ""
+	}
+	if host, _, err := net.SplitHostPort(a.String()); err == nil {
+		return host
+	}
+	return a.String()
 }

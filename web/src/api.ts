@@ -20,6 +20,7 @@ export interface Box {
   state: 'pending' | 'approved' | 'revoked';
   online: boolean;
   rtt_ms?: number;
+  address?: string;
   connected_at?: string;
   last_seen?: string;
   hostname?: string;
@@ -313,3 +314,29 @@ export const undeploy = (s: Session, app: string, scope: string, target: string)
   call<DeployResult>(s, 'DELETE', pinPath(app, scope, target));
 export const appStatus = (s: Session, app: string) =>
   call<{ app: string; boxes: AppBoxStatus[] }>(s, 'GET', `${appPath(app)}/status`).then((r) => r.boxes);
+
+export interface APIToken {
+  id: string;
+  name: string;
+  user: string;
+  created_at: string;
+  expires_at?: string;
+  token?: string;
+}
+export const apiTokens = (s: Session) => call<APIToken[]>(s, 'GET', '/api/v1/apitokens');
+export const createAPIToken = (s: Session, name: string, ttl: string) => call<APIToken>(s, 'POST', '/api/v1/apitokens', { name, ttl });
+export const revokeAPIToken = (s: Session, id: string) => call<void>(s, 'DELETE', `/api/v1/apitokens/${encodeURIComponent(id)}`);
+
+export interface EnrollToken {
+  id: string;
+  region: string;
+  site: string;
+  uses: number;
+  used: number;
+  expires_at: string;
+  created_by: string;
+  revoked: boolean;
+  require_approval: boolean;
+}
+export const enrollTokens = (s: Session) => call<{ tokens: EnrollToken[] }>(s, 'GET', '/api/v1/tokens').then((r) => r.tokens);
+export const revokeEnrollToken = (s: Session, id: string) => call<void>(s, 'DELETE', `/api/v1/tokens/${encodeURIComponent(id)}`);

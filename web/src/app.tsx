@@ -11,6 +11,8 @@ import { Enroll } from './pages/enroll';
 import { Users } from './pages/users';
 import { Keys } from './pages/keys';
 import { Apps, AppPage } from './pages/apps';
+import { Matrix } from './pages/matrix';
+import { APITokens } from './pages/tokens';
 import { Audit } from './pages/audit';
 
 /** Ctx is what every page reads: who is logged in, where, and in which language. */
@@ -137,6 +139,7 @@ export function App() {
         <nav>
           <NavLink to="/" label={t('nav.fleet')} />
           <NavLink to="/apps" label={t('nav.apps')} />
+          <NavLink to="/matrix" label={t('nav.matrix')} />
           <NavLink to="/keys" label={t('nav.keys')} />
           {api.can(me.role, 'operate') && <NavLink to="/waiting" label={t('nav.waiting')} />}
           {api.can(me.role, 'administer') && <NavLink to="/enroll" label={t('nav.enroll')} />}
@@ -156,6 +159,7 @@ export function App() {
               </select>
             </label>
           )}
+          <a href="/tokens" onClick={(e) => { e.preventDefault(); navigate('/tokens'); }}>{t('nav.tokens')}</a>
           <span class="user" data-testid="whoami">
             {me.user} · {t(('role.' + me.role) as 'role.viewer')}
           </span>
@@ -208,6 +212,8 @@ function Route({ pathname }: { pathname: string }) {
   if (pathname === '/users') return <Users />;
   if (pathname === '/keys') return <Keys />;
   if (pathname === '/apps') return <Apps />;
+  if (pathname === '/matrix') return <Matrix />;
+  if (pathname === '/tokens') return <APITokens />;
   const am = pathname.match(/^\/apps\/([^/]+)$/);
   if (am) return <AppPage name={decodeURIComponent(am[1])} />;
   if (pathname === '/audit') return <Audit />;

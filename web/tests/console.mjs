@@ -84,6 +84,8 @@ await step(page, 'log in and land where we were going', async () => {
   await page.waitForSelector('[data-testid=box-name]');
   expect((await page.textContent('[data-testid=box-name]')).includes('shop-1-box'), 'not on the box page');
   expect(new URL(page.url()).pathname === `/boxes/${firstBox}`, `at ${page.url()}`);
+  const facts = await page.textContent('.facts');
+  expect(facts.includes('Address seen127.0.0.1'), `facts ${facts}`);
 });
 
 await step(page, 'the fleet, with hostile labels shown as text', async () => {
@@ -158,6 +160,14 @@ await step(page, 'one-click deploy to a region: see the impact, confirm, watch b
   );
 });
 
+await step(page, 'the app × box matrix', async () => {
+  await page.click('nav >> text=Status matrix');
+  await page.waitForFunction(() => {
+    const rows = [...document.querySelectorAll('[data-testid=matrix] tbody tr')];
+    return rows.length === 2 && rows.every((r) => r.textContent.includes('Running') && r.textContent.includes('healthy'));
+  });
+});
+
 await step(page, "read a workload's logs", async () => {
   await page.goto(`${url}/boxes/${firstBox}`);
   await page.click('[data-workload=clock] >> text=Logs');
@@ -170,6 +180,8 @@ await step(page, "read a workload's logs", async () => {
 await step(page, 'label a key and lease it to a robot, and read its history', async () => {
   await page.click('nav >> text=Keys');
   await page.waitForSelector('[data-testid=keys] [data-key]');
+  const row = await page.textContent('[data-testid=keys] [data-key]');
+  expect(row.includes('ICBC <b>U-Key</b>'), `a key's product with markup is not shown as text: ${row}`);
   await page.fill('[data-testid=key-label]', 'bank=icbc');
   await page.click('[data-testid=keys] button:text-is("Label")');
   await page.waitForFunction(() => document.querySelector('[data-testid=keys] [data-key]')?.textContent?.includes('bank=icbc'));

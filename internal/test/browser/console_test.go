@@ -99,7 +99,7 @@ func TestWebConsole(t *testing.T) {
 	// One simulated bank key on the first box, for the keys page.
 	sim := filepath.Join(t.TempDir(), "usb-sim.json")
 	if err := os.WriteFile(sim, []byte(`{"hubs": [{"port": "1-1"}], "keys": [{"port": "1-1.1", "vendor_id": "096e", "product_id": "0702",
-		"serial": "ICBC0001", "manufacturer": "Feitian", "product": "ICBC U-Key", "class": "smartcard"}]}`), 0o644); err != nil {
+		"serial": "ICBC0001", "manufacturer": "Feitian", "product": "ICBC <b>U-Key</b>", "class": "smartcard"}]}`), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	testenv.StartAgentArgs(t, first, "--usb-sim", sim)

@@ -2,6 +2,7 @@ import { useState } from 'preact/hooks';
 import * as api from '../api';
 import { useApp } from '../app';
 import { formatTime } from '../i18n';
+import { EnrollTokens } from './tokens';
 
 function parseLabels(s: string): Record<string, string> {
   const out: Record<string, string> = {};
@@ -62,6 +63,7 @@ export function Enroll() {
           <CopyLine label={t('enroll.windows')} text={made.install_windows} testid="install-windows" />
         </div>
       )}
+      <EnrollTokens />
     </section>
   );
 }
