@@ -148,6 +148,8 @@ func (s *server) routes() []route {
 		{"PUT", v1 + "/users/:name/role", auth.Administer, s.setRole},
 		{"PUT", v1 + "/users/:name/password", auth.Administer, s.setPassword},
 		{"DELETE", v1 + "/users/:name", auth.Administer, s.deleteUser},
+		{"GET", v1 + "/users/:name/apitokens", auth.Administer, s.listUserTokens},
+		{"DELETE", v1 + "/users/:name/apitokens/:id", auth.Administer, s.revokeUserToken},
 
 		{"GET", v1 + "/boxes", auth.Read, s.listBoxes},
 		{"GET", v1 + "/boxes/:id", auth.Read, s.getBox},

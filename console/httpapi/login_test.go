@@ -174,11 +174,30 @@ func TestLoginCanMakeAnAPIToken(t *testing.T) {
 	if err := json.Unmarshal(rec.Body.Bytes(), &me); err != nil || me.User != "maintainer" || me.Role != "maintainer" || me.Tenant != "bank1" {
 		t.Fatalf("me with the new token: %d %s", rec.Code, rec.Body)
 	}
+	// Its tenant's admin sees the token, and may revoke it.
+	rec = e.call("admin", "", "GET", "/api/v1/users/maintainer/apitokens", "")
+	var toks []api.APIToken
+	if err := json.Unmarshal(rec.Body.Bytes(), &toks); err != nil || len(toks) != 2 { // maintainer-cli, laptop
+		t.Fatalf("the maintainer's tokens as its admin sees them: %d %s", rec.Code, rec.Body)
+	}
+	if rec := e.call("admin", "", "GET", "/api/v1/users/root/apitokens", ""); rec.Code != http.StatusNotFound {
+		t.Errorf("tokens of a user of another tenant: %d %s", rec.Code, rec.Body)
+	}
+	for _, tk := range toks {
+		if tk.Name == "laptop" {
+			if rec := e.call("admin", "", "DELETE", "/api/v1/users/maintainer/apitokens/"+tk.ID, ""); rec.Code != http.StatusNoContent {
+				t.Fatalf("revoke: %d %s", rec.Code, rec.Body)
+			}
+		}
+	}
+	if rec := e.call("laptop", "", "GET", "/api/v1/me", ""); rec.Code != http.StatusUnauthorized {
+		t.Errorf("a revoked token: %d %s", rec.Code, rec.Body)
+	}
 	// Taking the user's role away takes the token's with it.
 	if rec := e.call("admin", "", "PUT", "/api/v1/users/maintainer/role", `{"role":""}`); rec.Code != http.StatusOK {
 		t.Fatalf("take the role away: %d %s", rec.Code, rec.Body)
 	}
-	if rec := e.call("laptop", "bank1", "GET", "/api/v1/boxes", ""); rec.Code != http.StatusNotFound {
+	if rec := e.call("maintainer", "bank1", "GET", "/api/v1/boxes", ""); rec.Code != http.StatusNotFound {
 		t.Errorf("the token of a user with no role left: %d %s, want 404", rec.Code, rec.Body)
 	}
 }

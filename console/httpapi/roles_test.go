@@ -211,11 +211,13 @@ func routeTable() map[string]routeCase {
 		"GET /api/v1/tenants":            {perm: anyone, path: fixed("/api/v1/tenants")},
 		"POST /api/v1/tenants":           {perm: manageConsole, path: fixed("/api/v1/tenants"), body: `{"id":"bank9"}`},
 
-		"GET /api/v1/users":                {perm: auth.Administer, path: fixed("/api/v1/users")},
-		"POST /api/v1/users":               {perm: auth.Administer, path: fixed("/api/v1/users"), body: `{"name":"new","password":"a long enough password","role":"viewer"}`},
-		"PUT /api/v1/users/:name/role":     {perm: auth.Administer, path: fixed("/api/v1/users/viewer/role"), body: `{"role":"viewer"}`},
-		"PUT /api/v1/users/:name/password": {perm: auth.Administer, path: fixed("/api/v1/users/nobody/password"), body: `{"password":"a long enough password"}`},
-		"DELETE /api/v1/users/:name":       {perm: auth.Administer, path: fixed("/api/v1/users/nobody")},
+		"GET /api/v1/users":                        {perm: auth.Administer, path: fixed("/api/v1/users")},
+		"POST /api/v1/users":                       {perm: auth.Administer, path: fixed("/api/v1/users"), body: `{"name":"new","password":"a long enough password","role":"viewer"}`},
+		"PUT /api/v1/users/:name/role":             {perm: auth.Administer, path: fixed("/api/v1/users/viewer/role"), body: `{"role":"viewer"}`},
+		"PUT /api/v1/users/:name/password":         {perm: auth.Administer, path: fixed("/api/v1/users/nobody/password"), body: `{"password":"a long enough password"}`},
+		"DELETE /api/v1/users/:name":               {perm: auth.Administer, path: fixed("/api/v1/users/nobody")},
+		"GET /api/v1/users/:name/apitokens":        {perm: auth.Administer, path: fixed("/api/v1/users/viewer/apitokens")},
+		"DELETE /api/v1/users/:name/apitokens/:id": {perm: auth.Administer, path: fixed("/api/v1/users/viewer/apitokens/0000000000000000")},
 
 		"GET /api/v1/boxes":                            {perm: auth.Read, path: fixed("/api/v1/boxes")},
 		"GET /api/v1/boxes/:id":                        {perm: auth.Read, path: box(""), objects: true},

@@ -230,6 +230,38 @@ func (s *server) createAPIToken(c *gin.Context) {
 	c.JSON(http.StatusCreated, t)
 }
 
+// listUserTokens lists the API tokens of a user of the caller's tenant,
+// for its admins.
+func (s *server) listUserTokens(c *gin.Context) {
+	u, ok := s.tenantUser(c)
+	if !ok {
+		return
+	}
+	all, err := s.Tokens.List(c.Request.Context(), u.Name)
+	if err != nil {
+		s.fail(c, err)
+		return
+	}
+	out := make([]api.APIToken, 0, len(all))
+	for _, t := range all {
+		out = append(out, apiTokenView(t))
+	}
+	c.JSON(http.StatusOK, out)
+}
+
+// revokeUserToken revokes an API token of a user of the caller's tenant.
+func (s *server) revokeUserToken(c *gin.Context) {
+	u, ok := s.tenantUser(c)
+	if !ok {
+		return
+	}
+	if err := s.Tokens.Revoke(c.Request.Context(), u.Name, c.Param("id"), caller(c).Did("apitoken.revoke", u.Name, c.Param("id"))); err != nil {
+		s.fail(c, err)
+		return
+	}
+	c.Status(http.StatusNoContent)
+}
+
 func (s *server) revokeAPIToken(c *gin.Context) {
 	a := accessOf(c)
 	if err := s.Tokens.Revoke(c.Request.Context(), a.User, c.Param("id"), caller(c).Did("apitoken.revoke", a.User, c.Param("id"))); err != nil {

@@ -340,3 +340,6 @@ export interface EnrollToken {
 }
 export const enrollTokens = (s: Session) => call<{ tokens: EnrollToken[] }>(s, 'GET', '/api/v1/tokens').then((r) => r.tokens);
 export const revokeEnrollToken = (s: Session, id: string) => call<void>(s, 'DELETE', `/api/v1/tokens/${encodeURIComponent(id)}`);
+export const userTokens = (s: Session, user: string) => call<APIToken[]>(s, 'GET', `/api/v1/users/${encodeURIComponent(user)}/apitokens`);
+export const revokeUserToken = (s: Session, user: string, id: string) =>
+  call<void>(s, 'DELETE', `/api/v1/users/${encodeURIComponent(user)}/apitokens/${encodeURIComponent(id)}`);

@@ -13,6 +13,7 @@ export function Users() {
   const [password, setPassword] = useState('');
   const [role, setRole] = useState<string>('viewer');
   const [error, setError] = useState('');
+  const [open, setOpen] = useState('');
   const run = (p: Promise<unknown>) =>
     p.then(() => { setError(''); polled.reload(); }).catch((e: Error) => setError(e.message));
   const roleName = (r: string) => t(('role.' + r) as 'role.viewer');
@@ -33,7 +34,10 @@ export function Users() {
         <tbody>
           {(polled.data ?? []).map((u) => (
             <tr data-user={u.name}>
-              <td>{u.name}</td>
+              <td>
+                <a href="#" onClick={(e) => { e.preventDefault(); setOpen(open === u.name ? '' : u.name); }}>{u.name}</a>
+                {open === u.name && <UserTokens user={u.name} />}
+              </td>
               <td>
                 <select value={u.roles[me.tenant] ?? ''} disabled={u.name === me.user}
                   onChange={(e) => run(api.setRole(session, u.name, (e.target as HTMLSelectElement).value))}>
@@ -60,5 +64,27 @@ export function Users() {
         <button type="submit">{t('users.create')}</button>
       </form>
     </section>
+  );
+}
+
+function UserTokens({ user }: { user: string }) {
+  const { session, t, lang } = useApp();
+  const polled = usePoll(() => api.userTokens(session, user), [user, session.tenant], ['audit']);
+  const [error, setError] = useState('');
+  return (
+    <div class="history" data-testid="user-tokens">
+      <h3>{t('tokens.of', { user })}</h3>
+      {error && <p class="error">{error}</p>}
+      <ul>
+        {(polled.data ?? []).map((k) => (
+          <li>
+            {k.name} · {formatTime(lang, k.created_at)} · {k.expires_at ? formatTime(lang, k.expires_at) : t('tokens.never')}{' '}
+            <button class="danger" onClick={() => api.revokeUserToken(session, user, k.id).then(polled.reload).catch((e: Error) => setError(e.message))}>
+              {t('tokens.revoke')}
+            </button>
+          </li>
+        ))}
+      </ul>
+    </div>
   );
 }
