@@ -171,6 +171,9 @@ type ObjectStatus struct {
 	// EgressRefused counts the connections a Workload's egress policy
 	// refused.
 	EgressRefused uint64 `json:"egress_refused,omitempty"`
+	// Restarts counts a Workload's restarts after it exited, since the
+	// box's agent started or it last ran steadily.
+	Restarts uint32 `json:"restarts,omitempty"`
 }
 
 // Event is one thing that happened to a desired object on a box.
@@ -350,6 +353,7 @@ type AppBoxStatus struct {
 	Address       string   `json:"address,omitempty"`
 	Ports         []string `json:"ports,omitempty"`
 	EgressRefused uint64   `json:"egress_refused,omitempty"`
+	Restarts      uint32   `json:"restarts,omitempty"`
 }
 
 // AppStatus is the answer to GET /api/v1/apps/:app/status: every box that

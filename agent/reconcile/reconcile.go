@@ -529,7 +529,16 @@ func (r *Reconciler) status(name string, rev uint64, phase, msg string) {
 	nw := r.nets[name]
 	r.cfg.Reporter.Report(&edgeboxv1.ObjectStatus{Kind: edgeboxv1.KindWorkload, Name: name, ObservedRevision: rev,
 		Phase: phase, Message: msg, UpdatedUnixNano: time.Now().UnixNano(), Release: r.running[name], Health: r.healthOf(name),
-		Address: nw.address, Ports: nw.ports, EgressRefused: nw.refused})
+		Address: nw.address, Ports: nw.ports, EgressRefused: nw.refused, Restarts: r.restarts(name)})
+}
+
+// restarts is how often name was started again since the agent started or
+// it last ran steadily.
+func (r *Reconciler) restarts(name string) uint32 {
+	if c := r.crashes[name]; c != nil {
+		return uint32(c.count)
+	}
+	return 0
 }
 
 func (r *Reconciler) event(name, reason, msg string, warning bool) {

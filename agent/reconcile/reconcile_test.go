@@ -256,6 +256,9 @@ func TestRestartPoliciesAndBackOff(t *testing.T) {
 	if b.reasons()["BackOff"] != 3 {
 		t.Fatalf("events %v", b.reasons())
 	}
+	if n := b.status["always"].GetRestarts(); n != 4 {
+		t.Fatalf("restarts reported %d, want 4", n)
+	}
 	// After running for a while, a crash restarts at once again.
 	pass(t, r)
 	now = now.Add(stableAfter + time.Second)

@@ -234,7 +234,7 @@ func (s *server) appStatus(c *gin.Context) {
 			if st.GetKind() == edgeboxv1.KindWorkload && st.GetName() == app {
 				v := statusView(st)
 				row.RunningRelease, row.Phase, row.Message, row.Health, row.UpdatedAt = v.Release, v.Phase, v.Message, v.Health, v.UpdatedAt
-				row.Address, row.Ports, row.EgressRefused = v.Address, v.Ports, v.EgressRefused
+				row.Address, row.Ports, row.EgressRefused, row.Restarts = v.Address, v.Ports, v.EgressRefused, v.Restarts
 				found = true
 			}
 		}

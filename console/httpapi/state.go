@@ -68,7 +68,7 @@ func statusView(st *edgeboxv1.ObjectStatus) api.ObjectStatus {
 	return api.ObjectStatus{Kind: st.GetKind(), Name: st.GetName(), ObservedRevision: st.GetObservedRevision(),
 		Phase: st.GetPhase(), Message: st.GetMessage(), UpdatedAt: time.Unix(0, st.GetUpdatedUnixNano()).UTC(),
 		Release: st.GetRelease(), Health: st.GetHealth(),
-		Address: st.GetAddress(), Ports: slices.Clone(st.GetPorts()), EgressRefused: st.GetEgressRefused()}
+		Address: st.GetAddress(), Ports: slices.Clone(st.GetPorts()), EgressRefused: st.GetEgressRefused(), Restarts: st.GetRestarts()}
 }
 
 func (s *server) putDesired(c *gin.Context) {

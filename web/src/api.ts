@@ -43,6 +43,7 @@ export interface ObjectStatus {
   release?: string;
   health?: string;
   address?: string;
+  restarts?: number;
 }
 
 export interface BoxEvent {

@@ -777,6 +777,9 @@ type ObjectStatus struct {
 	Ports []string `protobuf:"bytes,10,rep,name=ports,proto3" json:"ports,omitempty"`
 	// egress_refused counts a Workload's connections its egress policy refused.
 	EgressRefused uint64 `protobuf:"varint,11,opt,name=egress_refused,json=egressRefused,proto3" json:"egress_refused,omitempty"`
+	// restarts counts the times a Workload was started again after it
+	// exited, since the agent started or it last ran steadily.
+	Restarts      uint32 `protobuf:"varint,12,opt,name=restarts,proto3" json:"restarts,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -884,6 +887,13 @@ func (x *ObjectStatus) GetPorts() []string {
 func (x *ObjectStatus) GetEgressRefused() uint64 {
 	if x != nil {
 		return x.EgressRefused
+	}
+	return 0
+}
+
+func (x *ObjectStatus) GetRestarts() uint32 {
+	if x != nil {
+		return x.Restarts
 	}
 	return 0
 }
@@ -1084,7 +1094,7 @@ const file_edgebox_v1_desired_proto_rawDesc = "" +
 	"\fagent_config\x18\f \x01(\v2\x17.edgebox.v1.AgentConfigH\x00R\vagentConfig\x12?\n" +
 	"\ragent_release\x18\r \x01(\v2\x18.edgebox.v1.AgentReleaseH\x00R\fagentRelease\x12\x12\n" +
 	"\x04kind\x18\x04 \x01(\tR\x04kindB\x06\n" +
-	"\x04spec\"\xc8\x02\n" +
+	"\x04spec\"\xe4\x02\n" +
 	"\fObjectStatus\x12\x12\n" +
 	"\x04kind\x18\x01 \x01(\tR\x04kind\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12+\n" +
@@ -1097,7 +1107,8 @@ const file_edgebox_v1_desired_proto_rawDesc = "" +
 	"\aaddress\x18\t \x01(\tR\aaddress\x12\x14\n" +
 	"\x05ports\x18\n" +
 	" \x03(\tR\x05ports\x12%\n" +
-	"\x0eegress_refused\x18\v \x01(\x04R\regressRefused\"\xa1\x01\n" +
+	"\x0eegress_refused\x18\v \x01(\x04R\regressRefused\x12\x1a\n" +
+	"\brestarts\x18\f \x01(\rR\brestarts\"\xa1\x01\n" +
 	"\x05Event\x12$\n" +
 	"\x0etime_unix_nano\x18\x01 \x01(\x03R\ftimeUnixNano\x12\x12\n" +
 	"\x04kind\x18\x02 \x01(\tR\x04kind\x12\x12\n" +

@@ -51,6 +51,7 @@ export function BoxPage({ id }: { id: string }) {
             <th>{t('box.col.release')}</th>
             <th>{t('box.col.phase')}</th>
             <th>{t('box.col.health')}</th>
+            <th>{t('box.col.restarts')}</th>
             <th>{t('box.col.message')}</th>
             <th />
           </tr>
@@ -58,7 +59,7 @@ export function BoxPage({ id }: { id: string }) {
         <tbody>
           {workloads.length === 0 && (
             <tr>
-              <td colSpan={6}>{t('common.none')}</td>
+              <td colSpan={7}>{t('common.none')}</td>
             </tr>
           )}
           {workloads.map((w) => (
@@ -67,6 +68,7 @@ export function BoxPage({ id }: { id: string }) {
               <td>{w.release ?? ''}</td>
               <td class={'phase ' + w.phase.toLowerCase()}>{w.phase}</td>
               <td>{w.health ?? ''}</td>
+              <td>{w.restarts ?? 0}</td>
               <td>{w.message ?? ''}</td>
               <td>
                 <button class="quiet" onClick={() => setLogsOf(w.name)}>{t('box.logs')}</button>
