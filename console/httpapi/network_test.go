@@ -74,13 +74,8 @@ func newNetworkAPI(t *testing.T) networkAPI {
 	}
 	t.Cleanup(func() { reg.Close() })
 	d := desired.New(s)
-	// The registry's host is the server's, known once it listens.
 	var h http.Handler
-	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { h.ServeHTTP(w, r) }))
-	srv.EnableHTTP2 = true
-	srv.StartTLS()
-	t.Cleanup(srv.Close)
-	host := strings.TrimPrefix(srv.URL, "https://")
+	srv, host := lateTLSServer(t, &h)
 	h = New(Deps{Fleet: fl, Audit: audit.New(s, nil), Tokens: toks, Sessions: noSessions{}, Desired: d, Registry: reg,
 		Users:         auth.NewUsers(s, auth.NewHasher(cheapHash, 2, time.Minute), time.Now),
 		RegistryHosts: []string{host}, Apps: apps.New(s, d, fl, reg, []string{host}, nil, log), Metrics: http.NotFoundHandler(), Log: log})
@@ -248,4 +243,15 @@ func TestReleaseNetworkThroughTheAPI(t *testing.T) {
 			t.Errorf("%s: the app's status shows %+v", tt.name, b)
 		}
 	}
+}
+
+// lateTLSServer serves *h over TLS with HTTP/2, *h being set once the
+// server's host:port is known (images name the registry by it).
+func lateTLSServer(t *testing.T, h *http.Handler) (*httptest.Server, string) {
+	t.Helper()
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { (*h).ServeHTTP(w, r) }))
+	srv.EnableHTTP2 = true
+	srv.StartTLS()
+	t.Cleanup(srv.Close)
+	return srv, strings.TrimPrefix(srv.URL, "https://")
 }

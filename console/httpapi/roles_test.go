@@ -76,13 +76,8 @@ func newRolesEnv(t *testing.T) *rolesEnv {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { reg.Close() })
-	// The registry's host is the server's, known once it listens.
 	var h http.Handler
-	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { h.ServeHTTP(w, r) }))
-	srv.EnableHTTP2 = true
-	srv.StartTLS()
-	t.Cleanup(srv.Close)
-	host := strings.TrimPrefix(srv.URL, "https://")
+	srv, host := lateTLSServer(t, &h)
 	catalogue := apps.New(st, d, fl, reg, []string{host}, kr, log)
 	users := auth.NewUsers(st, auth.NewHasher(cheapHash, 4, time.Minute), time.Now)
 	toks := auth.New(st)
