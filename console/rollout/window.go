@@ -1,6 +1,9 @@
 // Package rollout holds what a staged rollout is made of: the waves a
-// region's boxes go through, and the maintenance windows that hold a box
-// back. The controller that drives rollouts builds on it.
+// region's boxes go through (Plan), the maintenance windows that hold a
+// box back (Policy), and the Machine that decides, tick by tick, which
+// boxes move to the new release, which wait and why, which failed and go
+// back, and when a region is through. The controller that stores
+// rollouts and applies the Machine's steps as pins builds on it.
 package rollout
 
 import (

@@ -1,0 +1,235 @@
+package rollout
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+)
+
+// world is a fleet as the machine sees it: a box told to update runs B
+// after startTicks ticks, healthy unless it is bad; held boxes stay held.
+type world struct {
+	told  map[string]int // box → ticks since it was told to run B
+	bad   map[string]string
+	held  map[string]string
+	seen  map[string]Seen
+	order []string // boxes in the order they were told
+}
+
+func newWorld(ids []string) *world {
+	w := &world{told: map[string]int{}, bad: map[string]string{}, held: map[string]string{}, seen: map[string]Seen{}}
+	for _, id := range ids {
+		w.seen[id] = Seen{Runs: "A", Healthy: true}
+	}
+	return w
+}
+
+func (w *world) apply(st Step) {
+	for _, id := range st.Update {
+		w.told[id] = 0
+		w.order = append(w.order, id)
+	}
+	for _, id := range st.Revert {
+		delete(w.told, id)
+		w.seen[id] = Seen{Runs: "A", Healthy: true}
+	}
+}
+
+func (w *world) tick() map[string]Seen {
+	for id, n := range w.told {
+		w.told[id] = n + 1
+		if n+1 >= 2 {
+			if f := w.bad[id]; f != "" {
+				w.seen[id] = Seen{Runs: "A", Failure: f}
+			} else {
+				w.seen[id] = Seen{Runs: "B", Healthy: true}
+			}
+		}
+	}
+	out := map[string]Seen{}
+	for id, s := range w.seen {
+		s.Hold = w.held[id]
+		out[id] = s
+	}
+	return out
+}
+
+func region(name string, n, sites int) Region {
+	r := Region{Name: name}
+	for i := range n {
+		r.Boxes = append(r.Boxes, &Box{ID: fmt.Sprintf("%s-%03d", name, i), Site: fmt.Sprintf("%s-s%d", name, i%sites)})
+	}
+	return r
+}
+
+func ids(rs ...Region) []string {
+	var out []string
+	for _, r := range rs {
+		for _, b := range r.Boxes {
+			out = append(out, b.ID)
+		}
+	}
+	return out
+}
+
+// run ticks the machine a minute at a time until it is over or max ticks.
+func run(m *Machine, w *world, max int) (done []string, steps []Step) {
+	now := time.Date(2026, 11, 25, 2, 0, 0, 0, time.UTC)
+	for i := 0; i < max && !m.Over(); i++ {
+		st := m.Tick(now, w.tick())
+		w.apply(st)
+		steps = append(steps, st)
+		if st.RegionDone != "" {
+			done = append(done, st.RegionDone)
+		}
+		now = now.Add(time.Minute)
+	}
+	return done, steps
+}
+
+func TestARolloutGoesRegionByRegionInWaves(t *testing.T) {
+	t.Parallel()
+	east, west := region("east", 40, 8), region("west", 10, 2)
+	s := DefaultSettings
+	s.MaxUnavailable = 2
+	m := NewMachine("A", "B", s, []Region{east, west})
+	w := newWorld(ids(east, west))
+	done, _ := run(m, w, 2000)
+	if !m.Over() || m.Stopped != "" || strings.Join(done, ",") != "east,west" {
+		t.Fatalf("over %v, stopped %q, regions done %v", m.Over(), m.Stopped, done)
+	}
+	// Waves in order: east's first box before anything else, every east
+	// box before any west one.
+	if w.order[0] != "east-000" || !strings.HasPrefix(w.order[40], "west-") || len(w.order) != 50 {
+		t.Fatalf("order %v", w.order)
+	}
+	for _, r := range m.Regions {
+		for _, b := range r.Boxes {
+			if b.Phase != Done {
+				t.Errorf("%s ended %s %s", b.ID, b.Phase, b.Reason)
+			}
+		}
+	}
+}
+
+func TestNeverMoreThanMaxUnavailableOfASite(t *testing.T) {
+	t.Parallel()
+	east := region("east", 30, 3)
+	s := DefaultSettings
+	s.MaxUnavailable = 2
+	s.Gate = 0
+	m := NewMachine("A", "B", s, []Region{east})
+	w := newWorld(ids(east))
+	now := time.Date(2026, 11, 25, 2, 0, 0, 0, time.UTC)
+	for i := 0; i < 500 && !m.Over(); i++ {
+		w.apply(m.Tick(now, w.tick()))
+		perSite := map[string]int{}
+		for _, b := range m.Regions[0].Boxes {
+			if b.Phase == Updating {
+				perSite[b.Site]++
+			}
+		}
+		for site, n := range perSite {
+			if n > 2 {
+				t.Fatalf("tick %d: %d boxes of %s updating at once", i, n, site)
+			}
+		}
+		now = now.Add(time.Minute)
+	}
+	if !m.Over() || m.Stopped != "" {
+		t.Fatalf("not over: %q", m.Stopped)
+	}
+}
+
+func TestAFailureInTheFirstWaveStopsAndReverts(t *testing.T) {
+	t.Parallel()
+	east := region("east", 20, 4)
+	m := NewMachine("A", "B", DefaultSettings, []Region{east})
+	w := newWorld(ids(east))
+	w.bad["east-000"] = "probe"
+	_, steps := run(m, w, 100)
+	if !strings.Contains(m.Stopped, "1 of 1 boxes of wave 1") {
+		t.Fatalf("stopped %q", m.Stopped)
+	}
+	var reverted []string
+	for _, st := range steps {
+		reverted = append(reverted, st.Revert...)
+	}
+	if strings.Join(reverted, ",") != "east-000" || len(w.order) != 1 {
+		t.Fatalf("reverted %v, updated %v", reverted, w.order)
+	}
+	if b := m.Regions[0].Boxes[0]; b.Phase != Failed || b.Reason != "probe" {
+		t.Errorf("box %+v", b)
+	}
+}
+
+func TestFailuresUnderTheThresholdAreRevertedAndTheRolloutGoesOn(t *testing.T) {
+	t.Parallel()
+	east := region("east", 100, 10)
+	s := DefaultSettings
+	s.MaxUnavailable = 10
+	m := NewMachine("A", "B", s, []Region{east})
+	w := newWorld(ids(east))
+	w.bad["east-050"] = "start" // the waves are 1, 9, 40 and 50 boxes: this one is 1 of the last 50
+	done, steps := run(m, w, 2000)
+	if m.Stopped != "" || strings.Join(done, ",") != "east" {
+		t.Fatalf("stopped %q, done %v", m.Stopped, done)
+	}
+	last := steps[len(steps)-1]
+	if !slices.Equal(last.KeepOnA, []string{"east-050"}) {
+		t.Errorf("the region's last step keeps %v on A, want east-050", last.KeepOnA)
+	}
+	// Past the threshold (more than 10 % of a wave), the rollout stops.
+	m = NewMachine("A", "B", s, []Region{east})
+	w = newWorld(ids(east))
+	for i := 50; i < 57; i++ { // 7 of the last wave's 50 fail: 14 %
+		w.bad[fmt.Sprintf("east-%03d", i)] = "pull"
+	}
+	run(m, w, 2000)
+	if !strings.Contains(m.Stopped, "wave 4") {
+		t.Fatalf("stopped %q", m.Stopped)
+	}
+}
+
+func TestHeldBoxesWaitAndSayWhy(t *testing.T) {
+	t.Parallel()
+	east := region("east", 10, 1)
+	s := DefaultSettings
+	s.Gate = time.Minute
+	m := NewMachine("A", "B", s, []Region{east})
+	w := newWorld(ids(east))
+	w.held["east-000"] = "inside a no-update window (workdays 15:00–17:30, Asia/Shanghai)"
+	run(m, w, 30)
+	if m.Over() || len(w.order) != 0 {
+		t.Fatalf("a held box was updated: %v", w.order)
+	}
+	b := m.Regions[0].Boxes[0]
+	if b.Phase != Held || !strings.Contains(b.Reason, "no-update window") {
+		t.Fatalf("box %+v", b)
+	}
+	delete(w.held, "east-000") // the window ends
+	run(m, w, 500)
+	if !m.Over() || m.Stopped != "" {
+		t.Fatalf("after the window: over %v, %q", m.Over(), m.Stopped)
+	}
+}
+
+func TestABoxThatNeverComesIsFailedForTimeout(t *testing.T) {
+	t.Parallel()
+	east := region("east", 1, 1)
+	s := DefaultSettings
+	s.BoxTimeout = 10 * time.Minute
+	m := NewMachine("A", "B", s, []Region{east})
+	w := newWorld(ids(east))
+	w.told = map[string]int{} // the world never moves: the box is offline
+	now := time.Date(2026, 11, 25, 2, 0, 0, 0, time.UTC)
+	for i := 0; i < 20 && !m.Over(); i++ {
+		m.Tick(now, map[string]Seen{"east-000": {Runs: "A", Healthy: true}})
+		now = now.Add(time.Minute)
+	}
+	if b := m.Regions[0].Boxes[0]; b.Phase != Failed || b.Reason != "timeout" || m.Stopped == "" {
+		t.Fatalf("box %+v, stopped %q", b, m.Stopped)
+	}
+}
