@@ -9,7 +9,7 @@ import (
 // Settings are the rules a rollout moves by.
 type Settings struct {
 	// Waves are each region's wave sizes (DefaultWaves unless set).
-	Waves []Size
+	Waves []Size `json:"waves"`
 	// Gate is how long a wave's boxes must run B and stay healthy before
 	// the next wave starts.
 	Gate time.Duration
@@ -46,13 +46,13 @@ const (
 
 // Box is one box of a rollout as the machine keeps it.
 type Box struct {
-	ID     string
-	Site   string
-	Phase  Phase
-	Reason string
-	Since  time.Time // when the phase began
+	ID     string    `json:"id"`
+	Site   string    `json:"site"`
+	Phase  Phase     `json:"phase"`
+	Reason string    `json:"reason,omitempty"`
+	Since  time.Time `json:"since,omitzero"` // when the phase began
 	// Reverted: the box was told to go back to A.
-	Reverted bool
+	Reverted bool `json:"reverted,omitempty"`
 }
 
 // Seen is what the world says of a box now.
@@ -71,25 +71,38 @@ type Seen struct {
 
 // Region is one region's part of a rollout: its boxes, in wave order.
 type Region struct {
-	Name  string
-	Boxes []*Box
-	waves [][]*Box
+	Name  string `json:"name"`
+	Boxes []*Box `json:"boxes"`
+	// Ends are where each wave ends in Boxes: wave i is
+	// Boxes[Ends[i-1]:Ends[i]].
+	Ends []int `json:"ends"`
 	// Wave is the index of the wave in progress.
-	Wave int
+	Wave int `json:"wave"`
+}
+
+func (r *Region) waves() int { return len(r.Ends) }
+
+func (r *Region) wave(i int) []*Box {
+	start := 0
+	if i > 0 {
+		start = r.Ends[i-1]
+	}
+	return r.Boxes[start:r.Ends[i]]
 }
 
 // Machine steps a rollout from release A to B over regions in order.
 // It decides; the controller around it applies what it decides (pins)
 // and stores it. It is not safe for concurrent use.
 type Machine struct {
-	A, B     string
-	Settings Settings
-	Regions  []*Region
+	A        string    `json:"a"`
+	B        string    `json:"b"`
+	Settings Settings  `json:"settings"`
+	Regions  []*Region `json:"regions"`
 	// Region is the index of the region in progress; len(Regions) when
 	// the rollout is over.
-	Region int
+	Region int `json:"region"`
 	// Stopped, when set, says why the rollout stopped.
-	Stopped string
+	Stopped string `json:"stopped,omitempty"`
 }
 
 // NewMachine plans a rollout over regions (each a list of box IDs and
@@ -108,12 +121,10 @@ func NewMachine(a, b string, s Settings, regions []Region) *Machine {
 		}
 		reg := &Region{Name: r.Name}
 		for _, w := range Plan(ids, s.Waves) {
-			var wave []*Box
 			for _, id := range w {
-				wave = append(wave, byID[id])
 				reg.Boxes = append(reg.Boxes, byID[id])
 			}
-			reg.waves = append(reg.waves, wave)
+			reg.Ends = append(reg.Ends, len(reg.Boxes))
 		}
 		m.Regions = append(m.Regions, reg)
 	}
@@ -141,7 +152,7 @@ func (m *Machine) Tick(now time.Time, seen map[string]Seen) Step {
 	var st Step
 	for !m.Over() {
 		r := m.Regions[m.Region]
-		if r.Wave >= len(r.waves) {
+		if r.Wave >= r.waves() {
 			st.RegionDone = r.Name
 			for _, b := range r.Boxes {
 				if b.Reverted {
@@ -151,7 +162,7 @@ func (m *Machine) Tick(now time.Time, seen map[string]Seen) Step {
 			m.Region++
 			return st // one region a tick: its pin is written first
 		}
-		wave := r.waves[r.Wave]
+		wave := r.wave(r.Wave)
 		m.observe(now, wave, seen)
 		failed, done := 0, 0
 		for _, b := range wave {

@@ -1,6 +1,7 @@
 package rollout
 
 import (
+	"encoding/json"
 	"fmt"
 	"slices"
 	"strings"
@@ -231,5 +232,45 @@ func TestABoxThatNeverComesIsFailedForTimeout(t *testing.T) {
 	}
 	if b := m.Regions[0].Boxes[0]; b.Phase != Failed || b.Reason != "timeout" || m.Stopped == "" {
 		t.Fatalf("box %+v, stopped %q", b, m.Stopped)
+	}
+}
+
+// TestAMachineCarriesOnFromItsStoredForm: stored and read back mid-way, as
+// a console restart does, the machine ends where one never stopped ends,
+// with no box told twice.
+func TestAMachineCarriesOnFromItsStoredForm(t *testing.T) {
+	t.Parallel()
+	east, west := region("east", 30, 3), region("west", 12, 2)
+	m := NewMachine("A", "B", DefaultSettings, []Region{east, west})
+	w := newWorld(ids(east, west))
+	w.bad["east-020"] = "probe" // 1 of the last wave's 15: under the threshold
+	now := time.Date(2026, 11, 25, 2, 0, 0, 0, time.UTC)
+	for i := 0; i < 2000 && !m.Over(); i++ {
+		if i%7 == 3 { // a restart: the machine comes back from its stored form
+			raw, err := json.Marshal(m)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var back Machine
+			if err := json.Unmarshal(raw, &back); err != nil {
+				t.Fatal(err)
+			}
+			m = &back
+		}
+		w.apply(m.Tick(now, w.tick()))
+		now = now.Add(time.Minute)
+	}
+	if !m.Over() || m.Stopped != "" {
+		t.Fatalf("over %v, stopped %q", m.Over(), m.Stopped)
+	}
+	seen := map[string]bool{}
+	for _, id := range w.order {
+		if seen[id] {
+			t.Errorf("%s was told to update twice", id)
+		}
+		seen[id] = true
+	}
+	if len(seen) != 42 {
+		t.Errorf("%d boxes told, want 42", len(seen))
 	}
 }

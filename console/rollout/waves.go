@@ -12,8 +12,8 @@ import (
 // of them. Sizes are cumulative: 1, 10 %, 50 %, 100 % means one box, then
 // up to a tenth, then half, then all.
 type Size struct {
-	Boxes   int     // when Percent is 0
-	Percent float64 // of the region's boxes, 0 < Percent <= 100
+	Boxes   int     `json:"boxes,omitempty"`   // when Percent is 0
+	Percent float64 `json:"percent,omitempty"` // of the region's boxes, 0 < Percent <= 100
 }
 
 // DefaultWaves are one box, then 10 %, 50 % and 100 % of each region.
