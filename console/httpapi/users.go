@@ -198,8 +198,11 @@ func (s *server) makeToken(c *gin.Context, user string, roles map[string]auth.Ro
 	return api.APIToken{Name: name, User: user, CreatedAt: rec.CreatedAt, ExpiresAt: rec.ExpiresAt, Token: text}, nil
 }
 
-func (s *server) listAPITokens(c *gin.Context) {
-	all, err := s.Tokens.List(c.Request.Context(), accessOf(c).User)
+func (s *server) listAPITokens(c *gin.Context) { s.writeTokens(c, accessOf(c).User) }
+
+// writeTokens answers with the API tokens of user.
+func (s *server) writeTokens(c *gin.Context, user string) {
+	all, err := s.Tokens.List(c.Request.Context(), user)
 	if err != nil {
 		s.fail(c, err)
 		return
@@ -233,20 +236,9 @@ func (s *server) createAPIToken(c *gin.Context) {
 // listUserTokens lists the API tokens of a user of the caller's tenant,
 // for its admins.
 func (s *server) listUserTokens(c *gin.Context) {
-	u, ok := s.tenantUser(c)
-	if !ok {
-		return
+	if u, ok := s.tenantUser(c); ok {
+		s.writeTokens(c, u.Name)
 	}
-	all, err := s.Tokens.List(c.Request.Context(), u.Name)
-	if err != nil {
-		s.fail(c, err)
-		return
-	}
-	out := make([]api.APIToken, 0, len(all))
-	for _, t := range all {
-		out = append(out, apiTokenView(t))
-	}
-	c.JSON(http.StatusOK, out)
 }
 
 // revokeUserToken revokes an API token of a user of the caller's tenant.
