@@ -471,6 +471,11 @@ func (c *Console) tenantIDs(ctx context.Context) ([]string, error) {
 // password, and on a new console an API token of that user; it prints
 // them once, with the CA fingerprint operators pin. A console from before
 // users keeps its tokens, and gains the admin user.
+//
+// It prints before it stores: killed after printing, the next start finds
+// no user and prints new credentials; killed after storing, they were
+// printed. Storing first would leave, killed before the print, an admin
+// whose password nobody has.
 func (c *Console) firstStart(ctx context.Context, toks *auth.Tokens, users *auth.Users, a *pki.Authority, public string) error {
 	anyUser, err := users.Any(ctx)
 	if err != nil || anyUser {
@@ -483,24 +488,16 @@ func (c *Console) firstStart(ctx context.Context, toks *auth.Tokens, users *auth
 	pw := make([]byte, 15)
 	rand.Read(pw)
 	password := base64.RawURLEncoding.EncodeToString(pw)
-	by := audit.Actor{TenantID: auth.ConsoleTenant, Name: "console"}
-	if _, err := users.Create(ctx, by, "admin", password, auth.ConsoleTenant, auth.Admin); err != nil {
-		return err
-	}
 	h := a.CAHash()
+	text := auth.NewTokenText()
 	if anyTok {
 		fmt.Fprintf(c.cfg.Out, `edgebox console: users arrived; the admin user was made
   user:      admin
   password:  %s
 This password is shown once; change it with 'edgebox user passwd admin'.
 `, password)
-		return nil
-	}
-	text, err := toks.Create(ctx, auth.APIToken{Name: "admin", User: "admin", CreatedAt: time.Now().UTC()})
-	if err != nil {
-		return err
-	}
-	fmt.Fprintf(c.cfg.Out, `edgebox console initialised in %s
+	} else {
+		fmt.Fprintf(c.cfg.Out, `edgebox console initialised in %s
   console URL:  %s
   CA sha256:    %x
   admin user:   admin
@@ -509,7 +506,17 @@ This password is shown once; change it with 'edgebox user passwd admin'.
 The password and token are shown once. Open %s in a browser, or log in with:
   edgebox login %s --token %s --ca-sha256 %x
 `, c.cfg.DataDir, public, h, password, text, public, public, text, h)
-	return nil
+	}
+	by := audit.Actor{TenantID: auth.ConsoleTenant, Name: "console"}
+	if _, err := users.Create(ctx, by, "admin", password, auth.ConsoleTenant, auth.Admin); err != nil {
+		return err
+	}
+	if anyTok {
+		return nil
+	}
+	// Killed before this, the console starts without the printed token;
+	// the printed password logs in and makes one.
+	return toks.Store(ctx, text, auth.APIToken{Name: "admin", User: "admin", CreatedAt: time.Now().UTC()})
 }
 
 func dedupe(in []string) []string {

@@ -15,9 +15,7 @@ package auth
 
 import (
 	"context"
-	"crypto/rand"
 	"crypto/sha256"
-	"encoding/base64"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -82,21 +80,29 @@ func (t *Tokens) Any(ctx context.Context) (bool, error) {
 // Create stores a new token and returns its text, which is never
 // retrievable again.
 func (t *Tokens) Create(ctx context.Context, rec APIToken) (string, error) {
-	b := make([]byte, 32)
-	rand.Read(b)
-	text := TokenPrefix + base64.RawURLEncoding.EncodeToString(b)
+	text := NewTokenText()
+	return text, t.Store(ctx, text, rec)
+}
+
+// NewTokenText returns the text of a new API token: TokenPrefix and 32
+// random bytes.
+func NewTokenText() string { return TokenPrefix + randomText(32) }
+
+// Store keeps rec as the record of the token text, which NewTokenText
+// made: for a caller that must show the text before it is stored.
+func (t *Tokens) Store(ctx context.Context, text string, rec APIToken) error {
 	raw, err := json.Marshal(rec)
 	if err != nil {
-		return "", err
+		return err
 	}
 	res, err := store.CAS(ctx, t.s, keyOf(text), 0, raw)
 	switch {
 	case err != nil:
-		return "", fmt.Errorf("auth: creating token %s: %w", rec.Name, err)
+		return fmt.Errorf("auth: creating token %s: %w", rec.Name, err)
 	case !res.Succeeded:
-		return "", errdefs.Conflict("auth: a token of the same hash exists; try again")
+		return errdefs.Conflict("auth: a token of the same hash exists; try again")
 	}
-	return text, nil
+	return nil
 }
 
 // Check returns the record of a presented token.

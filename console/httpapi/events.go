@@ -24,6 +24,8 @@ const (
 	eventsGap       = time.Second
 	eventsHeartbeat = 20 * time.Second
 	eventsRetry     = 3 * time.Second
+	// eventsWriteTimeout bounds one write to a page.
+	eventsWriteTimeout = 10 * time.Second
 )
 
 // events streams, as server-sent events, the topics of the caller's
@@ -51,6 +53,9 @@ func (s *server) events(c *gin.Context) {
 	c.Status(http.StatusOK)
 	rc := http.NewResponseController(c.Writer)
 	send := func(s string) bool {
+		// A page that stops reading holds its place no longer than this:
+		// a stalled stream must not keep a slot of the hub's few.
+		rc.SetWriteDeadline(time.Now().Add(eventsWriteTimeout))
 		if _, err := fmt.Fprint(c.Writer, s); err != nil {
 			return false
 		}
