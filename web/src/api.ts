@@ -109,6 +109,9 @@ export interface Session {
   onExpired: () => void;
 }
 
+/** callTimeout bounds one API call, in milliseconds. */
+const callTimeout = 30000;
+
 export async function call<T>(s: Session | null, method: string, path: string, body?: unknown): Promise<T> {
   const headers: Record<string, string> = { Accept: 'application/json' };
   if (body !== undefined) headers['Content-Type'] = 'application/json';
@@ -119,6 +122,8 @@ export async function call<T>(s: Session | null, method: string, path: string, b
     headers,
     credentials: 'same-origin',
     body: body === undefined ? undefined : JSON.stringify(body),
+    // A call the console does not answer ends, and the page tries again.
+    signal: AbortSignal.timeout(callTimeout),
   });
   if (resp.status === 401 && s && path !== '/api/v1/login') {
     s.onExpired();
@@ -207,6 +212,7 @@ export async function auditCSV(s: Session, f: AuditFilter): Promise<Blob> {
   const resp = await fetch('/api/v1/audit?' + auditQuery(f, { limit: '1000', format: 'csv' }), {
     credentials: 'same-origin',
     headers: s.tenant ? { 'X-Edgebox-Tenant': s.tenant } : {},
+    signal: AbortSignal.timeout(callTimeout),
   });
   if (resp.status === 401) s.onExpired();
   if (!resp.ok) throw new ApiError(resp.status, resp.statusText);
@@ -344,3 +350,41 @@ export const revokeEnrollToken = (s: Session, id: string) => call<void>(s, 'DELE
 export const userTokens = (s: Session, user: string) => call<APIToken[]>(s, 'GET', `/api/v1/users/${encodeURIComponent(user)}/apitokens`);
 export const revokeUserToken = (s: Session, user: string, id: string) =>
   call<void>(s, 'DELETE', `/api/v1/users/${encodeURIComponent(user)}/apitokens/${encodeURIComponent(id)}`);
+
+/** parseLabel reads "key=value" (the value may hold '='); null when there is no key. */
+export function parseLabel(kv: string): [string, string] | null {
+  const i = kv.indexOf('=');
+  const k = (i < 0 ? kv : kv.slice(0, i)).trim();
+  return k ? [k, i < 0 ? '' : kv.slice(i + 1).trim()] : null;
+}
+
+/** parseLabels reads "a=b, c=d". */
+export function parseLabels(s: string): Record<string, string> {
+  const out: Record<string, string> = {};
+  for (const kv of s.split(',')) {
+    const l = parseLabel(kv);
+    if (l) out[l[0]] = l[1];
+  }
+  return out;
+}
+
+/** formatLabels writes labels as "a=b, c=d", sorted. */
+export function formatLabels(l?: Record<string, string>): string {
+  return l ? Object.entries(l).map(([k, v]) => `${k}=${v}`).sort().join(', ') : '';
+}
+
+/** Tree is boxes by region, then site, each level sorted by name. */
+export type Tree = [string, [string, Box[]][]][];
+
+/** tree groups boxes by region and site. */
+export function tree(boxes: Box[]): Tree {
+  const regions = new Map<string, Map<string, Box[]>>();
+  for (const b of boxes) {
+    let sites = regions.get(b.region);
+    if (!sites) regions.set(b.region, (sites = new Map()));
+    const list = sites.get(b.site);
+    list ? list.push(b) : sites.set(b.site, [b]);
+  }
+  const byName = <V,>([a]: [string, V], [b]: [string, V]) => a.localeCompare(b);
+  return [...regions.entries()].sort(byName).map(([r, sites]) => [r, [...sites.entries()].sort(byName)]);
+}

@@ -1,4 +1,4 @@
-import { useMemo, useState } from 'preact/hooks';
+import { useMemo, useRef, useState } from 'preact/hooks';
 import * as api from '../api';
 import { useApp } from '../app';
 import { formatTime } from '../i18n';
@@ -84,7 +84,7 @@ export function AppPage({ name }: { name: string }) {
               <td>{r.version}</td>
               <td>{r.runtime}</td>
               <td class="mono">{r.image}</td>
-              <td>{(r.keys ?? []).map((k) => Object.entries(k.labels).map(([a, v]) => `${a}=${v}`).join(',')).join('; ')}</td>
+              <td>{(r.keys ?? []).map((k) => api.formatLabels(k.labels)).join('; ')}</td>
               <td>{formatTime(lang, r.created_at)} · {r.created_by}</td>
             </tr>
           ))}
@@ -146,7 +146,10 @@ function ReleaseForm({ app, onMade }: { app: string; onMade: () => void }) {
   const { session, t } = useApp();
   const [f, setF] = useState({ version: '', runtime: 'containerd', image: '', args: '', env: '', memory: '', key: '', probe: '', probeExec: '' });
   const [errs, setErrs] = useState<Record<string, string>>({});
-  const set = (k: keyof typeof f) => (e: Event) => setF({ ...f, [k]: (e.target as HTMLInputElement).value });
+  const set = (k: keyof typeof f) => (e: Event) => {
+    const v = (e.target as HTMLInputElement).value;
+    setF((p) => ({ ...p, [k]: v }));
+  };
   const submit = (e: Event) => {
     e.preventDefault();
     const spec: api.ReleaseSpec = { version: f.version.trim(), runtime: f.runtime, image: f.image.trim() };
@@ -154,19 +157,12 @@ function ReleaseForm({ app, onMade }: { app: string; onMade: () => void }) {
     if (lines(f.env).length) spec.env = lines(f.env);
     if (lines(f.args).length) spec.args = lines(f.args);
     if (f.memory) spec.memory_bytes = Math.round(Number(f.memory) * 1024 * 1024);
-    if (f.key.includes('=')) {
-      const labels: Record<string, string> = {};
-      for (const kv of f.key.split(',')) {
-        const [k, v] = kv.split('=', 2).map((x) => x.trim());
-        if (k) labels[k] = v ?? '';
-      }
-      spec.keys = [{ labels }];
-    }
+    if (f.key.includes('=')) spec.keys = [{ labels: api.parseLabels(f.key) }];
     if (f.probe) spec.probes = [{ http: f.probe.trim() }];
     else if (f.probeExec) spec.probes = [{ exec: f.probeExec.trim().split(/\s+/) }];
     api
       .createRelease(session, app, spec)
-      .then(() => { setErrs({}); setF({ ...f, version: '' }); onMade(); })
+      .then(() => { setErrs({}); setF((p) => ({ ...p, version: '' })); onMade(); })
       .catch((err: Error) => setErrs(fieldErrors(err.message, releaseFields)));
   };
   const field = (k: keyof typeof f, label: string, input: preact.JSX.Element) => (
@@ -208,22 +204,19 @@ function DeployPanel(props: { app: string; releases: api.Release[]; onDone: () =
   const [scope, setScope] = useState<[string, string] | null>(null);
   const [impact, setImpact] = useState<api.DeployPreview | null>(null);
   const [result, setResult] = useState('');
-  const tree = useMemo(() => {
-    const m = new Map<string, Map<string, api.Box[]>>();
-    for (const b of fleet.data ?? []) {
-      if (b.state === 'revoked') continue;
-      let sites = m.get(b.region);
-      if (!sites) m.set(b.region, (sites = new Map()));
-      const l = sites.get(b.site);
-      l ? l.push(b) : sites.set(b.site, [b]);
-    }
-    return [...m.entries()].sort(([a], [b]) => a.localeCompare(b));
-  }, [fleet.data]);
+  const previews = useRef(0);
+  const tree = useMemo(() => api.tree((fleet.data ?? []).filter((b) => b.state !== 'revoked')), [fleet.data]);
   const pick = (s: string, target: string) => {
     setScope([s, target]);
     setResult('');
     setImpact(null);
-    api.preview(session, app, version, s, target).then(setImpact).catch((e: Error) => props.setError(e.message));
+    // Only the preview of the scope picked last is shown: an answer to an
+    // earlier pick that comes later is dropped.
+    const asked = ++previews.current;
+    api
+      .preview(session, app, version, s, target)
+      .then((im) => asked === previews.current && setImpact(im))
+      .catch((e: Error) => props.setError(e.message));
   };
   const confirm = () => {
     if (!scope) return;
@@ -251,7 +244,7 @@ function DeployPanel(props: { app: string; releases: api.Release[]; onDone: () =
         {tree.map(([r, sites]) => (
           <div class="region">
             <a href="#" class={chosen('region', r)} onClick={(e) => { e.preventDefault(); pick('region', r); }}>{t('apps.region')} {r}</a>
-            {[...sites.entries()].sort(([a], [b]) => a.localeCompare(b)).map(([s, list]) => (
+            {sites.map(([s, list]) => (
               <div>
                 <a href="#" class={'site ' + chosen('site', s)} onClick={(e) => { e.preventDefault(); pick('site', s); }}>{t('apps.site')} {s}</a>
                 {list.map((b) => (

@@ -96,7 +96,7 @@ export function BoxPage({ id }: { id: string }) {
               <td>{k.port}</td>
               <td>{k.state}</td>
               <td>{k.holder ?? ''}</td>
-              <td>{Object.entries(k.labels ?? {}).map(([a, v]) => `${a}=${v}`).join(', ')}</td>
+              <td>{api.formatLabels(k.labels)}</td>
             </tr>
           ))}
         </tbody>

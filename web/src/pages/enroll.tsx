@@ -4,15 +4,6 @@ import { useApp } from '../app';
 import { formatTime } from '../i18n';
 import { EnrollTokens } from './tokens';
 
-function parseLabels(s: string): Record<string, string> {
-  const out: Record<string, string> = {};
-  for (const kv of s.split(',')) {
-    const [k, v] = kv.split('=', 2).map((x) => x.trim());
-    if (k) out[k] = v ?? '';
-  }
-  return out;
-}
-
 export function Enroll() {
   const { session, t, lang } = useApp();
   const [region, setRegion] = useState('');
@@ -27,7 +18,7 @@ export function Enroll() {
     e.preventDefault();
     setError('');
     api
-      .createToken(session, { region, site, labels: parseLabels(labels), ttl, uses, require_approval: approval })
+      .createToken(session, { region, site, labels: api.parseLabels(labels), ttl, uses, require_approval: approval })
       .then(setMade)
       .catch((err: Error) => setError(err.message));
   };

@@ -20,15 +20,11 @@ function count(boxes: api.Box[]): Counts {
   return c;
 }
 
-function labelText(l?: Record<string, string>) {
-  return l ? Object.entries(l).map(([k, v]) => `${k}=${v}`).sort().join(', ') : '';
-}
-
 /** matches says whether a box matches the search words and label filter. */
 function matches(b: api.Box, words: string[], label: [string, string] | null) {
   if (label && (b.labels?.[label[0]] ?? null) !== label[1]) return false;
   if (!words.length) return true;
-  const hay = `${b.name} ${b.id} ${b.hostname ?? ''} ${labelText(b.labels)}`.toLowerCase();
+  const hay = `${b.name} ${b.id} ${b.hostname ?? ''} ${api.formatLabels(b.labels)}`.toLowerCase();
   return words.every((w) => hay.includes(w));
 }
 
@@ -42,19 +38,10 @@ export function Fleet() {
   const all = polled.data ?? [];
 
   // regions → sites, with counts at each level.
-  const tree = useMemo(() => {
-    const regions = new Map<string, Map<string, api.Box[]>>();
-    for (const b of all) {
-      let sites = regions.get(b.region);
-      if (!sites) regions.set(b.region, (sites = new Map()));
-      const list = sites.get(b.site);
-      list ? list.push(b) : sites.set(b.site, [b]);
-    }
-    return [...regions.entries()].sort(([a], [b]) => a.localeCompare(b));
-  }, [all]);
+  const tree = useMemo(() => api.tree(all), [all]);
 
   const words = q.toLowerCase().split(/\s+/).filter(Boolean);
-  const lf = labelQ.includes('=') ? (labelQ.split('=', 2).map((s) => s.trim()) as [string, string]) : null;
+  const lf = labelQ.includes('=') ? api.parseLabel(labelQ) : null;
   const shown = useMemo(
     () =>
       all
@@ -77,13 +64,13 @@ export function Fleet() {
             {t('fleet.all')}
           </a>
           {tree.map(([r, sites]) => {
-            const rc = count([...sites.values()].flat());
+            const rc = count(sites.flatMap(([, l]) => l));
             return (
-              <div class="region">
+              <div class="region" key={r}>
                 <a class={region === r && !site ? 'active' : ''} href="/" onClick={(e) => { e.preventDefault(); setRegion(r); setSite(''); }}>
                   {r} <small>{rc.online}/{rc.offline}/{rc.waiting}</small>
                 </a>
-                {[...sites.entries()].sort(([a], [b]) => a.localeCompare(b)).map(([s, list]) => {
+                {sites.map(([s, list]) => {
                   const sc = count(list);
                   return (
                     <a class={'site ' + (region === r && site === s ? 'active' : '')} href="/" onClick={(e) => { e.preventDefault(); setRegion(r); setSite(s); }}>
@@ -122,7 +109,7 @@ export function Fleet() {
                 <span>{b.site}</span>
                 <span class={'state ' + b.state}>{stateOf(b)}</span>
                 <span>{b.online ? t('state.online') : formatTime(lang, b.last_seen)}</span>
-                <span class="labels">{labelText(b.labels)}</span>
+                <span class="labels">{api.formatLabels(b.labels)}</span>
               </a>
             )}
           />

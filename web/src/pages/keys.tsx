@@ -44,7 +44,7 @@ export function Keys() {
         </thead>
         <tbody>
           {list.map((k) => (
-            <KeyRow k={k} operate={operate} run={run} open={open === k.id} toggle={() => setOpen(open === k.id ? '' : k.id)} />
+            <KeyRow key={k.id} k={k} operate={operate} run={run} open={open === k.id} toggle={() => setOpen(open === k.id ? '' : k.id)} />
           ))}
         </tbody>
       </table>
@@ -57,7 +57,7 @@ function KeyRow(props: { k: api.Key; operate: boolean; run: (p: Promise<unknown>
   const { k, operate, run } = props;
   const [label, setLabel] = useState('');
   const [workload, setWorkload] = useState('');
-  const labelText = Object.entries(k.labels ?? {}).map(([a, v]) => `${a}=${v}`).join(', ');
+  const labelText = api.formatLabels(k.labels);
   return (
     <>
       <tr data-key={k.id}>
@@ -75,8 +75,8 @@ function KeyRow(props: { k: api.Key; operate: boolean; run: (p: Promise<unknown>
             <div class="actions">
               <form class="inline" onSubmit={(e) => {
                 e.preventDefault();
-                const [a, v] = label.split('=', 2);
-                if (a) run(api.labelKey(session, k.id, { [a.trim()]: (v ?? '').trim() }));
+                const l = api.parseLabel(label);
+                if (l) run(api.labelKey(session, k.id, { [l[0]]: l[1] }));
                 setLabel('');
               }}>
                 <input placeholder="key=value" value={label} onInput={(e) => setLabel((e.target as HTMLInputElement).value)} data-testid="key-label" />

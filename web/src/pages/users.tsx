@@ -33,7 +33,7 @@ export function Users() {
         </thead>
         <tbody>
           {(polled.data ?? []).map((u) => (
-            <tr data-user={u.name}>
+            <tr key={u.name} data-user={u.name}>
               <td>
                 <a href="#" onClick={(e) => { e.preventDefault(); setOpen(open === u.name ? '' : u.name); }}>{u.name}</a>
                 {open === u.name && <UserTokens user={u.name} />}
@@ -41,6 +41,7 @@ export function Users() {
               <td>
                 <select value={u.roles[me.tenant] ?? ''} disabled={u.name === me.user}
                   onChange={(e) => run(api.setRole(session, u.name, (e.target as HTMLSelectElement).value))}>
+                  {!u.roles[me.tenant] && <option value="">—</option>}
                   {roles.map((r) => <option value={r}>{roleName(r)}</option>)}
                 </select>
               </td>

@@ -28,7 +28,7 @@ export function Waiting() {
       <table data-testid="waiting">
         <tbody>
           {list.map((b) => (
-            <tr data-box={b.name}>
+            <tr key={b.id} data-box={b.name}>
               <td>{b.name}</td>
               <td>{b.hostname ?? ''}</td>
               <td>{b.region} / {b.site}</td>

@@ -5,7 +5,6 @@ import { onTopic, type Topic } from '../live';
 export interface Polled<T> {
   data: T | undefined;
   error: string;
-  at: Date | undefined;
   reload: () => void;
 }
 
@@ -13,39 +12,50 @@ export interface Polled<T> {
  * usePoll fetches now, again whenever one of topics changes on the console
  * (live.ts), and every period as a net under the event stream (never
  * faster than 5 s), while the page is shown; a failed fetch keeps the last
- * data and shows the error until one succeeds.
+ * data and shows the error until one succeeds. One fetch runs at a time: a
+ * change during a fetch asks for one more after it, never a second loop.
  */
 export function usePoll<T>(fetch: () => Promise<T>, deps: unknown[], topics: Topic[] = [], period = 30000): Polled<T> {
   const [data, setData] = useState<T | undefined>(undefined);
   const [error, setError] = useState('');
-  const [at, setAt] = useState<Date | undefined>(undefined);
   const [tick, setTick] = useState(0);
   useEffect(() => {
     let live = true;
     let timer = 0;
+    let running = false;
+    let again = false;
     const run = () => {
+      clearTimeout(timer);
+      if (running) {
+        again = true;
+        return;
+      }
+      running = true;
       fetch()
         .then((d) => {
           if (!live) return;
           setData(d);
           setError('');
-          setAt(new Date());
         })
         .catch((e: Error) => live && setError(e.message))
         .finally(() => {
-          if (live) timer = window.setTimeout(run, Math.max(period, 5000));
+          running = false;
+          if (!live) return;
+          if (again) {
+            again = false;
+            run();
+          } else {
+            timer = window.setTimeout(run, Math.max(period, 5000));
+          }
         });
     };
     run();
-    const off = onTopic(topics, () => {
-      clearTimeout(timer);
-      run();
-    });
+    const off = onTopic(topics, run);
     return () => {
       live = false;
       off();
       clearTimeout(timer);
     };
   }, [...deps, tick]);
-  return { data, error, at, reload: () => setTick((n) => n + 1) };
+  return { data, error, reload: () => setTick((n) => n + 1) };
 }
