@@ -3,6 +3,7 @@ package rollout
 import (
 	"fmt"
 	"math"
+	"slices"
 	"time"
 )
 
@@ -12,18 +13,36 @@ type Settings struct {
 	Waves []Size `json:"waves"`
 	// Gate is how long a wave's boxes must run B and stay healthy before
 	// the next wave starts.
-	Gate time.Duration
+	Gate time.Duration `json:"gate"`
 	// BoxTimeout is how long a box may take from being told to run B to
 	// running it healthy; past it the box has failed ("timeout").
-	BoxTimeout time.Duration
+	BoxTimeout time.Duration `json:"box_timeout"`
 	// MaxUnavailable bounds the boxes of one site being updated at once.
-	MaxUnavailable int
+	MaxUnavailable int `json:"max_unavailable"`
 	// FailurePercent: the rollout stops when more than this share of a
 	// wave has failed; any failure in the first wave stops it.
-	FailurePercent float64
+	FailurePercent float64 `json:"failure_percent"`
 	// RevertAll: when the rollout stops, every box it moved goes back to
 	// A, not only the boxes that failed.
-	RevertAll bool
+	RevertAll bool `json:"revert_all,omitempty"`
+}
+
+// normal returns s with its zero values set from DefaultSettings and the
+// rest within bounds: waves that end at 100 %, a positive box timeout.
+func (s Settings) normal() Settings {
+	d := DefaultSettings
+	if len(s.Waves) == 0 || s.Waves[len(s.Waves)-1].Percent != 100 {
+		s.Waves = append(slices.Clone(s.Waves), Size{Percent: 100})
+	}
+	if s.BoxTimeout <= 0 {
+		s.BoxTimeout = d.BoxTimeout
+	}
+	s.Gate = max(s.Gate, 0)
+	s.MaxUnavailable = max(s.MaxUnavailable, 1)
+	if s.FailurePercent < 0 || s.FailurePercent > 100 {
+		s.FailurePercent = d.FailurePercent
+	}
+	return s
 }
 
 // DefaultSettings are the defaults: 5 min gates, 15 min per box, one box
@@ -106,8 +125,11 @@ type Machine struct {
 }
 
 // NewMachine plans a rollout over regions (each a list of box IDs and
-// their sites, in the order boxes should go).
+// their sites, in the order boxes should go). Settings left zero take
+// DefaultSettings', and a last wave short of 100 % gets one that is not,
+// so every box of a region is reached.
 func NewMachine(a, b string, s Settings, regions []Region) *Machine {
+	s = s.normal()
 	m := &Machine{A: a, B: b, Settings: s}
 	for i := range regions {
 		r := regions[i]
@@ -226,19 +248,22 @@ func (m *Machine) observe(now time.Time, wave []*Box, seen map[string]Seen) {
 		b.Reason = reason
 	}
 	for _, b := range wave {
-		s := seen[b.ID]
+		s, heard := seen[b.ID]
 		switch b.Phase {
 		case Updating:
 			switch {
-			case s.Failure != "":
+			case heard && s.Failure != "":
 				set(b, Failed, s.Failure)
-			case s.Runs == m.B && s.Healthy:
+			case heard && s.Runs == m.B && s.Healthy:
 				set(b, Gating, "")
 			case now.Sub(b.Since) >= m.Settings.BoxTimeout:
 				set(b, Failed, "timeout")
 			}
 		case Gating:
 			switch {
+			case !heard:
+				// Not heard of now (a report still on its way): judged
+				// when it is, not failed for silence.
 			case s.Failure != "":
 				set(b, Failed, s.Failure)
 			case s.Runs != m.B || !s.Healthy:

@@ -274,3 +274,60 @@ func TestAMachineCarriesOnFromItsStoredForm(t *testing.T) {
 		t.Errorf("%d boxes told, want 42", len(seen))
 	}
 }
+
+func TestTheThresholdAndRevertAll(t *testing.T) {
+	t.Parallel()
+	// 100 boxes: waves of 1, 9, 40 and 50. In the last, 5 failures are 10 %
+	// (not more than 10 %: it goes on), 6 are past it (it stops).
+	for _, tc := range []struct {
+		bad       int
+		revertAll bool
+		stops     bool
+		reverted  int
+	}{
+		{5, false, false, 5},
+		{6, false, true, 6},
+		{6, true, true, 100}, // every box moved goes back: the first three waves and all of the last, started at once
+	} {
+		east := region("east", 100, 100) // a site a box: nothing waits for its site
+		s := DefaultSettings
+		s.RevertAll = tc.revertAll
+		m := NewMachine("A", "B", s, []Region{east})
+		w := newWorld(ids(east))
+		for i := 50; i < 50+tc.bad; i++ {
+			w.bad[fmt.Sprintf("east-%03d", i)] = "pull"
+		}
+		_, steps := run(m, w, 2000)
+		reverted := 0
+		for _, st := range steps {
+			reverted += len(st.Revert)
+		}
+		if (m.Stopped != "") != tc.stops || reverted != tc.reverted {
+			t.Errorf("%d bad, revert all %v: stopped %q, %d reverted; want stops %v, %d reverted",
+				tc.bad, tc.revertAll, m.Stopped, reverted, tc.stops, tc.reverted)
+		}
+	}
+}
+
+func TestSettingsLeftZeroStillReachEveryBoxInWaves(t *testing.T) {
+	t.Parallel()
+	east := region("east", 20, 20)
+	m := NewMachine("A", "B", Settings{Waves: []Size{{Boxes: 1}}}, []Region{east})
+	if r := m.Regions[0]; len(r.Ends) != 2 || r.Ends[1] != 20 || m.Settings.BoxTimeout <= 0 {
+		t.Fatalf("waves end at %v, box timeout %v", r.Ends, m.Settings.BoxTimeout)
+	}
+	// A gating box not heard of for a tick is not failed for it.
+	w := newWorld(ids(east))
+	now := time.Date(2026, 11, 25, 2, 0, 0, 0, time.UTC)
+	for i := 0; i < 3; i++ {
+		w.apply(m.Tick(now, w.tick()))
+		now = now.Add(time.Minute)
+	}
+	if b := m.Regions[0].Boxes[0]; b.Phase != Gating {
+		t.Fatalf("first box %+v", b)
+	}
+	m.Tick(now, map[string]Seen{})
+	if b := m.Regions[0].Boxes[0]; b.Phase != Gating {
+		t.Fatalf("a box not heard of for a tick: %+v", b)
+	}
+}

@@ -106,6 +106,23 @@ func TestMaintenanceWindowsInTheirOwnZone(t *testing.T) {
 			t.Errorf("%s: closed without saying why", when)
 		}
 	}
+	// A night window on working days runs past midnight from the working
+	// day it starts on.
+	nights := Policy{Zone: "Asia/Shanghai", Allow: []Window{{Days: Workdays, From: "22:00", To: "06:00"}}}
+	for when, want := range map[string]bool{
+		"2026-11-27 23:00": true,  // Friday night
+		"2026-11-28 01:00": true,  // Saturday morning, Friday's window
+		"2026-11-28 23:00": false, // Saturday night
+		"2026-11-30 01:00": false, // Monday morning, Sunday's window
+		"2026-11-30 23:00": true,  // Monday night
+	} {
+		if ok, _ := nights.Open(at(when)); ok != want {
+			t.Errorf("workday nights, %s: open %v, want %v", when, ok, want)
+		}
+	}
+	if _, err := clock("+7:00"); err == nil {
+		t.Error("a signed hour was taken")
+	}
 	next, ok := bank.NextOpen(at("2026-11-24 16:00"), 24*time.Hour)
 	if !ok || !next.Equal(at("2026-11-24 22:00")) {
 		t.Errorf("next open after a Tuesday 16:00: %v %v, want 22:00 that day", next.In(sh), ok)

@@ -64,6 +64,9 @@ const (
 
 func clock(s string) (int, error) {
 	h, m, ok := strings.Cut(s, ":")
+	if strings.Trim(h+m, "0123456789") != "" {
+		ok = false // digits only: Atoi would take a sign
+	}
 	hh, err1 := strconv.Atoi(h)
 	mm, err2 := strconv.Atoi(m)
 	if !ok || err1 != nil || err2 != nil || hh < 0 || hh > 24 || mm < 0 || mm > 59 || (hh == 24 && mm != 0) || len(h) > 2 || len(m) != 2 {
@@ -217,7 +220,9 @@ func (p Policy) NextOpen(t time.Time, within time.Duration) (time.Time, bool) {
 	if err != nil {
 		return time.Time{}, false
 	}
-	t = t.Truncate(time.Minute)
+	if r := t.Truncate(time.Minute); r.Before(t) {
+		t = r.Add(time.Minute) // the first whole minute not before t
+	}
 	for end := t.Add(within); !t.After(end); t = t.Add(time.Minute) {
 		if ok, _ := c.open(t); ok {
 			return t, true
