@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -140,6 +141,11 @@ func TestWrongPasswordsSlowTheGuesserAndLockNobodyElseOut(t *testing.T) {
 	// address after its own, shorter, wait.
 	if rec := (&browser{e: e, addr: "192.0.2.20"}).login(t, "viewer", "a long enough password"); rec.Code != http.StatusOK {
 		t.Errorf("another user during the attack: %d %s", rec.Code, rec.Body)
+	}
+	rec := (&browser{e: e, addr: "192.0.2.21"}).login(t, "admin", "a long enough password")
+	wait, _ := strconv.Atoi(rec.Header().Get("Retry-After"))
+	if rec.Code != http.StatusTooManyRequests || wait < 1 || wait > 30 {
+		t.Errorf("the attacked user from its own address: %d, Retry-After %q; want told to wait at most 30 s", rec.Code, rec.Header().Get("Retry-After"))
 	}
 	// Failed logins are audited.
 	entries, err := audit.New(e.st, nil).List(context.Background(), audit.Query{TenantID: "bank1", Limit: 1000})

@@ -80,7 +80,7 @@ func TestWebConsole(t *testing.T) {
 	admin := h.Admin()
 
 	// Two real agents: one approved at once, one waiting for approval,
-	// its name hostile markup that the page must show as text.
+	// the first box labelled with markup that the page must show as text.
 	first, err := h.Enroll(t, h.Token(t, api.TokenRequest{Region: "east", Site: "shop-1"}), "shop-1-box")
 	if err != nil {
 		t.Fatal(err)

@@ -3,6 +3,7 @@ package integration
 import (
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
 	"encoding/pem"
 	"path/filepath"
 	"strings"
@@ -84,9 +85,12 @@ func TestUsersRolesAndTenantsThroughTheCLI(t *testing.T) {
 	refused(as("alice-old", "EDGEBOX_PASSWORD=alice's first password"), "wrong user name or password",
 		"login", h.URL(), "--ca-sha256", caHash, "--user", "alice")
 	out := must(alice, "apitoken", "create", "ci", "--ttl", "24h", "-o", "json")
-	if !strings.Contains(out, `"token": "ebxa_`) {
-		t.Fatalf("apitoken create: %s", out)
+	var ci api.APIToken
+	if err := json.Unmarshal([]byte(out), &ci); err != nil || !strings.HasPrefix(ci.Token, "ebxa_") {
+		t.Fatalf("apitoken create: %v %s", err, out)
 	}
+	withCI := as("alice-ci", "EDGEBOX_TOKEN="+ci.Token)
+	must(withCI, "login", h.URL(), "--ca-sha256", caHash, "--token", ci.Token, "--tenant", "bank1")
 	if out := must(alice, "apitoken", "ls"); !strings.Contains(out, "ci") || !strings.Contains(out, "cli@") {
 		t.Errorf("alice's tokens:\n%s", out)
 	}
@@ -104,6 +108,7 @@ func TestUsersRolesAndTenantsThroughTheCLI(t *testing.T) {
 	}
 	must(admin, "user", "rm", "alice")
 	refused(alice, "no longer exists", "whoami")
+	refused(withCI, "no longer exists", "whoami") // her tokens went with her
 	refused(admin, "cannot delete yourself", "user", "rm", "admin")
 
 	// The audit logs of both tenants tell who did what.
