@@ -508,7 +508,8 @@ The password and token are shown once. Open %s in a browser, or log in with:
 `, c.cfg.DataDir, public, h, password, text, public, public, text, h)
 	}
 	by := audit.Actor{TenantID: auth.ConsoleTenant, Name: "console"}
-	if _, err := users.Create(ctx, by, "admin", password, auth.ConsoleTenant, auth.Admin); err != nil {
+	admin, err := users.Create(ctx, by, "admin", password, auth.ConsoleTenant, auth.Admin)
+	if err != nil {
 		return err
 	}
 	if anyTok {
@@ -516,7 +517,7 @@ The password and token are shown once. Open %s in a browser, or log in with:
 	}
 	// Killed before this, the console starts without the printed token;
 	// the printed password logs in and makes one.
-	return toks.Store(ctx, text, auth.APIToken{Name: "admin", User: "admin", CreatedAt: time.Now().UTC()})
+	return toks.Store(ctx, text, auth.APIToken{Name: "admin", User: "admin", UserID: admin.ID, CreatedAt: time.Now().UTC()})
 }
 
 func dedupe(in []string) []string {

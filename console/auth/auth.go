@@ -20,6 +20,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/edgebox/edgebox/console/audit"
@@ -43,6 +44,7 @@ type APIToken struct {
 	// are at each call. A token from before users has none, and acts as
 	// Role in TenantID.
 	User      string    `json:"user,omitempty"`
+	UserID    string    `json:"user_id,omitempty"` // the user's ID: a user made later under the name is another
 	TenantID  string    `json:"tenant_id,omitempty"`
 	Role      string    `json:"role,omitempty"`
 	CreatedAt time.Time `json:"created_at"`
@@ -89,13 +91,18 @@ func (t *Tokens) Create(ctx context.Context, rec APIToken) (string, error) {
 func NewTokenText() string { return TokenPrefix + randomText(32) }
 
 // Store keeps rec as the record of the token text, which NewTokenText
-// made: for a caller that must show the text before it is stored.
-func (t *Tokens) Store(ctx context.Context, text string, rec APIToken) error {
+// made (for a caller that must show the text before it is stored), with
+// the audit entries es in the same transaction.
+func (t *Tokens) Store(ctx context.Context, text string, rec APIToken, es ...audit.Entry) error {
 	raw, err := json.Marshal(rec)
 	if err != nil {
 		return err
 	}
-	res, err := store.CAS(ctx, t.s, keyOf(text), 0, raw)
+	ops := []store.Op{{Key: keyOf(text), Value: raw}}
+	for _, e := range es {
+		ops = append(ops, audit.Op(time.Now(), e))
+	}
+	res, err := t.s.Txn(ctx, store.Txn{If: []store.Cmp{{Key: keyOf(text)}}, Then: ops})
 	switch {
 	case err != nil:
 		return fmt.Errorf("auth: creating token %s: %w", rec.Name, err)
@@ -153,37 +160,42 @@ func tokenID(key string) string {
 // Revoke deletes the token of user (any user's, when user is "") whose ID
 // is id, writing e in the same transaction.
 func (t *Tokens) Revoke(ctx context.Context, user, id string, e audit.Entry) error {
-	all, err := t.List(ctx, user)
+	notFound := errdefs.NotFound("no API token %q", trunc(id))
+	if len(id) != 16 || strings.Trim(id, "0123456789abcdef") != "" {
+		return notFound
+	}
+	kvs, _, err := t.s.Range(ctx, Prefix+id, 2)
 	if err != nil {
-		return err
+		return fmt.Errorf("auth: %w", err)
 	}
-	for _, ti := range all {
-		if ti.ID != id {
-			continue
-		}
-		kvs, _, err := t.s.Range(ctx, Prefix+id, 2)
-		if err != nil {
-			return fmt.Errorf("auth: %w", err)
-		}
-		if len(kvs) != 1 {
-			return errdefs.Conflict("API token %s is ambiguous or gone", id)
-		}
-		_, err = t.s.Txn(ctx, store.Txn{If: []store.Cmp{{Key: kvs[0].Key, ModRevision: kvs[0].ModRevision}},
-			Then: []store.Op{{Key: kvs[0].Key, Delete: true}, audit.Op(time.Now(), e)}})
-		if err != nil {
-			return fmt.Errorf("auth: revoking token %s: %w", id, err)
-		}
-		return nil
+	if len(kvs) != 1 {
+		return notFound // none, or (against odds of 2^-64) two: name it by more
 	}
-	return errdefs.NotFound("no API token %q", trunc(id))
+	var rec APIToken
+	if err := json.Unmarshal(kvs[0].Value, &rec); err != nil {
+		return fmt.Errorf("auth: token record: %w", err)
+	}
+	if user != "" && rec.User != user {
+		return notFound
+	}
+	res, err := t.s.Txn(ctx, store.Txn{If: []store.Cmp{{Key: kvs[0].Key, ModRevision: kvs[0].ModRevision}},
+		Then: []store.Op{{Key: kvs[0].Key, Delete: true}, audit.Op(time.Now(), e)}})
+	switch {
+	case err != nil:
+		return fmt.Errorf("auth: revoking token %s: %w", id, err)
+	case !res.Succeeded:
+		return notFound // revoked meanwhile
+	}
+	return nil
 }
 
 // Principal is an authenticated caller: who, through what, and the role
 // it holds in each tenant.
 type Principal struct {
-	User  string
-	Via   string // "session" or "token:<name>"
-	Roles map[string]Role
+	User   string
+	UserID string
+	Via    string // "session" or "token:<name>"
+	Roles  map[string]Role
 	// Legacy marks a token from before users: User is the token's name,
 	// not a user's.
 	Legacy bool
@@ -196,10 +208,10 @@ func (u *Users) Principal(ctx context.Context, rec APIToken) (Principal, error) 
 		return Principal{User: rec.Name, Via: "token:" + rec.Name, Roles: map[string]Role{rec.TenantID: Role(rec.Role)}, Legacy: true}, nil
 	}
 	usr, _, err := u.Get(ctx, rec.User)
-	if errors.Is(err, errdefs.ErrNotFound) {
+	if errors.Is(err, errdefs.ErrNotFound) || (err == nil && usr.ID != rec.UserID) {
 		return Principal{}, errdefs.Permission("API token %q belongs to a user who no longer exists", rec.Name)
 	} else if err != nil {
 		return Principal{}, err
 	}
-	return Principal{User: usr.Name, Via: "token:" + rec.Name, Roles: usr.Roles}, nil
+	return Principal{User: usr.Name, UserID: usr.ID, Via: "token:" + rec.Name, Roles: usr.Roles}, nil
 }

@@ -22,8 +22,9 @@ const SessionsPrefix = "auth/sessions/"
 
 // Session is a browser's login.
 type Session struct {
-	User  string `json:"user"`
-	Epoch int64  `json:"epoch"` // the user's Epoch at login
+	User   string `json:"user"`
+	UserID string `json:"user_id,omitempty"` // the user's ID at login
+	Epoch  int64  `json:"epoch"`             // the user's Epoch at login
 	// CSRF is the value every state-changing request of this session
 	// carries in its X-CSRF-Token header: a cross-site page can make the
 	// browser send the cookie, but cannot read this.
@@ -52,7 +53,7 @@ func randomText(n int) string {
 func (u *Users) StartSession(ctx context.Context, usr User, remote string, ttl time.Duration) (string, Session, error) {
 	now := u.now().UTC()
 	cookie := randomText(32)
-	s := Session{User: usr.Name, Epoch: usr.Epoch, CSRF: randomText(24), CreatedAt: now, ExpiresAt: now.Add(ttl), Remote: remote}
+	s := Session{User: usr.Name, UserID: usr.ID, Epoch: usr.Epoch, CSRF: randomText(24), CreatedAt: now, ExpiresAt: now.Add(ttl), Remote: remote}
 	raw, err := json.Marshal(s)
 	if err != nil {
 		return "", Session{}, err
@@ -82,7 +83,7 @@ func (u *Users) CheckSession(ctx context.Context, cookie string) (Session, User,
 		return s, User{}, ErrSessionOver
 	}
 	usr, _, err := u.Get(ctx, s.User)
-	if errors.Is(err, errdefs.ErrNotFound) || (err == nil && usr.Epoch != s.Epoch) {
+	if errors.Is(err, errdefs.ErrNotFound) || (err == nil && (usr.Epoch != s.Epoch || usr.ID != s.UserID)) {
 		return s, User{}, ErrSessionOver
 	} else if err != nil {
 		return s, User{}, err
@@ -111,26 +112,31 @@ func (u *Users) SweepSessions(ctx context.Context) (int, error) {
 		return 0, fmt.Errorf("auth: listing sessions: %w", err)
 	}
 	now := u.now()
-	epochs := map[string]int64{}
+	// who is each user's ID and epoch now; a gone user's is {"", -1}.
+	type who struct {
+		id    string
+		epoch int64
+	}
+	users := map[string]who{}
 	n := 0
 	for _, kv := range kvs {
 		var s Session
 		over := json.Unmarshal(kv.Value, &s) != nil || !now.Before(s.ExpiresAt)
 		if !over {
-			e, ok := epochs[s.User]
+			w, ok := users[s.User]
 			if !ok {
 				usr, _, err := u.Get(ctx, s.User)
 				switch {
 				case errors.Is(err, errdefs.ErrNotFound):
-					e = -1
+					w = who{epoch: -1}
 				case err != nil:
 					return n, err
 				default:
-					e = usr.Epoch
+					w = who{usr.ID, usr.Epoch}
 				}
-				epochs[s.User] = e
+				users[s.User] = w
 			}
-			over = e != s.Epoch
+			over = w.epoch != s.Epoch || w.id != s.UserID
 		}
 		if !over {
 			continue

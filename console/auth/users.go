@@ -25,7 +25,10 @@ const (
 // User is a person (or a robot account) who logs in. Roles says what the
 // user may do in each tenant; a user holds roles in one tenant or several.
 type User struct {
-	Name         string          `json:"name"`
+	Name string `json:"name"`
+	// ID tells this user from one made later under the same name: its
+	// tokens and sessions name it, and die with it.
+	ID           string          `json:"id,omitempty"`
 	PasswordHash string          `json:"password_hash,omitempty"`
 	Roles        map[string]Role `json:"roles"` // tenant ID -> role
 	CreatedAt    time.Time       `json:"created_at"`
@@ -159,7 +162,7 @@ func (u *Users) Create(ctx context.Context, by audit.Actor, name, password, tena
 		return User{}, err
 	}
 	now := u.now().UTC()
-	usr := User{Name: name, PasswordHash: hash, Roles: map[string]Role{tenant: role}, CreatedAt: now}
+	usr := User{Name: name, ID: randomText(12), PasswordHash: hash, Roles: map[string]Role{tenant: role}, CreatedAt: now}
 	raw, err := json.Marshal(usr)
 	if err != nil {
 		return User{}, err
@@ -227,6 +230,38 @@ func (u *Users) SetRole(ctx context.Context, by audit.Actor, name, tenant string
 		usr.Roles[tenant] = role
 		return by.Did("user.role", name, fmt.Sprintf("%s in %s", role, tenant)), nil
 	})
+}
+
+// RemoveRole takes the user's role in tenant away and, when that was its
+// last, deletes the user, in one transaction: no other change can come
+// between, and a crash leaves either the user as it was or the change
+// whole. It reports whether the user was deleted.
+func (u *Users) RemoveRole(ctx context.Context, by audit.Actor, name, tenant string) (bool, error) {
+	for {
+		usr, rev, err := u.Get(ctx, name)
+		if err != nil {
+			return false, err
+		}
+		delete(usr.Roles, tenant)
+		op := store.Op{Key: userKey(name), Delete: true}
+		e := by.Did("user.delete", name, "its last role, in "+tenant)
+		if len(usr.Roles) > 0 {
+			raw, err := json.Marshal(usr)
+			if err != nil {
+				return false, err
+			}
+			op = store.Op{Key: userKey(name), Value: raw}
+			e = by.Did("user.role", name, "no role in "+tenant)
+		}
+		res, err := u.s.Txn(ctx, store.Txn{If: []store.Cmp{{Key: userKey(name), ModRevision: rev}},
+			Then: []store.Op{op, audit.Op(u.now(), e)}})
+		if err != nil {
+			return false, fmt.Errorf("auth: removing user %s from %s: %w", name, tenant, err)
+		}
+		if res.Succeeded {
+			return op.Delete, nil
+		}
+	}
 }
 
 // SetPassword changes the user's password and ends every browser session

@@ -264,3 +264,40 @@ func TestThrottleSlowsGuessersAndNobodyElse(t *testing.T) {
 		t.Errorf("throttle holds %d keys, bound 100", n)
 	}
 }
+
+// TestAUserMadeAgainUnderTheNameIsAnother: a deleted user's tokens and
+// sessions stay dead when a new user takes the name.
+func TestAUserMadeAgainUnderTheNameIsAnother(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	u, _ := newUsers(t)
+	toks := New(u.s)
+	old, err := u.Create(ctx, root, "carol", "a long enough password", ConsoleTenant, Viewer)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tok, err := toks.Create(ctx, APIToken{Name: "cli", User: "carol", UserID: old.ID})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ck, _, err := u.StartSession(ctx, old, "", time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := u.Delete(ctx, root, "carol"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := u.Create(ctx, root, "carol", "another long password", ConsoleTenant, Admin); err != nil {
+		t.Fatal(err)
+	}
+	rec, err := toks.Check(ctx, tok)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p, err := u.Principal(ctx, rec); !errors.Is(err, errdefs.ErrPermission) {
+		t.Errorf("the old carol's token acts as the new carol: %+v %v", p, err)
+	}
+	if _, _, err := u.CheckSession(ctx, ck); !errors.Is(err, ErrSessionOver) {
+		t.Errorf("the old carol's session: %v", err)
+	}
+}

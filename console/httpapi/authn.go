@@ -245,10 +245,7 @@ func (s *server) login(c *gin.Context) {
 		fail(c, err)
 		return
 	}
-	if wait := s.Throttle.Wait(name, ip); wait > 0 {
-		secs := int((wait + time.Second - 1) / time.Second)
-		c.Header("Retry-After", strconv.Itoa(secs))
-		c.AbortWithStatusJSON(http.StatusTooManyRequests, api.Error{Error: "too many wrong passwords: try again in " + strconv.Itoa(secs) + " s"})
+	if !s.mayGuess(c, name) {
 		return
 	}
 	ttl, err := parseTokenTTL("token_ttl", req.TokenTTL)
@@ -269,7 +266,7 @@ func (s *server) login(c *gin.Context) {
 	s.Throttle.Succeeded(name, ip)
 	me := api.Me{User: usr.Name, Roles: rolesView(usr.Roles)}
 	if req.TokenName != "" {
-		tok, err := s.makeToken(c, usr.Name, usr.Roles, req.TokenName, ttl)
+		tok, err := s.makeToken(c, auth.Principal{User: usr.Name, UserID: usr.ID, Roles: usr.Roles}, req.TokenName, ttl)
 		if err != nil {
 			fail(c, err)
 			return
@@ -287,6 +284,20 @@ func (s *server) login(c *gin.Context) {
 		s.auditLogin(c, usr.Name, "ok")
 	}
 	c.JSON(http.StatusOK, me)
+}
+
+// mayGuess reports whether user may be guessed at from this client now;
+// while the password throttle holds it back, it answers 429 with when to
+// come back.
+func (s *server) mayGuess(c *gin.Context, user string) bool {
+	wait := s.Throttle.Wait(user, c.ClientIP())
+	if wait <= 0 {
+		return true
+	}
+	secs := int((wait + time.Second - 1) / time.Second)
+	c.Header("Retry-After", strconv.Itoa(secs))
+	c.AbortWithStatusJSON(http.StatusTooManyRequests, api.Error{Error: "too many wrong passwords: try again in " + strconv.Itoa(secs) + " s"})
+	return false
 }
 
 // auditLogin records a login in every tenant the user holds a role in,

@@ -21,6 +21,7 @@ import (
 func (s *server) registry(c *gin.Context) {
 	var who string
 	var tenants map[string]bool
+	isTenant := func(string) bool { return false }
 	// authorize looks at the request's headers only: a refused caller's
 	// body is never read.
 	authorize := func(req *http.Request) (registry.Access, error) {
@@ -36,17 +37,21 @@ func (s *server) registry(c *gin.Context) {
 		if err != nil {
 			return registry.Access{}, err
 		}
-		all, err := s.Users.Tenants(req.Context())
-		if err != nil {
-			return registry.Access{}, err
-		}
+		// Whether a repository's first segment is a tenant, looked up
+		// once a request: most touch one repository.
 		tenants = map[string]bool{}
-		for _, t := range all {
-			tenants[t.ID] = true
+		isTenant = func(id string) bool {
+			is, ok := tenants[id]
+			if !ok {
+				_, err := s.Users.Tenant(req.Context(), id)
+				is = err == nil
+				tenants[id] = is
+			}
+			return is
 		}
 		who = p.User
 		role := func(repo string) auth.Role {
-			t := auth.RepoTenant(repo, func(id string) bool { return tenants[id] })
+			t := auth.RepoTenant(repo, isTenant)
 			if r, ok := p.Roles[t]; ok {
 				return r
 			}
@@ -70,6 +75,6 @@ func (s *server) registry(c *gin.Context) {
 	if st := c.Writer.Status(); st >= 300 {
 		result = "failed: " + http.StatusText(st)
 	}
-	s.record(c, audit.Entry{TenantID: auth.RepoTenant(repo, func(id string) bool { return tenants[id] }), Actor: who, Remote: c.ClientIP(),
+	s.record(c, audit.Entry{TenantID: auth.RepoTenant(repo, isTenant), Actor: who, Remote: c.ClientIP(),
 		Action: m + " image manifest", Target: strings.TrimPrefix(c.Request.URL.Path, "/v2/"), Result: result})
 }

@@ -122,10 +122,11 @@ func newRolesEnv(t *testing.T) *rolesEnv {
 		}
 	}
 	mk := func(name, tenant string, role auth.Role) {
-		if _, err := users.Create(ctx, console, name, "a long enough password", tenant, role); err != nil {
+		usr, err := users.Create(ctx, console, name, "a long enough password", tenant, role)
+		if err != nil {
 			t.Fatal(err)
 		}
-		tok, err := toks.Create(ctx, auth.APIToken{Name: name + "-cli", User: name})
+		tok, err := toks.Create(ctx, auth.APIToken{Name: name + "-cli", User: name, UserID: usr.ID})
 		if err != nil {
 			t.Fatal(err)
 		}

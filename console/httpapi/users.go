@@ -1,6 +1,7 @@
 package httpapi
 
 import (
+	"errors"
 	"net/http"
 	"strings"
 	"time"
@@ -116,12 +117,7 @@ func (s *server) deleteUser(c *gin.Context) {
 		fail(c, errdefs.Invalid("you cannot delete yourself; another admin can"))
 		return
 	}
-	ctx := c.Request.Context()
-	u, err := s.Users.SetRole(ctx, caller(c), u.Name, a.Tenant, "")
-	if err == nil && len(u.Roles) == 0 {
-		err = s.Users.Delete(ctx, caller(c), u.Name)
-	}
-	if err != nil {
+	if _, err := s.Users.RemoveRole(c.Request.Context(), caller(c), u.Name, a.Tenant); err != nil {
 		s.fail(c, err)
 		return
 	}
@@ -161,9 +157,17 @@ func (s *server) changeOwnPassword(c *gin.Context) {
 	}
 	a := accessOf(c)
 	ctx := c.Request.Context()
-	if _, err := s.Users.Authenticate(ctx, a.User, req.Old); err != nil {
+	// Guessing the old password is guessing a password: the login's
+	// throttle holds here too.
+	if !s.mayGuess(c, a.User) {
+		return
+	}
+	if _, err := s.Users.Authenticate(ctx, a.User, req.Old); errors.Is(err, errdefs.ErrPermission) {
 		s.Throttle.Failed(a.User, c.ClientIP())
-		s.fail(c, errdefs.Permission("the old password is wrong"))
+		fail(c, errdefs.Permission("the old password is wrong"))
+		return
+	} else if err != nil {
+		s.fail(c, err)
 		return
 	}
 	if err := s.Users.SetPassword(ctx, caller(c), a.User, req.Password); err != nil {
@@ -177,28 +181,34 @@ func apiTokenView(t auth.TokenInfo) api.APIToken {
 	return api.APIToken{ID: t.ID, Name: t.Name, User: t.User, CreatedAt: t.CreatedAt, ExpiresAt: t.ExpiresAt}
 }
 
-// makeToken makes an API token for user, audited in each tenant the user
-// works in (roles).
-func (s *server) makeToken(c *gin.Context, user string, roles map[string]auth.Role, name string, ttl time.Duration) (api.APIToken, error) {
+// makeToken makes an API token for the user p, audited in each tenant
+// the user works in, in the token's own transaction.
+func (s *server) makeToken(c *gin.Context, p auth.Principal, name string, ttl time.Duration) (api.APIToken, error) {
+	user := p.User
 	name = strings.TrimSpace(name)
 	if name == "" || len(name) > 100 {
 		return api.APIToken{}, errdefs.Invalid("an API token needs a name of 1 to 100 bytes")
 	}
-	rec := auth.APIToken{Name: name, User: user, CreatedAt: time.Now().UTC()}
+	rec := auth.APIToken{Name: name, User: user, UserID: p.UserID, CreatedAt: time.Now().UTC()}
 	if ttl > 0 {
 		rec.ExpiresAt = rec.CreatedAt.Add(ttl)
 	}
-	text, err := s.Tokens.Create(c.Request.Context(), rec)
-	if err != nil {
-		return api.APIToken{}, err
+	var es []audit.Entry
+	for _, t := range (auth.User{Roles: p.Roles}).Tenants() {
+		es = append(es, audit.Actor{TenantID: t, Name: user, Remote: c.ClientIP()}.Did("apitoken.create", user, name))
 	}
-	for _, t := range (auth.User{Roles: roles}).Tenants() {
-		s.record(c, audit.Actor{TenantID: t, Name: user, Remote: c.ClientIP()}.Did("apitoken.create", user, name))
+	text := auth.NewTokenText()
+	if err := s.Tokens.Store(c.Request.Context(), text, rec, es...); err != nil {
+		return api.APIToken{}, err
 	}
 	return api.APIToken{Name: name, User: user, CreatedAt: rec.CreatedAt, ExpiresAt: rec.ExpiresAt, Token: text}, nil
 }
 
-func (s *server) listAPITokens(c *gin.Context) { s.writeTokens(c, accessOf(c).User) }
+func (s *server) listAPITokens(c *gin.Context) {
+	if asUser(c) {
+		s.writeTokens(c, accessOf(c).User)
+	}
+}
 
 // writeTokens answers with the API tokens of user.
 func (s *server) writeTokens(c *gin.Context, user string) {
@@ -224,8 +234,7 @@ func (s *server) createAPIToken(c *gin.Context) {
 		fail(c, err)
 		return
 	}
-	a := accessOf(c)
-	t, err := s.makeToken(c, a.User, a.Roles, req.Name, ttl)
+	t, err := s.makeToken(c, accessOf(c).Principal, req.Name, ttl)
 	if err != nil {
 		s.fail(c, err)
 		return
@@ -255,6 +264,9 @@ func (s *server) revokeUserToken(c *gin.Context) {
 }
 
 func (s *server) revokeAPIToken(c *gin.Context) {
+	if !asUser(c) {
+		return
+	}
 	a := accessOf(c)
 	if err := s.Tokens.Revoke(c.Request.Context(), a.User, c.Param("id"), caller(c).Did("apitoken.revoke", a.User, c.Param("id"))); err != nil {
 		s.fail(c, err)
