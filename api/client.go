@@ -441,3 +441,47 @@ func (c *Client) CreateTenant(ctx context.Context, id, name string) (Tenant, err
 	err := c.do(ctx, http.MethodPost, "/api/v1/tenants", Tenant{ID: id, Name: name}, &t)
 	return t, err
 }
+
+// CreateRollout starts a rollout.
+func (c *Client) CreateRollout(ctx context.Context, r RolloutRequest) (Rollout, error) {
+	var out Rollout
+	err := c.do(ctx, http.MethodPost, "/api/v1/rollouts", r, &out)
+	return out, err
+}
+
+// Rollouts lists the tenant's rollouts, newest first, without their
+// boxes.
+func (c *Client) Rollouts(ctx context.Context) ([]Rollout, error) {
+	var l RolloutList
+	err := c.do(ctx, http.MethodGet, "/api/v1/rollouts", nil, &l)
+	return l.Rollouts, err
+}
+
+// Rollout returns one rollout with its boxes.
+func (c *Client) Rollout(ctx context.Context, id string) (Rollout, error) {
+	var out Rollout
+	err := c.do(ctx, http.MethodGet, "/api/v1/rollouts/"+url.PathEscape(id), nil, &out)
+	return out, err
+}
+
+// RolloutDo pauses, resumes, aborts or approves a rollout (action is
+// "pause", "resume", "abort" or "approve").
+func (c *Client) RolloutDo(ctx context.Context, id, action string, a RolloutAction) (Rollout, error) {
+	var out Rollout
+	err := c.do(ctx, http.MethodPost, "/api/v1/rollouts/"+url.PathEscape(id)+"/"+url.PathEscape(action), a, &out)
+	return out, err
+}
+
+// RolloutRules returns the tenant's rollout rules.
+func (c *Client) RolloutRules(ctx context.Context) (RolloutRules, error) {
+	var out RolloutRules
+	err := c.do(ctx, http.MethodGet, "/api/v1/rollout-rules", nil, &out)
+	return out, err
+}
+
+// SetRolloutRules replaces the tenant's rollout rules.
+func (c *Client) SetRolloutRules(ctx context.Context, r RolloutRules) (RolloutRules, error) {
+	var out RolloutRules
+	err := c.do(ctx, http.MethodPut, "/api/v1/rollout-rules", r, &out)
+	return out, err
+}

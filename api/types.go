@@ -514,3 +514,155 @@ type PreviewBox struct {
 	Online      bool     `json:"online"`
 	MissingKeys []string `json:"missing_keys,omitempty"`
 }
+
+// RolloutRequest asks for a rollout of App from one release to another
+// (POST /api/v1/rollouts). Exactly one of Regions, Site, Selector and
+// Boxes names what it moves.
+type RolloutRequest struct {
+	App      string            `json:"app"`
+	From     string            `json:"from"`
+	To       string            `json:"to"`
+	Regions  []string          `json:"regions,omitempty"` // in order
+	Site     string            `json:"site,omitempty"`
+	Selector map[string]string `json:"selector,omitempty"`
+	Boxes    []string          `json:"boxes,omitempty"`
+	// Waves are each group's cumulative sizes: "1", "10%", "50%", "100%"
+	// when empty.
+	Waves []string `json:"waves,omitempty"`
+	// Gate and BoxTimeout are durations such as "5m"; "" takes the
+	// default (5 min and 15 min), "0s" is a gate of no time.
+	Gate           string   `json:"gate,omitempty"`
+	BoxTimeout     string   `json:"box_timeout,omitempty"`
+	MaxUnavailable int      `json:"max_unavailable,omitempty"` // per site; 1 when 0
+	FailurePercent *float64 `json:"failure_percent,omitempty"` // 10 when unset
+	// RevertAll: when the rollout stops, every box it moved goes back,
+	// not only those that failed.
+	RevertAll bool `json:"revert_all,omitempty"`
+}
+
+// Rollout is a rollout as the API shows it. Groups are left out of
+// lists.
+type Rollout struct {
+	ID        string            `json:"id"`
+	App       string            `json:"app"`
+	From      string            `json:"from"`
+	To        string            `json:"to"`
+	Scope     string            `json:"scope"`
+	State     string            `json:"state"` // awaiting-approval, running, paused, stopped, aborted, done
+	Reason    string            `json:"reason,omitempty"`
+	CreatedAt time.Time         `json:"created_at"`
+	CreatedBy string            `json:"created_by"`
+	UpdatedAt time.Time         `json:"updated_at"`
+	Approvals []RolloutApproval `json:"approvals,omitempty"`
+	Settings  RolloutSettings   `json:"settings"`
+	Progress  RolloutProgress   `json:"progress"`
+	// Group is the index of the group in progress, len(Groups) when over.
+	Group   int              `json:"group"`
+	Groups  []RolloutGroup   `json:"groups,omitempty"`
+	Skipped []RolloutSkipped `json:"skipped,omitempty"`
+}
+
+// RolloutSettings are the rules a rollout moves by.
+type RolloutSettings struct {
+	Waves          []string `json:"waves"`
+	Gate           string   `json:"gate"`
+	BoxTimeout     string   `json:"box_timeout"`
+	MaxUnavailable int      `json:"max_unavailable"`
+	FailurePercent float64  `json:"failure_percent"`
+	RevertAll      bool     `json:"revert_all,omitempty"`
+}
+
+// RolloutProgress counts a rollout's boxes by phase.
+type RolloutProgress struct {
+	Total    int `json:"total"`
+	Waiting  int `json:"waiting"`
+	Held     int `json:"held"`
+	Updating int `json:"updating"`
+	Gating   int `json:"gating"`
+	Done     int `json:"done"`
+	Failed   int `json:"failed"`
+	Reverted int `json:"reverted"`
+}
+
+// RolloutApproval is one user's approval.
+type RolloutApproval struct {
+	By    string    `json:"by"`
+	At    time.Time `json:"at"`
+	Stage string    `json:"stage"` // start, first-wave
+}
+
+// RolloutGroup is a region, a site or the selected boxes of a rollout,
+// its boxes in wave order.
+type RolloutGroup struct {
+	Name  string       `json:"name"`
+	Wave  int          `json:"wave"`  // the wave in progress, from 0
+	Waves int          `json:"waves"` // how many
+	Boxes []RolloutBox `json:"boxes"`
+}
+
+// RolloutBox is one box of a rollout.
+type RolloutBox struct {
+	ID       string    `json:"id"`
+	Site     string    `json:"site"`
+	Wave     int       `json:"wave"`
+	Phase    string    `json:"phase"` // waiting, held, updating, gating, done, failed
+	Reason   string    `json:"reason,omitempty"`
+	Since    time.Time `json:"since,omitzero"`
+	Reverted bool      `json:"reverted,omitempty"`
+}
+
+// RolloutSkipped is a box of the scope a rollout leaves alone, and why.
+type RolloutSkipped struct {
+	Box    string `json:"box"`
+	Reason string `json:"reason"`
+}
+
+// RolloutList is the answer to GET /api/v1/rollouts.
+type RolloutList struct {
+	Rollouts []Rollout `json:"rollouts"`
+}
+
+// RolloutAction is the body of a rollout's pause or abort.
+type RolloutAction struct {
+	Reason string `json:"reason,omitempty"` // pause
+	Revert bool   `json:"revert,omitempty"` // abort: send moved boxes back
+}
+
+// RolloutRules are a tenant's rules for rollouts (GET and PUT
+// /api/v1/rollout-rules): approvals, and maintenance policies by region
+// and by site, each in its own time zone, with the tenant's holidays.
+type RolloutRules struct {
+	ApproveStart     bool                    `json:"approve_start,omitempty"`
+	ApproveFirstWave bool                    `json:"approve_first_wave,omitempty"`
+	Regions          map[string]UpdatePolicy `json:"regions,omitempty"`
+	Sites            map[string]UpdatePolicy `json:"sites,omitempty"`
+	Calendar         Calendar                `json:"calendar,omitzero"`
+	UpdatedAt        time.Time               `json:"updated_at,omitzero"`
+	UpdatedBy        string                  `json:"updated_by,omitempty"`
+}
+
+// UpdatePolicy says when boxes may be updated: never inside a Deny
+// window and, when Allow windows are given, only inside one. Times are
+// in Zone, an IANA name such as "Asia/Shanghai".
+type UpdatePolicy struct {
+	Zone     string         `json:"zone"`
+	Allow    []UpdateWindow `json:"allow,omitempty"`
+	Deny     []UpdateWindow `json:"deny,omitempty"`
+	Calendar Calendar       `json:"calendar,omitzero"`
+}
+
+// UpdateWindow is a daily span, "15:00" to "17:30", on every-day,
+// workdays or holidays; one whose To is before its From runs past
+// midnight.
+type UpdateWindow struct {
+	Days string `json:"days"`
+	From string `json:"from"`
+	To   string `json:"to"`
+}
+
+// Calendar is a tenant's holidays and the weekend days it works, as
+// dates ("2026-10-01").
+type Calendar struct {
+	Holidays      []string `json:"holidays,omitempty"`
+	ExtraWorkdays []string `json:"extra_workdays,omitempty"`
+}

@@ -57,6 +57,9 @@ type Config struct {
 	// AppsSyncEvery is how often every box is checked against the app
 	// pins, behind the syncs that deploys and hellos make at once.
 	AppsSyncEvery time.Duration
+	// RolloutEvery is how often running rollouts are moved along (2 s
+	// when zero).
+	RolloutEvery time.Duration
 	// Admission paces box sessions: how many may be between their
 	// handshake and their caught-up Sync stream, adapting to how fast
 	// they complete, and how the rest are told when to come back.

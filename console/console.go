@@ -40,6 +40,7 @@ import (
 	"github.com/edgebox/edgebox/console/pki"
 	"github.com/edgebox/edgebox/console/port"
 	"github.com/edgebox/edgebox/console/presence"
+	"github.com/edgebox/edgebox/console/rollout"
 	"github.com/edgebox/edgebox/console/store"
 	"github.com/edgebox/edgebox/console/webui"
 	"github.com/edgebox/edgebox/enroll"
@@ -79,6 +80,7 @@ type Console struct {
 	admission *admission.Controller
 	users     *auth.Users
 	events    *events.Hub
+	rollouts  *rollout.Service
 
 	mu      sync.Mutex     // guards state and closers
 	state   lifecycle      //
@@ -236,6 +238,9 @@ func New(cfg Config, log *slog.Logger) (_ *Console, err error) {
 	}
 
 	// The public port, and the HTTP API behind it.
+	c.rollouts = rollout.New(rollout.Config{Store: st, Apps: catalogue, Boxes: fl, Desired: c.desired,
+		Online: func(id string) bool { return pres.Presence(id).Online }, Every: cfg.RolloutEvery, Now: cfg.Clock, Log: c.log})
+
 	if c.port, err = port.New(ln, authority, srv, c.admission, cfg.Config, promReg, c.log); err != nil {
 		return nil, err
 	}
@@ -243,7 +248,7 @@ func New(cfg Config, log *slog.Logger) (_ *Console, err error) {
 		Handler: httpapi.New(httpapi.Deps{
 			Fleet: fl, Audit: auditLog, Tokens: tokens, Users: c.users, SessionTTL: cfg.SessionTTL,
 			Throttle: auth.NewThrottle(auth.DefaultThrottleConfig, now), PKI: authority, Sessions: pres, Desired: c.desired, Downloads: downloads,
-			Registry: reg, RegistryHosts: registryHosts, Apps: catalogue, Agents: c.agents, Keys: keyRegistry,
+			Registry: reg, RegistryHosts: registryHosts, Apps: catalogue, Agents: c.agents, Keys: keyRegistry, Rollouts: c.rollouts,
 			ConsoleURL: public, BoxCertTTL: cfg.BoxCertTTL, Log: c.log,
 			Metrics: promhttp.HandlerFor(promReg, promhttp.HandlerOpts{}), WebUI: webui.Handler(), Events: c.events,
 		}),
@@ -328,6 +333,7 @@ func (c *Console) Run(ctx context.Context) error {
 	start(loops, "presence", c.presence.Run)
 	start(loops, "compaction", c.compactor.Run)
 	start(loops, "app sync", c.appsync.Run)
+	start(loops, "rollouts", c.rollouts.Run)
 	start(loops, "admission", c.admission.Run)
 	start(loops, "events", c.events.Run)
 	start(loops, "session sweep", func(ctx context.Context) error { return c.users.RunSweeper(ctx, 10*time.Minute, c.log) })

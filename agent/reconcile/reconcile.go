@@ -494,7 +494,7 @@ func (r *Reconciler) healthOf(name string) string {
 func (r *Reconciler) fail(name string, rev uint64, reason string, err error) {
 	r.cfg.Log.Warn("workload failed", "workload", name, "reason", reason, "err", err)
 	r.event(name, reason, err.Error(), true)
-	r.status(name, rev, edgeboxv1.PhaseFailed, err.Error())
+	r.statusWhy(name, rev, edgeboxv1.PhaseFailed, reason, err.Error())
 }
 
 // netStatus is what a workload's status says of its network.
@@ -525,11 +525,17 @@ func (r *Reconciler) network(ctx context.Context, d runtime.Driver, name string,
 }
 
 func (r *Reconciler) status(name string, rev uint64, phase, msg string) {
+	r.statusWhy(name, rev, phase, "", msg)
+}
+
+// statusWhy reports a status whose phase has a reason: the event reason
+// of what failed, for a rollout to tell a failed pull from a failed start.
+func (r *Reconciler) statusWhy(name string, rev uint64, phase, reason, msg string) {
 	r.reported[name] = true
 	nw := r.nets[name]
 	r.cfg.Reporter.Report(&edgeboxv1.ObjectStatus{Kind: edgeboxv1.KindWorkload, Name: name, ObservedRevision: rev,
 		Phase: phase, Message: msg, UpdatedUnixNano: time.Now().UnixNano(), Release: r.running[name], Health: r.healthOf(name),
-		Address: nw.address, Ports: nw.ports, EgressRefused: nw.refused, Restarts: r.restarts(name)})
+		Address: nw.address, Ports: nw.ports, EgressRefused: nw.refused, Restarts: r.restarts(name), Reason: reason})
 }
 
 // restarts is how often name was started again since the agent started or

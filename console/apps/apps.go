@@ -521,9 +521,20 @@ func covers(scope, target string, b fleet.Box) bool {
 // SyncScope brings every box scope/target covers to its effective
 // releases and returns those whose desired state changed.
 func (a *Apps) SyncScope(ctx context.Context, tenant, scope, target string) ([]string, error) {
-	boxes, err := a.boxes.Boxes(ctx, tenant)
-	if err != nil {
-		return nil, err
+	var boxes []fleet.Box
+	if scope == ScopeBox {
+		// One box: read it alone, not the fleet (a rollout pins boxes
+		// one by one).
+		b, err := a.boxes.Box(ctx, tenant, target)
+		if err != nil {
+			return nil, err
+		}
+		boxes = []fleet.Box{b}
+	} else {
+		var err error
+		if boxes, err = a.boxes.Boxes(ctx, tenant); err != nil {
+			return nil, err
+		}
 	}
 	c, err := a.catalogue(ctx, tenant)
 	if err != nil {
@@ -602,6 +613,26 @@ func (c catalogue) effective(b fleet.Box) (map[string]Release, error) {
 			return nil, errdefs.NotFound("app %s is pinned to release %s, which is gone", app, p.Version)
 		}
 		out[app] = rel
+	}
+	return out, nil
+}
+
+// Versions returns the release of app each of boxes should run now, by
+// box ID; a box that should not run it is left out.
+func (a *Apps) Versions(ctx context.Context, tenant, app string, boxes []fleet.Box) (map[string]string, error) {
+	c, err := a.catalogue(ctx, tenant)
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]string{}
+	for _, b := range boxes {
+		eff, err := c.effective(b)
+		if err != nil {
+			continue // a pin to a release that is gone: not a box to move
+		}
+		if rel, ok := eff[app]; ok {
+			out[b.ID] = rel.Version
+		}
 	}
 	return out, nil
 }

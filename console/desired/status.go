@@ -69,6 +69,7 @@ func (st *State) ReportStatus(ctx context.Context, box string, r *edgeboxv1.Sync
 		c.Message = clip(c.Message, maxMessage)
 		c.Release = clip(c.Release, 64)
 		c.Health = clip(c.Health, 16)
+		c.Reason = clip(c.Reason, 32)
 		c.Address = clip(c.Address, 64)
 		if len(c.Ports) > maxPorts {
 			c.Ports = c.Ports[:maxPorts]

@@ -27,6 +27,7 @@ import (
 	"github.com/edgebox/edgebox/console/keys"
 	"github.com/edgebox/edgebox/console/pki"
 	"github.com/edgebox/edgebox/console/presence"
+	"github.com/edgebox/edgebox/console/rollout"
 	"github.com/edgebox/edgebox/enroll"
 	"github.com/edgebox/edgebox/errdefs"
 	"github.com/edgebox/edgebox/images/registry"
@@ -60,6 +61,7 @@ type Deps struct {
 	Apps          *apps.Apps
 	Agents        Agents
 	Keys          *keys.Registry
+	Rollouts      *rollout.Service
 	ConsoleURL    string
 	BoxCertTTL    time.Duration
 	Metrics       http.Handler
@@ -172,6 +174,13 @@ func (s *server) routes() []route {
 		{"GET", v1 + "/apps/:app/pins/:scope/:target/preview", auth.Operate, s.previewDeploy},
 		{"DELETE", v1 + "/apps/:app/pins/:scope/:target", auth.Operate, s.undeploy},
 		{"GET", v1 + "/apps/:app/status", auth.Read, s.appStatus},
+
+		{"GET", v1 + "/rollouts", auth.Read, s.listRollouts},
+		{"POST", v1 + "/rollouts", auth.Operate, s.createRollout},
+		{"GET", v1 + "/rollouts/:id", auth.Read, s.getRollout},
+		{"POST", v1 + "/rollouts/:id/:action", auth.Operate, s.rolloutAction},
+		{"GET", v1 + "/rollout-rules", auth.Read, s.getRolloutRules},
+		{"PUT", v1 + "/rollout-rules", auth.Administer, s.setRolloutRules},
 
 		{"GET", v1 + "/keys", auth.Read, s.listKeys},
 		{"GET", v1 + "/keys/:key", auth.Read, s.getKey},

@@ -31,6 +31,7 @@ import (
 	"github.com/edgebox/edgebox/console/fleet"
 	"github.com/edgebox/edgebox/console/keys"
 	"github.com/edgebox/edgebox/console/pki"
+	"github.com/edgebox/edgebox/console/rollout"
 	"github.com/edgebox/edgebox/console/store"
 	"github.com/edgebox/edgebox/console/store/storetest"
 	"github.com/edgebox/edgebox/images/registry"
@@ -43,7 +44,7 @@ var cheapHash = auth.HashParams{Time: 1, Memory: 64, Threads: 1}
 
 // tenantFixture is what one tenant owns in the role test.
 type tenantFixture struct {
-	box, key, app string
+	box, key, app, rollout string
 }
 
 // rolesEnv is the API with two tenants, bank1 and bank2, each with a box,
@@ -85,6 +86,7 @@ func newRolesEnv(t *testing.T) *rolesEnv {
 	if err != nil {
 		t.Fatal(err)
 	}
+	rollouts := rollout.New(rollout.Config{Store: st, Apps: catalogue, Boxes: fl, Desired: d, Log: log})
 	e := &rolesEnv{st: st, users: users, tokens: map[string]string{}, srv: srv, host: host}
 	console := audit.Actor{TenantID: auth.ConsoleTenant, Name: "console"}
 	for _, tenant := range []string{"bank1", "bank2"} {
@@ -114,7 +116,17 @@ func newRolesEnv(t *testing.T) *rolesEnv {
 			Keys: []apps.KeyNeed{{Labels: map[string]string{"bank": "icbc"}}}}); err != nil {
 			t.Fatal(err)
 		}
-		f := tenantFixture{box: b.ID, key: keys.ID(b.ID, dev), app: app}
+		if _, err := catalogue.CreateRelease(ctx, by, app, apps.Spec{Version: "2", Runtime: "process", Image: "/bin/sleep"}); err != nil {
+			t.Fatal(err)
+		}
+		if _, _, err := catalogue.Deploy(ctx, by, app, "1", apps.ScopeRegion, "east"); err != nil {
+			t.Fatal(err)
+		}
+		ro, err := rollouts.Create(ctx, by, rollout.Request{App: app, From: "1", To: "2", Scope: rollout.Scope{Regions: []string{"east"}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		f := tenantFixture{box: b.ID, key: keys.ID(b.ID, dev), app: app, rollout: ro.ID}
 		if tenant == "bank1" {
 			e.own = f
 		} else {
@@ -143,7 +155,7 @@ func newRolesEnv(t *testing.T) *rolesEnv {
 	t.Cleanup(func() { stopHub(); <-hubDone })
 	e.h = New(Deps{Fleet: fl, Events: hub, Audit: audit.New(st, nil), Tokens: toks, Users: users, SessionTTL: time.Hour,
 		Throttle: auth.NewThrottle(auth.DefaultThrottleConfig, time.Now), Sessions: noSessions{}, Desired: d, Keys: kr,
-		PKI: a, Apps: catalogue, Registry: reg, RegistryHosts: []string{host}, ConsoleURL: "https://127.0.0.1:8443", Log: log,
+		PKI: a, Apps: catalogue, Rollouts: rollouts, Registry: reg, RegistryHosts: []string{host}, ConsoleURL: "https://127.0.0.1:8443", Log: log,
 		Metrics: http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { io.WriteString(w, "ok\n") })})
 	h = e.h
 	return e
@@ -190,6 +202,9 @@ func routeTable() map[string]routeCase {
 	}
 	key := func(suffix string) func(tenantFixture) string {
 		return func(f tenantFixture) string { return "/api/v1/keys/" + f.key + suffix }
+	}
+	ro := func(suffix string) func(tenantFixture) string {
+		return func(f tenantFixture) string { return "/api/v1/rollouts/" + f.rollout + suffix }
 	}
 	wl := `{"app":"robot","release":"1","runtime":"process","image":"/bin/sleep"}`
 	return map[string]routeCase{
@@ -242,6 +257,12 @@ func routeTable() map[string]routeCase {
 		"POST /api/v1/keys/:key/lease":                      {perm: auth.Operate, path: key("/lease"), body: `{"workload":"robot"}`, objects: true},
 		"POST /api/v1/keys/:key/release":                    {perm: auth.Operate, path: key("/release"), objects: true},
 		"GET /api/v1/keys/:key/history":                     {perm: auth.Read, path: key("/history"), objects: true},
+		"GET /api/v1/rollouts":                              {perm: auth.Read, path: fixed("/api/v1/rollouts")},
+		"POST /api/v1/rollouts":                             {perm: auth.Operate, path: fixed("/api/v1/rollouts"), body: `{"app":"bank1-app","from":"1","to":"2","regions":["east"]}`},
+		"GET /api/v1/rollouts/:id":                          {perm: auth.Read, path: ro(""), objects: true},
+		"POST /api/v1/rollouts/:id/:action":                 {perm: auth.Operate, path: ro("/pause"), objects: true},
+		"GET /api/v1/rollout-rules":                         {perm: auth.Read, path: fixed("/api/v1/rollout-rules")},
+		"PUT /api/v1/rollout-rules":                         {perm: auth.Administer, path: fixed("/api/v1/rollout-rules"), body: `{}`},
 		"GET /api/v1/tokens":                                {perm: auth.Administer, path: fixed("/api/v1/tokens")},
 		"POST /api/v1/tokens":                               {perm: auth.Administer, path: fixed("/api/v1/tokens"), body: `{"region":"east","site":"b"}`},
 		"DELETE /api/v1/tokens/:id":                         {perm: auth.Administer, path: fixed("/api/v1/tokens/nope")},

@@ -31,7 +31,10 @@ type Settings struct {
 // rest within bounds: waves that end at 100 %, a positive box timeout.
 func (s Settings) normal() Settings {
 	d := DefaultSettings
-	if len(s.Waves) == 0 || s.Waves[len(s.Waves)-1].Percent != 100 {
+	if len(s.Waves) == 0 {
+		s.Waves = d.Waves
+	}
+	if s.Waves[len(s.Waves)-1].Percent != 100 {
 		s.Waves = append(slices.Clone(s.Waves), Size{Percent: 100})
 	}
 	if s.BoxTimeout <= 0 {
@@ -122,6 +125,25 @@ type Machine struct {
 	Region int `json:"region"`
 	// Stopped, when set, says why the rollout stopped.
 	Stopped string `json:"stopped,omitempty"`
+	// ApproveFirstWave: once the first wave is through, the rollout waits
+	// for Approved before it goes on.
+	ApproveFirstWave bool `json:"approve_first_wave,omitempty"`
+	Approved         bool `json:"approved,omitempty"`
+}
+
+// Look says what the world says of a box now, and whether anything was
+// heard of it.
+type Look func(id string) (Seen, bool)
+
+// Known looks boxes up in a map.
+func Known(seen map[string]Seen) Look {
+	return func(id string) (Seen, bool) { s, ok := seen[id]; return s, ok }
+}
+
+// AwaitsApproval reports whether the first wave is through and the
+// rollout waits for its approval to go on.
+func (m *Machine) AwaitsApproval() bool {
+	return m.ApproveFirstWave && !m.Approved && !m.Over() && m.Region == 0 && len(m.Regions) > 0 && m.Regions[0].Wave >= 1
 }
 
 // NewMachine plans a rollout over regions (each a list of box IDs and
@@ -170,9 +192,9 @@ type Step struct {
 func (m *Machine) Over() bool { return m.Stopped != "" || m.Region >= len(m.Regions) }
 
 // Tick looks at the world at now and says what to do next.
-func (m *Machine) Tick(now time.Time, seen map[string]Seen) Step {
+func (m *Machine) Tick(now time.Time, seen Look) Step {
 	var st Step
-	for !m.Over() {
+	for !m.Over() && !m.AwaitsApproval() {
 		r := m.Regions[m.Region]
 		if r.Wave >= r.waves() {
 			st.RegionDone = r.Name
@@ -240,7 +262,7 @@ func (m *Machine) tooMany(r *Region, failed, n int) bool {
 }
 
 // observe moves the wave's boxes along by what is seen of them.
-func (m *Machine) observe(now time.Time, wave []*Box, seen map[string]Seen) {
+func (m *Machine) observe(now time.Time, wave []*Box, seen Look) {
 	set := func(b *Box, p Phase, reason string) {
 		if b.Phase != p {
 			b.Phase, b.Since = p, now
@@ -248,7 +270,7 @@ func (m *Machine) observe(now time.Time, wave []*Box, seen map[string]Seen) {
 		b.Reason = reason
 	}
 	for _, b := range wave {
-		s, heard := seen[b.ID]
+		s, heard := seen(b.ID)
 		switch b.Phase {
 		case Updating:
 			switch {
@@ -277,7 +299,7 @@ func (m *Machine) observe(now time.Time, wave []*Box, seen map[string]Seen) {
 
 // start tells as many of the wave's waiting or held boxes to update as
 // their sites allow, and notes why the others wait.
-func (m *Machine) start(now time.Time, r *Region, wave []*Box, seen map[string]Seen) []string {
+func (m *Machine) start(now time.Time, r *Region, wave []*Box, seen Look) []string {
 	busy := map[string]int{}
 	for _, b := range r.Boxes {
 		if b.Phase == Updating {
@@ -289,7 +311,7 @@ func (m *Machine) start(now time.Time, r *Region, wave []*Box, seen map[string]S
 		if b.Phase != Waiting && b.Phase != Held {
 			continue
 		}
-		s := seen[b.ID]
+		s, _ := seen(b.ID)
 		switch {
 		case s.Hold != "":
 			if b.Phase != Held {

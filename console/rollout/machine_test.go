@@ -9,9 +9,9 @@ import (
 	"time"
 )
 
-// world is a fleet as the machine sees it: a box told to update runs B
+// fakeWorld is a fleet as the machine sees it: a box told to update runs B
 // after startTicks ticks, healthy unless it is bad; held boxes stay held.
-type world struct {
+type fakeWorld struct {
 	told  map[string]int // box → ticks since it was told to run B
 	bad   map[string]string
 	held  map[string]string
@@ -19,15 +19,15 @@ type world struct {
 	order []string // boxes in the order they were told
 }
 
-func newWorld(ids []string) *world {
-	w := &world{told: map[string]int{}, bad: map[string]string{}, held: map[string]string{}, seen: map[string]Seen{}}
+func newWorld(ids []string) *fakeWorld {
+	w := &fakeWorld{told: map[string]int{}, bad: map[string]string{}, held: map[string]string{}, seen: map[string]Seen{}}
 	for _, id := range ids {
 		w.seen[id] = Seen{Runs: "A", Healthy: true}
 	}
 	return w
 }
 
-func (w *world) apply(st Step) {
+func (w *fakeWorld) apply(st Step) {
 	for _, id := range st.Update {
 		w.told[id] = 0
 		w.order = append(w.order, id)
@@ -38,7 +38,7 @@ func (w *world) apply(st Step) {
 	}
 }
 
-func (w *world) tick() map[string]Seen {
+func (w *fakeWorld) tick() map[string]Seen {
 	for id, n := range w.told {
 		w.told[id] = n + 1
 		if n+1 >= 2 {
@@ -76,10 +76,10 @@ func ids(rs ...Region) []string {
 }
 
 // run ticks the machine a minute at a time until it is over or max ticks.
-func run(m *Machine, w *world, max int) (done []string, steps []Step) {
+func run(m *Machine, w *fakeWorld, max int) (done []string, steps []Step) {
 	now := time.Date(2026, 11, 25, 2, 0, 0, 0, time.UTC)
 	for i := 0; i < max && !m.Over(); i++ {
-		st := m.Tick(now, w.tick())
+		st := m.Tick(now, Known(w.tick()))
 		w.apply(st)
 		steps = append(steps, st)
 		if st.RegionDone != "" {
@@ -125,7 +125,7 @@ func TestNeverMoreThanMaxUnavailableOfASite(t *testing.T) {
 	w := newWorld(ids(east))
 	now := time.Date(2026, 11, 25, 2, 0, 0, 0, time.UTC)
 	for i := 0; i < 500 && !m.Over(); i++ {
-		w.apply(m.Tick(now, w.tick()))
+		w.apply(m.Tick(now, Known(w.tick())))
 		perSite := map[string]int{}
 		for _, b := range m.Regions[0].Boxes {
 			if b.Phase == Updating {
@@ -224,10 +224,10 @@ func TestABoxThatNeverComesIsFailedForTimeout(t *testing.T) {
 	s.BoxTimeout = 10 * time.Minute
 	m := NewMachine("A", "B", s, []Region{east})
 	w := newWorld(ids(east))
-	w.told = map[string]int{} // the world never moves: the box is offline
+	w.told = map[string]int{} // the fakeWorld never moves: the box is offline
 	now := time.Date(2026, 11, 25, 2, 0, 0, 0, time.UTC)
 	for i := 0; i < 20 && !m.Over(); i++ {
-		m.Tick(now, map[string]Seen{"east-000": {Runs: "A", Healthy: true}})
+		m.Tick(now, Known(map[string]Seen{"east-000": {Runs: "A", Healthy: true}}))
 		now = now.Add(time.Minute)
 	}
 	if b := m.Regions[0].Boxes[0]; b.Phase != Failed || b.Reason != "timeout" || m.Stopped == "" {
@@ -257,7 +257,7 @@ func TestAMachineCarriesOnFromItsStoredForm(t *testing.T) {
 			}
 			m = &back
 		}
-		w.apply(m.Tick(now, w.tick()))
+		w.apply(m.Tick(now, Known(w.tick())))
 		now = now.Add(time.Minute)
 	}
 	if !m.Over() || m.Stopped != "" {
@@ -320,13 +320,13 @@ func TestSettingsLeftZeroStillReachEveryBoxInWaves(t *testing.T) {
 	w := newWorld(ids(east))
 	now := time.Date(2026, 11, 25, 2, 0, 0, 0, time.UTC)
 	for i := 0; i < 3; i++ {
-		w.apply(m.Tick(now, w.tick()))
+		w.apply(m.Tick(now, Known(w.tick())))
 		now = now.Add(time.Minute)
 	}
 	if b := m.Regions[0].Boxes[0]; b.Phase != Gating {
 		t.Fatalf("first box %+v", b)
 	}
-	m.Tick(now, map[string]Seen{})
+	m.Tick(now, Known(map[string]Seen{}))
 	if b := m.Regions[0].Boxes[0]; b.Phase != Gating {
 		t.Fatalf("a box not heard of for a tick: %+v", b)
 	}

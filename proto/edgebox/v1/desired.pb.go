@@ -779,7 +779,10 @@ type ObjectStatus struct {
 	EgressRefused uint64 `protobuf:"varint,11,opt,name=egress_refused,json=egressRefused,proto3" json:"egress_refused,omitempty"`
 	// restarts counts the times a Workload was started again after it
 	// exited, since the agent started or it last ran steadily.
-	Restarts      uint32 `protobuf:"varint,12,opt,name=restarts,proto3" json:"restarts,omitempty"`
+	Restarts uint32 `protobuf:"varint,12,opt,name=restarts,proto3" json:"restarts,omitempty"`
+	// reason is, for phase "Failed", the event reason of what failed:
+	// "PullFailed", "CreateFailed", "StartFailed", ... (vocab.go).
+	Reason        string `protobuf:"bytes,13,opt,name=reason,proto3" json:"reason,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -896,6 +899,13 @@ func (x *ObjectStatus) GetRestarts() uint32 {
 		return x.Restarts
 	}
 	return 0
+}
+
+func (x *ObjectStatus) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
 }
 
 // Event is one thing that happened to a desired object on the box.
@@ -1094,7 +1104,7 @@ const file_edgebox_v1_desired_proto_rawDesc = "" +
 	"\fagent_config\x18\f \x01(\v2\x17.edgebox.v1.AgentConfigH\x00R\vagentConfig\x12?\n" +
 	"\ragent_release\x18\r \x01(\v2\x18.edgebox.v1.AgentReleaseH\x00R\fagentRelease\x12\x12\n" +
 	"\x04kind\x18\x04 \x01(\tR\x04kindB\x06\n" +
-	"\x04spec\"\xe4\x02\n" +
+	"\x04spec\"\xfc\x02\n" +
 	"\fObjectStatus\x12\x12\n" +
 	"\x04kind\x18\x01 \x01(\tR\x04kind\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12+\n" +
@@ -1108,7 +1118,8 @@ const file_edgebox_v1_desired_proto_rawDesc = "" +
 	"\x05ports\x18\n" +
 	" \x03(\tR\x05ports\x12%\n" +
 	"\x0eegress_refused\x18\v \x01(\x04R\regressRefused\x12\x1a\n" +
-	"\brestarts\x18\f \x01(\rR\brestarts\"\xa1\x01\n" +
+	"\brestarts\x18\f \x01(\rR\brestarts\x12\x16\n" +
+	"\x06reason\x18\r \x01(\tR\x06reason\"\xa1\x01\n" +
 	"\x05Event\x12$\n" +
 	"\x0etime_unix_nano\x18\x01 \x01(\x03R\ftimeUnixNano\x12\x12\n" +
 	"\x04kind\x18\x02 \x01(\tR\x04kind\x12\x12\n" +

@@ -1,0 +1,356 @@
+package rollout
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/edgebox/edgebox/console/apps"
+	"github.com/edgebox/edgebox/console/audit"
+	"github.com/edgebox/edgebox/console/fleet"
+	"github.com/edgebox/edgebox/console/store"
+	"github.com/edgebox/edgebox/errdefs"
+	edgeboxv1 "github.com/edgebox/edgebox/proto/edgebox/v1"
+)
+
+// Run moves the rollouts along until ctx ends, and returns nil then. A
+// rollout whose tick failed is logged and tried again at the next one.
+func (s *Service) Run(ctx context.Context) error {
+	t := time.NewTicker(s.every)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		}
+		if err := s.TickAll(ctx); err != nil && ctx.Err() == nil {
+			s.log.Warn("rollouts", "err", err)
+		}
+	}
+}
+
+// TickAll moves every rollout the controller has work for along once.
+func (s *Service) TickAll(ctx context.Context) error {
+	active, err := s.active(ctx, "")
+	if err != nil {
+		return err
+	}
+	var errs []error
+	for _, r := range active {
+		if err := s.tick(ctx, r.TenantID, r.ID); err != nil {
+			errs = append(errs, fmt.Errorf("rollout %s: %w", r.ID, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// actor is who a rollout's own changes are audited as.
+func actor(r Rollout) audit.Actor {
+	return audit.Actor{TenantID: r.TenantID, Name: "rollout " + r.ID}
+}
+
+// tick steps one rollout: the machine decides from what the boxes
+// report, the decision is stored, and then the pins are made to say what
+// the stored rollout says. Storing first and pinning after, from the
+// stored state alone, is what makes a console killed at any point carry
+// on with no box told twice: the next tick writes the pins still missing
+// and none that are there.
+func (s *Service) tick(ctx context.Context, tenant, id string) error {
+	r, rev, err := s.get(ctx, tenant, id)
+	if err != nil {
+		return err
+	}
+	if r.State == Running {
+		before, _ := json.Marshal(r)
+		w, err := s.world(ctx, &r)
+		if err != nil {
+			return err
+		}
+		step := r.Machine.Tick(s.now(), w.look)
+		me := actor(r)
+		var entries []audit.Entry
+		if step.RegionDone != "" {
+			entries = append(entries, me.Did("rollout.group", r.ID, fmt.Sprintf("%s is through: %d kept on %s", groupName(r, step.RegionDone), len(step.KeepOnA), r.From)))
+		}
+		for _, id := range step.Revert {
+			entries = append(entries, me.Did("rollout.revert", r.ID, fmt.Sprintf("box %s goes back to %s: %s", id, r.From, w.failureOf(r, id))))
+		}
+		switch {
+		case r.Machine.Stopped != "":
+			r.State, r.Reason = Stopped, r.Machine.Stopped
+			entries = append(entries, me.Did("rollout.stop", r.ID, r.Reason))
+		case r.Machine.Over():
+			r.State, r.Reason = Finished, ""
+			entries = append(entries, me.Did("rollout.done", r.ID, fmt.Sprintf("%s@%s to %s", r.App, r.From, r.To)))
+		default:
+			if r.State, r.Reason = r.waiting(); r.State == AwaitingApproval {
+				entries = append(entries, me.Did("rollout.wait", r.ID, r.Reason))
+			}
+		}
+		if after, _ := json.Marshal(r); !bytes.Equal(before, after) {
+			r.UpdatedAt = s.now().UTC()
+			if err := s.put(ctx, r, rev, true, entries...); err != nil {
+				return err // changed meanwhile: the next tick decides again
+			}
+			if len(step.Update)+len(step.Revert) > 0 || step.RegionDone != "" || r.State != Running {
+				s.log.Info("rollout step", "rollout", r.ID, "update", len(step.Update), "revert", len(step.Revert),
+					"group_done", step.RegionDone, "state", r.State, "reason", r.Reason)
+			}
+		}
+	}
+	if err := s.ensurePins(ctx, r); err != nil {
+		return err
+	}
+	if r.State.over() {
+		// Nothing more to do for it: off the controller's list. Nothing
+		// changes a rollout that is over, so no guard is needed.
+		_, err := store.Delete(ctx, s.s, activeKey(r.TenantID, r.ID))
+		return err
+	}
+	return nil
+}
+
+func groupName(r Rollout, g string) string {
+	switch {
+	case len(r.Scope.Regions) > 0:
+		return "region " + g
+	case r.Scope.Site != "":
+		return "site " + g
+	}
+	return "the rollout's boxes"
+}
+
+// finalScope is the pin scope a rollout's groups get once through, or
+// "" when its boxes keep their own pins.
+func finalScope(r Rollout) string {
+	switch {
+	case len(r.Scope.Regions) > 0:
+		return apps.ScopeRegion
+	case r.Scope.Site != "":
+		return apps.ScopeSite
+	}
+	return ""
+}
+
+// ensurePins makes the app's pins say what r says: a box told to move
+// is pinned to To, a box sent back is pinned to From, and a group that
+// is through is pinned to To as a whole, its moved boxes' own pins then
+// dropped. Pins already right are not written again.
+func (s *Service) ensurePins(ctx context.Context, r Rollout) error {
+	pins, err := s.apps.Pins(ctx, r.TenantID, r.App)
+	if err != nil {
+		return err
+	}
+	have := map[string]string{}
+	for _, p := range pins {
+		have[p.Scope+"/"+p.Target] = p.Version
+	}
+	me := actor(r)
+	var errs []error
+	pin := func(scope, target, version string) bool {
+		if have[scope+"/"+target] == version {
+			return true
+		}
+		_, out, err := s.apps.Deploy(ctx, me, r.App, version, scope, target)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("pin %s %s to %s: %w", scope, target, version, err))
+			return false
+		}
+		if len(out.Problems) > 0 {
+			s.log.Warn("rollout pin written; its boxes follow at the next sync", "rollout", r.ID, "scope", scope, "target", target, "problems", out.Problems)
+		}
+		return true
+	}
+	final := finalScope(r)
+	m := r.Machine
+	for i, g := range m.Regions {
+		through := i < m.Region && final != ""
+		pinned := through && pin(final, g.Name, r.To)
+		for _, b := range g.Boxes {
+			switch {
+			case b.Reverted:
+				pin(apps.ScopeBox, b.ID, r.From)
+			case pinned:
+				// The group's pin holds the box now. Its own pin goes,
+				// unless someone else changed it meanwhile.
+				if have[apps.ScopeBox+"/"+b.ID] != r.To {
+					continue
+				}
+				if _, err := s.apps.Undeploy(ctx, me, r.App, apps.ScopeBox, b.ID); err != nil && errdefs.Kind(err) != errdefs.ErrNotFound {
+					errs = append(errs, err)
+				}
+			case b.Phase == Updating || b.Phase == Gating || b.Phase == Done || (through && b.Phase != Waiting):
+				pin(apps.ScopeBox, b.ID, r.To)
+			}
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// world is what a tick knows of the boxes of one rollout: read on
+// demand, once a box a tick.
+type world struct {
+	s       *Service
+	ctx     context.Context
+	r       *Rollout
+	rules   Rules
+	probes  bool // To has probes: a box is healthy only once they pass
+	now     time.Time
+	windows map[string]compiledPolicy
+	seen    map[string]lookResult
+}
+
+type compiledPolicy struct {
+	c   compiled
+	err error
+}
+
+type lookResult struct {
+	s     Seen
+	heard bool
+}
+
+func (s *Service) world(ctx context.Context, r *Rollout) (*world, error) {
+	rules, err := s.GetRules(ctx, r.TenantID)
+	if err != nil {
+		return nil, err
+	}
+	rel, err := s.apps.Release(ctx, r.TenantID, r.App, r.To)
+	if err != nil {
+		return nil, err
+	}
+	return &world{s: s, ctx: ctx, r: r, rules: rules, probes: len(rel.Probes) > 0, now: s.now(),
+		windows: map[string]compiledPolicy{}, seen: map[string]lookResult{}}, nil
+}
+
+// failureOf is what a box that goes back failed of, for the audit.
+func (w *world) failureOf(r Rollout, id string) string {
+	for _, g := range r.Machine.Regions {
+		for _, b := range g.Boxes {
+			if b.ID == id {
+				if b.Reason != "" {
+					return b.Reason
+				}
+				return string(b.Phase)
+			}
+		}
+	}
+	return "unknown"
+}
+
+func (w *world) look(id string) (Seen, bool) {
+	if l, ok := w.seen[id]; ok {
+		return l.s, l.heard
+	}
+	s, heard := w.read(id)
+	w.seen[id] = lookResult{s, heard}
+	return s, heard
+}
+
+// read is what box id reports of the rollout's app, and what holds it.
+func (w *world) read(id string) (Seen, bool) {
+	var seen Seen
+	ctx, r := w.ctx, w.r
+	b, err := w.s.boxes.Box(ctx, r.TenantID, id)
+	if err != nil {
+		seen.Hold = "the console cannot read the box: " + err.Error()
+		return seen, false
+	}
+	if b.State != fleet.StateApproved {
+		seen.Hold = "the box is " + string(b.State)
+		return seen, false
+	}
+	var st *edgeboxv1.ObjectStatus
+	sts, err := w.s.desired.Statuses(ctx, id)
+	if err != nil {
+		seen.Hold = "the console cannot read the box's status: " + err.Error()
+		return seen, false
+	}
+	for _, x := range sts {
+		if x.GetKind() == edgeboxv1.KindWorkload && x.GetName() == r.App {
+			st = x
+		}
+	}
+	if st != nil {
+		seen.Runs = st.GetRelease()
+		seen.Healthy = st.GetPhase() == edgeboxv1.PhaseRunning &&
+			(st.GetHealth() == edgeboxv1.Healthy || (st.GetHealth() == "" && !w.probes))
+		if w.aboutTo(id, st) {
+			if st.GetPhase() == edgeboxv1.PhaseFailed {
+				seen.Failure = failure(st.GetReason()) + ": " + clip(st.GetMessage(), 200)
+			}
+		}
+		if st.GetRelease() == r.To && st.GetHealth() == edgeboxv1.Unhealthy {
+			seen.Failure = "probe: " + clip(st.GetMessage(), 200)
+		}
+	}
+	if w.s.online != nil && !w.s.online(id) {
+		seen.Hold = "the box is offline"
+	} else if ok, why := w.open(b); !ok {
+		seen.Hold = why
+	}
+	return seen, st != nil
+}
+
+// aboutTo reports whether st is the box's word on the rollout's To: the
+// box acted on the desired object that names it.
+func (w *world) aboutTo(id string, st *edgeboxv1.ObjectStatus) bool {
+	objs, _, err := w.s.desired.Live(w.ctx, id)
+	if err != nil {
+		return false
+	}
+	for _, o := range objs {
+		if wl := o.GetWorkload(); wl != nil && o.GetName() == w.r.App {
+			return wl.GetRelease() == w.r.To && st.GetObservedRevision() >= o.GetRevision()
+		}
+	}
+	return false
+}
+
+// open says whether box b's maintenance policy lets it update now.
+func (w *world) open(b fleet.Box) (bool, string) {
+	key := "site/" + b.Site
+	if _, ok := w.rules.Sites[b.Site]; !ok {
+		key = "region/" + b.Region
+	}
+	cp, ok := w.windows[key]
+	if !ok {
+		p, has := w.rules.policyFor(b)
+		if !has {
+			return true, ""
+		}
+		cp.c, cp.err = p.compile()
+		w.windows[key] = cp
+	}
+	if cp.err != nil {
+		return false, "its maintenance policy's " + cp.err.Error()
+	}
+	ok, why := cp.c.open(w.now)
+	if !ok {
+		return false, "maintenance window: " + why
+	}
+	return true, ""
+}
+
+// failure names the step a box failed at from its status's reason.
+func failure(reason string) string {
+	switch reason {
+	case edgeboxv1.ReasonPullFailed:
+		return "pull"
+	case edgeboxv1.ReasonUnhealthy:
+		return "probe"
+	}
+	return "start"
+}
+
+func clip(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return strings.ToValidUTF8(s[:n], "") + "…"
+}

@@ -1,0 +1,354 @@
+package rollout
+
+import (
+	"context"
+	"crypto/sha256"
+	"fmt"
+	"io"
+	"log/slog"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/edgebox/edgebox/console/apps"
+	"github.com/edgebox/edgebox/console/audit"
+	"github.com/edgebox/edgebox/console/desired"
+	"github.com/edgebox/edgebox/console/fleet"
+	"github.com/edgebox/edgebox/console/store"
+	"github.com/edgebox/edgebox/console/store/storetest"
+	"github.com/edgebox/edgebox/errdefs"
+	edgeboxv1 "github.com/edgebox/edgebox/proto/edgebox/v1"
+)
+
+// env is the console's part of a rollout over a real store, with boxes
+// that report what their desired state says as an agent would: a
+// workload runs the release it is told, healthy, unless told to fail.
+type env struct {
+	t       *testing.T
+	ctx     context.Context
+	st      store.Store
+	fl      *fleet.Fleet
+	apps    *apps.Apps
+	desired *desired.State
+	now     time.Time
+	svc     *Service
+	op      audit.Actor
+	boxes   []fleet.Box
+	// fail names boxes that fail release "2" and how ("PullFailed").
+	fail    map[string]string
+	offline map[string]bool
+}
+
+func newEnv(t *testing.T, regions map[string]int) *env {
+	t.Helper()
+	ctx := context.Background()
+	e := &env{t: t, ctx: ctx, st: storetest.Bolt(t), now: time.Date(2026, 11, 24, 9, 0, 0, 0, time.UTC),
+		op: audit.Actor{TenantID: "bank", Name: "alice"}, fail: map[string]string{}, offline: map[string]bool{}}
+	var err error
+	if e.fl, err = fleet.New(ctx, e.st, func() time.Time { return e.now }); err != nil {
+		t.Fatal(err)
+	}
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	e.desired = desired.New(e.st)
+	e.apps = apps.New(e.st, e.desired, e.fl, nil, nil, nil, log)
+	for _, region := range []string{"north", "east", "south"} {
+		for i := range regions[region] {
+			site := fmt.Sprintf("%s-site-%d", region, i%3)
+			tok, _, err := e.fl.CreateToken(ctx, e.op, fleet.TokenSpec{Region: region, Site: site, TTL: time.Hour, Uses: 1},
+				"https://127.0.0.1:8443", sha256.Sum256([]byte("ca")), [32]byte{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			b, _, err := e.fl.Enroll(ctx, fleet.Enrollment{Token: tok, Hostname: "h", Name: fmt.Sprintf("%s-%02d", region, i),
+				Issue: func(string) ([]byte, time.Time, error) { return []byte("cert"), e.now.Add(time.Hour), nil }})
+			if err != nil {
+				t.Fatal(err)
+			}
+			e.boxes = append(e.boxes, b)
+		}
+	}
+	if _, err := e.apps.CreateApp(ctx, e.op, "robot", ""); err != nil {
+		t.Fatal(err)
+	}
+	for _, v := range []string{"1", "2"} {
+		if _, err := e.apps.CreateRelease(ctx, e.op, "robot", apps.Spec{Version: v, Runtime: "process", Image: "/bin/sleep"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for region := range regions {
+		if _, _, err := e.apps.Deploy(ctx, e.op, "robot", "1", apps.ScopeRegion, region); err != nil {
+			t.Fatal(err)
+		}
+	}
+	e.restart()
+	e.report()
+	return e
+}
+
+// restart is a console started again: a new Service over the same store.
+func (e *env) restart() {
+	e.svc = New(Config{Store: e.st, Apps: e.apps, Boxes: e.fl, Desired: e.desired, Now: func() time.Time { return e.now },
+		Online: func(id string) bool { return !e.offline[id] }, Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
+}
+
+// report has every online box report its robot workload as an agent
+// would after acting on its desired state.
+func (e *env) report() {
+	e.t.Helper()
+	for _, b := range e.boxes {
+		if e.offline[b.ID] {
+			continue
+		}
+		live, _, err := e.desired.Live(e.ctx, b.ID)
+		if err != nil {
+			e.t.Fatal(err)
+		}
+		for _, o := range live {
+			w := o.GetWorkload()
+			if w == nil {
+				continue
+			}
+			s := &edgeboxv1.ObjectStatus{Kind: edgeboxv1.KindWorkload, Name: o.GetName(), ObservedRevision: o.GetRevision(),
+				Phase: edgeboxv1.PhaseRunning, Release: w.GetRelease()}
+			if why := e.fail[b.ID]; why != "" && w.GetRelease() == "2" {
+				s.Phase, s.Reason, s.Message, s.Release = edgeboxv1.PhaseFailed, why, "it went wrong", "1"
+			}
+			if err := e.desired.ReportStatus(e.ctx, b.ID, &edgeboxv1.SyncStatus{Objects: []*edgeboxv1.ObjectStatus{s}}); err != nil {
+				e.t.Fatal(err)
+			}
+		}
+	}
+}
+
+// step is one controller tick a minute after the last, the boxes then
+// reporting.
+func (e *env) step() {
+	e.t.Helper()
+	e.now = e.now.Add(time.Minute)
+	if err := e.svc.TickAll(e.ctx); err != nil {
+		e.t.Fatal(err)
+	}
+	e.report()
+}
+
+func (e *env) get(id string) Rollout {
+	e.t.Helper()
+	r, err := e.svc.Get(e.ctx, "bank", id)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return r
+}
+
+// runs is the release each box should run now, by box ID.
+func (e *env) runs() map[string]string {
+	e.t.Helper()
+	v, err := e.apps.Versions(e.ctx, "bank", "robot", e.boxes)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return v
+}
+
+// told counts, per box, the deploys of release v pinned on it alone.
+func (e *env) told(v string) map[string]int {
+	e.t.Helper()
+	entries, err := audit.New(e.st, nil).List(e.ctx, audit.Query{TenantID: "bank", Limit: 10000})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	out := map[string]int{}
+	for _, en := range entries {
+		if en.Action == "app.deploy" && en.Target == "robot@"+v && strings.HasPrefix(en.Detail, "box ") {
+			out[strings.TrimPrefix(en.Detail, "box ")]++
+		}
+	}
+	return out
+}
+
+func TestRolloutOverTwoRegions(t *testing.T) {
+	e := newEnv(t, map[string]int{"north": 6, "east": 12})
+	r, err := e.svc.Create(e.ctx, e.op, Request{App: "robot", From: "1", To: "2",
+		Scope: Scope{Regions: []string{"north", "east"}}, Settings: Settings{Gate: 2 * time.Minute, MaxUnavailable: 2, FailurePercent: 10}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.State != Running || len(r.Machine.Regions) != 2 || r.Machine.Regions[0].Name != "north" {
+		t.Fatalf("created: %s, %d groups", r.State, len(r.Machine.Regions))
+	}
+	// North's waves are 1, 1 (10 % of 6 rounds up to 1, no new box: left
+	// out), 3 and 6 boxes; east does not move while north goes.
+	var order []string
+	firstEast := -1
+	for i := 0; i < 200 && !e.get(r.ID).State.over(); i++ {
+		if i == 17 {
+			e.restart() // a console started again carries on
+		}
+		e.step()
+		runs := e.runs()
+		for _, b := range e.boxes {
+			if runs[b.ID] == "2" && !contains(order, b.ID) {
+				order = append(order, b.ID)
+				if b.Region == "east" && firstEast < 0 {
+					firstEast = len(order) - 1
+				}
+			}
+		}
+	}
+	r = e.get(r.ID)
+	if r.State != Finished {
+		t.Fatalf("rollout %s: %s", r.State, r.Reason)
+	}
+	if firstEast != 6 {
+		t.Errorf("east's first box moved as box %d of the order, want after north's 6: %v", firstEast+1, order)
+	}
+	runs := e.runs()
+	for _, b := range e.boxes {
+		if runs[b.ID] != "2" {
+			t.Errorf("box %s runs %q, want 2", b.ID, runs[b.ID])
+		}
+	}
+	pins, _ := e.apps.Pins(e.ctx, "bank", "robot")
+	for _, p := range pins {
+		if p.Scope != apps.ScopeRegion || p.Version != "2" {
+			t.Errorf("pin left: %s %s @%s", p.Scope, p.Target, p.Version)
+		}
+	}
+	for id, n := range e.told("2") {
+		if n != 1 {
+			t.Errorf("box %s was told to run 2 %d times", id, n)
+		}
+	}
+	if active, _ := e.svc.active(e.ctx, ""); len(active) != 0 {
+		t.Errorf("%d rollouts still on the controller's list", len(active))
+	}
+}
+
+func contains(s []string, v string) bool {
+	for _, x := range s {
+		if x == v {
+			return true
+		}
+	}
+	return false
+}
+
+func TestRolloutStopsAtTheFirstWaveFailure(t *testing.T) {
+	e := newEnv(t, map[string]int{"north": 5})
+	r, err := e.svc.Create(e.ctx, e.op, Request{App: "robot", From: "1", To: "2",
+		Scope: Scope{Regions: []string{"north"}}, Settings: Settings{Gate: time.Minute, FailurePercent: 10}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	first := r.Machine.Regions[0].Boxes[0].ID
+	e.fail[first] = edgeboxv1.ReasonPullFailed
+	for i := 0; i < 20 && !e.get(r.ID).State.over(); i++ {
+		e.step()
+	}
+	r = e.get(r.ID)
+	if r.State != Stopped {
+		t.Fatalf("rollout %s, want stopped", r.State)
+	}
+	b := r.Machine.Regions[0].Boxes[0]
+	if b.Phase != Failed || !strings.HasPrefix(b.Reason, "pull: ") || !b.Reverted {
+		t.Errorf("first box: %s %q reverted=%t", b.Phase, b.Reason, b.Reverted)
+	}
+	runs := e.runs()
+	for _, bx := range e.boxes {
+		if runs[bx.ID] != "1" {
+			t.Errorf("box %s runs %s after the stop", bx.ID, runs[bx.ID])
+		}
+	}
+	if n := len(e.told("2")); n != 1 {
+		t.Errorf("%d boxes were told to run 2, want the first alone", n)
+	}
+}
+
+func TestRolloutWaitsForWindowsOfflineBoxesAndApprovals(t *testing.T) {
+	e := newEnv(t, map[string]int{"north": 3})
+	// North's boxes may update only 22:00–06:00 in Shanghai (14:00–22:00
+	// UTC); it is 09:00 UTC.
+	if _, err := e.svc.SetRules(e.ctx, e.op, Rules{ApproveStart: true, ApproveFirstWave: true,
+		Regions: map[string]Policy{"north": {Zone: "Asia/Shanghai", Allow: []Window{{Days: EveryDay, From: "22:00", To: "06:00"}}}}}); err != nil {
+		t.Fatal(err)
+	}
+	r, err := e.svc.Create(e.ctx, e.op, Request{App: "robot", From: "1", To: "2", Scope: Scope{Regions: []string{"north"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.State != AwaitingApproval {
+		t.Fatalf("state %s, want awaiting approval", r.State)
+	}
+	if _, err := e.svc.Approve(e.ctx, e.op, r.ID); errdefs.Kind(err) != errdefs.ErrPermission {
+		t.Errorf("its creator approved it: %v", err)
+	}
+	e.step()
+	if got := e.get(r.ID); got.Machine.Regions[0].Boxes[0].Phase != Waiting {
+		t.Errorf("a box moved before the approval: %s", got.Machine.Regions[0].Boxes[0].Phase)
+	}
+	bob := audit.Actor{TenantID: "bank", Name: "bob"}
+	if _, err := e.svc.Approve(e.ctx, bob, r.ID); err != nil {
+		t.Fatal(err)
+	}
+	e.step()
+	b := e.get(r.ID).Machine.Regions[0].Boxes[0]
+	if b.Phase != Held || !strings.Contains(b.Reason, "maintenance window") {
+		t.Fatalf("first box in a closed window: %s %q", b.Phase, b.Reason)
+	}
+	e.now = time.Date(2026, 11, 24, 14, 30, 0, 0, time.UTC) // 22:30 in Shanghai
+	e.offline[b.ID] = true
+	e.step()
+	if b := e.get(r.ID).Machine.Regions[0].Boxes[0]; b.Phase != Held || b.Reason != "the box is offline" {
+		t.Fatalf("offline box: %s %q", b.Phase, b.Reason)
+	}
+	delete(e.offline, b.ID)
+	for i := 0; i < 10 && e.get(r.ID).State == Running; i++ {
+		e.step()
+	}
+	if got := e.get(r.ID); got.State != AwaitingApproval || !got.Machine.AwaitsApproval() {
+		t.Fatalf("after the first wave: %s %q", got.State, got.Reason)
+	}
+	if _, err := e.svc.Approve(e.ctx, bob, r.ID); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 20 && !e.get(r.ID).State.over(); i++ {
+		e.step()
+	}
+	if got := e.get(r.ID); got.State != Finished || len(got.Approvals) != 2 {
+		t.Fatalf("rollout %s %q, %d approvals", got.State, got.Reason, len(got.Approvals))
+	}
+}
+
+func TestRolloutRequestsRefused(t *testing.T) {
+	e := newEnv(t, map[string]int{"north": 2, "east": 2})
+	ok := Request{App: "robot", From: "1", To: "2", Scope: Scope{Regions: []string{"north"}}}
+	if _, err := e.svc.Create(e.ctx, e.op, ok); err != nil {
+		t.Fatal(err)
+	}
+	for name, tc := range map[string]struct {
+		q    Request
+		want string
+	}{
+		"empty scope":   {Request{App: "robot", From: "1", To: "2"}, "exactly one"},
+		"two scopes":    {Request{App: "robot", From: "1", To: "2", Scope: Scope{Regions: []string{"east"}, Site: "x"}}, "exactly one"},
+		"unknown app":   {Request{App: "nope", From: "1", To: "2", Scope: Scope{Regions: []string{"east"}}}, "nope"},
+		"unknown to":    {Request{App: "robot", From: "1", To: "9", Scope: Scope{Regions: []string{"east"}}}, "9"},
+		"same release":  {Request{App: "robot", From: "1", To: "1", Scope: Scope{Regions: []string{"east"}}}, "nothing to move"},
+		"no such place": {Request{App: "robot", From: "1", To: "2", Scope: Scope{Regions: []string{"west"}}}, "has no boxes"},
+		"overlap":       {ok, "already moves box"},
+		"nobody on A":   {Request{App: "robot", From: "2", To: "1", Scope: Scope{Regions: []string{"east"}}}, "nothing to move"},
+		"huge waves":    {Request{App: "robot", From: "1", To: "2", Scope: Scope{Regions: []string{"east"}}, Settings: Settings{Waves: make([]Size, 50)}}, "waves"},
+		"odd wave":      {Request{App: "robot", From: "1", To: "2", Scope: Scope{Regions: []string{"east"}}, Settings: Settings{Waves: []Size{{Percent: 300}}}}, "share"},
+		"long gate":     {Request{App: "robot", From: "1", To: "2", Scope: Scope{Regions: []string{"east"}}, Settings: Settings{Gate: 30 * 24 * time.Hour}}, "gate"},
+		"twice named":   {Request{App: "robot", From: "1", To: "2", Scope: Scope{Regions: []string{"east", "east"}}}, "twice"},
+	} {
+		if _, err := e.svc.Create(e.ctx, e.op, tc.q); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: %v, want an error saying %q", name, err, tc.want)
+		}
+	}
+	never := Rules{Regions: map[string]Policy{"east": {Zone: "UTC", Allow: []Window{{Days: Holidays, From: "01:00", To: "02:00"}},
+		Deny: []Window{{Days: EveryDay, From: "00:00", To: "24:00"}}}}}
+	if _, err := e.svc.SetRules(e.ctx, e.op, never); err == nil || !strings.Contains(err.Error(), "never") {
+		t.Errorf("a policy that never opens: %v", err)
+	}
+}
