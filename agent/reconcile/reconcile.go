@@ -68,6 +68,7 @@ const (
 
 // crashes is the restart record of one workload.
 type crashes struct {
+	why     string // the reason of the last restart: Unhealthy, or BackOff for an exit
 	count   int
 	next    time.Time // no restart before
 	upSince time.Time // first seen running since the last restart
@@ -271,6 +272,7 @@ func (r *Reconciler) converge(ctx context.Context, o *edgeboxv1.DesiredObject, h
 			return
 		}
 		r.event(name, edgeboxv1.ReasonReplacing, fmt.Sprintf("release %s at revision %d", w.GetRelease(), rev), false)
+		delete(r.crashes, name) // a new release's restarts are its own
 		exists = false
 	}
 	if !exists {
@@ -288,6 +290,7 @@ func (r *Reconciler) converge(ctx context.Context, o *edgeboxv1.DesiredObject, h
 		h.inst = in
 	}
 	r.network(ctx, d, name, h.inst)
+	why := edgeboxv1.ReasonBackOff // of a restart, unless the probes asked for it
 	if h.inst.State == runtime.StateRunning {
 		if c := r.crashes[name]; c != nil {
 			if now := r.cfg.Now(); c.upSince.IsZero() {
@@ -313,10 +316,11 @@ func (r *Reconciler) converge(ctx context.Context, o *edgeboxv1.DesiredObject, h
 		}
 		r.prober.Forget(name)
 		h.inst.State, h.inst.ExitCode = runtime.StateExited, 1
+		why = edgeboxv1.ReasonUnhealthy
 	} else if r.prober != nil {
 		r.prober.Forget(name)
 	}
-	if h.inst.State == runtime.StateExited && !r.mayRestart(name, rev, w.GetRestart(), h.inst.ExitCode) {
+	if h.inst.State == runtime.StateExited && !r.mayRestart(name, rev, w.GetRestart(), h.inst.ExitCode, why) {
 		return
 	}
 	if err := d.Start(ctx, name); err != nil {
@@ -426,7 +430,7 @@ func (r *Reconciler) keyEvent(keyID, reason, msg string) {
 
 // mayRestart applies the restart policy and the back-off to a workload
 // that exited, reporting why when it stays down.
-func (r *Reconciler) mayRestart(name string, rev uint64, policy string, code int) bool {
+func (r *Reconciler) mayRestart(name string, rev uint64, policy string, code int, why string) bool {
 	switch {
 	case policy == edgeboxv1.RestartNever, policy == edgeboxv1.RestartOnFailure && code == 0:
 		delete(r.crashes, name)
@@ -439,7 +443,7 @@ func (r *Reconciler) mayRestart(name string, rev uint64, policy string, code int
 		c = &crashes{}
 		r.crashes[name] = c
 	}
-	c.upSince = time.Time{}
+	c.upSince, c.why = time.Time{}, why
 	if c.count > 0 && c.next.IsZero() {
 		// It died again after a restart: wait before the next one.
 		wait := min(firstBackoff<<min(c.count-1, 5), maxBackoff)
@@ -532,6 +536,9 @@ func (r *Reconciler) status(name string, rev uint64, phase, msg string) {
 // of what failed, for a rollout to tell a failed pull from a failed start.
 func (r *Reconciler) statusWhy(name string, rev uint64, phase, reason, msg string) {
 	r.reported[name] = true
+	if c := r.crashes[name]; reason == "" && c != nil && c.count > 0 {
+		reason = c.why // why it was restarted
+	}
 	nw := r.nets[name]
 	r.cfg.Reporter.Report(&edgeboxv1.ObjectStatus{Kind: edgeboxv1.KindWorkload, Name: name, ObservedRevision: rev,
 		Phase: phase, Message: msg, UpdatedUnixNano: time.Now().UnixNano(), Release: r.running[name], Health: r.healthOf(name),

@@ -15,8 +15,8 @@ import (
 // programs always, VMs when QEMU is installed (vms), on the workload
 // network net with the egress policies egress when the box has them
 // (Linux).
-func hostDrivers(dataDir string, net *qemu.Network, egress *qemu.EgressPolicies, log *slog.Logger) (ds []runtime.Driver, vms *qemu.Driver) {
-	if p, err := process.New(process.Config{StateDir: filepath.Join(dataDir, "process")}); err == nil {
+func hostDrivers(dataDir string, rt runtimeFlags, net *qemu.Network, egress *qemu.EgressPolicies, log *slog.Logger) (ds []runtime.Driver, vms *qemu.Driver) {
+	if p, err := process.New(process.Config{StateDir: filepath.Join(dataDir, "process"), FirstUID: rt.firstUID}); err == nil {
 		ds = append(ds, p)
 	} else {
 		log.Warn("native process workloads cannot run", "err", err)

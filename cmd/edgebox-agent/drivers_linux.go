@@ -31,7 +31,7 @@ func drivers(dataDir string, rt runtimeFlags, log *slog.Logger) (ds []runtime.Dr
 	if egress != nil {
 		side = append(side, beside{"egress policies", egress.Run})
 	}
-	ds, vms := hostDrivers(dataDir, net, egress, log)
+	ds, vms := hostDrivers(dataDir, rt, net, egress, log)
 	var keepVMs func(string) bool
 	if vms != nil {
 		keepVMs = vms.HoldsNetwork

@@ -8,7 +8,7 @@ import (
 
 // drivers returns the runtimes of a Windows box: native programs, each in
 // a job object of its own, and VMs when QEMU is installed (on PATH).
-func drivers(dataDir string, _ runtimeFlags, log *slog.Logger) ([]runtime.Driver, []beside, func()) {
-	ds, _ := hostDrivers(dataDir, nil, nil, log)
+func drivers(dataDir string, rt runtimeFlags, log *slog.Logger) ([]runtime.Driver, []beside, func()) {
+	ds, _ := hostDrivers(dataDir, rt, nil, nil, log)
 	return ds, nil, func() {}
 }

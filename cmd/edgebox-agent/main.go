@@ -121,6 +121,7 @@ back. The token pins the console's CA: nothing else is trusted.`,
 	runCmd.Flags().StringVar(&rt.containerd, "containerd", "/run/containerd/containerd.sock", "containerd's socket, for container workloads (Linux)")
 	runCmd.Flags().StringVar(&proxy, "proxy", "", "proxy for the tunnel for this run, http:// or https://, e.g. http://user:pass@proxy:3128 (default: the proxy in agent.json, else HTTPS_PROXY)")
 	runCmd.Flags().StringVar(&usbSim, "usb-sim", "", "simulate the box's USB keys from this JSON file (hubs and keys), for demos and tests")
+	runCmd.Flags().IntVar(&rt.firstUID, "workload-uids", 0, "first of the 10,000 user IDs native workloads run as (default 690000); give each agent its own when several share a host")
 	runCmd.Flags().StringVar(&rt.runcRoot, "runc-root", "", "runc's state directory, when another containerd on this host uses the namespace \"edgebox\" too")
 
 	var asJSON bool

@@ -13,6 +13,11 @@ type runtimeFlags struct {
 	// proxy is the box's proxy, passed to workloads that ask for it
 	// (proxy_env); empty: none.
 	proxy string
+	// firstUID is the first of the 10,000 user IDs native workloads run
+	// as; 0 is the process driver's default. Two agents on one host
+	// (tests, demos) need ranges of their own: each ends processes of
+	// its range that it does not know.
+	firstUID int
 }
 
 // workloadProxy is the box's proxy as workloads get it: --proxy, else the

@@ -281,8 +281,16 @@ func (w *world) read(id string) (Seen, bool) {
 		seen.Healthy = st.GetPhase() == edgeboxv1.PhaseRunning &&
 			(st.GetHealth() == edgeboxv1.Healthy || (st.GetHealth() == "" && !w.probes))
 		if w.aboutTo(id, st) {
-			if st.GetPhase() == edgeboxv1.PhaseFailed {
+			switch {
+			case st.GetPhase() == edgeboxv1.PhaseFailed:
 				seen.Failure = failure(st.GetReason()) + ": " + clip(st.GetMessage(), 200)
+			case st.GetRelease() == r.To && st.GetRestarts() > 0:
+				// Restarted since it started To: its probes failed, or
+				// it exited. A release must run steadily to pass.
+				seen.Failure = fmt.Sprintf("%s: restarted %d times", failure(st.GetReason()), st.GetRestarts())
+				if m := st.GetMessage(); m != "" {
+					seen.Failure += "; " + clip(m, 200)
+				}
 			}
 		}
 		if st.GetRelease() == r.To && st.GetHealth() == edgeboxv1.Unhealthy {

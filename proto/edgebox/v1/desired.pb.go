@@ -781,7 +781,10 @@ type ObjectStatus struct {
 	// exited, since the agent started or it last ran steadily.
 	Restarts uint32 `protobuf:"varint,12,opt,name=restarts,proto3" json:"restarts,omitempty"`
 	// reason is, for phase "Failed", the event reason of what failed:
-	// "PullFailed", "CreateFailed", "StartFailed", ... (vocab.go).
+	// "PullFailed", "CreateFailed", "StartFailed", ... (vocab.go); for a
+	// Workload restarted since it last ran steadily (restarts > 0), why it
+	// was last restarted: "Unhealthy" (its probes failed) or "BackOff" (it
+	// exited).
 	Reason        string `protobuf:"bytes,13,opt,name=reason,proto3" json:"reason,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
