@@ -3,6 +3,7 @@ module github.com/edgebox/edgebox
 go 1.26.8
 
 require (
+	github.com/Microsoft/go-winio v0.6.2
 	github.com/Shopify/toxiproxy/v2 v2.12.0
 	github.com/cavaliergopher/cpio v1.0.1
 	github.com/containerd/containerd/api v1.9.0
@@ -48,7 +49,6 @@ require (
 	github.com/Masterminds/goutils v1.1.1 // indirect
 	github.com/Masterminds/semver/v3 v3.4.0 // indirect
 	github.com/Masterminds/sprig/v3 v3.3.0 // indirect
-	github.com/Microsoft/go-winio v0.6.2 // indirect
 	github.com/Microsoft/hcsshim v0.13.0 // indirect
 	github.com/ProtonMail/go-crypto v1.4.0 // indirect
 	github.com/beorn7/perks v1.0.1 // indirect

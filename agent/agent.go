@@ -27,6 +27,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/edgebox/edgebox/agent/localstore"
+	"github.com/edgebox/edgebox/agent/locks"
 	"github.com/edgebox/edgebox/agent/reconcile"
 	"github.com/edgebox/edgebox/agent/runtime"
 	"github.com/edgebox/edgebox/enroll"
@@ -39,8 +40,9 @@ import (
 )
 
 // CapabilityVersion grows by one whenever the agent learns something the
-// console must know about before using it.
-const CapabilityVersion = 1
+// console must know about before using it. 2: image prefetches, update
+// locks.
+const CapabilityVersion = 2
 
 // Config is the agent's configuration.
 type Config struct {
@@ -161,6 +163,7 @@ type Agent struct {
 	resync    chan struct{} // the same, for the Sync stream
 
 	local      *localstore.Store
+	locks      *locks.Set
 	reports    *reports
 	reconciler *reconcile.Reconciler
 	// suspect are keys whose holder became unhealthy, to power-cycle.
@@ -218,13 +221,20 @@ func New(cfg Config, log *slog.Logger) (*Agent, error) {
 		return nil, err
 	}
 	a.reports = newReports()
+	if a.locks, err = locks.Open(filepath.Join(cfg.DataDir, locksFile), nil); err != nil {
+		if a.locks == nil {
+			a.local.Close()
+			return nil, err
+		}
+		a.log.Warn("update locks", "err", err) // damaged: none held
+	}
 	// Images from the console's registry come through the tunnel.
 	registry := pull.NewClient([]string{u.Host, enroll.HostPort(u)}, func(ctx context.Context) (net.Conn, error) {
 		return tc.Open(ctx, tunnel.KindRegistry, nil)
 	}, nil)
 	a.reconciler, err = reconcile.New(reconcile.Config{Source: a.local, Drivers: cfg.Drivers, Reporter: a.reports,
 		Log: a.log, Interval: cfg.Reconcile, Registry: registry,
-		ImageRecord: filepath.Join(cfg.DataDir, "images.json"), Devices: a.devicesFor, SuspectKeys: a.suspectKeys})
+		ImageRecord: filepath.Join(cfg.DataDir, "images.json"), Devices: a.devicesFor, SuspectKeys: a.suspectKeys, Holding: a.locks.Holding})
 	if err != nil {
 		a.local.Close()
 		return nil, err
@@ -361,6 +371,17 @@ func (a *Agent) Run(ctx context.Context) error {
 		}
 		runWork(func(ctx context.Context) { a.watchUSB(ctx, a.cfg.USB, poll) })
 	}
+	if ln, addr, err := locks.Listen(filepath.Join(a.cfg.DataDir, apiDir)); err != nil {
+		a.log.Warn("the local API is not served: workloads cannot take update locks", "err", err)
+	} else {
+		a.log.Debug("local API", "address", addr)
+		runWork(func(ctx context.Context) {
+			if err := locks.Serve(ctx, ln, a.locks, a.log); err != nil {
+				a.log.Warn("local API stopped", "err", err)
+			}
+		})
+	}
+	runWork(a.reportLocks)
 	g.Go(func() error { return failed("tunnel", a.tc.Run(gctx)) })
 	g.Go(func() error { return failed("serving the console's RPCs", rpc.Serve(a.tc.Listen(tunnel.KindRPC))) })
 	runWork(func(ctx context.Context) { a.helloLoop(ctx, client) })

@@ -22,12 +22,16 @@ import (
 //	cert.pem       the box certificate from the console, 0600
 //	ca.pem         the pinned console CA, 0600
 //	status.json    what the running agent last reported, for 'status'
+//	locks.json     the update locks workloads hold (agent/locks)
+//	api/agent.sock the local API workloads take update locks through
 const (
 	identityFile = "identity.json"
 	keyFile      = "key.pem"
 	certFile     = "cert.pem"
 	caFile       = "ca.pem"
 	statusFile   = "status.json"
+	locksFile    = "locks.json"
+	apiDir       = "api"
 )
 
 // ErrNotEnrolled is returned when the data directory holds no identity.

@@ -86,3 +86,62 @@ func TestImageCacheKeepsCurrentAndPrevious(t *testing.T) {
 		t.Fatalf("after removing other: %v, want %v", got, want)
 	}
 }
+
+// TestPrefetchKeepsItsImage: an ImagePrefetch object brings its image to
+// disk while the workload runs its own, reports it, and keeps it from the
+// cache's clean-up until the object goes.
+func TestPrefetchKeepsItsImage(t *testing.T) {
+	t.Parallel()
+	src := &source{objs: map[string]*edgeboxv1.DesiredObject{}}
+	d := fake.New("containerd")
+	d.TrackImages()
+	ctx := context.Background()
+	rep := &lockedBook{b: book{status: map[string]*edgeboxv1.ObjectStatus{}}}
+	r, err := New(Config{Source: src, Drivers: []runtime.Driver{d}, Reporter: rep,
+		Log: slog.New(slog.NewTextHandler(io.Discard, nil)), ImageRecord: filepath.Join(t.TempDir(), "images.json")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	put := func(name string, o *edgeboxv1.DesiredObject) {
+		src.mu.Lock()
+		src.rev++
+		o.Name, o.Revision = name, src.rev
+		src.objs[name] = o
+		src.mu.Unlock()
+	}
+	workload := func(image string) *edgeboxv1.DesiredObject {
+		return &edgeboxv1.DesiredObject{Kind: edgeboxv1.KindWorkload,
+			Spec: &edgeboxv1.DesiredObject_Workload{Workload: &edgeboxv1.Workload{App: "robot", Runtime: "containerd", Image: image}}}
+	}
+	until := func(what string, ok func() bool) {
+		t.Helper()
+		deadline := time.Now().Add(5 * time.Second)
+		for pass(t, r); !ok(); pass(t, r) {
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: not within 5 s; images %v", what, func() []string { l, _ := d.Images(ctx); return l }())
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	has := func(img string) bool { ok, _ := d.HasImage(ctx, img); return ok }
+	put("robot", workload("img-1"))
+	until("robot on img-1", func() bool { return len(d.Running()) == 1 && r.images.current("robot") == "img-1" })
+	put("rollout-1", &edgeboxv1.DesiredObject{Kind: edgeboxv1.KindImagePrefetch,
+		Spec: &edgeboxv1.DesiredObject_ImagePrefetch{ImagePrefetch: &edgeboxv1.ImagePrefetch{Runtime: "containerd", Image: "img-9"}}})
+	until("img-9 fetched", func() bool {
+		s, _ := rep.get("rollout-1")
+		return has("img-9") && s != nil && s.GetPhase() == edgeboxv1.PhaseRunning
+	})
+	if r.images.current("robot") != "img-1" {
+		t.Fatalf("the prefetch changed what robot runs: %s", r.images.current("robot"))
+	}
+	put("robot", workload("img-2"))
+	until("robot on img-2", func() bool { return r.images.current("robot") == "img-2" })
+	put("robot", workload("img-3"))
+	until("robot on img-3, img-1 gone", func() bool { return r.images.current("robot") == "img-3" && !has("img-1") })
+	if !has("img-9") {
+		t.Fatal("the cache removed the prefetched image")
+	}
+	src.del("rollout-1")
+	until("img-9 gone with its prefetch", func() bool { s, _ := rep.get("rollout-1"); return !has("img-9") && s == nil })
+}

@@ -52,6 +52,10 @@ type Config struct {
 	// SuspectKeys is told the keys of a workload that became unhealthy:
 	// a stuck key is a common cause, and a power cycle may cure it.
 	SuspectKeys func(keys []runtime.Device)
+	// Holding says whether update locks hold the box now, and why: a
+	// running workload is then neither replaced nor removed (new ones
+	// still start). nil: nothing holds.
+	Holding func() (bool, string)
 	// ImageRecord is the file that remembers pulled images, so the image
 	// cache keeps each workload's current and previous release and drops
 	// the rest; empty keeps it in memory.
@@ -92,8 +96,10 @@ type Reconciler struct {
 	attached map[string][]runtime.Device
 	// nets are each workload's instance's address, published ports and
 	// egress refusals, as the driver last showed them, for status.
-	nets   map[string]netStatus
-	runCtx context.Context // set by Run, for pulls that outlive a pass
+	nets map[string]netStatus
+	// prefetched are the ImagePrefetch objects with a status.
+	prefetched map[string]bool
+	runCtx     context.Context // set by Run, for pulls that outlive a pass
 }
 
 // New returns a reconciler; Run starts it.
@@ -116,7 +122,7 @@ func New(cfg Config) (*Reconciler, error) {
 	}
 	r := &Reconciler{cfg: cfg, images: images, drivers: map[string]runtime.Driver{}, kick: make(chan struct{}, 1), reported: map[string]bool{},
 		crashes: map[string]*crashes{}, pulls: pulls{m: map[string]*pull{}},
-		running: map[string]string{}, attached: map[string][]runtime.Device{}, nets: map[string]netStatus{}}
+		running: map[string]string{}, attached: map[string][]runtime.Device{}, nets: map[string]netStatus{}, prefetched: map[string]bool{}}
 	for _, d := range cfg.Drivers {
 		if _, dup := r.drivers[d.Runtime()]; dup {
 			return nil, fmt.Errorf("reconcile: two drivers for runtime %q", d.Runtime())
@@ -196,6 +202,13 @@ func (r *Reconciler) Once(ctx context.Context) error {
 	}
 	sort.Strings(gone)
 	stuck := map[string]bool{}
+	if held, why := r.holding(); held && len(gone) > 0 {
+		for _, name := range gone {
+			stuck[name] = true
+			r.status(name, 0, edgeboxv1.PhasePending, "no longer desired; removed once nothing holds the box: "+why)
+		}
+		gone = nil
+	}
 	for _, name := range gone {
 		if err := r.remove(ctx, have[name].drv, name); err != nil {
 			stuck[name] = true
@@ -218,6 +231,13 @@ func (r *Reconciler) Once(ctx context.Context) error {
 	}
 	if len(listFailed) > 0 {
 		return fmt.Errorf("listing instances: %v", listFailed)
+	}
+	pre, err := r.prefetch(ctx)
+	if err != nil {
+		return err
+	}
+	for k, img := range pre {
+		images[k] = img
 	}
 	removed, err := r.images.collect(ctx, images, r.drivers)
 	for _, ref := range removed {
@@ -267,6 +287,10 @@ func (r *Reconciler) converge(ctx context.Context, o *edgeboxv1.DesiredObject, h
 		}
 	}
 	if replace {
+		if held, why := r.holding(); held {
+			r.status(name, rev, edgeboxv1.PhasePending, fmt.Sprintf("release %s waits: %s", w.GetRelease(), why))
+			return
+		}
 		if err := r.remove(ctx, h.drv, name); err != nil {
 			r.fail(name, rev, edgeboxv1.ReasonReplaceFailed, err)
 			return
@@ -339,6 +363,14 @@ func (r *Reconciler) converge(ctx context.Context, o *edgeboxv1.DesiredObject, h
 	}
 	r.attach(name, spec.Devices)
 	r.status(name, rev, edgeboxv1.PhaseRunning, "")
+}
+
+// holding says whether update locks hold the box now, and why.
+func (r *Reconciler) holding() (bool, string) {
+	if r.cfg.Holding == nil {
+		return false, ""
+	}
+	return r.cfg.Holding()
 }
 
 // create makes the instance of spec. An instance of that name the list

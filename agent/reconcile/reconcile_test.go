@@ -41,7 +41,9 @@ func (s *source) Objects(kind string) ([]*edgeboxv1.DesiredObject, error) {
 	defer s.mu.Unlock()
 	var out []*edgeboxv1.DesiredObject
 	for _, o := range s.objs {
-		out = append(out, o)
+		if o.GetKind() == kind {
+			out = append(out, o)
+		}
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
 	return out, nil

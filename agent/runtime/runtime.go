@@ -44,6 +44,15 @@ func NewSpecWith(name string, w *edgeboxv1.Workload, devs []Device) Spec {
 	return Spec{Name: name, Workload: w, Hash: hex.EncodeToString(h.Sum(nil)[:8]), Devices: devs}
 }
 
+// AgentAPIEnv is the environment variable that tells a workload where the
+// agent's local API is (update locks): "unix:///run/edgebox/agent.sock"
+// in a container, the socket's path on the box for a native program.
+const AgentAPIEnv = "EDGEBOX_AGENT_API"
+
+// AgentAPIInContainer is where containers find the agent's local API
+// directory.
+const AgentAPIInContainer = "/run/edgebox"
+
 // Device is a USB key leased to a workload, where it is on the box now.
 type Device struct {
 	KeyID string

@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"path/filepath"
 
+	"github.com/edgebox/edgebox/agent"
 	"github.com/edgebox/edgebox/agent/runtime"
 	"github.com/edgebox/edgebox/agent/runtime/process"
 	"github.com/edgebox/edgebox/agent/runtime/qemu"
@@ -16,7 +17,8 @@ import (
 // network net with the egress policies egress when the box has them
 // (Linux).
 func hostDrivers(dataDir string, rt runtimeFlags, net *qemu.Network, egress *qemu.EgressPolicies, log *slog.Logger) (ds []runtime.Driver, vms *qemu.Driver) {
-	if p, err := process.New(process.Config{StateDir: filepath.Join(dataDir, "process"), FirstUID: rt.firstUID}); err == nil {
+	if p, err := process.New(process.Config{StateDir: filepath.Join(dataDir, "process"), FirstUID: rt.firstUID,
+		AgentAPI: agent.APIAddress(dataDir)}); err == nil {
 		ds = append(ds, p)
 	} else {
 		log.Warn("native process workloads cannot run", "err", err)

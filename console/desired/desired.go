@@ -41,6 +41,8 @@ func MinCapability(kind string) uint32 {
 	switch kind {
 	case edgeboxv1.KindWorkload, edgeboxv1.KindUsbAssignment, edgeboxv1.KindAgentConfig, edgeboxv1.KindAgentRelease:
 		return 1
+	case edgeboxv1.KindImagePrefetch:
+		return 2
 	}
 	return ^uint32(0) // unknown kinds go nowhere
 }

@@ -11,10 +11,12 @@ import (
 
 	"github.com/edgebox/edgebox/console/apps"
 	"github.com/edgebox/edgebox/console/audit"
+	"github.com/edgebox/edgebox/console/desired"
 	"github.com/edgebox/edgebox/console/fleet"
 	"github.com/edgebox/edgebox/console/store"
 	"github.com/edgebox/edgebox/errdefs"
 	edgeboxv1 "github.com/edgebox/edgebox/proto/edgebox/v1"
+	"google.golang.org/protobuf/proto"
 )
 
 // Run moves the rollouts along until ctx ends, and returns nil then. A
@@ -65,15 +67,21 @@ func (s *Service) tick(ctx context.Context, tenant, id string) error {
 	if err != nil {
 		return err
 	}
+	before, _ := json.Marshal(r)
+	var entries []audit.Entry
+	var step Step
+	if r.Prefetch != nil && !r.State.over() {
+		if err := s.prefetch(ctx, &r); err != nil {
+			return err
+		}
+	}
 	if r.State == Running {
-		before, _ := json.Marshal(r)
 		w, err := s.world(ctx, &r)
 		if err != nil {
 			return err
 		}
-		step := r.Machine.Tick(s.now(), w.look)
+		step = r.Machine.Tick(s.now(), w.look)
 		me := actor(r)
-		var entries []audit.Entry
 		if step.RegionDone != "" {
 			entries = append(entries, me.Did("rollout.group", r.ID, fmt.Sprintf("%s is through: %d kept on %s", groupName(r, step.RegionDone), len(step.KeepOnA), r.From)))
 		}
@@ -92,15 +100,22 @@ func (s *Service) tick(ctx context.Context, tenant, id string) error {
 				entries = append(entries, me.Did("rollout.wait", r.ID, r.Reason))
 			}
 		}
-		if after, _ := json.Marshal(r); !bytes.Equal(before, after) {
-			r.UpdatedAt = s.now().UTC()
-			if err := s.put(ctx, r, rev, true, entries...); err != nil {
-				return err // changed meanwhile: the next tick decides again
-			}
-			if len(step.Update)+len(step.Revert) > 0 || step.RegionDone != "" || r.State != Running {
-				s.log.Info("rollout step", "rollout", r.ID, "update", len(step.Update), "revert", len(step.Revert),
-					"group_done", step.RegionDone, "state", r.State, "reason", r.Reason)
-			}
+	}
+	if r.State.over() && r.Prefetch != nil && r.Prefetch.Placed {
+		// Over: the boxes keep To's image only if they run it.
+		if err := s.unprefetch(ctx, r); err != nil {
+			return err
+		}
+		r.Prefetch.Placed = false
+	}
+	if after, _ := json.Marshal(r); !bytes.Equal(before, after) {
+		r.UpdatedAt = s.now().UTC()
+		if err := s.put(ctx, r, rev, true, entries...); err != nil {
+			return err // changed meanwhile: the next tick decides again
+		}
+		if len(step.Update)+len(step.Revert) > 0 || step.RegionDone != "" || len(entries) > 0 {
+			s.log.Info("rollout step", "rollout", r.ID, "update", len(step.Update), "revert", len(step.Revert),
+				"group_done", step.RegionDone, "state", r.State, "reason", r.Reason)
 		}
 	}
 	if err := s.ensurePins(ctx, r); err != nil {
@@ -113,6 +128,86 @@ func (s *Service) tick(ctx context.Context, tenant, id string) error {
 		return err
 	}
 	return nil
+}
+
+// prefetchName is the name of a rollout's ImagePrefetch objects.
+func prefetchName(r Rollout) string { return "rollout-" + r.ID }
+
+// prefetch asks every box of r whose agent can pre-pull to fetch To's
+// image, once, and counts what the boxes say of it until all said.
+func (s *Service) prefetch(ctx context.Context, r *Rollout) error {
+	p := r.Prefetch
+	if !p.Placed {
+		all, err := s.boxes.Boxes(ctx, r.TenantID)
+		if err != nil {
+			return err
+		}
+		can := map[string]bool{}
+		for _, b := range all {
+			can[b.ID] = b.Capability >= desired.MinCapability(edgeboxv1.KindImagePrefetch)
+		}
+		obj := &edgeboxv1.DesiredObject{Kind: edgeboxv1.KindImagePrefetch, Name: prefetchName(*r),
+			Spec: &edgeboxv1.DesiredObject_ImagePrefetch{ImagePrefetch: &edgeboxv1.ImagePrefetch{Runtime: p.Runtime, Image: p.Image}}}
+		p.Asked = 0
+		for _, g := range r.Machine.Regions {
+			for _, b := range g.Boxes {
+				if !can[b.ID] {
+					continue
+				}
+				if _, err := s.desired.Put(ctx, b.ID, proto.Clone(obj).(*edgeboxv1.DesiredObject)); err != nil {
+					return fmt.Errorf("pre-pull on box %s: %w", b.ID, err)
+				}
+				p.Asked++
+			}
+		}
+		p.Placed = true
+		return nil
+	}
+	if p.OnDisk+p.Failed >= p.Asked {
+		return nil
+	}
+	p.OnDisk, p.Failed = 0, 0
+	for _, g := range r.Machine.Regions {
+		for _, b := range g.Boxes {
+			st, err := s.status(ctx, b.ID, edgeboxv1.KindImagePrefetch, prefetchName(*r))
+			if err != nil {
+				return err
+			}
+			switch st.GetPhase() {
+			case edgeboxv1.PhaseRunning:
+				p.OnDisk++
+			case edgeboxv1.PhaseFailed:
+				p.Failed++
+			}
+		}
+	}
+	return nil
+}
+
+// unprefetch takes r's ImagePrefetch objects back from its boxes.
+func (s *Service) unprefetch(ctx context.Context, r Rollout) error {
+	for _, g := range r.Machine.Regions {
+		for _, b := range g.Boxes {
+			if _, err := s.desired.Delete(ctx, b.ID, edgeboxv1.KindImagePrefetch, prefetchName(r)); err != nil {
+				return fmt.Errorf("ending the pre-pull on box %s: %w", b.ID, err)
+			}
+		}
+	}
+	return nil
+}
+
+// status returns box's status of one object, or nil.
+func (s *Service) status(ctx context.Context, box, kind, name string) (*edgeboxv1.ObjectStatus, error) {
+	sts, err := s.desired.Statuses(ctx, box)
+	if err != nil {
+		return nil, err
+	}
+	for _, x := range sts {
+		if x.GetKind() == kind && x.GetName() == name {
+			return x, nil
+		}
+	}
+	return nil, nil
 }
 
 func groupName(r Rollout, g string) string {
@@ -265,17 +360,23 @@ func (w *world) read(id string) (Seen, bool) {
 		seen.Hold = "the box is " + string(b.State)
 		return seen, false
 	}
-	var st *edgeboxv1.ObjectStatus
+	var st, pre, lock *edgeboxv1.ObjectStatus
 	sts, err := w.s.desired.Statuses(ctx, id)
 	if err != nil {
 		seen.Hold = "the console cannot read the box's status: " + err.Error()
 		return seen, false
 	}
 	for _, x := range sts {
-		if x.GetKind() == edgeboxv1.KindWorkload && x.GetName() == r.App {
+		switch {
+		case x.GetKind() == edgeboxv1.KindWorkload && x.GetName() == r.App:
 			st = x
+		case x.GetKind() == edgeboxv1.KindImagePrefetch && x.GetName() == prefetchName(*r):
+			pre = x
+		case x.GetKind() == edgeboxv1.KindUpdateLock && lock == nil:
+			lock = x
 		}
 	}
+	prepulls := r.Prefetch != nil && r.Prefetch.Placed && b.Capability >= desired.MinCapability(edgeboxv1.KindImagePrefetch)
 	if st != nil {
 		seen.Runs = st.GetRelease()
 		seen.Healthy = st.GetPhase() == edgeboxv1.PhaseRunning &&
@@ -297,10 +398,24 @@ func (w *world) read(id string) (Seen, bool) {
 			seen.Failure = "probe: " + clip(st.GetMessage(), 200)
 		}
 	}
-	if w.s.online != nil && !w.s.online(id) {
+	if prepulls && pre.GetPhase() == edgeboxv1.PhaseFailed && seen.Failure == "" {
+		seen.Failure = "pull: " + clip(pre.GetMessage(), 200)
+	}
+	switch ok, why := w.open(b); {
+	case w.s.online != nil && !w.s.online(id):
 		seen.Hold = "the box is offline"
-	} else if ok, why := w.open(b); !ok {
+	case lock != nil:
+		seen.Hold = "update lock held by " + lock.GetName()
+		if m := lock.GetMessage(); m != "" {
+			seen.Hold += ": " + clip(m, 200)
+		}
+	case !ok:
 		seen.Hold = why
+	case prepulls && pre.GetPhase() != edgeboxv1.PhaseRunning:
+		seen.Hold = "pre-pulling " + r.To
+		if m := pre.GetMessage(); m != "" {
+			seen.Hold += ": " + clip(m, 200)
+		}
 	}
 	return seen, st != nil
 }

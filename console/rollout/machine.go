@@ -313,6 +313,10 @@ func (m *Machine) start(now time.Time, r *Region, wave []*Box, seen Look) []stri
 		}
 		s, _ := seen(b.ID)
 		switch {
+		case s.Failure != "":
+			// It cannot take B before it is told to: its pre-pull
+			// failed. It stays on A, and counts against the wave.
+			b.Phase, b.Reason, b.Since = Failed, s.Failure, now
 		case s.Hold != "":
 			if b.Phase != Held {
 				b.Since = now

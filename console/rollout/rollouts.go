@@ -20,6 +20,7 @@ import (
 	"github.com/edgebox/edgebox/console/fleet"
 	"github.com/edgebox/edgebox/console/store"
 	"github.com/edgebox/edgebox/errdefs"
+	edgeboxv1 "github.com/edgebox/edgebox/proto/edgebox/v1"
 )
 
 // Scope is what a rollout moves: exactly one of its fields is set.
@@ -76,7 +77,25 @@ type Rollout struct {
 	CreatedAt time.Time `json:"created_at"`
 	CreatedBy string    `json:"created_by"`
 	UpdatedAt time.Time `json:"updated_at"`
-	Machine   *Machine  `json:"machine"`
+	// Prefetch is the pre-pull of To's image, for releases that have one
+	// to pull (containers and VMs).
+	Prefetch *Prefetch `json:"prefetch,omitempty"`
+	Machine  *Machine  `json:"machine"`
+}
+
+// Prefetch is a rollout's pre-pull: every box of it that can is asked to
+// have To's image on disk, while it still runs From, before its wave.
+type Prefetch struct {
+	Runtime string `json:"runtime"`
+	Image   string `json:"image"`
+	// Placed: the boxes were asked (ImagePrefetch objects written);
+	// cleared again when the rollout is over and they were taken back.
+	Placed bool `json:"placed,omitempty"`
+	// Asked counts the boxes asked (those whose agents can pre-pull);
+	// OnDisk and Failed count what they said last.
+	Asked  int `json:"asked"`
+	OnDisk int `json:"on_disk"`
+	Failed int `json:"failed"`
 }
 
 // Approval is one user's approval of a rollout.
@@ -247,10 +266,13 @@ func (s *Service) Create(ctx context.Context, who audit.Actor, q Request) (Rollo
 	if _, err := s.apps.App(ctx, tenant, q.App); err != nil {
 		return Rollout{}, err
 	}
+	var to apps.Release
 	for _, v := range []string{q.From, q.To} {
-		if _, err := s.apps.Release(ctx, tenant, q.App, v); err != nil {
+		rel, err := s.apps.Release(ctx, tenant, q.App, v)
+		if err != nil {
 			return Rollout{}, err
 		}
+		to = rel
 	}
 	all, err := s.boxes.Boxes(ctx, tenant)
 	if err != nil {
@@ -278,6 +300,9 @@ func (s *Service) Create(ctx context.Context, who audit.Actor, q Request) (Rollo
 		State: Running, CreatedAt: now, CreatedBy: who.Name, UpdatedAt: now, Skipped: skipped}
 	if len(r.Skipped) > maxSkipped {
 		r.Skipped = r.Skipped[:maxSkipped]
+	}
+	if (to.Runtime == edgeboxv1.RuntimeContainerd || to.Runtime == edgeboxv1.RuntimeQEMU) && to.Image != "" {
+		r.Prefetch = &Prefetch{Runtime: to.Runtime, Image: to.Image}
 	}
 	r.Machine = NewMachine(q.From, q.To, q.Settings, groups)
 	r.Machine.ApproveFirstWave = rules.ApproveFirstWave

@@ -18,6 +18,7 @@ import (
 	"github.com/edgebox/edgebox/console/store/storetest"
 	"github.com/edgebox/edgebox/errdefs"
 	edgeboxv1 "github.com/edgebox/edgebox/proto/edgebox/v1"
+	"github.com/opencontainers/go-digest"
 )
 
 // env is the console's part of a rollout over a real store, with boxes
@@ -37,20 +38,36 @@ type env struct {
 	// fail names boxes that fail release "2" and how ("PullFailed").
 	fail    map[string]string
 	offline map[string]bool
+	// pulling names boxes whose pre-pull goes on; prefail those whose
+	// pre-pull fails; locked those where a workload holds an update lock.
+	pulling, prefail, locked map[string]bool
 }
 
-func newEnv(t *testing.T, regions map[string]int) *env {
+// images stands in for the console's registry: every tag resolves.
+type images struct{}
+
+func (images) Resolve(_ context.Context, repo, tag string) (digest.Digest, error) {
+	return digest.FromString(repo + ":" + tag), nil
+}
+func (images) HasManifest(context.Context, string, digest.Digest) (bool, error) { return true, nil }
+
+func newEnv(t *testing.T, regions map[string]int) *env { return newEnvOn(t, "process", regions) }
+
+// newEnvOn is newEnv with releases for runtime rt: "containerd" ones
+// have images to pre-pull.
+func newEnvOn(t *testing.T, rt string, regions map[string]int) *env {
 	t.Helper()
 	ctx := context.Background()
 	e := &env{t: t, ctx: ctx, st: storetest.Bolt(t), now: time.Date(2026, 11, 24, 9, 0, 0, 0, time.UTC),
-		op: audit.Actor{TenantID: "bank", Name: "alice"}, fail: map[string]string{}, offline: map[string]bool{}}
+		op: audit.Actor{TenantID: "bank", Name: "alice"}, fail: map[string]string{}, offline: map[string]bool{},
+		pulling: map[string]bool{}, prefail: map[string]bool{}, locked: map[string]bool{}}
 	var err error
 	if e.fl, err = fleet.New(ctx, e.st, func() time.Time { return e.now }); err != nil {
 		t.Fatal(err)
 	}
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	e.desired = desired.New(e.st)
-	e.apps = apps.New(e.st, e.desired, e.fl, nil, nil, nil, log)
+	e.apps = apps.New(e.st, e.desired, e.fl, images{}, []string{"console.test"}, nil, log)
 	for _, region := range []string{"north", "east", "south"} {
 		for i := range regions[region] {
 			site := fmt.Sprintf("%s-site-%d", region, i%3)
@@ -64,6 +81,9 @@ func newEnv(t *testing.T, regions map[string]int) *env {
 			if err != nil {
 				t.Fatal(err)
 			}
+			if b, err = e.fl.ReportFacts(ctx, b.ID, fleet.Facts{Capability: 2}, e.now); err != nil {
+				t.Fatal(err)
+			}
 			e.boxes = append(e.boxes, b)
 		}
 	}
@@ -71,7 +91,11 @@ func newEnv(t *testing.T, regions map[string]int) *env {
 		t.Fatal(err)
 	}
 	for _, v := range []string{"1", "2"} {
-		if _, err := e.apps.CreateRelease(ctx, e.op, "robot", apps.Spec{Version: v, Runtime: "process", Image: "/bin/sleep"}); err != nil {
+		spec := apps.Spec{Version: v, Runtime: rt, Image: "/bin/sleep"}
+		if rt == "containerd" {
+			spec.Image = "console.test/bank/robot:" + v
+		}
+		if _, err := e.apps.CreateRelease(ctx, e.op, "robot", spec); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -103,7 +127,21 @@ func (e *env) report() {
 		if err != nil {
 			e.t.Fatal(err)
 		}
+		var report []*edgeboxv1.ObjectStatus
+		if e.locked[b.ID] {
+			report = append(report, &edgeboxv1.ObjectStatus{Kind: edgeboxv1.KindUpdateLock, Name: "robot", Phase: edgeboxv1.PhaseRunning, Message: "signing a payment"})
+		}
 		for _, o := range live {
+			if p := o.GetImagePrefetch(); p != nil {
+				s := &edgeboxv1.ObjectStatus{Kind: edgeboxv1.KindImagePrefetch, Name: o.GetName(), ObservedRevision: o.GetRevision(), Phase: edgeboxv1.PhaseRunning}
+				switch {
+				case e.prefail[b.ID]:
+					s.Phase, s.Reason, s.Message = edgeboxv1.PhaseFailed, edgeboxv1.ReasonPullFailed, "manifest unknown"
+				case e.pulling[b.ID]:
+					s.Phase, s.Message = edgeboxv1.PhasePulling, "pulling: 40 %"
+				}
+				report = append(report, s)
+			}
 			w := o.GetWorkload()
 			if w == nil {
 				continue
@@ -113,9 +151,10 @@ func (e *env) report() {
 			if why := e.fail[b.ID]; why != "" && w.GetRelease() == "2" {
 				s.Phase, s.Reason, s.Message, s.Release = edgeboxv1.PhaseFailed, why, "it went wrong", "1"
 			}
-			if err := e.desired.ReportStatus(e.ctx, b.ID, &edgeboxv1.SyncStatus{Objects: []*edgeboxv1.ObjectStatus{s}}); err != nil {
-				e.t.Fatal(err)
-			}
+			report = append(report, s)
+		}
+		if err := e.desired.ReportStatus(e.ctx, b.ID, &edgeboxv1.SyncStatus{Objects: report, Full: true}); err != nil {
+			e.t.Fatal(err)
 		}
 	}
 }
@@ -350,5 +389,74 @@ func TestRolloutRequestsRefused(t *testing.T) {
 		Deny: []Window{{Days: EveryDay, From: "00:00", To: "24:00"}}}}}
 	if _, err := e.svc.SetRules(e.ctx, e.op, never); err == nil || !strings.Contains(err.Error(), "never") {
 		t.Errorf("a policy that never opens: %v", err)
+	}
+}
+
+// TestRolloutPrePullsAndWaitsForLocks: every box is asked to pre-pull
+// the new image first; a box still pulling, or where a workload holds an
+// update lock, is held back and says why; a box whose pre-pull fails
+// fails its wave without being told to move; the pre-pulls are taken
+// back at the end.
+func TestRolloutPrePullsAndWaitsForLocks(t *testing.T) {
+	e := newEnvOn(t, "containerd", map[string]int{"north": 4})
+	r, err := e.svc.Create(e.ctx, e.op, Request{App: "robot", From: "1", To: "2", Scope: Scope{Regions: []string{"north"}},
+		Settings: Settings{Waves: []Size{{Boxes: 1}, {Percent: 100}}, MaxUnavailable: 4, FailurePercent: 50}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Prefetch == nil || !strings.HasSuffix(r.Prefetch.Image, "@"+digest.FromString("bank/robot:2").String()) {
+		t.Fatalf("prefetch: %+v", r.Prefetch)
+	}
+	boxes := r.Machine.Regions[0].Boxes
+	first, locked, broken := boxes[0].ID, boxes[1].ID, boxes[2].ID
+	e.pulling[first], e.locked[locked], e.prefail[broken] = true, true, true
+	e.step()
+	e.step()
+	got := e.get(r.ID)
+	if p := got.Prefetch; !p.Placed || p.Asked != 4 || p.OnDisk != 2 || p.Failed != 1 {
+		t.Fatalf("prefetch after a tick: %+v", p)
+	}
+	if b := got.Machine.Regions[0].Boxes[0]; b.Phase != Held || !strings.HasPrefix(b.Reason, "pre-pulling 2: pulling: 40 %") {
+		t.Fatalf("first box while its pull goes on: %s %q", b.Phase, b.Reason)
+	}
+	delete(e.pulling, first)
+	for i := 0; i < 10 && e.get(r.ID).Machine.Regions[0].Wave == 0; i++ {
+		e.step()
+	}
+	e.step()
+	got = e.get(r.ID)
+	for _, b := range got.Machine.Regions[0].Boxes {
+		switch b.ID {
+		case locked:
+			if b.Phase != Held || b.Reason != "update lock held by robot: signing a payment" {
+				t.Errorf("locked box: %s %q", b.Phase, b.Reason)
+			}
+		case broken:
+			if b.Phase != Failed || b.Reason != "pull: manifest unknown" {
+				t.Errorf("box whose pre-pull failed: %s %q", b.Phase, b.Reason)
+			}
+		}
+	}
+	if n := e.told("2")[broken]; n != 0 {
+		t.Errorf("the box whose pre-pull failed was told to move %d times", n)
+	}
+	delete(e.locked, locked)
+	for i := 0; i < 20 && !e.get(r.ID).State.over(); i++ {
+		e.step()
+	}
+	got = e.get(r.ID)
+	if got.State != Finished || got.Prefetch.Placed {
+		t.Fatalf("rollout %s %q, prefetch %+v", got.State, got.Reason, got.Prefetch)
+	}
+	if e.runs()[broken] != "1" || e.runs()[locked] != "2" {
+		t.Errorf("broken box runs %s, locked box %s", e.runs()[broken], e.runs()[locked])
+	}
+	for _, b := range e.boxes {
+		live, _, _ := e.desired.Live(e.ctx, b.ID)
+		for _, o := range live {
+			if o.GetImagePrefetch() != nil {
+				t.Errorf("box %s keeps its pre-pull", b.ID)
+			}
+		}
 	}
 }

@@ -33,6 +33,7 @@ import (
 	"github.com/containerd/containerd/v2/pkg/namespaces"
 	"github.com/containerd/containerd/v2/pkg/oci"
 	cerrdefs "github.com/containerd/errdefs"
+	specs "github.com/opencontainers/runtime-spec/specs-go"
 
 	"github.com/edgebox/edgebox/agent/network"
 	"github.com/edgebox/edgebox/agent/runtime"
@@ -68,6 +69,9 @@ type Config struct {
 	// MaxLogBytes rotates a log (to <workload>.log.1) when it passed this
 	// size at a start; default 10 MiB.
 	MaxLogBytes int64
+	// AgentAPIDir is the directory of the agent's local API socket,
+	// mounted into every container at /run/edgebox; empty mounts none.
+	AgentAPIDir string
 	// VolumeDir holds the box-local volumes, one directory per app and
 	// volume name, kept across releases; empty disables volumes.
 	VolumeDir string
@@ -252,6 +256,13 @@ func (d *Driver) Create(ctx context.Context, s runtime.Spec) error {
 		specOpts = append(specOpts, oci.WithEnv(d.proxyEnv(s.Name)))
 	}
 	specOpts = append(specOpts, oci.WithEnv(w.GetEnv()))
+	if d.cfg.AgentAPIDir != "" {
+		// The directory, not the socket: a socket made again after a
+		// restart of the agent is then there for running containers too.
+		specOpts = append(specOpts, oci.WithMounts([]specs.Mount{{Type: "bind", Source: d.cfg.AgentAPIDir,
+			Destination: runtime.AgentAPIInContainer, Options: []string{"rbind", "rw"}}}),
+			oci.WithEnv([]string{runtime.AgentAPIEnv + "=unix://" + runtime.AgentAPIInContainer + "/agent.sock"}))
+	}
 	if m := w.GetCpuMillis(); m > 0 {
 		// CFS: m thousandths of a CPU in every 100 ms period.
 		specOpts = append(specOpts, oci.WithCPUCFS(m*100, 100000))

@@ -48,6 +48,9 @@ type Config struct {
 	Log *slog.Logger
 	// Crash is for crash-point tests; production leaves it nil.
 	Crash runtime.CrashHook
+	// AgentAPI is the agent's local API address, given to every program
+	// as EDGEBOX_AGENT_API; empty gives none.
+	AgentAPI string
 }
 
 // crashPoints are the steps of the driver's operations between which a
@@ -320,6 +323,9 @@ func (d *Driver) Start(_ context.Context, name string) error {
 	home := filepath.Join(d.dir(name), "home")
 	cmd := exec.Command(rec.Path, rec.Args...)
 	cmd.Env = append(baseEnv(home), rec.Env...)
+	if d.cfg.AgentAPI != "" {
+		cmd.Env = append(cmd.Env, runtime.AgentAPIEnv+"="+d.cfg.AgentAPI)
+	}
 	cmd.Dir = home
 	cmd.Stdout, cmd.Stderr = log, log
 	setUser(cmd, rec.UID)

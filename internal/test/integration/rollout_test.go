@@ -3,7 +3,10 @@
 package integration
 
 import (
+	"context"
 	"encoding/json"
+	"net"
+	"net/http"
 	"os"
 	"path/filepath"
 	"slices"
@@ -21,12 +24,14 @@ import (
 // real agents in two regions move from release 1 to 2 region by region,
 // in waves gated on health, through a console killed (SIGKILL) halfway,
 // and end with each region pinned to 2 and no box told twice. Then a
-// release whose probe fails stops at its first box, which goes back.
+// rollout back to 1 waits while a workload holds an update lock through
+// its agent's local API, and goes on once it is released; and a release
+// whose probe fails stops at its first box, which goes back.
 func TestRolloutOverTwoRegions(t *testing.T) {
 	require.Root(t, "the process driver runs workloads under users of their own")
 	h := testenv.NewBinaries(t)
 	admin := h.Admin()
-	region := map[string]string{}
+	region, dirs := map[string]string{}, map[string]string{}
 	for i, b := range []struct{ region, site, name string }{
 		{"north", "n1", "north-a"}, {"north", "n2", "north-b"}, {"east", "e1", "east-a"}, {"east", "e2", "east-b"},
 	} {
@@ -41,7 +46,7 @@ func TestRolloutOverTwoRegions(t *testing.T) {
 		// Each agent its own workload users: an agent ends the processes
 		// of its range it does not know.
 		testenv.StartAgentArgs(t, box, "--workload-uids", strconv.Itoa(700000+i*10000))
-		region[box.ID()] = b.region
+		region[box.ID()], dirs[box.ID()] = b.region, box.DataDir()
 	}
 	cli := func(args ...string) string {
 		t.Helper()
@@ -147,9 +152,48 @@ func TestRolloutOverTwoRegions(t *testing.T) {
 		t.Errorf("edgebox rollout show:\n%s", show)
 	}
 
+	// A workload on north's first box takes an update lock through its
+	// agent's local API: a rollout back to 1 waits for it, and says so.
+	lockBox := r.Groups[0].Boxes[0].ID
+	sock := filepath.Join(dirs[lockBox], "api", "agent.sock")
+	hc := &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+		return (&net.Dialer{}).DialContext(ctx, "unix", sock)
+	}}}
+	lockDo := func(method, body string) {
+		t.Helper()
+		req, _ := http.NewRequest(method, "http://agent/v1/locks/robot", strings.NewReader(body))
+		resp, err := hc.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode/100 != 2 {
+			t.Fatalf("%s lock: %s", method, resp.Status)
+		}
+	}
+	lockDo("PUT", `{"reason":"signing a payment","ttl_seconds":300}`)
+	back, err := admin.CreateRollout(ctx(t), api.RolloutRequest{App: "robot", From: "2", To: "1", Regions: []string{"north"}, Waves: []string{"1", "100%"}, Gate: "1s", BoxTimeout: "1m"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	testenv.WaitFor(t, 30*time.Second, "the locked box held", func() bool {
+		back, err = admin.Rollout(ctx(t), back.ID)
+		b := back.Groups[0].Boxes[0]
+		return err == nil && b.ID == lockBox && b.Phase == "held" && strings.HasPrefix(b.Reason, "update lock held by robot: signing a payment")
+	})
+	time.Sleep(3 * time.Second)
+	if back, _ = admin.Rollout(ctx(t), back.ID); back.Groups[0].Boxes[0].Phase != "held" {
+		t.Fatalf("the locked box moved: %+v", back.Groups[0].Boxes[0])
+	}
+	lockDo("DELETE", "")
+	testenv.WaitFor(t, 60*time.Second, "the rollout back to 1 done", func() bool {
+		back, err = admin.Rollout(ctx(t), back.ID)
+		return err == nil && back.State == "done"
+	})
+
 	// A release whose probe fails: its first box fails and goes back to
-	// 2, and the rollout stops there.
-	bad, err := admin.CreateRollout(ctx(t), api.RolloutRequest{App: "robot", From: "2", To: "3", Regions: []string{"north"}, Gate: "3s", BoxTimeout: "1m"})
+	// 1, and the rollout stops there.
+	bad, err := admin.CreateRollout(ctx(t), api.RolloutRequest{App: "robot", From: "1", To: "3", Regions: []string{"north"}, Gate: "3s", BoxTimeout: "1m"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -164,7 +208,15 @@ func TestRolloutOverTwoRegions(t *testing.T) {
 	if bad.Groups[0].Boxes[1].Phase != "waiting" {
 		t.Errorf("the second box moved: %+v", bad.Groups[0].Boxes[1])
 	}
-	runAll("2", 60*time.Second)
+	s, err := admin.AppStatus(ctx(t), "robot")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, b := range s.Boxes {
+		if want := map[string]string{"north": "1", "east": "2"}[region[b.BoxID]]; b.DesiredRelease != want {
+			t.Errorf("box %s should run %s, not %s", b.BoxName, want, b.DesiredRelease)
+		}
+	}
 	if ls := cli("rollout", "ls"); !strings.Contains(ls, bad.ID) || !strings.Contains(ls, "stopped") || !strings.Contains(ls, r.ID) {
 		t.Errorf("edgebox rollout ls:\n%s", ls)
 	}

@@ -606,6 +606,62 @@ func (x *AgentRelease) GetSha256() string {
 	return ""
 }
 
+// ImagePrefetch asks the box to have an image on disk before a workload
+// needs it (a rollout's pre-pull), and to keep it while the object is
+// there. Its status is "Pulling", "Running" once the image is on disk, or
+// "Failed" with reason "PullFailed".
+type ImagePrefetch struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Runtime       string                 `protobuf:"bytes,1,opt,name=runtime,proto3" json:"runtime,omitempty"` // "containerd" or "qemu"
+	Image         string                 `protobuf:"bytes,2,opt,name=image,proto3" json:"image,omitempty"`     // image reference with digest
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ImagePrefetch) Reset() {
+	*x = ImagePrefetch{}
+	mi := &file_edgebox_v1_desired_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ImagePrefetch) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ImagePrefetch) ProtoMessage() {}
+
+func (x *ImagePrefetch) ProtoReflect() protoreflect.Message {
+	mi := &file_edgebox_v1_desired_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ImagePrefetch.ProtoReflect.Descriptor instead.
+func (*ImagePrefetch) Descriptor() ([]byte, []int) {
+	return file_edgebox_v1_desired_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *ImagePrefetch) GetRuntime() string {
+	if x != nil {
+		return x.Runtime
+	}
+	return ""
+}
+
+func (x *ImagePrefetch) GetImage() string {
+	if x != nil {
+		return x.Image
+	}
+	return ""
+}
+
 // DesiredObject is one object of a box's desired state.
 type DesiredObject struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -620,6 +676,7 @@ type DesiredObject struct {
 	//	*DesiredObject_UsbAssignment
 	//	*DesiredObject_AgentConfig
 	//	*DesiredObject_AgentRelease
+	//	*DesiredObject_ImagePrefetch
 	Spec isDesiredObject_Spec `protobuf_oneof:"spec"`
 	// kind names the spec type; it stays set on tombstones.
 	Kind          string `protobuf:"bytes,4,opt,name=kind,proto3" json:"kind,omitempty"`
@@ -629,7 +686,7 @@ type DesiredObject struct {
 
 func (x *DesiredObject) Reset() {
 	*x = DesiredObject{}
-	mi := &file_edgebox_v1_desired_proto_msgTypes[7]
+	mi := &file_edgebox_v1_desired_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -641,7 +698,7 @@ func (x *DesiredObject) String() string {
 func (*DesiredObject) ProtoMessage() {}
 
 func (x *DesiredObject) ProtoReflect() protoreflect.Message {
-	mi := &file_edgebox_v1_desired_proto_msgTypes[7]
+	mi := &file_edgebox_v1_desired_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -654,7 +711,7 @@ func (x *DesiredObject) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DesiredObject.ProtoReflect.Descriptor instead.
 func (*DesiredObject) Descriptor() ([]byte, []int) {
-	return file_edgebox_v1_desired_proto_rawDescGZIP(), []int{7}
+	return file_edgebox_v1_desired_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *DesiredObject) GetName() string {
@@ -721,6 +778,15 @@ func (x *DesiredObject) GetAgentRelease() *AgentRelease {
 	return nil
 }
 
+func (x *DesiredObject) GetImagePrefetch() *ImagePrefetch {
+	if x != nil {
+		if x, ok := x.Spec.(*DesiredObject_ImagePrefetch); ok {
+			return x.ImagePrefetch
+		}
+	}
+	return nil
+}
+
 func (x *DesiredObject) GetKind() string {
 	if x != nil {
 		return x.Kind
@@ -748,6 +814,10 @@ type DesiredObject_AgentRelease struct {
 	AgentRelease *AgentRelease `protobuf:"bytes,13,opt,name=agent_release,json=agentRelease,proto3,oneof"`
 }
 
+type DesiredObject_ImagePrefetch struct {
+	ImagePrefetch *ImagePrefetch `protobuf:"bytes,14,opt,name=image_prefetch,json=imagePrefetch,proto3,oneof"`
+}
+
 func (*DesiredObject_Workload) isDesiredObject_Spec() {}
 
 func (*DesiredObject_UsbAssignment) isDesiredObject_Spec() {}
@@ -755,6 +825,8 @@ func (*DesiredObject_UsbAssignment) isDesiredObject_Spec() {}
 func (*DesiredObject_AgentConfig) isDesiredObject_Spec() {}
 
 func (*DesiredObject_AgentRelease) isDesiredObject_Spec() {}
+
+func (*DesiredObject_ImagePrefetch) isDesiredObject_Spec() {}
 
 // ObjectStatus is the latest the box knows of one desired object.
 type ObjectStatus struct {
@@ -792,7 +864,7 @@ type ObjectStatus struct {
 
 func (x *ObjectStatus) Reset() {
 	*x = ObjectStatus{}
-	mi := &file_edgebox_v1_desired_proto_msgTypes[8]
+	mi := &file_edgebox_v1_desired_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -804,7 +876,7 @@ func (x *ObjectStatus) String() string {
 func (*ObjectStatus) ProtoMessage() {}
 
 func (x *ObjectStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_edgebox_v1_desired_proto_msgTypes[8]
+	mi := &file_edgebox_v1_desired_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -817,7 +889,7 @@ func (x *ObjectStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ObjectStatus.ProtoReflect.Descriptor instead.
 func (*ObjectStatus) Descriptor() ([]byte, []int) {
-	return file_edgebox_v1_desired_proto_rawDescGZIP(), []int{8}
+	return file_edgebox_v1_desired_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *ObjectStatus) GetKind() string {
@@ -926,7 +998,7 @@ type Event struct {
 
 func (x *Event) Reset() {
 	*x = Event{}
-	mi := &file_edgebox_v1_desired_proto_msgTypes[9]
+	mi := &file_edgebox_v1_desired_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -938,7 +1010,7 @@ func (x *Event) String() string {
 func (*Event) ProtoMessage() {}
 
 func (x *Event) ProtoReflect() protoreflect.Message {
-	mi := &file_edgebox_v1_desired_proto_msgTypes[9]
+	mi := &file_edgebox_v1_desired_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -951,7 +1023,7 @@ func (x *Event) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Event.ProtoReflect.Descriptor instead.
 func (*Event) Descriptor() ([]byte, []int) {
-	return file_edgebox_v1_desired_proto_rawDescGZIP(), []int{9}
+	return file_edgebox_v1_desired_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *Event) GetTimeUnixNano() int64 {
@@ -1006,7 +1078,7 @@ type EventRing struct {
 
 func (x *EventRing) Reset() {
 	*x = EventRing{}
-	mi := &file_edgebox_v1_desired_proto_msgTypes[10]
+	mi := &file_edgebox_v1_desired_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1018,7 +1090,7 @@ func (x *EventRing) String() string {
 func (*EventRing) ProtoMessage() {}
 
 func (x *EventRing) ProtoReflect() protoreflect.Message {
-	mi := &file_edgebox_v1_desired_proto_msgTypes[10]
+	mi := &file_edgebox_v1_desired_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1031,7 +1103,7 @@ func (x *EventRing) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EventRing.ProtoReflect.Descriptor instead.
 func (*EventRing) Descriptor() ([]byte, []int) {
-	return file_edgebox_v1_desired_proto_rawDescGZIP(), []int{10}
+	return file_edgebox_v1_desired_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *EventRing) GetEvents() []*Event {
@@ -1096,7 +1168,10 @@ const file_edgebox_v1_desired_proto_rawDesc = "" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"@\n" +
 	"\fAgentRelease\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\tR\aversion\x12\x16\n" +
-	"\x06sha256\x18\x02 \x01(\tR\x06sha256\"\xec\x02\n" +
+	"\x06sha256\x18\x02 \x01(\tR\x06sha256\"?\n" +
+	"\rImagePrefetch\x12\x18\n" +
+	"\aruntime\x18\x01 \x01(\tR\aruntime\x12\x14\n" +
+	"\x05image\x18\x02 \x01(\tR\x05image\"\xb0\x03\n" +
 	"\rDesiredObject\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1a\n" +
 	"\brevision\x18\x02 \x01(\x04R\brevision\x12\x18\n" +
@@ -1105,7 +1180,8 @@ const file_edgebox_v1_desired_proto_rawDesc = "" +
 	" \x01(\v2\x14.edgebox.v1.WorkloadH\x00R\bworkload\x12B\n" +
 	"\x0eusb_assignment\x18\v \x01(\v2\x19.edgebox.v1.UsbAssignmentH\x00R\rusbAssignment\x12<\n" +
 	"\fagent_config\x18\f \x01(\v2\x17.edgebox.v1.AgentConfigH\x00R\vagentConfig\x12?\n" +
-	"\ragent_release\x18\r \x01(\v2\x18.edgebox.v1.AgentReleaseH\x00R\fagentRelease\x12\x12\n" +
+	"\ragent_release\x18\r \x01(\v2\x18.edgebox.v1.AgentReleaseH\x00R\fagentRelease\x12B\n" +
+	"\x0eimage_prefetch\x18\x0e \x01(\v2\x19.edgebox.v1.ImagePrefetchH\x00R\rimagePrefetch\x12\x12\n" +
 	"\x04kind\x18\x04 \x01(\tR\x04kindB\x06\n" +
 	"\x04spec\"\xfc\x02\n" +
 	"\fObjectStatus\x12\x12\n" +
@@ -1145,7 +1221,7 @@ func file_edgebox_v1_desired_proto_rawDescGZIP() []byte {
 	return file_edgebox_v1_desired_proto_rawDescData
 }
 
-var file_edgebox_v1_desired_proto_msgTypes = make([]protoimpl.MessageInfo, 12)
+var file_edgebox_v1_desired_proto_msgTypes = make([]protoimpl.MessageInfo, 13)
 var file_edgebox_v1_desired_proto_goTypes = []any{
 	(*Workload)(nil),      // 0: edgebox.v1.Workload
 	(*PortMapping)(nil),   // 1: edgebox.v1.PortMapping
@@ -1154,27 +1230,29 @@ var file_edgebox_v1_desired_proto_goTypes = []any{
 	(*UsbAssignment)(nil), // 4: edgebox.v1.UsbAssignment
 	(*AgentConfig)(nil),   // 5: edgebox.v1.AgentConfig
 	(*AgentRelease)(nil),  // 6: edgebox.v1.AgentRelease
-	(*DesiredObject)(nil), // 7: edgebox.v1.DesiredObject
-	(*ObjectStatus)(nil),  // 8: edgebox.v1.ObjectStatus
-	(*Event)(nil),         // 9: edgebox.v1.Event
-	(*EventRing)(nil),     // 10: edgebox.v1.EventRing
-	nil,                   // 11: edgebox.v1.AgentConfig.SettingsEntry
+	(*ImagePrefetch)(nil), // 7: edgebox.v1.ImagePrefetch
+	(*DesiredObject)(nil), // 8: edgebox.v1.DesiredObject
+	(*ObjectStatus)(nil),  // 9: edgebox.v1.ObjectStatus
+	(*Event)(nil),         // 10: edgebox.v1.Event
+	(*EventRing)(nil),     // 11: edgebox.v1.EventRing
+	nil,                   // 12: edgebox.v1.AgentConfig.SettingsEntry
 }
 var file_edgebox_v1_desired_proto_depIdxs = []int32{
 	3,  // 0: edgebox.v1.Workload.probes:type_name -> edgebox.v1.Probe
 	2,  // 1: edgebox.v1.Workload.volumes:type_name -> edgebox.v1.Volume
 	1,  // 2: edgebox.v1.Workload.ports:type_name -> edgebox.v1.PortMapping
-	11, // 3: edgebox.v1.AgentConfig.settings:type_name -> edgebox.v1.AgentConfig.SettingsEntry
+	12, // 3: edgebox.v1.AgentConfig.settings:type_name -> edgebox.v1.AgentConfig.SettingsEntry
 	0,  // 4: edgebox.v1.DesiredObject.workload:type_name -> edgebox.v1.Workload
 	4,  // 5: edgebox.v1.DesiredObject.usb_assignment:type_name -> edgebox.v1.UsbAssignment
 	5,  // 6: edgebox.v1.DesiredObject.agent_config:type_name -> edgebox.v1.AgentConfig
 	6,  // 7: edgebox.v1.DesiredObject.agent_release:type_name -> edgebox.v1.AgentRelease
-	9,  // 8: edgebox.v1.EventRing.events:type_name -> edgebox.v1.Event
-	9,  // [9:9] is the sub-list for method output_type
-	9,  // [9:9] is the sub-list for method input_type
-	9,  // [9:9] is the sub-list for extension type_name
-	9,  // [9:9] is the sub-list for extension extendee
-	0,  // [0:9] is the sub-list for field type_name
+	7,  // 8: edgebox.v1.DesiredObject.image_prefetch:type_name -> edgebox.v1.ImagePrefetch
+	10, // 9: edgebox.v1.EventRing.events:type_name -> edgebox.v1.Event
+	10, // [10:10] is the sub-list for method output_type
+	10, // [10:10] is the sub-list for method input_type
+	10, // [10:10] is the sub-list for extension type_name
+	10, // [10:10] is the sub-list for extension extendee
+	0,  // [0:10] is the sub-list for field type_name
 }
 
 func init() { file_edgebox_v1_desired_proto_init() }
@@ -1182,11 +1260,12 @@ func file_edgebox_v1_desired_proto_init() {
 	if File_edgebox_v1_desired_proto != nil {
 		return
 	}
-	file_edgebox_v1_desired_proto_msgTypes[7].OneofWrappers = []any{
+	file_edgebox_v1_desired_proto_msgTypes[8].OneofWrappers = []any{
 		(*DesiredObject_Workload)(nil),
 		(*DesiredObject_UsbAssignment)(nil),
 		(*DesiredObject_AgentConfig)(nil),
 		(*DesiredObject_AgentRelease)(nil),
+		(*DesiredObject_ImagePrefetch)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -1194,7 +1273,7 @@ func file_edgebox_v1_desired_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_edgebox_v1_desired_proto_rawDesc), len(file_edgebox_v1_desired_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   12,
+			NumMessages:   13,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -16,7 +16,13 @@ const (
 	KindUsbAssignment = "UsbAssignment"
 	KindAgentConfig   = "AgentConfig"
 	KindAgentRelease  = "AgentRelease"
+	KindImagePrefetch = "ImagePrefetch"
 )
+
+// KindUpdateLock is the ObjectStatus.kind of an update lock a workload
+// holds on the box (the agent's local API): while one is held, the box
+// is not updated. Locks are not desired objects; the name is the holder.
+const KindUpdateLock = "UpdateLock"
 
 // KindKey is the Event.kind of an event about a USB key; Event.name is
 // then the key's ID. Keys are not desired objects: they have no status.
@@ -34,6 +40,8 @@ func KindOf(o *DesiredObject) string {
 		return KindAgentConfig
 	case *DesiredObject_AgentRelease:
 		return KindAgentRelease
+	case *DesiredObject_ImagePrefetch:
+		return KindImagePrefetch
 	}
 	return ""
 }

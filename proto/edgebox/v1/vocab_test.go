@@ -180,6 +180,7 @@ func TestKindOfNamesEverySpec(t *testing.T) {
 		{&DesiredObject{Spec: &DesiredObject_UsbAssignment{UsbAssignment: &UsbAssignment{}}}, KindUsbAssignment},
 		{&DesiredObject{Spec: &DesiredObject_AgentConfig{AgentConfig: &AgentConfig{}}}, KindAgentConfig},
 		{&DesiredObject{Spec: &DesiredObject_AgentRelease{AgentRelease: &AgentRelease{}}}, KindAgentRelease},
+		{&DesiredObject{Spec: &DesiredObject_ImagePrefetch{ImagePrefetch: &ImagePrefetch{}}}, KindImagePrefetch},
 		{&DesiredObject{Deleted: true, Kind: KindWorkload}, ""},
 		{nil, ""},
 	}
