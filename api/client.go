@@ -194,12 +194,32 @@ func (c *Client) RevokeToken(ctx context.Context, id string) error {
 
 // Audit lists the newest audit entries, oldest first.
 func (c *Client) Audit(ctx context.Context, limit int, target string) ([]AuditEntry, error) {
+	return c.AuditQuery(ctx, AuditQuery{Limit: limit, Target: target})
+}
+
+// AuditQuery picks audit entries: the newest Limit (at most 1,000) of
+// those matching, oldest first.
+type AuditQuery struct {
+	Limit                 int
+	Target, Actor, Action string // Action: a prefix
+	Since, Until          time.Time
+}
+
+// AuditQuery lists the audit entries q picks.
+func (c *Client) AuditQuery(ctx context.Context, aq AuditQuery) ([]AuditEntry, error) {
 	q := url.Values{}
-	if limit > 0 {
-		q.Set("limit", strconv.Itoa(limit))
+	if aq.Limit > 0 {
+		q.Set("limit", strconv.Itoa(aq.Limit))
 	}
-	if target != "" {
-		q.Set("target", target)
+	for k, v := range map[string]string{"target": aq.Target, "actor": aq.Actor, "action": aq.Action} {
+		if v != "" {
+			q.Set(k, v)
+		}
+	}
+	for k, v := range map[string]time.Time{"since": aq.Since, "until": aq.Until} {
+		if !v.IsZero() {
+			q.Set(k, v.Format(time.RFC3339Nano))
+		}
 	}
 	var l AuditList
 	err := c.do(ctx, http.MethodGet, "/api/v1/audit?"+q.Encode(), nil, &l)

@@ -556,6 +556,9 @@ type Rollout struct {
 	Approvals []RolloutApproval `json:"approvals,omitempty"`
 	Settings  RolloutSettings   `json:"settings"`
 	Progress  RolloutProgress   `json:"progress"`
+	// Prefetch is the pre-pull of To's image (releases with an image to
+	// pull): how many boxes were asked, have it on disk, failed to.
+	Prefetch *RolloutPrefetch `json:"prefetch,omitempty"`
 	// Group is the index of the group in progress, len(Groups) when over.
 	Group   int              `json:"group"`
 	Groups  []RolloutGroup   `json:"groups,omitempty"`
@@ -582,6 +585,14 @@ type RolloutProgress struct {
 	Done     int `json:"done"`
 	Failed   int `json:"failed"`
 	Reverted int `json:"reverted"`
+}
+
+// RolloutPrefetch is how far a rollout's pre-pull got.
+type RolloutPrefetch struct {
+	Image  string `json:"image"`
+	Asked  int    `json:"asked"`
+	OnDisk int    `json:"on_disk"`
+	Failed int    `json:"failed"`
 }
 
 // RolloutApproval is one user's approval.

@@ -169,6 +169,13 @@ func rolloutTable(w io.Writer, r api.Rollout, all bool) {
 		state += " (" + r.Reason + ")"
 	}
 	fmt.Fprintf(w, "state: %s\nprogress: %s\n", state, progress(r.Progress))
+	if p := r.Prefetch; p != nil {
+		fmt.Fprintf(w, "pre-pull of %s: %d of %d boxes have it on disk", p.Image, p.OnDisk, p.Asked)
+		if p.Failed > 0 {
+			fmt.Fprintf(w, ", %d failed", p.Failed)
+		}
+		fmt.Fprintln(w)
+	}
 	s := r.Settings
 	fmt.Fprintf(w, "waves %s, gate %s, box timeout %s, at most %d per site, stop past %g %% of a wave\n",
 		strings.Join(s.Waves, ","), s.Gate, s.BoxTimeout, s.MaxUnavailable, s.FailurePercent)

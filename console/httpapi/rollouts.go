@@ -77,6 +77,9 @@ func rolloutView(r rollout.Rollout, boxes bool) api.Rollout {
 		Reason: r.Reason, CreatedAt: r.CreatedAt, CreatedBy: r.CreatedBy, UpdatedAt: r.UpdatedAt, Group: m.Region,
 		Settings: api.RolloutSettings{Waves: wavesView(st.Waves), Gate: st.Gate.String(), BoxTimeout: st.BoxTimeout.String(),
 			MaxUnavailable: st.MaxUnavailable, FailurePercent: st.FailurePercent, RevertAll: st.RevertAll}}
+	if p := r.Prefetch; p != nil {
+		v.Prefetch = &api.RolloutPrefetch{Image: p.Image, Asked: p.Asked, OnDisk: p.OnDisk, Failed: p.Failed}
+	}
 	for _, a := range r.Approvals {
 		v.Approvals = append(v.Approvals, api.RolloutApproval{By: a.By, At: a.At, Stage: a.Stage})
 	}

@@ -302,8 +302,15 @@ func (m *Machine) observe(now time.Time, wave []*Box, seen Look) {
 func (m *Machine) start(now time.Time, r *Region, wave []*Box, seen Look) []string {
 	busy := map[string]int{}
 	for _, b := range r.Boxes {
-		if b.Phase == Updating {
+		switch {
+		case b.Phase == Updating:
 			busy[b.Site]++
+		case b.Phase == Failed && b.Reverted && now.Sub(b.Since) < m.Settings.BoxTimeout:
+			// On its way back to A: down until it runs A again (or,
+			// if it never does, for a box's timeout).
+			if s, heard := seen(b.ID); !heard || s.Runs != m.A || !s.Healthy {
+				busy[b.Site]++
+			}
 		}
 	}
 	var out []string

@@ -331,3 +331,41 @@ func TestSettingsLeftZeroStillReachEveryBoxInWaves(t *testing.T) {
 		t.Fatalf("a box not heard of for a tick: %+v", b)
 	}
 }
+
+// TestABoxOnItsWayBackCountsAsDown: a box that failed and was sent back
+// holds its site's place until it runs A again, so a site never has more
+// than max unavailable boxes down, the failed one included.
+func TestABoxOnItsWayBackCountsAsDown(t *testing.T) {
+	now := time.Date(2026, 11, 24, 9, 0, 0, 0, time.UTC)
+	r := Region{Name: "east", Boxes: []*Box{{ID: "a", Site: "s"}, {ID: "b", Site: "s"}, {ID: "c", Site: "s"}}}
+	m := NewMachine("A", "B", Settings{Waves: []Size{{Boxes: 1}, {Percent: 100}}, MaxUnavailable: 1, FailurePercent: 100}, []Region{r})
+	seen := map[string]Seen{"a": {Runs: "A", Healthy: true}, "b": {Runs: "A", Healthy: true}, "c": {Runs: "A", Healthy: true}}
+	if st := m.Tick(now, Known(seen)); !slices.Equal(st.Update, []string{"a"}) {
+		t.Fatalf("first tick: %+v", st)
+	}
+	seen["a"] = Seen{Runs: "B", Healthy: true}
+	now = now.Add(time.Minute)
+	m.Tick(now, Known(seen)) // a runs B: gating
+	now = now.Add(time.Minute)
+	if st := m.Tick(now, Known(seen)); !slices.Equal(st.Update, []string{"b"}) {
+		t.Fatalf("second wave: %+v", st)
+	}
+	seen["b"] = Seen{Failure: "start: it does not start"}
+	now = now.Add(time.Minute)
+	if st := m.Tick(now, Known(seen)); !slices.Equal(st.Revert, []string{"b"}) || len(st.Update) != 0 {
+		t.Fatalf("b failed: %+v, want it sent back and c held", st)
+	}
+	seen["b"] = Seen{} // on its way back: runs nothing yet
+	now = now.Add(time.Minute)
+	if st := m.Tick(now, Known(seen)); len(st.Update) != 0 {
+		t.Fatalf("c started while b was still down: %+v", st)
+	}
+	if c := m.Regions[0].Boxes[2]; c.Phase != Held || !strings.Contains(c.Reason, "already has 1 boxes updating") {
+		t.Errorf("c: %s %q", c.Phase, c.Reason)
+	}
+	seen["b"] = Seen{Runs: "A", Healthy: true}
+	now = now.Add(time.Minute)
+	if st := m.Tick(now, Known(seen)); !slices.Equal(st.Update, []string{"c"}) {
+		t.Fatalf("b back on A: %+v, want c started", st)
+	}
+}

@@ -34,6 +34,7 @@ type state struct {
 	calls     map[string]int // "create", "start", … -> count
 	creates   map[string]int // name+"@"+hash -> count
 	fail      map[string]error
+	failRel   map[string]error // release -> the error its starts fail with
 	logs      map[string][]string
 	what      map[string]string // name -> "app release", for the logs
 	images    map[string]bool   // pulled; nil: every image is present
@@ -42,7 +43,7 @@ type state struct {
 // New returns an empty fake driver serving runtime rt.
 func New(rt string) *Driver {
 	return &Driver{state: &state{runtime: rt, instances: map[string]*runtime.Instance{}, calls: map[string]int{},
-		creates: map[string]int{}, fail: map[string]error{}, logs: map[string][]string{}, what: map[string]string{}}}
+		creates: map[string]int{}, fail: map[string]error{}, failRel: map[string]error{}, logs: map[string][]string{}, what: map[string]string{}}}
 }
 
 // Reopen returns a driver on d's instances, as a restarted agent opens a
@@ -104,6 +105,9 @@ func (d *Driver) Start(_ context.Context, name string) error {
 	defer d.mu.Unlock()
 	if err := d.call("start", name); err != nil {
 		return err
+	}
+	if _, rel, _ := strings.Cut(d.what[name], " "); d.failRel[rel] != nil {
+		return d.failRel[rel]
 	}
 	in, ok := d.instances[name]
 	if !ok {
@@ -202,6 +206,19 @@ func (d *Driver) FailOn(op, name string, err error) {
 		return
 	}
 	d.fail[op+" "+name] = err
+}
+
+// FailRelease makes every start of an instance of release rel fail with
+// err, until called again with a nil error: a release that does not run
+// on this box.
+func (d *Driver) FailRelease(rel string, err error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if err == nil {
+		delete(d.failRel, rel)
+		return
+	}
+	d.failRel[rel] = err
 }
 
 // Calls returns how often op was called.
