@@ -1,6 +1,7 @@
 // Package boxregistry serves the console's OCI registry to boxes over
 // their tunnel's "registry" streams, under the pull policy: a box may pull
-// only the manifests its desired workloads name, and what they are made of.
+// only the manifests its desired workloads and image pre-pulls name, and
+// what they are made of.
 package boxregistry
 
 import (
@@ -65,7 +66,7 @@ func (s *Server) Run(ctx context.Context) error {
 }
 
 // pullable lists, per repository, the manifests a box's desired workloads
-// name in the console's registry.
+// and image pre-pulls name in the console's registry.
 func pullable(st *desired.State, hosts []string) registry.Pullable {
 	ours := map[string]bool{}
 	for _, h := range hosts {
@@ -78,11 +79,16 @@ func pullable(st *desired.State, hosts []string) registry.Pullable {
 		}
 		out := map[string][]digest.Digest{}
 		for _, o := range objs {
-			w := o.GetWorkload()
-			if w == nil {
+			var image string
+			switch {
+			case o.GetWorkload() != nil:
+				image = o.GetWorkload().GetImage()
+			case o.GetImagePrefetch() != nil:
+				image = o.GetImagePrefetch().GetImage() // a rollout's pre-pull
+			default:
 				continue
 			}
-			ref, err := registry.ParseRef(w.GetImage())
+			ref, err := registry.ParseRef(image)
 			if err != nil || !ours[ref.Host] || ref.Digest == "" {
 				continue
 			}

@@ -12,6 +12,10 @@ import (
 	"github.com/edgebox/edgebox/console/desired"
 	"github.com/edgebox/edgebox/console/store/storetest"
 	"github.com/edgebox/edgebox/images/registry"
+
+	edgeboxv1 "github.com/edgebox/edgebox/proto/edgebox/v1"
+	"github.com/opencontainers/go-digest"
+	"reflect"
 )
 
 // TestRunEnds: Run serves until its context ends and returns nil then, or
@@ -68,5 +72,31 @@ func TestRunEnds(t *testing.T) {
 				t.Fatal("Run has not returned 30s after the stop")
 			}
 		})
+	}
+}
+
+// TestPullableNamesWorkloadsAndPrePulls: a box may pull the images its
+// workloads and its rollouts' pre-pulls name in the console's registry,
+// and nothing else.
+func TestPullableNamesWorkloadsAndPrePulls(t *testing.T) {
+	ctx := context.Background()
+	st := desired.New(storetest.Bolt(t))
+	d1, d2, d3 := digest.FromString("1"), digest.FromString("2"), digest.FromString("3")
+	for _, o := range []*edgeboxv1.DesiredObject{
+		{Name: "robot", Spec: &edgeboxv1.DesiredObject_Workload{Workload: &edgeboxv1.Workload{Image: "console:8443/bank/robot@" + d1.String()}}},
+		{Name: "rollout-r-1", Spec: &edgeboxv1.DesiredObject_ImagePrefetch{ImagePrefetch: &edgeboxv1.ImagePrefetch{Image: "console:8443/bank/robot@" + d2.String()}}},
+		{Name: "elsewhere", Spec: &edgeboxv1.DesiredObject_Workload{Workload: &edgeboxv1.Workload{Image: "other.example/bank/robot@" + d3.String()}}},
+	} {
+		o.Kind = edgeboxv1.KindOf(o)
+		if _, err := st.Put(ctx, "box-1", o); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got, err := pullable(st, []string{"console:8443"})(ctx, "box-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := map[string][]digest.Digest{"bank/robot": {d2, d1}}; !reflect.DeepEqual(got, want) {
+		t.Errorf("pullable: %v, want %v", got, want)
 	}
 }
