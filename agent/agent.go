@@ -16,6 +16,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"net/http"
 	"os"
 	"path/filepath"
 	"sync"
@@ -172,6 +173,14 @@ type Agent struct {
 	// received counts desired objects taken from the console, for tests
 	// and status.
 	received atomic.Int64
+	// syncedAt is when the Sync stream last stored what the console sent
+	// (Unix nanoseconds).
+	syncedAt atomic.Int64
+	// registry reaches the console's registry, and its agent binaries,
+	// through the tunnel; consoleHost is the console's host:port.
+	registry    *http.Client
+	consoleHost string
+	updateKick  chan struct{}
 	// wipe is the console's wipe of this box (wipe.go).
 	wipe wipeState
 }
@@ -232,6 +241,7 @@ func New(cfg Config, log *slog.Logger) (*Agent, error) {
 	registry := pull.NewClient([]string{u.Host, enroll.HostPort(u)}, func(ctx context.Context) (net.Conn, error) {
 		return tc.Open(ctx, tunnel.KindRegistry, nil)
 	}, nil)
+	a.registry, a.consoleHost, a.updateKick = registry, u.Host, make(chan struct{}, 1)
 	a.reconciler, err = reconcile.New(reconcile.Config{Source: a.local, Drivers: cfg.Drivers, Reporter: a.reports,
 		Log: a.log, Interval: cfg.Reconcile, Registry: registry,
 		ImageRecord: filepath.Join(cfg.DataDir, "images.json"), Devices: a.devicesFor, SuspectKeys: a.suspectKeys, Holding: a.locks.Holding})
@@ -312,6 +322,9 @@ func (a *Agent) Run(ctx context.Context) error {
 	if a.wipe.pending != nil {
 		return a.finishWipe(ctx)
 	}
+	// A staged new version of the agent ends the run with ErrRestart.
+	ctx, restartFor := context.WithCancelCause(ctx)
+	defer restartFor(nil)
 	rpc := grpc.NewServer(grpc.MaxRecvMsgSize(4<<20), grpc.ReadBufferSize(0), grpc.SharedWriteBuffer(true))
 	edgeboxv1.RegisterAgentServiceServer(rpc, &agentService{version: a.cfg.Version, drivers: a.cfg.Drivers, wipe: a.askWipe})
 	console, err := grpc.NewClient("passthrough:///console",
@@ -382,6 +395,7 @@ func (a *Agent) Run(ctx context.Context) error {
 		})
 	}
 	runWork(a.reportLocks)
+	runWork(func(ctx context.Context) { a.updateLoop(ctx, func() { restartFor(ErrRestart) }) })
 	g.Go(func() error { return failed("tunnel", a.tc.Run(gctx)) })
 	g.Go(func() error { return failed("serving the console's RPCs", rpc.Serve(a.tc.Listen(tunnel.KindRPC))) })
 	runWork(func(ctx context.Context) { a.helloLoop(ctx, client) })
@@ -407,6 +421,10 @@ func (a *Agent) Run(ctx context.Context) error {
 	err = g.Wait()
 	a.setStatus(func(s *Status) { s.Connected = false })
 	a.local.Close()
+	if err == nil && errors.Is(context.Cause(ctx), ErrRestart) {
+		a.log.Info("agent stopped to run its new version")
+		return ErrRestart
+	}
 	switch {
 	case errors.Is(err, ErrWiped) || a.wipe.active.Load() && err != nil:
 		a.log.Warn("agent stopped: wiped", "err", err)

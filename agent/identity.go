@@ -51,6 +51,9 @@ type credentials struct {
 	cert tls.Certificate
 	leaf *x509.Certificate
 	ca   *x509.CertPool
+	// caKey is the pinned CA's public key, which agent releases are
+	// signed with; nil for a CA whose key is not ECDSA.
+	caKey *ecdsa.PublicKey
 }
 
 // LoadIdentity reads who the box in dir is; ErrNotEnrolled when nobody.
@@ -89,6 +92,11 @@ func loadCredentials(dir string) (*credentials, error) {
 	c.ca = x509.NewCertPool()
 	if !c.ca.AppendCertsFromPEM(caPEM) {
 		return nil, fmt.Errorf("agent: %s holds no certificate", caFile)
+	}
+	if b, _ := pem.Decode(caPEM); b != nil {
+		if ca, err := x509.ParseCertificate(b.Bytes); err == nil {
+			c.caKey, _ = ca.PublicKey.(*ecdsa.PublicKey)
+		}
 	}
 	return &c, nil
 }

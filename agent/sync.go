@@ -119,7 +119,12 @@ func (a *Agent) syncOnce(ctx context.Context) error {
 			}
 		}
 		up.ack(ack)
+		a.syncedAt.Store(time.Now().UnixNano())
 		a.reconciler.Kick()
+		select {
+		case a.updateKick <- struct{}{}:
+		default:
+		}
 	}
 }
 

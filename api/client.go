@@ -83,12 +83,23 @@ func (c *Client) doWith(ctx context.Context, hc *http.Client, method, path strin
 	if in != nil {
 		req.Header.Set("Content-Type", "application/json")
 	}
+	c.authorize(req)
+	return c.send(hc, req, out)
+}
+
+// authorize adds the client's token and tenant to req.
+func (c *Client) authorize(req *http.Request) {
 	if c.token != "" {
 		req.Header.Set("Authorization", "Bearer "+c.token)
 	}
 	if c.tenant != "" {
 		req.Header.Set("X-Edgebox-Tenant", c.tenant)
 	}
+}
+
+// send sends req and reads the answer into out (nil: ignored), or the
+// console's error.
+func (c *Client) send(hc *http.Client, req *http.Request, out any) error {
 	resp, err := hc.Do(req)
 	if err != nil {
 		return fmt.Errorf("cannot reach the console at %s: %w", c.base, err)
@@ -504,4 +515,47 @@ func (c *Client) SetRolloutRules(ctx context.Context, r RolloutRules) (RolloutRu
 	var out RolloutRules
 	err := c.do(ctx, http.MethodPut, "/api/v1/rollout-rules", r, &out)
 	return out, err
+}
+
+// UploadAgentRelease uploads version's binary for platform ("linux/amd64")
+// from r; probation, when set, is how long boxes run the version on
+// trial (a Go duration; the release's first binary sets it).
+func (c *Client) UploadAgentRelease(ctx context.Context, version, platform, probation string, r io.Reader) (AgentRelease, error) {
+	var out AgentRelease
+	goos, goarch, _ := strings.Cut(platform, "/")
+	path := "/api/v1/agent-releases/" + url.PathEscape(version) + "/binaries/" + url.PathEscape(goos) + "/" + url.PathEscape(goarch)
+	if probation != "" {
+		path += "?probation=" + url.QueryEscape(probation)
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPut, c.base+path, r)
+	if err != nil {
+		return out, err
+	}
+	req.Header.Set("Content-Type", "application/octet-stream")
+	c.authorize(req)
+	return out, c.send(c.http, req, &out)
+}
+
+// AgentReleases lists the agent releases, newest first.
+func (c *Client) AgentReleases(ctx context.Context) ([]AgentRelease, error) {
+	var l AgentReleaseList
+	err := c.do(ctx, http.MethodGet, "/api/v1/agent-releases", nil, &l)
+	return l.Releases, err
+}
+
+// AgentPins lists the tenant's agent pins.
+func (c *Client) AgentPins(ctx context.Context) ([]AgentPin, error) {
+	var l AgentPinList
+	err := c.do(ctx, http.MethodGet, "/api/v1/agent-pins", nil, &l)
+	return l.Pins, err
+}
+
+// PinAgent pins the agent of a region, site or box to version.
+func (c *Client) PinAgent(ctx context.Context, version, scope, target string) error {
+	return c.do(ctx, http.MethodPut, "/api/v1/agent-pins/"+url.PathEscape(scope)+"/"+url.PathEscape(target), AgentPin{Version: version}, nil)
+}
+
+// UnpinAgent removes an agent pin.
+func (c *Client) UnpinAgent(ctx context.Context, scope, target string) error {
+	return c.do(ctx, http.MethodDelete, "/api/v1/agent-pins/"+url.PathEscape(scope)+"/"+url.PathEscape(target), nil, nil)
 }

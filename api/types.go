@@ -677,3 +677,39 @@ type Calendar struct {
 	Holidays      []string `json:"holidays,omitempty"`
 	ExtraWorkdays []string `json:"extra_workdays,omitempty"`
 }
+
+// AgentRelease is one version of the agent, with a binary per platform
+// ("linux/amd64"), each signed with the console's CA.
+type AgentRelease struct {
+	Version   string                        `json:"version"`
+	Binaries  map[string]AgentReleaseBinary `json:"binaries"`
+	Probation string                        `json:"probation"`
+	CreatedAt time.Time                     `json:"created_at"`
+	CreatedBy string                        `json:"created_by"`
+}
+
+// AgentReleaseBinary is one platform's binary of an agent release.
+type AgentReleaseBinary struct {
+	SHA256 string `json:"sha256"`
+	Size   int64  `json:"size"`
+}
+
+// AgentReleaseList is the answer to GET /api/v1/agent-releases.
+type AgentReleaseList struct {
+	Releases []AgentRelease `json:"releases"`
+}
+
+// AgentPin says which agent version the boxes of a region, site or box
+// run (PUT /api/v1/agent-pins/{scope}/{target} with {"version": ...}).
+type AgentPin struct {
+	Scope   string    `json:"scope"`
+	Target  string    `json:"target"`
+	Version string    `json:"version"`
+	At      time.Time `json:"at"`
+	By      string    `json:"by"`
+}
+
+// AgentPinList is the answer to GET /api/v1/agent-pins.
+type AgentPinList struct {
+	Pins []AgentPin `json:"pins"`
+}

@@ -23,6 +23,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/edgebox/edgebox/console/admission"
+	"github.com/edgebox/edgebox/console/agentrel"
 	"github.com/edgebox/edgebox/console/agentrpc"
 	"github.com/edgebox/edgebox/console/apps"
 	"github.com/edgebox/edgebox/console/appsync"
@@ -227,9 +228,13 @@ func New(cfg Config, log *slog.Logger) (_ *Console, err error) {
 		CaughtUp: c.admission.CaughtUp, Before: cfg.Hooks.BeforeSync, Listener: srv.Listen(tunnel.KindSync), Log: c.log})
 	c.tunnel, c.fleet, c.presence, c.sync = srv, fl, pres, syncs
 	c.agents = agentrpc.NewAgents(srv)
-	c.rpc = agentrpc.NewServer(agentrpc.Config{Fleet: fl, PKI: authority, Apps: catalogue, BoxCertTTL: cfg.BoxCertTTL,
+	agents, err := agentrel.New(st, filepath.Join(cfg.DataDir, "agent-releases"), authority.SignRelease, c.desired, fl, c.log)
+	if err != nil {
+		return nil, fmt.Errorf("console: agent releases: %w", err)
+	}
+	c.rpc = agentrpc.NewServer(agentrpc.Config{Fleet: fl, PKI: authority, Apps: catalogue, Agents: agents, BoxCertTTL: cfg.BoxCertTTL,
 		Version: Version, CapabilityVersion: CapabilityVersion, BeforeHello: cfg.Hooks.BeforeHello}, srv.Listen(tunnel.KindRPC), c.log)
-	c.registry = boxregistry.New(reg, c.desired, registryHosts, srv.Listen(tunnel.KindRegistry))
+	c.registry = boxregistry.New(reg, c.desired, registryHosts, agents, srv.Listen(tunnel.KindRegistry))
 	if c.compactor, err = store.NewCompactor(st, cfg.CompactEvery, cfg.KeepRevisions, c.log); err != nil {
 		return nil, err
 	}
@@ -238,7 +243,7 @@ func New(cfg Config, log *slog.Logger) (_ *Console, err error) {
 	}
 
 	// The public port, and the HTTP API behind it.
-	c.rollouts = rollout.New(rollout.Config{Store: st, Apps: catalogue, Boxes: fl, Desired: c.desired,
+	c.rollouts = rollout.New(rollout.Config{Store: st, Apps: catalogue, Agent: agents, Boxes: fl, Desired: c.desired,
 		Online: func(id string) bool { return pres.Presence(id).Online }, Every: cfg.RolloutEvery, Now: cfg.Clock, Log: c.log})
 
 	if c.port, err = port.New(ln, authority, srv, c.admission, cfg.Config, promReg, c.log); err != nil {
@@ -248,7 +253,7 @@ func New(cfg Config, log *slog.Logger) (_ *Console, err error) {
 		Handler: httpapi.New(httpapi.Deps{
 			Fleet: fl, Audit: auditLog, Tokens: tokens, Users: c.users, SessionTTL: cfg.SessionTTL,
 			Throttle: auth.NewThrottle(auth.DefaultThrottleConfig, now), PKI: authority, Sessions: pres, Desired: c.desired, Downloads: downloads,
-			Registry: reg, RegistryHosts: registryHosts, Apps: catalogue, Agents: c.agents, Keys: keyRegistry, Rollouts: c.rollouts,
+			Registry: reg, RegistryHosts: registryHosts, Apps: catalogue, Agents: c.agents, Keys: keyRegistry, Rollouts: c.rollouts, AgentReleases: agents,
 			ConsoleURL: public, BoxCertTTL: cfg.BoxCertTTL, Log: c.log,
 			Metrics: promhttp.HandlerFor(promReg, promhttp.HandlerOpts{}), WebUI: webui.Handler(), Events: c.events,
 		}),

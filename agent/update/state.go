@@ -17,7 +17,7 @@
 //
 //	state.json               State, written synced
 //	bin/<version>/<binary>   the versions the box holds
-//	healthy                  the version of a trial that reported healthy
+//	reported-healthy         the version of a trial that reported healthy
 package update
 
 import (
@@ -217,7 +217,7 @@ func (s State) Prune(dir string) error {
 }
 
 // healthyPath is the file a trial writes once it reported healthy.
-func healthyPath(dir string) string { return filepath.Join(dir, "healthy") }
+func healthyPath(dir string) string { return filepath.Join(dir, "reported-healthy") }
 
 // MarkHealthy records that the trial of version reached its console,
 // said hello and took its desired state.

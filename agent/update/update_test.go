@@ -39,7 +39,7 @@ func script(t *testing.T, path, name, body string) {
 // Bodies of the stand-ins.
 const (
 	runs    = "exec sleep 600"                                              // runs until stopped
-	healthy = "printf %s \"$" + EnvTrial + "\" > \"$DIR/healthy\"\n" + runs // reports healthy, runs
+	healthy = "printf %s \"$" + EnvTrial + "\" > \"$DIR/reported-healthy\"\n" + runs // reports healthy, runs
 	dies    = "exit 3"                                                      // exits at once
 )
 

@@ -27,6 +27,9 @@ var version = "dev"
 
 func main() {
 	if err := newRoot().Execute(); err != nil {
+		if errors.Is(err, agent.ErrRestart) {
+			restartIntoNewVersion()
+		}
 		fmt.Fprintln(os.Stderr, "edgebox-agent:", err)
 		if errors.Is(err, agent.ErrWiped) {
 			os.Exit(agent.ExitWiped) // not restarted by the service manager
@@ -90,6 +93,16 @@ back. The token pins the console's CA: nothing else is trusted.`,
 			log, err := logger()
 			if err != nil {
 				return err
+			}
+			if launch, err := launched(dataDir); err != nil {
+				return err
+			} else if launch {
+				// The box took an agent update: this binary launches
+				// the version to run, and takes a new one through its
+				// probation.
+				ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
+				defer stop()
+				return runLauncher(ctx, dataDir, log)
 			}
 			cfg := agent.DefaultConfig(dataDir)
 			cfg.Version = version

@@ -32,6 +32,11 @@ type Config struct {
 	Fleet *fleet.Fleet
 	PKI   *pki.Authority
 	Apps  *apps.Apps
+	// Agents writes a box's AgentRelease object from the agent pins; nil
+	// writes none.
+	Agents interface {
+		SyncBox(ctx context.Context, b fleet.Box) error
+	}
 	// BoxCertTTL is the lifetime of the certificates Renew signs.
 	BoxCertTTL time.Duration
 	// Version and CapabilityVersion are the console's, told to each box
@@ -144,6 +149,11 @@ func (s *consoleService) Hello(ctx context.Context, req *edgeboxv1.HelloRequest)
 	// where it stands before its Sync stream asks.
 	if _, err := s.cfg.Apps.SyncBox(ctx, b); err != nil {
 		s.log.Warn("box's apps not brought up to date; the periodic sync retries", "box_id", id, "err", err)
+	}
+	if s.cfg.Agents != nil {
+		if err := s.cfg.Agents.SyncBox(ctx, b); err != nil {
+			s.log.Warn("box's agent version not brought up to date", "box_id", id, "err", err)
+		}
 	}
 	return &edgeboxv1.HelloResponse{BoxId: id, Name: b.Name, Approved: b.State == fleet.StateApproved,
 		ConsoleCapabilityVersion: s.cfg.CapabilityVersion, ConsoleVersion: s.cfg.Version}, nil

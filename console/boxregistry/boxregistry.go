@@ -10,10 +10,13 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"os"
+	"strings"
 	"time"
 
 	"github.com/opencontainers/go-digest"
 
+	"github.com/edgebox/edgebox/console/agentrel"
 	"github.com/edgebox/edgebox/console/desired"
 	"github.com/edgebox/edgebox/images/registry"
 	"github.com/edgebox/edgebox/tunnel"
@@ -31,10 +34,17 @@ type Server struct {
 // letting each box pull what st's workloads for it name in the registry
 // under one of hosts (the names images give the console's registry). It
 // starts nothing.
-func New(reg *registry.Registry, st *desired.State, hosts []string, l net.Listener) *Server {
+func New(reg *registry.Registry, st *desired.State, hosts []string, agents AgentBinaries, l net.Listener) *Server {
 	boxOf := func(r *http.Request) string { id, _ := r.Context().Value(boxKey{}).(string); return id }
+	mux := http.NewServeMux()
+	mux.Handle("/", reg.Boxes(boxOf, pullable(st, hosts)))
+	if agents != nil {
+		mux.HandleFunc("GET /edgebox/agent/{version}/{platform}", func(w http.ResponseWriter, r *http.Request) {
+			serveAgent(w, r, boxOf(r), agents)
+		})
+	}
 	return &Server{l: l, hs: &http.Server{
-		Handler:           reg.Boxes(boxOf, pullable(st, hosts)),
+		Handler:           mux,
 		ReadHeaderTimeout: 30 * time.Second,
 		MaxHeaderBytes:    64 << 10,
 		ConnContext: func(ctx context.Context, c net.Conn) context.Context {
@@ -44,6 +54,35 @@ func New(reg *registry.Registry, st *desired.State, hosts []string, l net.Listen
 			return ctx
 		},
 	}}
+}
+
+// AgentBinaries opens the agent binaries a box may fetch: those of the
+// version its desired AgentRelease names (agentrel.Service).
+type AgentBinaries interface {
+	Open(ctx context.Context, box, version, platform string) (*os.File, agentrel.Binary, error)
+}
+
+// serveAgent answers a box's fetch of an agent binary, with ranges, so a
+// cut download resumes.
+func serveAgent(w http.ResponseWriter, r *http.Request, box string, agents AgentBinaries) {
+	if box == "" {
+		http.Error(w, "no box identity on this stream", http.StatusUnauthorized)
+		return
+	}
+	goos, goarch, ok := strings.Cut(r.PathValue("platform"), "-")
+	if !ok {
+		http.Error(w, "name the platform as os-arch", http.StatusNotFound)
+		return
+	}
+	f, bin, err := agents.Open(r.Context(), box, r.PathValue("version"), goos+"/"+goarch)
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusNotFound)
+		return
+	}
+	defer f.Close()
+	w.Header().Set("Content-Type", "application/octet-stream")
+	w.Header().Set("Etag", `"sha256:`+bin.SHA256+`"`)
+	http.ServeContent(w, r, "", bin.At, f)
 }
 
 // Run serves until ctx ends, then closes the listener and every

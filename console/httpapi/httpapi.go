@@ -17,6 +17,7 @@ import (
 	"github.com/gin-gonic/gin"
 
 	"github.com/edgebox/edgebox/api"
+	"github.com/edgebox/edgebox/console/agentrel"
 	"github.com/edgebox/edgebox/console/apps"
 	"github.com/edgebox/edgebox/console/audit"
 	"github.com/edgebox/edgebox/console/auth"
@@ -62,6 +63,7 @@ type Deps struct {
 	Agents        Agents
 	Keys          *keys.Registry
 	Rollouts      *rollout.Service
+	AgentReleases *agentrel.Service
 	ConsoleURL    string
 	BoxCertTTL    time.Duration
 	Metrics       http.Handler
@@ -181,6 +183,13 @@ func (s *server) routes() []route {
 		{"POST", v1 + "/rollouts/:id/:action", auth.Operate, s.rolloutAction},
 		{"GET", v1 + "/rollout-rules", auth.Read, s.getRolloutRules},
 		{"PUT", v1 + "/rollout-rules", auth.Administer, s.setRolloutRules},
+
+		{"GET", v1 + "/agent-releases", auth.Read, s.listAgentReleases},
+		{"GET", v1 + "/agent-releases/:version", auth.Read, s.getAgentRelease},
+		{"PUT", v1 + "/agent-releases/:version/binaries/:os/:arch", manageConsole, s.uploadAgentRelease},
+		{"GET", v1 + "/agent-pins", auth.Read, s.listAgentPins},
+		{"PUT", v1 + "/agent-pins/:scope/:target", auth.Operate, s.pinAgent},
+		{"DELETE", v1 + "/agent-pins/:scope/:target", auth.Operate, s.unpinAgent},
 
 		{"GET", v1 + "/keys", auth.Read, s.listKeys},
 		{"GET", v1 + "/keys/:key", auth.Read, s.getKey},

@@ -23,6 +23,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 	"github.com/google/go-containerregistry/pkg/v1/remote/transport"
 
+	"github.com/edgebox/edgebox/console/agentrel"
 	"github.com/edgebox/edgebox/console/apps"
 	"github.com/edgebox/edgebox/console/audit"
 	"github.com/edgebox/edgebox/console/auth"
@@ -86,7 +87,14 @@ func newRolesEnv(t *testing.T) *rolesEnv {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rollouts := rollout.New(rollout.Config{Store: st, Apps: catalogue, Boxes: fl, Desired: d, Log: log})
+	agents, err := agentrel.New(st, t.TempDir(), a.SignRelease, d, fl, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := agents.Upload(ctx, audit.Actor{TenantID: auth.ConsoleTenant, Name: "root"}, "1.0.0", "linux/amd64", 0, strings.NewReader("an agent")); err != nil {
+		t.Fatal(err)
+	}
+	rollouts := rollout.New(rollout.Config{Store: st, Apps: catalogue, Agent: agents, Boxes: fl, Desired: d, Log: log})
 	e := &rolesEnv{st: st, users: users, tokens: map[string]string{}, srv: srv, host: host}
 	console := audit.Actor{TenantID: auth.ConsoleTenant, Name: "console"}
 	for _, tenant := range []string{"bank1", "bank2"} {
@@ -155,7 +163,7 @@ func newRolesEnv(t *testing.T) *rolesEnv {
 	t.Cleanup(func() { stopHub(); <-hubDone })
 	e.h = New(Deps{Fleet: fl, Events: hub, Audit: audit.New(st, nil), Tokens: toks, Users: users, SessionTTL: time.Hour,
 		Throttle: auth.NewThrottle(auth.DefaultThrottleConfig, time.Now), Sessions: noSessions{}, Desired: d, Keys: kr,
-		PKI: a, Apps: catalogue, Rollouts: rollouts, Registry: reg, RegistryHosts: []string{host}, ConsoleURL: "https://127.0.0.1:8443", Log: log,
+		PKI: a, Apps: catalogue, Rollouts: rollouts, AgentReleases: agents, Registry: reg, RegistryHosts: []string{host}, ConsoleURL: "https://127.0.0.1:8443", Log: log,
 		Metrics: http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { io.WriteString(w, "ok\n") })})
 	h = e.h
 	return e
@@ -240,33 +248,39 @@ func routeTable() map[string]routeCase {
 		"DELETE /api/v1/boxes/:id/desired/:kind/:name": {perm: auth.Operate, path: box("/desired/Workload/robot"), objects: true},
 		"GET /api/v1/boxes/:id/workloads/:name/logs":   {perm: auth.Read, path: box("/workloads/robot/logs"), objects: true},
 
-		"GET /api/v1/apps":                                  {perm: auth.Read, path: fixed("/api/v1/apps")},
-		"POST /api/v1/apps":                                 {perm: auth.Operate, path: fixed("/api/v1/apps"), body: `{"name":"another"}`},
-		"GET /api/v1/apps/:app":                             {perm: auth.Read, path: app(""), objects: true},
-		"DELETE /api/v1/apps/:app":                          {perm: auth.Operate, path: app(""), objects: true},
-		"GET /api/v1/apps/:app/releases":                    {perm: auth.Read, path: app("/releases"), objects: true},
-		"POST /api/v1/apps/:app/releases":                   {perm: auth.Operate, path: app("/releases"), body: `{"version":"1","runtime":"process","image":"/bin/sleep"}`, objects: true},
-		"GET /api/v1/apps/:app/pins":                        {perm: auth.Read, path: app("/pins"), objects: true},
-		"PUT /api/v1/apps/:app/pins/:scope/:target":         {perm: auth.Operate, path: app("/pins/region/east"), body: `{"version":"1"}`, objects: true},
-		"DELETE /api/v1/apps/:app/pins/:scope/:target":      {perm: auth.Operate, path: app("/pins/region/east"), objects: true},
-		"GET /api/v1/apps/:app/pins/:scope/:target/preview": {perm: auth.Operate, path: app("/pins/region/east/preview?version=1"), objects: true},
-		"GET /api/v1/apps/:app/status":                      {perm: auth.Read, path: app("/status"), objects: true},
-		"GET /api/v1/keys":                                  {perm: auth.Read, path: fixed("/api/v1/keys")},
-		"GET /api/v1/keys/:key":                             {perm: auth.Read, path: key(""), objects: true},
-		"POST /api/v1/keys/:key/labels":                     {perm: auth.Operate, path: key("/labels"), body: `{"labels":{"bank":"icbc"}}`, objects: true},
-		"POST /api/v1/keys/:key/lease":                      {perm: auth.Operate, path: key("/lease"), body: `{"workload":"robot"}`, objects: true},
-		"POST /api/v1/keys/:key/release":                    {perm: auth.Operate, path: key("/release"), objects: true},
-		"GET /api/v1/keys/:key/history":                     {perm: auth.Read, path: key("/history"), objects: true},
-		"GET /api/v1/rollouts":                              {perm: auth.Read, path: fixed("/api/v1/rollouts")},
-		"POST /api/v1/rollouts":                             {perm: auth.Operate, path: fixed("/api/v1/rollouts"), body: `{"app":"bank1-app","from":"1","to":"2","regions":["east"]}`},
-		"GET /api/v1/rollouts/:id":                          {perm: auth.Read, path: ro(""), objects: true},
-		"POST /api/v1/rollouts/:id/:action":                 {perm: auth.Operate, path: ro("/pause"), objects: true},
-		"GET /api/v1/rollout-rules":                         {perm: auth.Read, path: fixed("/api/v1/rollout-rules")},
-		"PUT /api/v1/rollout-rules":                         {perm: auth.Administer, path: fixed("/api/v1/rollout-rules"), body: `{}`},
-		"GET /api/v1/tokens":                                {perm: auth.Administer, path: fixed("/api/v1/tokens")},
-		"POST /api/v1/tokens":                               {perm: auth.Administer, path: fixed("/api/v1/tokens"), body: `{"region":"east","site":"b"}`},
-		"DELETE /api/v1/tokens/:id":                         {perm: auth.Administer, path: fixed("/api/v1/tokens/nope")},
-		"GET /api/v1/audit":                                 {perm: auth.Audit, path: fixed("/api/v1/audit")},
+		"GET /api/v1/apps":                                       {perm: auth.Read, path: fixed("/api/v1/apps")},
+		"POST /api/v1/apps":                                      {perm: auth.Operate, path: fixed("/api/v1/apps"), body: `{"name":"another"}`},
+		"GET /api/v1/apps/:app":                                  {perm: auth.Read, path: app(""), objects: true},
+		"DELETE /api/v1/apps/:app":                               {perm: auth.Operate, path: app(""), objects: true},
+		"GET /api/v1/apps/:app/releases":                         {perm: auth.Read, path: app("/releases"), objects: true},
+		"POST /api/v1/apps/:app/releases":                        {perm: auth.Operate, path: app("/releases"), body: `{"version":"1","runtime":"process","image":"/bin/sleep"}`, objects: true},
+		"GET /api/v1/apps/:app/pins":                             {perm: auth.Read, path: app("/pins"), objects: true},
+		"PUT /api/v1/apps/:app/pins/:scope/:target":              {perm: auth.Operate, path: app("/pins/region/east"), body: `{"version":"1"}`, objects: true},
+		"DELETE /api/v1/apps/:app/pins/:scope/:target":           {perm: auth.Operate, path: app("/pins/region/east"), objects: true},
+		"GET /api/v1/apps/:app/pins/:scope/:target/preview":      {perm: auth.Operate, path: app("/pins/region/east/preview?version=1"), objects: true},
+		"GET /api/v1/apps/:app/status":                           {perm: auth.Read, path: app("/status"), objects: true},
+		"GET /api/v1/keys":                                       {perm: auth.Read, path: fixed("/api/v1/keys")},
+		"GET /api/v1/keys/:key":                                  {perm: auth.Read, path: key(""), objects: true},
+		"POST /api/v1/keys/:key/labels":                          {perm: auth.Operate, path: key("/labels"), body: `{"labels":{"bank":"icbc"}}`, objects: true},
+		"POST /api/v1/keys/:key/lease":                           {perm: auth.Operate, path: key("/lease"), body: `{"workload":"robot"}`, objects: true},
+		"POST /api/v1/keys/:key/release":                         {perm: auth.Operate, path: key("/release"), objects: true},
+		"GET /api/v1/keys/:key/history":                          {perm: auth.Read, path: key("/history"), objects: true},
+		"GET /api/v1/agent-releases":                             {perm: auth.Read, path: fixed("/api/v1/agent-releases")},
+		"GET /api/v1/agent-releases/:version":                    {perm: auth.Read, path: fixed("/api/v1/agent-releases/1.0.0")},
+		"PUT /api/v1/agent-releases/:version/binaries/:os/:arch": {perm: manageConsole, path: fixed("/api/v1/agent-releases/1.0.0/binaries/linux/amd64"), body: "an agent"},
+		"GET /api/v1/agent-pins":                                 {perm: auth.Read, path: fixed("/api/v1/agent-pins")},
+		"PUT /api/v1/agent-pins/:scope/:target":                  {perm: auth.Operate, path: fixed("/api/v1/agent-pins/region/east"), body: `{"version":"1.0.0"}`},
+		"DELETE /api/v1/agent-pins/:scope/:target":               {perm: auth.Operate, path: fixed("/api/v1/agent-pins/region/nowhere")},
+		"GET /api/v1/rollouts":                                   {perm: auth.Read, path: fixed("/api/v1/rollouts")},
+		"POST /api/v1/rollouts":                                  {perm: auth.Operate, path: fixed("/api/v1/rollouts"), body: `{"app":"bank1-app","from":"1","to":"2","regions":["east"]}`},
+		"GET /api/v1/rollouts/:id":                               {perm: auth.Read, path: ro(""), objects: true},
+		"POST /api/v1/rollouts/:id/:action":                      {perm: auth.Operate, path: ro("/pause"), objects: true},
+		"GET /api/v1/rollout-rules":                              {perm: auth.Read, path: fixed("/api/v1/rollout-rules")},
+		"PUT /api/v1/rollout-rules":                              {perm: auth.Administer, path: fixed("/api/v1/rollout-rules"), body: `{}`},
+		"GET /api/v1/tokens":                                     {perm: auth.Administer, path: fixed("/api/v1/tokens")},
+		"POST /api/v1/tokens":                                    {perm: auth.Administer, path: fixed("/api/v1/tokens"), body: `{"region":"east","site":"b"}`},
+		"DELETE /api/v1/tokens/:id":                              {perm: auth.Administer, path: fixed("/api/v1/tokens/nope")},
+		"GET /api/v1/audit":                                      {perm: auth.Audit, path: fixed("/api/v1/audit")},
 	}
 }
 

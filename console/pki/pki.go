@@ -277,3 +277,11 @@ func readKey(path string) (*ecdsa.PrivateKey, error) {
 	}
 	return x509.ParseECPrivateKey(blk.Bytes)
 }
+
+// SignRelease signs what an agent release binary's signature covers
+// (update.SignedMessage) with the CA's key, which every box pinned when
+// it enrolled: a box runs only agent binaries this console signed.
+func (a *Authority) SignRelease(msg []byte) ([]byte, error) {
+	sum := sha256.Sum256(msg)
+	return ecdsa.SignASN1(rand.Reader, a.caKey, sum[:])
+}

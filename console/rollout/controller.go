@@ -237,13 +237,13 @@ func finalScope(r Rollout) string {
 // is through is pinned to To as a whole, its moved boxes' own pins then
 // dropped. Pins already right are not written again.
 func (s *Service) ensurePins(ctx context.Context, r Rollout) error {
-	pins, err := s.apps.Pins(ctx, r.TenantID, r.App)
+	tg, err := s.target(r.App)
 	if err != nil {
 		return err
 	}
-	have := map[string]string{}
-	for _, p := range pins {
-		have[p.Scope+"/"+p.Target] = p.Version
+	have, err := tg.Pins(ctx, r.TenantID, r.App)
+	if err != nil {
+		return err
 	}
 	me := actor(r)
 	var errs []error
@@ -251,13 +251,9 @@ func (s *Service) ensurePins(ctx context.Context, r Rollout) error {
 		if have[scope+"/"+target] == version {
 			return true
 		}
-		_, out, err := s.apps.Deploy(ctx, me, r.App, version, scope, target)
-		if err != nil {
+		if err := tg.Pin(ctx, me, r.App, version, scope, target); err != nil {
 			errs = append(errs, fmt.Errorf("pin %s %s to %s: %w", scope, target, version, err))
 			return false
-		}
-		if len(out.Problems) > 0 {
-			s.log.Warn("rollout pin written; its boxes follow at the next sync", "rollout", r.ID, "scope", scope, "target", target, "problems", out.Problems)
 		}
 		return true
 	}
@@ -276,7 +272,7 @@ func (s *Service) ensurePins(ctx context.Context, r Rollout) error {
 				if have[apps.ScopeBox+"/"+b.ID] != r.To {
 					continue
 				}
-				if _, err := s.apps.Undeploy(ctx, me, r.App, apps.ScopeBox, b.ID); err != nil && errdefs.Kind(err) != errdefs.ErrNotFound {
+				if err := tg.Unpin(ctx, me, r.App, apps.ScopeBox, b.ID); err != nil && errdefs.Kind(err) != errdefs.ErrNotFound {
 					errs = append(errs, err)
 				}
 			case b.Phase == Updating || b.Phase == Gating || b.Phase == Done || (through && b.Phase != Waiting):
@@ -290,14 +286,17 @@ func (s *Service) ensurePins(ctx context.Context, r Rollout) error {
 // world is what a tick knows of the boxes of one rollout: read on
 // demand, once a box a tick.
 type world struct {
-	s       *Service
-	ctx     context.Context
-	r       *Rollout
-	rules   Rules
-	probes  bool // To has probes: a box is healthy only once they pass
-	now     time.Time
-	windows map[string]compiledPolicy
-	seen    map[string]lookResult
+	s      *Service
+	ctx    context.Context
+	r      *Rollout
+	rules  Rules
+	probes bool // To has probes: a box is healthy only once they pass
+	// kind and name are the object whose status a box reports of the
+	// rollout's app.
+	kind, name string
+	now        time.Time
+	windows    map[string]compiledPolicy
+	seen       map[string]lookResult
 }
 
 type compiledPolicy struct {
@@ -315,11 +314,16 @@ func (s *Service) world(ctx context.Context, r *Rollout) (*world, error) {
 	if err != nil {
 		return nil, err
 	}
-	rel, err := s.apps.Release(ctx, r.TenantID, r.App, r.To)
+	tg, err := s.target(r.App)
 	if err != nil {
 		return nil, err
 	}
-	return &world{s: s, ctx: ctx, r: r, rules: rules, probes: len(rel.Probes) > 0, now: s.now(),
+	probes, err := tg.Probes(ctx, r.TenantID, r.App, r.To)
+	if err != nil {
+		return nil, err
+	}
+	kind, name := tg.Status(r.App)
+	return &world{s: s, ctx: ctx, r: r, rules: rules, probes: probes, kind: kind, name: name, now: s.now(),
 		windows: map[string]compiledPolicy{}, seen: map[string]lookResult{}}, nil
 }
 
@@ -368,7 +372,7 @@ func (w *world) read(id string) (Seen, bool) {
 	}
 	for _, x := range sts {
 		switch {
-		case x.GetKind() == edgeboxv1.KindWorkload && x.GetName() == r.App:
+		case x.GetKind() == w.kind && x.GetName() == w.name:
 			st = x
 		case x.GetKind() == edgeboxv1.KindImagePrefetch && x.GetName() == prefetchName(*r):
 			pre = x
@@ -428,8 +432,8 @@ func (w *world) aboutTo(id string, st *edgeboxv1.ObjectStatus) bool {
 		return false
 	}
 	for _, o := range objs {
-		if wl := o.GetWorkload(); wl != nil && o.GetName() == w.r.App {
-			return wl.GetRelease() == w.r.To && st.GetObservedRevision() >= o.GetRevision()
+		if edgeboxv1.KindOf(o) == w.kind && o.GetName() == w.name {
+			return versionOf(o) == w.r.To && st.GetObservedRevision() >= o.GetRevision()
 		}
 	}
 	return false
@@ -467,6 +471,10 @@ func failure(reason string) string {
 		return "pull"
 	case edgeboxv1.ReasonUnhealthy:
 		return "probe"
+	case "Refused":
+		return "probation" // the agent: it failed its probation, or did before
+	case "SignatureInvalid":
+		return "signature"
 	}
 	return "start"
 }

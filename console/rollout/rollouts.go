@@ -14,13 +14,13 @@ import (
 	"strings"
 	"time"
 
+	"github.com/edgebox/edgebox/console/agentrel"
 	"github.com/edgebox/edgebox/console/apps"
 	"github.com/edgebox/edgebox/console/audit"
 	"github.com/edgebox/edgebox/console/desired"
 	"github.com/edgebox/edgebox/console/fleet"
 	"github.com/edgebox/edgebox/console/store"
 	"github.com/edgebox/edgebox/errdefs"
-	edgeboxv1 "github.com/edgebox/edgebox/proto/edgebox/v1"
 )
 
 // Scope is what a rollout moves: exactly one of its fields is set.
@@ -136,6 +136,7 @@ const (
 type Service struct {
 	s       store.Store
 	apps    *apps.Apps
+	agent   *agentrel.Service
 	boxes   Boxes
 	desired *desired.State
 	online  func(box string) bool
@@ -152,8 +153,11 @@ type Boxes interface {
 
 // Config is what a Service is built from.
 type Config struct {
-	Store   store.Store
-	Apps    *apps.Apps
+	Store store.Store
+	Apps  *apps.Apps
+	// Agent, when set, lets rollouts move boxes between agent versions
+	// (app agentrel.App).
+	Agent   *agentrel.Service
 	Boxes   Boxes
 	Desired *desired.State
 	// Online reports whether a box has a live session now.
@@ -167,7 +171,7 @@ type Config struct {
 
 // New returns the rollout service over cfg. It starts nothing.
 func New(cfg Config) *Service {
-	s := &Service{s: cfg.Store, apps: cfg.Apps, boxes: cfg.Boxes, desired: cfg.Desired, online: cfg.Online,
+	s := &Service{s: cfg.Store, apps: cfg.Apps, agent: cfg.Agent, boxes: cfg.Boxes, desired: cfg.Desired, online: cfg.Online,
 		now: cfg.Now, every: cfg.Every, log: cfg.Log.With("component", "rollout")}
 	if s.now == nil {
 		s.now = time.Now
@@ -263,22 +267,19 @@ func (s *Service) Create(ctx context.Context, who audit.Actor, q Request) (Rollo
 		return Rollout{}, err
 	}
 	tenant := who.TenantID
-	if _, err := s.apps.App(ctx, tenant, q.App); err != nil {
+	tg, err := s.target(q.App)
+	if err != nil {
 		return Rollout{}, err
 	}
-	var to apps.Release
-	for _, v := range []string{q.From, q.To} {
-		rel, err := s.apps.Release(ctx, tenant, q.App, v)
-		if err != nil {
-			return Rollout{}, err
-		}
-		to = rel
+	prefetch, err := tg.Check(ctx, tenant, q.App, q.From, q.To)
+	if err != nil {
+		return Rollout{}, err
 	}
 	all, err := s.boxes.Boxes(ctx, tenant)
 	if err != nil {
 		return Rollout{}, err
 	}
-	runs, err := s.apps.Versions(ctx, tenant, q.App, all)
+	runs, err := tg.Versions(ctx, tenant, q.App, all)
 	if err != nil {
 		return Rollout{}, err
 	}
@@ -301,9 +302,7 @@ func (s *Service) Create(ctx context.Context, who audit.Actor, q Request) (Rollo
 	if len(r.Skipped) > maxSkipped {
 		r.Skipped = r.Skipped[:maxSkipped]
 	}
-	if (to.Runtime == edgeboxv1.RuntimeContainerd || to.Runtime == edgeboxv1.RuntimeQEMU) && to.Image != "" {
-		r.Prefetch = &Prefetch{Runtime: to.Runtime, Image: to.Image}
-	}
+	r.Prefetch = prefetch
 	r.Machine = NewMachine(q.From, q.To, q.Settings, groups)
 	r.Machine.ApproveFirstWave = rules.ApproveFirstWave
 	r.ApproveStart = rules.ApproveStart

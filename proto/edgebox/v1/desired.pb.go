@@ -553,13 +553,22 @@ func (x *AgentConfig) GetSettings() map[string]string {
 	return nil
 }
 
-// AgentRelease is the agent version the box should run.
+// AgentRelease is the agent version the box should run. The box fetches
+// the binary for its platform from the console through its tunnel (unless
+// it holds that version), checks sha256 and the signature by the console's
+// CA over update.SignedMessage, and runs it on probation: a version that
+// fails its probation goes back to the one before and is never tried again
+// on that box. Its status: "Pending" while it is fetched or on probation,
+// "Running" once adopted (release: the running version), "Failed" with
+// reason "Refused" or "PullFailed".
 type AgentRelease struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Version       string                 `protobuf:"bytes,1,opt,name=version,proto3" json:"version,omitempty"`
-	Sha256        string                 `protobuf:"bytes,2,opt,name=sha256,proto3" json:"sha256,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	state            protoimpl.MessageState `protogen:"open.v1"`
+	Version          string                 `protobuf:"bytes,1,opt,name=version,proto3" json:"version,omitempty"`
+	Sha256           string                 `protobuf:"bytes,2,opt,name=sha256,proto3" json:"sha256,omitempty"`
+	Signature        []byte                 `protobuf:"bytes,3,opt,name=signature,proto3" json:"signature,omitempty"`
+	ProbationSeconds uint32                 `protobuf:"varint,4,opt,name=probation_seconds,json=probationSeconds,proto3" json:"probation_seconds,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *AgentRelease) Reset() {
@@ -604,6 +613,20 @@ func (x *AgentRelease) GetSha256() string {
 		return x.Sha256
 	}
 	return ""
+}
+
+func (x *AgentRelease) GetSignature() []byte {
+	if x != nil {
+		return x.Signature
+	}
+	return nil
+}
+
+func (x *AgentRelease) GetProbationSeconds() uint32 {
+	if x != nil {
+		return x.ProbationSeconds
+	}
+	return 0
 }
 
 // ImagePrefetch asks the box to have an image on disk before a workload
@@ -1165,10 +1188,12 @@ const file_edgebox_v1_desired_proto_rawDesc = "" +
 	"\bsettings\x18\x01 \x03(\v2%.edgebox.v1.AgentConfig.SettingsEntryR\bsettings\x1a;\n" +
 	"\rSettingsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"@\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x8b\x01\n" +
 	"\fAgentRelease\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\tR\aversion\x12\x16\n" +
-	"\x06sha256\x18\x02 \x01(\tR\x06sha256\"?\n" +
+	"\x06sha256\x18\x02 \x01(\tR\x06sha256\x12\x1c\n" +
+	"\tsignature\x18\x03 \x01(\fR\tsignature\x12+\n" +
+	"\x11probation_seconds\x18\x04 \x01(\rR\x10probationSeconds\"?\n" +
 	"\rImagePrefetch\x12\x18\n" +
 	"\aruntime\x18\x01 \x01(\tR\aruntime\x12\x14\n" +
 	"\x05image\x18\x02 \x01(\tR\x05image\"\xb0\x03\n" +
