@@ -38,9 +38,9 @@ func script(t *testing.T, path, name, body string) {
 
 // Bodies of the stand-ins.
 const (
-	runs    = "exec sleep 600"                                              // runs until stopped
+	runs    = "exec sleep 600"                                                       // runs until stopped
 	healthy = "printf %s \"$" + EnvTrial + "\" > \"$DIR/reported-healthy\"\n" + runs // reports healthy, runs
-	dies    = "exit 3"                                                      // exits at once
+	dies    = "exit 3"                                                               // exits at once
 )
 
 type rig struct {
