@@ -173,8 +173,8 @@ type Agent struct {
 	// received counts desired objects taken from the console, for tests
 	// and status.
 	received atomic.Int64
-	// syncedAt is when the Sync stream last stored what the console sent
-	// (Unix nanoseconds).
+	// syncedAt is when the Sync stream last stored what the console sent,
+	// or the console took the box's whole status (Unix nanoseconds).
 	syncedAt atomic.Int64
 	// registry reaches the console's registry, and its agent binaries,
 	// through the tunnel; consoleHost is the console's host:port.

@@ -224,6 +224,10 @@ func (u *uploader) run(ctx context.Context) {
 				continue
 			}
 			failures = 0
+			if full {
+				// The console took the whole status on this stream.
+				a.syncedAt.Store(time.Now().UnixNano())
+			}
 		}
 		full = false
 		select {
