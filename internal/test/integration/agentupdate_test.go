@@ -153,4 +153,3 @@ func goarch() string {
 	out, _ := exec.Command("go", "env", "GOARCH").Output()
 	return strings.TrimSpace(string(out))
 }
-
