@@ -165,6 +165,7 @@ type Agent struct {
 
 	local      *localstore.Store
 	locks      *locks.Set
+	keyHold    atomic.Value // string: why UKEYs in use hold the box, "" when none
 	reports    *reports
 	reconciler *reconcile.Reconciler
 	// suspect are keys whose holder became unhealthy, to power-cycle.
@@ -244,7 +245,7 @@ func New(cfg Config, log *slog.Logger) (*Agent, error) {
 	a.registry, a.consoleHost, a.updateKick = registry, u.Host, make(chan struct{}, 1)
 	a.reconciler, err = reconcile.New(reconcile.Config{Source: a.local, Drivers: cfg.Drivers, Reporter: a.reports,
 		Log: a.log, Interval: cfg.Reconcile, Registry: registry,
-		ImageRecord: filepath.Join(cfg.DataDir, "images.json"), Devices: a.devicesFor, SuspectKeys: a.suspectKeys, Holding: a.locks.Holding})
+		ImageRecord: filepath.Join(cfg.DataDir, "images.json"), Devices: a.devicesFor, SuspectKeys: a.suspectKeys, Holding: a.holding})
 	if err != nil {
 		a.local.Close()
 		return nil, err
@@ -395,6 +396,9 @@ func (a *Agent) Run(ctx context.Context) error {
 		})
 	}
 	runWork(a.reportLocks)
+	if a.cfg.USB != nil {
+		runWork(func(ctx context.Context) { a.watchKeyUse(ctx, 2*time.Second) })
+	}
 	runWork(func(ctx context.Context) { a.updateLoop(ctx, func() { restartFor(ErrRestart) }) })
 	g.Go(func() error { return failed("tunnel", a.tc.Run(gctx)) })
 	g.Go(func() error { return failed("serving the console's RPCs", rpc.Serve(a.tc.Listen(tunnel.KindRPC))) })

@@ -254,6 +254,9 @@ type ReleaseSpec struct {
 	// ProxyEnv passes the box's proxy to the workload as HTTPS_PROXY and
 	// HTTP_PROXY.
 	ProxyEnv bool `json:"proxy_env,omitempty"`
+	// KeysHoldUpdates: while a process on the box has one of the app's
+	// leased UKEYs open, the box is not updated; a key is not cut mid-use.
+	KeysHoldUpdates bool `json:"keys_hold_updates,omitempty"`
 }
 
 // Volume is a box-local directory a container sees at Path.

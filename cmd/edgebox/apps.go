@@ -187,6 +187,7 @@ only the box can know (a host port another program holds) shows in
 	f.StringArrayVar(&publish, "publish", nil, publishHelp)
 	f.StringArrayVar(&spec.Egress, "egress", nil, egressHelp)
 	f.BoolVar(&spec.ProxyEnv, "proxy-env", false, proxyEnvHelp)
+	f.BoolVar(&spec.KeysHoldUpdates, "keys-hold-updates", false, "while a process on the box has one of the app's leased UKEYs open, do not update the box (rollouts wait; no key is cut mid-use)")
 	f.StringArrayVar(&vols, "volume", nil, "a box-local volume kept across releases: name:/path[:ro], repeatable")
 	f.StringArrayVar(&keys, "key", nil, "a UKEY the app needs, by labels: bank=ICBC[,company=acme], repeatable")
 	f.BoolVar(&spec.KeepState, "keep-state", false, "qemu: keep the VM's disk changes across restarts (default: every start is clean)")

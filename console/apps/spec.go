@@ -49,6 +49,9 @@ type Spec struct {
 	// ProxyEnv passes the box's proxy to the workload as HTTPS_PROXY and
 	// HTTP_PROXY.
 	ProxyEnv bool `json:"proxy_env,omitempty"`
+	// KeysHoldUpdates: while a process on the box has one of the app's
+	// leased UKEYs open, the box is not updated; a key is not cut mid-use.
+	KeysHoldUpdates bool `json:"keys_hold_updates,omitempty"`
 }
 
 // Probe is one health check: exactly one of Exec, HTTP and TCP.
@@ -203,7 +206,8 @@ func clipText(s string, n int) string {
 func (r Release) Workload() *edgeboxv1.Workload {
 	return &edgeboxv1.Workload{App: r.App, Release: r.Version, Runtime: r.Runtime, Image: r.Image,
 		Env: r.Env, Args: r.Args, CpuMillis: r.CPUMillis, MemoryBytes: r.MemoryBytes, Restart: r.Restart, KeepState: r.KeepState, Probes: probes(r.Probes), Volumes: volumes(r.Volumes),
-		Network: r.Network, Ports: portMappings(r.Ports), Egress: egressRules(r.Egress), ProxyEnv: r.ProxyEnv}
+		Network: r.Network, Ports: portMappings(r.Ports), Egress: egressRules(r.Egress), ProxyEnv: r.ProxyEnv,
+		KeysHoldUpdates: r.KeysHoldUpdates}
 }
 
 func volumes(vs []Volume) []*edgeboxv1.Volume {

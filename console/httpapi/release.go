@@ -31,7 +31,7 @@ func specFrom(s api.ReleaseSpec) apps.Spec {
 		Volumes: convert(s.Volumes, func(v api.Volume) apps.Volume {
 			return apps.Volume{Name: v.Name, Path: v.Path, ReadOnly: v.ReadOnly}
 		}),
-		Network: s.Network, Egress: slices.Clone(s.Egress), ProxyEnv: s.ProxyEnv,
+		Network: s.Network, Egress: slices.Clone(s.Egress), ProxyEnv: s.ProxyEnv, KeysHoldUpdates: s.KeysHoldUpdates,
 	}
 }
 
@@ -54,7 +54,7 @@ func specView(s apps.Spec) api.ReleaseSpec {
 		Volumes: convert(s.Volumes, func(v apps.Volume) api.Volume {
 			return api.Volume{Name: v.Name, Path: v.Path, ReadOnly: v.ReadOnly}
 		}),
-		Network: s.Network, Egress: slices.Clone(s.Egress), ProxyEnv: s.ProxyEnv,
+		Network: s.Network, Egress: slices.Clone(s.Egress), ProxyEnv: s.ProxyEnv, KeysHoldUpdates: s.KeysHoldUpdates,
 	}
 }
 

@@ -66,9 +66,13 @@ type Workload struct {
 	Egress []string `protobuf:"bytes,15,rep,name=egress,proto3" json:"egress,omitempty"`
 	// proxy_env passes the box's proxy to the workload as HTTPS_PROXY and
 	// HTTP_PROXY.
-	ProxyEnv      bool `protobuf:"varint,16,opt,name=proxy_env,json=proxyEnv,proto3" json:"proxy_env,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	ProxyEnv bool `protobuf:"varint,16,opt,name=proxy_env,json=proxyEnv,proto3" json:"proxy_env,omitempty"`
+	// keys_hold_updates: while a process on the box has one of the
+	// workload's leased UKEYs open, the box is not updated (no rollout wave,
+	// no replacement): a key is not cut mid-use.
+	KeysHoldUpdates bool `protobuf:"varint,17,opt,name=keys_hold_updates,json=keysHoldUpdates,proto3" json:"keys_hold_updates,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *Workload) Reset() {
@@ -209,6 +213,13 @@ func (x *Workload) GetEgress() []string {
 func (x *Workload) GetProxyEnv() bool {
 	if x != nil {
 		return x.ProxyEnv
+	}
+	return false
+}
+
+func (x *Workload) GetKeysHoldUpdates() bool {
+	if x != nil {
+		return x.KeysHoldUpdates
 	}
 	return false
 }
@@ -1141,7 +1152,7 @@ var File_edgebox_v1_desired_proto protoreflect.FileDescriptor
 const file_edgebox_v1_desired_proto_rawDesc = "" +
 	"\n" +
 	"\x18edgebox/v1/desired.proto\x12\n" +
-	"edgebox.v1\"\xde\x03\n" +
+	"edgebox.v1\"\x8a\x04\n" +
 	"\bWorkload\x12\x10\n" +
 	"\x03app\x18\x01 \x01(\tR\x03app\x12\x18\n" +
 	"\arelease\x18\x02 \x01(\tR\arelease\x12\x18\n" +
@@ -1161,7 +1172,8 @@ const file_edgebox_v1_desired_proto_rawDesc = "" +
 	"\anetwork\x18\r \x01(\tR\anetwork\x12-\n" +
 	"\x05ports\x18\x0e \x03(\v2\x17.edgebox.v1.PortMappingR\x05ports\x12\x16\n" +
 	"\x06egress\x18\x0f \x03(\tR\x06egress\x12\x1b\n" +
-	"\tproxy_env\x18\x10 \x01(\bR\bproxyEnv\"s\n" +
+	"\tproxy_env\x18\x10 \x01(\bR\bproxyEnv\x12*\n" +
+	"\x11keys_hold_updates\x18\x11 \x01(\bR\x0fkeysHoldUpdates\"s\n" +
 	"\vPortMapping\x12\x12\n" +
 	"\x04port\x18\x01 \x01(\rR\x04port\x12\x1b\n" +
 	"\thost_port\x18\x02 \x01(\rR\bhostPort\x12\x1a\n" +
