@@ -388,3 +388,94 @@ export function tree(boxes: Box[]): Tree {
   const byName = <V,>([a]: [string, V], [b]: [string, V]) => a.localeCompare(b);
   return [...regions.entries()].sort(byName).map(([r, sites]) => [r, [...sites.entries()].sort(byName)]);
 }
+
+/** RolloutState is where a rollout stands; the last three are over. */
+export type RolloutState = 'awaiting-approval' | 'running' | 'paused' | 'stopped' | 'aborted' | 'done';
+export type RolloutPhase = 'waiting' | 'held' | 'updating' | 'gating' | 'done' | 'failed';
+
+export interface RolloutRequest {
+  app: string;
+  from: string;
+  to: string;
+  regions?: string[];
+  site?: string;
+  selector?: Record<string, string>;
+  boxes?: string[];
+  waves?: string[];
+  gate?: string;
+  box_timeout?: string;
+  max_unavailable?: number;
+  failure_percent?: number;
+  revert_all?: boolean;
+}
+export interface RolloutBox {
+  id: string;
+  site: string;
+  wave: number;
+  phase: RolloutPhase;
+  reason?: string;
+  since?: string;
+  reverted?: boolean;
+}
+export interface RolloutGroup {
+  name: string;
+  wave: number;
+  waves: number;
+  boxes: RolloutBox[];
+}
+export interface Rollout {
+  id: string;
+  app: string;
+  from: string;
+  to: string;
+  scope: string;
+  state: RolloutState;
+  reason?: string;
+  created_at: string;
+  created_by: string;
+  updated_at: string;
+  approvals?: { by: string; at: string; stage: 'start' | 'first-wave' }[];
+  settings: { waves: string[]; gate: string; box_timeout: string; max_unavailable: number; failure_percent: number; revert_all?: boolean };
+  progress: { total: number; waiting: number; held: number; updating: number; gating: number; done: number; failed: number; reverted: number };
+  prefetch?: { image: string; asked: number; on_disk: number; failed: number };
+  /** group is the index of the group in progress, groups.length when over. */
+  group: number;
+  groups?: RolloutGroup[];
+  skipped?: { box: string; reason: string }[];
+}
+export interface UpdateWindow {
+  days: string;
+  from: string;
+  to: string;
+}
+export interface Calendar {
+  holidays?: string[];
+  extra_workdays?: string[];
+}
+export interface UpdatePolicy {
+  zone: string;
+  allow?: UpdateWindow[];
+  deny?: UpdateWindow[];
+  calendar?: Calendar;
+}
+export interface RolloutRules {
+  approve_start?: boolean;
+  approve_first_wave?: boolean;
+  regions?: Record<string, UpdatePolicy>;
+  sites?: Record<string, UpdatePolicy>;
+  calendar?: Calendar;
+  updated_at?: string;
+  updated_by?: string;
+}
+
+/** rolloutOver reports whether a rollout in state s moves no more boxes. */
+export const rolloutOver = (s: RolloutState) => s === 'stopped' || s === 'aborted' || s === 'done';
+
+const rolloutPath = (id: string) => `/api/v1/rollouts/${encodeURIComponent(id)}`;
+
+export const rollouts = (s: Session) => call<{ rollouts: Rollout[] }>(s, 'GET', '/api/v1/rollouts').then((r) => r.rollouts);
+export const rollout = (s: Session, id: string) => call<Rollout>(s, 'GET', rolloutPath(id));
+export const createRollout = (s: Session, req: RolloutRequest) => call<Rollout>(s, 'POST', '/api/v1/rollouts', req);
+export const rolloutAction = (s: Session, id: string, action: 'pause' | 'resume' | 'abort' | 'approve', body: { reason?: string; revert?: boolean } = {}) =>
+  call<Rollout>(s, 'POST', `${rolloutPath(id)}/${action}`, body);
+export const rolloutRules = (s: Session) => call<RolloutRules>(s, 'GET', '/api/v1/rollout-rules');

@@ -11,6 +11,7 @@ import { Enroll } from './pages/enroll';
 import { Users } from './pages/users';
 import { Keys } from './pages/keys';
 import { Apps, AppPage } from './pages/apps';
+import { Rollouts, RolloutPage } from './pages/rollouts';
 import { Matrix } from './pages/matrix';
 import { APITokens } from './pages/tokens';
 import { Audit } from './pages/audit';
@@ -139,6 +140,7 @@ export function App() {
         <nav>
           <NavLink to="/" label={t('nav.fleet')} />
           <NavLink to="/apps" label={t('nav.apps')} />
+          <NavLink to="/rollouts" label={t('nav.rollouts')} />
           <NavLink to="/matrix" label={t('nav.matrix')} />
           <NavLink to="/keys" label={t('nav.keys')} />
           {api.can(me.role, 'operate') && <NavLink to="/waiting" label={t('nav.waiting')} />}
@@ -216,6 +218,9 @@ function Route({ pathname }: { pathname: string }) {
   if (pathname === '/tokens') return <APITokens />;
   const am = pathname.match(/^\/apps\/([^/]+)$/);
   if (am) return <AppPage name={decodeURIComponent(am[1])} />;
+  if (pathname === '/rollouts') return <Rollouts />;
+  const rm = pathname.match(/^\/rollouts\/([^/]+)$/);
+  if (rm) return <RolloutPage id={decodeURIComponent(rm[1])} />;
   if (pathname === '/audit') return <Audit />;
   return <h1>{t('notfound.title')}</h1>;
 }

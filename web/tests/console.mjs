@@ -208,6 +208,157 @@ await step(page, 'find what was done in the audit page, and export it', async ()
   expect(csv.startsWith('seq,time,actor,action') && csv.includes('key.lease') && !csv.includes('token.create'), `csv ${csv}`);
 });
 
+// Rollouts: the tenant's rules (set by the test) ask for a second
+// user's approval to start. The first rollout is approved by otto, an
+// operator, paused, resumed and aborted with its moved box sent back;
+// the second goes through both waves on the two real boxes.
+const adminAuth = { Authorization: `Bearer ${env('EDGEBOX_ADMIN_TOKEN')}` };
+const operator = await newPage();
+let firstRollout = '';
+
+await step(page, "the rollouts page: none yet, and the tenant's rules", async () => {
+  // The release the rollouts move the clock to.
+  const r = await page.request.post(`${url}/api/v1/apps/clock/releases`, {
+    headers: adminAuth,
+    data: { version: '1.1', runtime: 'process', image: '/bin/sh', args: ['-c', 'while :; do echo tick from the clock 1.1; sleep 1; done'], probes: [{ http: env('EDGEBOX_PROBE_URL') }] },
+  });
+  expect(r.ok(), `release 1.1: ${r.status()} ${await r.text()}`);
+  await page.click('nav >> text=Rollouts');
+  await page.waitForSelector('[data-testid=rollout-rules] [data-rule=approve-start]');
+  expect((await page.textContent('[data-rule=approve-start]')) === 'required', 'approval to start is not shown as required');
+  expect((await page.textContent('[data-rule=approve-first-wave]')) === 'not required', 'approval after the first wave');
+  const policy = await page.textContent('[data-testid=policies] [data-policy="region west"]');
+  expect(policy.includes('Asia/Shanghai') && policy.includes('workdays 01:00–05:00'), `policy ${policy}`);
+  expect((await page.textContent('[data-testid=rollout-rules]')).includes('2026-10-01'), 'the holiday is not shown');
+  await page.waitForSelector('text=No rollout yet.');
+});
+
+await step(page, "a bad rollout shows the console's message", async () => {
+  await page.waitForSelector('[data-testid=rollout-form] select[name=to] option[value="1.1"]', { state: 'attached' });
+  expect((await page.inputValue('[data-testid=rollout-form] select[name=app]')) === 'clock', 'the app picked');
+  expect((await page.inputValue('[data-testid=rollout-form] select[name=from]')) === '1.0', 'from is not the release before the last');
+  expect((await page.inputValue('[data-testid=rollout-form] select[name=to]')) === '1.1', 'to is not the last release');
+  await page.fill('[data-testid=rollout-form] input[name=scope]', 'east');
+  await page.fill('[data-testid=rollout-form] input[name=waves]', '1, 50%');
+  await page.click('[data-testid=rollout-form] button[type=submit]');
+  await page.waitForSelector('[data-testid=rollout-form-error]');
+  const msg = await page.textContent('[data-testid=rollout-form-error]');
+  expect(msg.includes('the last wave must be 100%'), `error ${msg}`);
+  expect(new URL(page.url()).pathname === '/rollouts', `at ${page.url()}`);
+});
+
+await step(page, 'start a rollout from the form: it waits for an approval its maker may not give', async () => {
+  await page.fill('[data-testid=rollout-form] input[name=waves]', '1, 100%');
+  await page.fill('[data-testid=rollout-form] input[name=gate]', '10m');
+  await page.fill('[data-testid=rollout-form] input[name=timeout]', '2m');
+  await page.click('[data-testid=rollout-form] button[type=submit]');
+  await page.waitForURL(/\/rollouts\/r-[0-9a-f]{12}$/);
+  firstRollout = page.url();
+  await page.waitForSelector('[data-testid=rollout-title] [data-state="awaiting-approval"]');
+  expect((await page.textContent('[data-testid=rollout-reason]')).includes('approval to start'), 'no reason shown');
+  const settings = await page.textContent('[data-testid=settings]');
+  expect(settings.includes('1, 100%') && settings.includes('10m0s') && settings.includes('2m0s'), `settings ${settings}`);
+  expect(await page.$(`[data-group=east] details[data-wave="1"] [data-box="${firstBox}"][data-phase=waiting]`), 'the first box is not in wave 1');
+  expect((await page.$$('[data-group=east] details[data-wave="2"] [data-box]')).length === 1, 'wave 2 has not one box');
+  await page.click('[data-action=approve]');
+  await page.waitForSelector('[data-testid=rollout-error]');
+  const msg = await page.textContent('[data-testid=rollout-error]');
+  expect(msg.includes('another user must approve it'), `error ${msg}`);
+  expect(await page.$('[data-testid=rollout-title] [data-state="awaiting-approval"]'), 'the state changed');
+});
+
+const watcher = await newPage();
+await step(watcher, 'a viewer sees the rollout and no button', async () => {
+  await watcher.goto(firstRollout);
+  await login(watcher, env('EDGEBOX_VIEWER'), env('EDGEBOX_VIEWER_PASSWORD'));
+  await watcher.waitForSelector('[data-testid=rollout-title] [data-state="awaiting-approval"]');
+  expect(!(await watcher.$('[data-testid=rollout-actions]')), 'a viewer sees the rollout actions');
+  await watcher.click('nav >> text=Rollouts');
+  await watcher.waitForSelector('[data-testid=rollout-rules]');
+  expect(!(await watcher.$('[data-testid=rollout-form]')), 'a viewer sees the new rollout form');
+});
+await watcher.context().close();
+
+await step(operator, 'an operator approves it', async () => {
+  await operator.goto(firstRollout);
+  await login(operator, env('EDGEBOX_OPERATOR'), env('EDGEBOX_OPERATOR_PASSWORD'));
+  await operator.click('[data-action=approve]');
+  await operator.waitForSelector('[data-testid=rollout-title] [data-state=running]');
+  expect((await operator.textContent('[data-testid=approvals]')).includes('otto · to start'), 'the approval is not listed');
+});
+
+await step(page, "the maker's page follows: the first wave's box runs 1.1 healthy and enters its gate", async () => {
+  await page.waitForSelector('[data-testid=rollout-title] [data-state=running]');
+  expect(!(await page.$('[data-testid=rollout-reason]')), 'a running rollout shows a reason');
+  expect(!(await page.$('[data-testid=rollout-error]')), 'the refused approval is still shown');
+  expect(await page.$('[data-group=east][data-current=yes]'), 'region east is not highlighted');
+  await page.waitForSelector(`details[data-wave="1"] [data-box="${firstBox}"][data-phase=gating]`, { timeout: 60000 });
+  expect(await page.$('details[data-wave="2"] [data-box][data-phase=waiting]'), 'the second wave moved');
+  expect(await page.$eval('details[data-wave="2"]', (d) => !d.open && d.textContent.includes('not started')), 'the wave not started is not folded');
+  const counts = await page.textContent('[data-testid=counts]');
+  expect(counts.includes('1 waiting') && counts.includes('1 in their gate'), `counts ${counts}`);
+});
+
+await step(page, 'pause it with a reason, and resume it', async () => {
+  await page.fill('[data-testid=rollout-actions] input[name=reason]', 'checking shop-1');
+  await page.click('[data-action=pause]');
+  await page.waitForSelector('[data-testid=rollout-title] [data-state=paused]');
+  expect((await page.textContent('[data-testid=rollout-reason]')) === 'paused by admin: checking shop-1', 'the pause reason');
+  expect(!(await page.$('[data-action=pause]')) && !(await page.$('[data-action=approve]')), 'a paused rollout offers pause or approve');
+  await page.click('[data-action=resume]');
+  await page.waitForSelector('[data-testid=rollout-title] [data-state=running]');
+  expect(!(await page.$('[data-action=resume]')), 'a running rollout offers resume');
+});
+
+await step(page, 'abort it and send the moved box back', async () => {
+  await page.check('[data-testid=rollout-actions] input[name=revert]');
+  await page.click('[data-action=abort]');
+  await page.waitForSelector('[data-testid=rollout-title] [data-state=aborted]');
+  await page.waitForSelector(`[data-box="${firstBox}"] [data-testid=reverted]`);
+  expect((await page.textContent('[data-testid=rollout-reason]')) === 'aborted by admin', 'the abort reason');
+  expect(!(await page.$('[data-testid=rollout-actions]')), 'an aborted rollout offers actions');
+  expect(!(await page.$('[data-group=east][data-current=yes]')), 'an aborted rollout highlights a group');
+  expect((await page.textContent('[data-testid=counts]')).includes('1 sent back'), 'no box counted as sent back');
+  // The box sent back runs 1.0 again, healthy, as the app's page shows.
+  await page.click('nav >> text=Apps');
+  await page.click('[data-testid=apps] >> text=clock');
+  await page.waitForFunction(
+    () => {
+      const rows = [...document.querySelectorAll('[data-testid=app-status] tbody tr')];
+      return rows.length === 2 && rows.every((r) => {
+        const c = [...r.cells].map((td) => td.textContent);
+        return c[1] === '1.0' && c[2] === '1.0' && c[4] === 'healthy';
+      });
+    },
+    null,
+    { timeout: 60000 },
+  );
+});
+
+await step(page, 'a second rollout, approved by the operator, takes both boxes through their waves', async () => {
+  await page.click('nav >> text=Rollouts');
+  const id = new URL(firstRollout).pathname.split('/').pop();
+  await page.waitForSelector(`[data-rollout="${id}"] [data-state=aborted]`);
+  const row = await page.textContent(`[data-rollout="${id}"]`);
+  expect(row.includes('1.0 → 1.1') && row.includes('regions east') && row.includes('0 of 2 done') && row.includes('admin'), `row ${row}`);
+  await page.waitForSelector('[data-testid=rollout-form] select[name=to] option[value="1.1"]', { state: 'attached' });
+  await page.fill('[data-testid=rollout-form] input[name=scope]', 'east');
+  await page.fill('[data-testid=rollout-form] input[name=waves]', '1, 100%');
+  await page.fill('[data-testid=rollout-form] input[name=gate]', '0s');
+  await page.fill('[data-testid=rollout-form] input[name=timeout]', '2m');
+  await page.click('[data-testid=rollout-form] button[type=submit]');
+  await page.waitForURL((u) => /\/rollouts\/r-[0-9a-f]{12}$/.test(u.pathname) && u.href !== firstRollout);
+  await operator.goto(page.url());
+  await operator.click('[data-action=approve]');
+  await page.waitForSelector('[data-testid=rollout-title] [data-state=done]', { timeout: 90000 });
+  expect((await page.$$('[data-group=east] [data-box][data-phase=done]')).length === 2, 'not both boxes done');
+  expect((await page.textContent('[data-testid=progress]')).includes('2 of 2 done'), 'the progress');
+  expect((await page.textContent('[data-group=east] h3')).includes('through'), 'the group is not through');
+  await page.click('nav >> text=Rollouts');
+  await page.waitForSelector('[data-testid=rollouts] tbody tr:first-child [data-state=done]');
+  expect((await page.$$('[data-testid=rollouts] tbody tr')).length === 2, 'not two rollouts listed');
+});
+
 await step(page, 'a cross-site change is refused', async () => {
   const status = await page.evaluate(async (id) => {
     const r = await fetch(`/api/v1/boxes/${id}/labels`, { method: 'POST', headers: { 'Content-Type': 'application/json' }, body: '{"labels":{"x":"y"}}' });
@@ -223,6 +374,7 @@ await step(page, 'switch to Simplified Chinese', async () => {
   await page.waitForSelector('nav >> text=设备群');
   expect((await page.textContent('h1')) === '设备群', 'the heading is not translated');
   expect((await page.getAttribute('html', 'lang')) === 'zh-CN', 'html lang');
+  expect((await page.textContent('nav')).includes('分批发布'), 'the rollouts link is not translated');
   await page.selectOption('[data-testid=lang]', 'en');
   await page.waitForSelector('nav >> text=Fleet');
 });

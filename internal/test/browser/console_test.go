@@ -71,8 +71,11 @@ func runScript(t *testing.T, script string, env ...string) string {
 // log in, enroll a box and read its install line, approve a waiting box
 // and see it come online without reloading, open a box, switch to
 // Chinese, come back after the session expired to the page left, see
-// hostile names as text, and log out; a viewer sees no button it may not
-// use. web/tests/console.mjs says each step.
+// hostile names as text, roll a new release out through the rollouts
+// page (approved by a second user, paused, resumed, aborted with its box
+// sent back, then a second rollout through both waves on the real boxes),
+// and log out; a viewer sees no button it may not use.
+// web/tests/console.mjs says each step.
 func TestWebConsole(t *testing.T) {
 	t.Parallel()
 	h := testenv.NewBinaries(t)
@@ -108,8 +111,20 @@ func TestWebConsole(t *testing.T) {
 	// deploys is undeployed before the agents stop (cleanups run last
 	// first), and the boxes remove it.
 	t.Cleanup(func() {
-		if _, err := admin.Undeploy(context.Background(), "clock", "region", "east"); err != nil {
+		ctx := context.Background()
+		// A rollout left running would pin boxes again: stopped first.
+		rs, _ := admin.Rollouts(ctx)
+		for _, r := range rs {
+			admin.RolloutDo(ctx, r.ID, "abort", api.RolloutAction{})
+		}
+		pins, err := admin.Pins(ctx, "clock")
+		if err != nil || len(pins) == 0 {
 			return // never deployed
+		}
+		for _, p := range pins {
+			if _, err := admin.Undeploy(ctx, "clock", p.Scope, p.Target); err != nil {
+				t.Errorf("undeploy the clock from %s %s: %v", p.Scope, p.Target, err)
+			}
 		}
 		testenv.WaitFor(t, 30*time.Second, "the boxes to remove the clock", func() bool {
 			for _, b := range []testenv.Box{first, waiting} {
@@ -130,6 +145,16 @@ func TestWebConsole(t *testing.T) {
 		t.Fatal(err)
 	}
 	if _, err := admin.CreateUser(ctx, api.UserRequest{Name: "vera", Password: "vera's long password", Role: "viewer"}); err != nil {
+		t.Fatal(err)
+	}
+	// Rollouts wait for a second user's approval to start: otto, an
+	// operator, gives it where the admin may not. The window of region
+	// west, which has no box, is there to be shown.
+	if _, err := admin.CreateUser(ctx, api.UserRequest{Name: "otto", Password: "otto's long password", Role: "operator"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := admin.SetRolloutRules(ctx, api.RolloutRules{ApproveStart: true, Calendar: api.Calendar{Holidays: []string{"2026-10-01"}},
+		Regions: map[string]api.UpdatePolicy{"west": {Zone: "Asia/Shanghai", Allow: []api.UpdateWindow{{Days: "workdays", From: "01:00", To: "05:00"}}}}}); err != nil {
 		t.Fatal(err)
 	}
 	testenv.WaitFor(t, 20*time.Second, "the first box online with its key", func() bool {
@@ -166,6 +191,8 @@ func TestWebConsole(t *testing.T) {
 		"EDGEBOX_ADMIN_TOKEN="+h.AdminToken(),
 		"EDGEBOX_VIEWER=vera",
 		"EDGEBOX_VIEWER_PASSWORD=vera's long password",
+		"EDGEBOX_OPERATOR=otto",
+		"EDGEBOX_OPERATOR_PASSWORD=otto's long password",
 		"EDGEBOX_FIRST_BOX="+first.ID(),
 		"EDGEBOX_SCREENSHOTS="+screenshots(t))
 
@@ -181,5 +208,15 @@ func TestWebConsole(t *testing.T) {
 	ks, err := admin.Keys(ctx, first.ID(), nil)
 	if err != nil || len(ks) != 1 || ks[0].Holder != "robot" || ks[0].Labels["bank"] != "icbc" {
 		t.Errorf("the key the page labelled and leased: %+v %v", ks, err)
+	}
+	// The page's first rollout was aborted with its box sent back, its
+	// second went through: region east is on 1.1, with no box's own pin.
+	rs, err := admin.Rollouts(ctx)
+	if err != nil || len(rs) != 2 || rs[0].State != "done" || rs[1].State != "aborted" || rs[1].Progress.Reverted != 1 {
+		t.Errorf("the rollouts the page made: %+v %v", rs, err)
+	}
+	pins, err := admin.Pins(ctx, "clock")
+	if err != nil || len(pins) != 1 || pins[0].Scope != "region" || pins[0].Target != "east" || pins[0].Version != "1.1" {
+		t.Errorf("the clock's pins after the rollouts: %+v %v", pins, err)
 	}
 }

@@ -11,7 +11,7 @@ export interface Polled<T> {
 /**
  * usePoll fetches now, again whenever one of topics changes on the console
  * (live.ts), and every period as a net under the event stream (never
- * faster than 5 s), while the page is shown; a failed fetch keeps the last
+ * faster than 2 s), while the page is shown; a failed fetch keeps the last
  * data and shows the error until one succeeds. One fetch runs at a time: a
  * change during a fetch asks for one more after it, never a second loop.
  */
@@ -45,7 +45,7 @@ export function usePoll<T>(fetch: () => Promise<T>, deps: unknown[], topics: Top
             again = false;
             run();
           } else {
-            timer = window.setTimeout(run, Math.max(period, 5000));
+            timer = window.setTimeout(run, Math.max(period, 2000));
           }
         });
     };
