@@ -43,12 +43,16 @@ type selfUpdate struct {
 	trial    string // the version on probation, in its own process
 	reported string // the object whose status was reported
 	healthy  bool
-	failed   map[string]bool // versions that failed to stage here, not fetched again until they change
-	restart  func()
+	// failed are the objects (version, digest, revision) whose staging
+	// failed, and when to try again: a cut download after a minute; a
+	// signature that does not verify, or a version refused, not until the
+	// console sends another object.
+	failed  map[string]time.Time
+	restart func()
 }
 
 func (a *Agent) updateLoop(ctx context.Context, restart func()) {
-	u := &selfUpdate{a: a, dir: UpdateDir(a.cfg.DataDir), trial: os.Getenv(update.EnvTrial), failed: map[string]bool{}, restart: restart}
+	u := &selfUpdate{a: a, dir: UpdateDir(a.cfg.DataDir), trial: os.Getenv(update.EnvTrial), failed: map[string]time.Time{}, restart: restart}
 	t := time.NewTicker(2 * time.Second)
 	defer t.Stop()
 	for {
@@ -106,22 +110,22 @@ func (u *selfUpdate) check(ctx context.Context) {
 		report(edgeboxv1.PhaseFailed, "Refused", fmt.Sprintf("agent %s failed on this box at %s and is not tried again: %s", want, r.At.Format(time.RFC3339), r.Why))
 		return
 	}
-	key := want + "@" + rel.GetSha256()
-	if u.failed[key] {
-		return // its status says why; a new object tries again
+	key := fmt.Sprintf("%s@%s@%d", want, rel.GetSha256(), o.GetRevision())
+	if retry, ok := u.failed[key]; ok && time.Now().Before(retry) {
+		return // its status says why
 	}
 	report(edgeboxv1.PhasePending, "", "fetching agent "+want)
 	err = update.Stage(ctx, u.dir, a.cfg.Version, update.Release{Version: want, SHA256: rel.GetSha256(), Signature: rel.GetSignature(),
 		Probation: time.Duration(rel.GetProbationSeconds()) * time.Second}, u.fetch(want), u.verify)
 	if err != nil {
-		u.failed[key] = true
-		reason := edgeboxv1.ReasonPullFailed
+		reason, retry := edgeboxv1.ReasonPullFailed, time.Now().Add(time.Minute)
 		switch {
 		case errdefs.Kind(err) == errdefs.ErrPermission:
-			reason = "SignatureInvalid"
+			reason, retry = "SignatureInvalid", time.Now().Add(100*365*24*time.Hour)
 		case errors.Is(err, update.ErrRefused):
-			reason = "Refused"
+			reason, retry = "Refused", time.Now().Add(100*365*24*time.Hour)
 		}
+		u.failed[key] = retry
 		a.log.Warn("new agent version not staged", "version", want, "err", err)
 		report(edgeboxv1.PhaseFailed, reason, err.Error())
 		return

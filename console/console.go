@@ -238,7 +238,7 @@ func New(cfg Config, log *slog.Logger) (_ *Console, err error) {
 	if c.compactor, err = store.NewCompactor(st, cfg.CompactEvery, cfg.KeepRevisions, c.log); err != nil {
 		return nil, err
 	}
-	if c.appsync, err = appsync.New(catalogue, c.tenantIDs, cfg.AppsSyncEvery, c.log); err != nil {
+	if c.appsync, err = appsync.New(catalogue, c.tenantIDs, cfg.AppsSyncEvery, c.log, agents.SyncAll); err != nil {
 		return nil, err
 	}
 

@@ -101,6 +101,7 @@ func (s *Set) Take(holder, reason string, ttl time.Duration) (Lock, error) {
 	now := s.now().UTC()
 	s.prune(now)
 	l, renew := s.locks[holder]
+	was := l
 	if !renew && len(s.locks) >= MaxLocks {
 		return Lock{}, errdefs.Unavailable("the box holds %d update locks, the most it holds; release one first", MaxLocks)
 	}
@@ -113,7 +114,11 @@ func (s *Set) Take(holder, reason string, ttl time.Duration) (Lock, error) {
 	}
 	s.locks[holder] = l
 	if err := s.save(); err != nil {
-		delete(s.locks, holder)
+		if renew {
+			s.locks[holder] = was // still held as it was
+		} else {
+			delete(s.locks, holder)
+		}
 		return Lock{}, err
 	}
 	s.signal()

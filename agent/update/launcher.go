@@ -65,8 +65,7 @@ func (l *Launcher) Run(ctx context.Context) error {
 				}
 				continue
 			case !trial.Since.IsZero() && !now.Before(trial.Since.Add(trial.Probation)):
-				l.endProbation(&st)
-				if err := st.Save(l.Dir); err != nil {
+				if err := l.endProbation(&st); err != nil {
 					return err
 				}
 				continue
@@ -103,20 +102,27 @@ func (l *Launcher) Run(ctx context.Context) error {
 	return nil
 }
 
-// endProbation adopts a trial that reported healthy, or refuses it.
-func (l *Launcher) endProbation(st *State) {
+// endProbation adopts a trial that reported healthy, or refuses it, and
+// saves the outcome. The marker and the old binaries go only once the
+// outcome is on disk: a box killed in between adopts again at its next
+// start, never refuses a version that was healthy.
+func (l *Launcher) endProbation(st *State) error {
 	v := st.Trial.Version
-	if reportedHealthy(l.Dir, v) {
-		st.adopt()
-		os.Remove(healthyPath(l.Dir))
-		l.Log.Info("agent version adopted after its probation", "version", v, "previous", st.Previous)
-		if err := st.Prune(l.Dir); err != nil {
-			l.Log.Warn("removing old agent binaries", "err", err)
-		}
-		return
+	if !reportedHealthy(l.Dir, v) {
+		st.refuse(fmt.Sprintf("it did not reach the console and report healthy within its probation of %s", st.Trial.Probation), l.now())
+		l.Log.Error("agent version refused: not healthy within its probation; back to the version it replaced", "version", v, "back_to", st.current())
+		return st.Save(l.Dir)
 	}
-	st.refuse(fmt.Sprintf("it did not reach the console and report healthy within its probation of %s", st.Trial.Probation), l.now())
-	l.Log.Error("agent version refused: not healthy within its probation; back to the version it replaced", "version", v, "back_to", st.current())
+	st.adopt()
+	if err := st.Save(l.Dir); err != nil {
+		return err
+	}
+	l.Log.Info("agent version adopted after its probation", "version", v, "previous", st.Previous)
+	os.Remove(healthyPath(l.Dir))
+	if err := st.Prune(l.Dir); err != nil {
+		l.Log.Warn("removing old agent binaries", "err", err)
+	}
+	return nil
 }
 
 // runChild runs bin until it exits or ctx ends. For a trial, it ends the
@@ -162,8 +168,7 @@ func (l *Launcher) runChild(ctx context.Context, bin string, trial *Trial) (rest
 				return true, err
 			}
 			healthy := reportedHealthy(l.Dir, trial.Version)
-			l.endProbation(&st)
-			if err := st.Save(l.Dir); err != nil {
+			if err := l.endProbation(&st); err != nil {
 				l.stop(cmd, exited)
 				return false, err
 			}

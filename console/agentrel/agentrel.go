@@ -90,6 +90,13 @@ func New(s store.Store, dir string, sign func([]byte) ([]byte, error), d *desire
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, err
 	}
+	// Uploads a killed console left half done.
+	if left, _ := filepath.Glob(filepath.Join(dir, "*", ".upload-*")); len(left) > 0 {
+		for _, f := range left {
+			os.Remove(f)
+		}
+		log.Info("removed unfinished agent uploads", "files", len(left))
+	}
 	return &Service{s: s, dir: dir, sign: sign, desired: d, boxes: boxes, log: log, now: time.Now}, nil
 }
 

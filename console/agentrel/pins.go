@@ -193,6 +193,31 @@ func (s *Service) Versions(ctx context.Context, tenant string, boxes []fleet.Box
 	return out, nil
 }
 
+// SyncAll brings every box of tenants to its agent pins: the net behind
+// the syncs that pins and hellos make at once.
+func (s *Service) SyncAll(ctx context.Context, tenants []string) error {
+	var errs []error
+	for _, t := range tenants {
+		pins, err := s.Pins(ctx, t)
+		if err != nil || len(pins) == 0 {
+			errs = append(errs, err)
+			continue
+		}
+		boxes, err := s.boxes.Boxes(ctx, t)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		rels := map[string]Release{}
+		for _, b := range boxes {
+			if err := s.syncBox(ctx, b, pins, rels); err != nil {
+				errs = append(errs, fmt.Errorf("box %s: %w", b.ID, err))
+			}
+		}
+	}
+	return errors.Join(errs...)
+}
+
 // SyncBox writes box b's AgentRelease object from its pins: the pinned
 // version with its platform's binary; no pin removes the object (the
 // box keeps what it runs).

@@ -15,6 +15,7 @@ import (
 // Loop is the periodic app sync.
 type Loop struct {
 	apps    *apps.Apps
+	more    []func(ctx context.Context, tenants []string) error
 	tenants func(context.Context) ([]string, error)
 	every   time.Duration
 	log     *slog.Logger
@@ -22,11 +23,12 @@ type Loop struct {
 
 // New returns the loop that syncs the boxes of every tenant tenants
 // lists, every interval, which must be positive. It starts nothing.
-func New(a *apps.Apps, tenants func(context.Context) ([]string, error), every time.Duration, log *slog.Logger) (*Loop, error) {
+// more are synced at each interval too (the agent's own pins).
+func New(a *apps.Apps, tenants func(context.Context) ([]string, error), every time.Duration, log *slog.Logger, more ...func(ctx context.Context, tenants []string) error) (*Loop, error) {
 	if every <= 0 {
 		return nil, errors.New("appsync: the interval must be positive")
 	}
-	return &Loop{apps: a, tenants: tenants, every: every, log: log.With("component", "appsync")}, nil
+	return &Loop{apps: a, more: more, tenants: tenants, every: every, log: log.With("component", "appsync")}, nil
 }
 
 // Run syncs every interval until ctx ends, and returns nil then. A failed
@@ -43,6 +45,9 @@ func (l *Loop) Run(ctx context.Context) error {
 		ts, err := l.tenants(ctx)
 		if err == nil {
 			err = l.apps.SyncAll(ctx, ts)
+			for _, sync := range l.more {
+				err = errors.Join(err, sync(ctx, ts))
+			}
 		}
 		if err != nil && ctx.Err() == nil {
 			l.log.Warn("periodic app sync", "err", err)

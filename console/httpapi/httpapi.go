@@ -403,6 +403,11 @@ func (s *server) approveBox(c *gin.Context) {
 			s.Log.Warn("approved box's apps not written yet", "box_id", b.ID, "err", err)
 		}
 	}
+	if s.AgentReleases != nil {
+		if err := s.AgentReleases.SyncBox(c.Request.Context(), b); err != nil {
+			s.Log.Warn("approved box's agent version not written yet", "box_id", b.ID, "err", err)
+		}
+	}
 	c.JSON(http.StatusOK, s.view(b))
 }
 

@@ -22,7 +22,7 @@ func TestReleaseSpecConversion(t *testing.T) {
 		Ports:   []api.Port{{Name: "web", Port: 8080, Protocol: "udp", HostPort: 18080, HostIP: "127.0.0.1"}},
 		Keys:    []api.KeyNeed{{Labels: map[string]string{"bank": "icbc"}}},
 		Volumes: []api.Volume{{Name: "data", Path: "/data", ReadOnly: true}},
-		Network: "bridge", Egress: []string{"bank.test"}, ProxyEnv: true}
+		Network: "bridge", Egress: []string{"bank.test"}, ProxyEnv: true, KeysHoldUpdates: true}
 	if z := zeroFields(reflect.ValueOf(full), "ReleaseSpec"); len(z) > 0 {
 		t.Fatalf("fill %v in the table, and convert them in release.go", z)
 	}

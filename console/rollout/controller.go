@@ -157,13 +157,14 @@ func (s *Service) prefetch(ctx context.Context, r *Rollout) error {
 				if _, err := s.desired.Put(ctx, b.ID, proto.Clone(obj).(*edgeboxv1.DesiredObject)); err != nil {
 					return fmt.Errorf("pre-pull on box %s: %w", b.ID, err)
 				}
+				b.PrePull = true
 				p.Asked++
 			}
 		}
 		p.Placed = true
 		return nil
 	}
-	if p.OnDisk+p.Failed >= p.Asked {
+	if p.OnDisk+p.Failed >= p.Asked || !s.countDue(r.ID) {
 		return nil
 	}
 	p.OnDisk, p.Failed = 0, 0
@@ -182,6 +183,19 @@ func (s *Service) prefetch(ctx context.Context, r *Rollout) error {
 		}
 	}
 	return nil
+}
+
+// countDue says whether the pre-pull of rollout id is to be counted now:
+// every 10 s, as counting reads every box's status.
+func (s *Service) countDue(id string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now := time.Now()
+	if last, ok := s.counted[id]; ok && now.Sub(last) < 10*time.Second {
+		return false
+	}
+	s.counted[id] = now
+	return true
 }
 
 // unprefetch takes r's ImagePrefetch objects back from its boxes.
@@ -259,9 +273,18 @@ func (s *Service) ensurePins(ctx context.Context, r Rollout) error {
 	}
 	final := finalScope(r)
 	m := r.Machine
+	var fleetBoxes []fleet.Box // read once, when a group is through
 	for i, g := range m.Regions {
 		through := i < m.Region && final != ""
-		pinned := through && pin(final, g.Name, r.To)
+		pinned := false
+		if through {
+			if have[final+"/"+g.Name] != r.To && fleetBoxes == nil {
+				if fleetBoxes, err = s.boxes.Boxes(ctx, r.TenantID); err != nil {
+					return err
+				}
+			}
+			pinned = have[final+"/"+g.Name] == r.To || (groupPinnable(final, g, have, fleetBoxes) && pin(final, g.Name, r.To))
+		}
 		for _, b := range g.Boxes {
 			switch {
 			case b.Reverted:
@@ -283,6 +306,32 @@ func (s *Service) ensurePins(ctx context.Context, r Rollout) error {
 	return errors.Join(errs...)
 }
 
+// groupPinnable reports whether group g, through, may be pinned to To as
+// a whole: every approved box its region or site covers took part, and no
+// site pin of the app lies under a region. Otherwise the pin would move
+// boxes the rollout did not (install the app where it never ran, or send
+// a site's boxes back to the site's pin once their own pins go): its
+// boxes keep their own pins instead.
+func groupPinnable(scope string, g *Region, have map[string]string, all []fleet.Box) bool {
+	in := map[string]bool{}
+	for _, b := range g.Boxes {
+		in[b.ID] = true
+	}
+	for _, b := range all {
+		covered := (scope == apps.ScopeRegion && b.Region == g.Name) || (scope == apps.ScopeSite && b.Site == g.Name)
+		if !covered || b.State != fleet.StateApproved {
+			continue
+		}
+		if !in[b.ID] {
+			return false
+		}
+		if _, ok := have[apps.ScopeSite+"/"+b.Site]; ok && scope == apps.ScopeRegion {
+			return false
+		}
+	}
+	return true
+}
+
 // world is what a tick knows of the boxes of one rollout: read on
 // demand, once a box a tick.
 type world struct {
@@ -294,9 +343,11 @@ type world struct {
 	// kind and name are the object whose status a box reports of the
 	// rollout's app.
 	kind, name string
-	now        time.Time
-	windows    map[string]compiledPolicy
-	seen       map[string]lookResult
+	// prepull: the boxes asked to pre-pull To.
+	prepull map[string]bool
+	now     time.Time
+	windows map[string]compiledPolicy
+	seen    map[string]lookResult
 }
 
 type compiledPolicy struct {
@@ -323,7 +374,13 @@ func (s *Service) world(ctx context.Context, r *Rollout) (*world, error) {
 		return nil, err
 	}
 	kind, name := tg.Status(r.App)
-	return &world{s: s, ctx: ctx, r: r, rules: rules, probes: probes, kind: kind, name: name, now: s.now(),
+	prepull := map[string]bool{}
+	for _, g := range r.Machine.Regions {
+		for _, b := range g.Boxes {
+			prepull[b.ID] = b.PrePull
+		}
+	}
+	return &world{s: s, ctx: ctx, r: r, rules: rules, probes: probes, kind: kind, name: name, now: s.now(), prepull: prepull,
 		windows: map[string]compiledPolicy{}, seen: map[string]lookResult{}}, nil
 }
 
@@ -380,7 +437,7 @@ func (w *world) read(id string) (Seen, bool) {
 			lock = x
 		}
 	}
-	prepulls := r.Prefetch != nil && r.Prefetch.Placed && b.Capability >= desired.MinCapability(edgeboxv1.KindImagePrefetch)
+	prepulls := r.Prefetch != nil && r.Prefetch.Placed && w.prepull[id]
 	if st != nil {
 		seen.Runs = st.GetRelease()
 		seen.Healthy = st.GetPhase() == edgeboxv1.PhaseRunning &&
@@ -402,19 +459,20 @@ func (w *world) read(id string) (Seen, bool) {
 			seen.Failure = "probe: " + clip(st.GetMessage(), 200)
 		}
 	}
-	if prepulls && pre.GetPhase() == edgeboxv1.PhaseFailed && seen.Failure == "" {
-		seen.Failure = "pull: " + clip(pre.GetMessage(), 200)
-	}
 	switch ok, why := w.open(b); {
 	case w.s.online != nil && !w.s.online(id):
 		seen.Hold = "the box is offline"
 	case lock != nil:
-		seen.Hold = "update lock held by " + lock.GetName()
+		seen.Hold, seen.Locked = "update lock held by "+lock.GetName(), true
 		if m := lock.GetMessage(); m != "" {
 			seen.Hold += ": " + clip(m, 200)
 		}
 	case !ok:
 		seen.Hold = why
+	case prepulls && pre.GetPhase() == edgeboxv1.PhaseFailed:
+		// The box tries again; one that keeps failing fails its wave.
+		seen.Hold = "pre-pull of " + r.To + " failed, trying again: " + clip(pre.GetMessage(), 200)
+		seen.HoldFails = "pull: " + clip(pre.GetMessage(), 200)
 	case prepulls && pre.GetPhase() != edgeboxv1.PhaseRunning:
 		seen.Hold = "pre-pulling " + r.To
 		if m := pre.GetMessage(); m != "" {

@@ -75,6 +75,8 @@ type Box struct {
 	Since  time.Time `json:"since,omitzero"` // when the phase began
 	// Reverted: the box was told to go back to A.
 	Reverted bool `json:"reverted,omitempty"`
+	// PrePull: the box was asked to pre-pull B.
+	PrePull bool `json:"pre_pull,omitempty"`
 }
 
 // Seen is what the world says of a box now.
@@ -89,6 +91,13 @@ type Seen struct {
 	// Hold, when set, is why the box may not be updated now: a
 	// maintenance window, an update lock, a key in use.
 	Hold string
+	// Locked: the hold is the box's own (an update lock, a key in use):
+	// it does not act on what it is told until the hold ends, so a box
+	// told to update meanwhile is not timed out for it.
+	Locked bool
+	// HoldFails, when set, is the failure of a hold that lasts longer
+	// than a box's timeout (a pre-pull that keeps failing).
+	HoldFails string
 }
 
 // Region is one region's part of a rollout: its boxes, in wave order.
@@ -278,6 +287,10 @@ func (m *Machine) observe(now time.Time, wave []*Box, seen Look) {
 				set(b, Failed, s.Failure)
 			case heard && s.Runs == m.B && s.Healthy:
 				set(b, Gating, "")
+			case s.Locked:
+				// Waiting for its own lock: its time runs from when the
+				// lock goes.
+				b.Since, b.Reason = now, s.Hold
 			case now.Sub(b.Since) >= m.Settings.BoxTimeout:
 				set(b, Failed, "timeout")
 			}
@@ -324,6 +337,8 @@ func (m *Machine) start(now time.Time, r *Region, wave []*Box, seen Look) []stri
 			// It cannot take B before it is told to: its pre-pull
 			// failed. It stays on A, and counts against the wave.
 			b.Phase, b.Reason, b.Since = Failed, s.Failure, now
+		case s.Hold != "" && s.HoldFails != "" && b.Phase == Held && now.Sub(b.Since) >= m.Settings.BoxTimeout:
+			b.Phase, b.Reason, b.Since = Failed, s.HoldFails, now
 		case s.Hold != "":
 			if b.Phase != Held {
 				b.Since = now

@@ -12,6 +12,7 @@ import (
 	"maps"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/edgebox/edgebox/console/agentrel"
@@ -143,6 +144,9 @@ type Service struct {
 	now     func() time.Time
 	every   time.Duration
 	log     *slog.Logger
+
+	mu      sync.Mutex           // guards counted
+	counted map[string]time.Time // rollout -> when its pre-pull was last counted
 }
 
 // Boxes is what rollouts need of the fleet.
@@ -172,7 +176,7 @@ type Config struct {
 // New returns the rollout service over cfg. It starts nothing.
 func New(cfg Config) *Service {
 	s := &Service{s: cfg.Store, apps: cfg.Apps, agent: cfg.Agent, boxes: cfg.Boxes, desired: cfg.Desired, online: cfg.Online,
-		now: cfg.Now, every: cfg.Every, log: cfg.Log.With("component", "rollout")}
+		now: cfg.Now, every: cfg.Every, log: cfg.Log.With("component", "rollout"), counted: map[string]time.Time{}}
 	if s.now == nil {
 		s.now = time.Now
 	}
@@ -183,6 +187,10 @@ func New(cfg Config) *Service {
 }
 
 func rolloutKey(tenant, id string) string { return "rollouts/" + tenant + "/" + id }
+
+// guardKey is written by every rollout made of tenant's app, so two made
+// at once cannot both pass the check that they share no box.
+func guardKey(tenant, app string) string { return "rollout-guard/" + tenant + "/" + app }
 
 // activeKey marks a rollout the controller still has work for.
 func activeKey(tenant, id string) string { return "rollouts-active/" + tenant + "/" + id }
@@ -291,6 +299,14 @@ func (s *Service) Create(ctx context.Context, who audit.Actor, q Request) (Rollo
 	if err != nil {
 		return Rollout{}, err
 	}
+	// Two creates at once must not both pass the overlap check: each
+	// writes the app's guard key, and only one finds it as it was.
+	var guardRev int64
+	if kv, err := s.s.Get(ctx, guardKey(tenant, q.App)); err == nil {
+		guardRev = kv.ModRevision
+	} else if !errors.Is(err, store.ErrNotFound) {
+		return Rollout{}, err
+	}
 	if err := s.checkOverlap(ctx, tenant, q.App, groups); err != nil {
 		return Rollout{}, err
 	}
@@ -312,8 +328,19 @@ func (s *Service) Create(ctx context.Context, who audit.Actor, q Request) (Rollo
 		n += len(g.Boxes)
 	}
 	detail := fmt.Sprintf("%s@%s to %s on %s: %s in %s", q.App, q.From, q.To, r.Scope.String(), plural(n, "box"), plural(len(groups), "group"))
-	if err := s.put(ctx, r, 0, true, who.Did("rollout.create", r.ID, detail)); err != nil {
+	raw, err := json.Marshal(r)
+	if err != nil {
 		return Rollout{}, err
+	}
+	res, err := s.s.Txn(ctx, store.Txn{
+		If: []store.Cmp{{Key: rolloutKey(tenant, r.ID), ModRevision: 0}, {Key: guardKey(tenant, q.App), ModRevision: guardRev}},
+		Then: []store.Op{{Key: rolloutKey(tenant, r.ID), Value: raw}, {Key: activeKey(tenant, r.ID), Value: []byte{}},
+			{Key: guardKey(tenant, q.App), Value: []byte(r.ID)}, audit.Op(s.now(), who.Did("rollout.create", r.ID, detail))}})
+	if err != nil {
+		return Rollout{}, err
+	}
+	if !res.Succeeded {
+		return Rollout{}, errdefs.Conflict("another rollout of %s was made meanwhile; look at 'edgebox rollout ls' and try again", q.App)
 	}
 	s.log.Info("rollout created", "rollout", r.ID, "tenant", tenant, "detail", detail, "state", r.State)
 	return r, nil
@@ -666,8 +693,9 @@ func (s *Service) Abort(ctx context.Context, who audit.Actor, id string, revert 
 	})
 }
 
-// Approve gives the approval a rollout waits for. The user who created
-// the rollout, or gave its earlier approval, cannot.
+// Approve gives the approval a rollout waits for: a second pair of eyes,
+// so the user who created the rollout cannot; any other user who may
+// operate can, at either stage.
 func (s *Service) Approve(ctx context.Context, who audit.Actor, id string) (Rollout, error) {
 	return s.change(ctx, who, id, "rollout.approve", func(r *Rollout) (string, error) {
 		stage := ""
@@ -682,6 +710,7 @@ func (s *Service) Approve(ctx context.Context, who audit.Actor, id string) (Roll
 		if who.Name == r.CreatedBy {
 			return "", errdefs.Permission("%s created rollout %s: another user must approve it", who.Name, r.ID)
 		}
+
 		r.Approvals = append(r.Approvals, Approval{By: who.Name, At: s.now().UTC(), Stage: stage})
 		if stage == "first-wave" {
 			r.Machine.Approved = true

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -25,7 +27,7 @@ import (
 // that report what their desired state says as an agent would: a
 // workload runs the release it is told, healthy, unless told to fail.
 type env struct {
-	t       *testing.T
+	t       testing.TB
 	ctx     context.Context
 	st      store.Store
 	fl      *fleet.Fleet
@@ -41,6 +43,8 @@ type env struct {
 	// pulling names boxes whose pre-pull goes on; prefail those whose
 	// pre-pull fails; locked those where a workload holds an update lock.
 	pulling, prefail, locked map[string]bool
+	// ticking is the time spent in the controller's ticks.
+	ticking time.Duration
 }
 
 // images stands in for the console's registry: every tag resolves.
@@ -51,11 +55,11 @@ func (images) Resolve(_ context.Context, repo, tag string) (digest.Digest, error
 }
 func (images) HasManifest(context.Context, string, digest.Digest) (bool, error) { return true, nil }
 
-func newEnv(t *testing.T, regions map[string]int) *env { return newEnvOn(t, "process", regions) }
+func newEnv(t testing.TB, regions map[string]int) *env { return newEnvOn(t, "process", regions) }
 
 // newEnvOn is newEnv with releases for runtime rt: "containerd" ones
 // have images to pre-pull.
-func newEnvOn(t *testing.T, rt string, regions map[string]int) *env {
+func newEnvOn(t testing.TB, rt string, regions map[string]int) *env {
 	t.Helper()
 	ctx := context.Background()
 	e := &env{t: t, ctx: ctx, st: storetest.Bolt(t), now: time.Date(2026, 11, 24, 9, 0, 0, 0, time.UTC),
@@ -68,7 +72,7 @@ func newEnvOn(t *testing.T, rt string, regions map[string]int) *env {
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	e.desired = desired.New(e.st)
 	e.apps = apps.New(e.st, e.desired, e.fl, images{}, []string{"console.test"}, nil, log)
-	for _, region := range []string{"north", "east", "south"} {
+	for _, region := range slices.Sorted(maps.Keys(regions)) {
 		for i := range regions[region] {
 			site := fmt.Sprintf("%s-site-%d", region, i%3)
 			tok, _, err := e.fl.CreateToken(ctx, e.op, fleet.TokenSpec{Region: region, Site: site, TTL: time.Hour, Uses: 1},
@@ -148,6 +152,10 @@ func (e *env) report() {
 			}
 			s := &edgeboxv1.ObjectStatus{Kind: edgeboxv1.KindWorkload, Name: o.GetName(), ObservedRevision: o.GetRevision(),
 				Phase: edgeboxv1.PhaseRunning, Release: w.GetRelease()}
+			if e.locked[b.ID] && w.GetRelease() == "2" {
+				// The agent replaces nothing while a lock holds the box.
+				s.Phase, s.Release, s.Message = edgeboxv1.PhasePending, "1", "release 2 waits: update lock held by robot"
+			}
 			if why := e.fail[b.ID]; why != "" && w.GetRelease() == "2" {
 				s.Phase, s.Reason, s.Message, s.Release = edgeboxv1.PhaseFailed, why, "it went wrong", "1"
 			}
@@ -161,12 +169,18 @@ func (e *env) report() {
 
 // step is one controller tick a minute after the last, the boxes then
 // reporting.
-func (e *env) step() {
+func (e *env) step() { e.stepBy(time.Minute) }
+
+// stepBy is one controller tick d after the last, the boxes then
+// reporting.
+func (e *env) stepBy(d time.Duration) {
 	e.t.Helper()
-	e.now = e.now.Add(time.Minute)
+	e.now = e.now.Add(d)
+	t0 := time.Now()
 	if err := e.svc.TickAll(e.ctx); err != nil {
 		e.t.Fatal(err)
 	}
+	e.ticking += time.Since(t0)
 	e.report()
 }
 
@@ -432,7 +446,7 @@ func TestRolloutPrePullsAndWaitsForLocks(t *testing.T) {
 				t.Errorf("locked box: %s %q", b.Phase, b.Reason)
 			}
 		case broken:
-			if b.Phase != Failed || b.Reason != "pull: manifest unknown" {
+			if b.Phase != Held || !strings.HasPrefix(b.Reason, "pre-pull of 2 failed, trying again: manifest unknown") {
 				t.Errorf("box whose pre-pull failed: %s %q", b.Phase, b.Reason)
 			}
 		}
@@ -441,10 +455,14 @@ func TestRolloutPrePullsAndWaitsForLocks(t *testing.T) {
 		t.Errorf("the box whose pre-pull failed was told to move %d times", n)
 	}
 	delete(e.locked, locked)
-	for i := 0; i < 20 && !e.get(r.ID).State.over(); i++ {
+	for i := 0; i < 30 && !e.get(r.ID).State.over(); i++ {
 		e.step()
 	}
 	got = e.get(r.ID)
+	// A pre-pull that keeps failing for a box's timeout fails the box.
+	if b := got.Machine.Regions[0].Boxes[2]; b.Phase != Failed || b.Reason != "pull: manifest unknown" {
+		t.Errorf("box whose pre-pull kept failing: %s %q", b.Phase, b.Reason)
+	}
 	if got.State != Finished || got.Prefetch.Placed {
 		t.Fatalf("rollout %s %q, prefetch %+v", got.State, got.Reason, got.Prefetch)
 	}
@@ -458,5 +476,126 @@ func TestRolloutPrePullsAndWaitsForLocks(t *testing.T) {
 				t.Errorf("box %s keeps its pre-pull", b.ID)
 			}
 		}
+	}
+}
+
+// BenchmarkNationalPush is a national push in simulated time: 10 regions
+// of 100 boxes (3 sites each), one after another, waves 1, 10 %, 50 %,
+// 100 %, 5-minute gates, 10 boxes of a site at once, the controller
+// ticking every 30 s and every box taking the new release at once. It
+// reports the push's total and how long each region waited for those
+// before it.
+//
+//	go test -run '^$' -bench NationalPush -benchtime 1x ./console/rollout/
+func BenchmarkNationalPush(b *testing.B) {
+	regions := map[string]int{}
+	for i := range 10 {
+		regions[fmt.Sprintf("r%02d", i)] = 100
+	}
+	for range b.N {
+		e := newEnv(b, regions)
+		start := e.now
+		r, err := e.svc.Create(e.ctx, e.op, Request{App: "robot", From: "1", To: "2", Scope: Scope{Regions: slices.Sorted(maps.Keys(regions))},
+			Settings: Settings{Gate: 5 * time.Minute, MaxUnavailable: 10, FailurePercent: 10}})
+		if err != nil {
+			b.Fatal(err)
+		}
+		began := map[string]time.Duration{}
+		ticks := 0
+		for ; !e.get(r.ID).State.over(); ticks++ {
+			e.stepBy(30 * time.Second)
+			for _, g := range e.get(r.ID).Machine.Regions {
+				if _, ok := began[g.Name]; !ok && slices.ContainsFunc(g.Boxes, func(x *Box) bool { return x.Phase != Waiting }) {
+					began[g.Name] = e.now.Sub(start)
+				}
+			}
+		}
+		total := e.now.Sub(start)
+		if got := e.get(r.ID); got.State != Finished {
+			b.Fatalf("push %s: %s", got.State, got.Reason)
+		}
+		b.ReportMetric(total.Minutes(), "sim-min")
+		b.ReportMetric(float64(ticks), "ticks")
+		b.ReportMetric(float64(e.ticking.Milliseconds())/float64(ticks), "ms/tick")
+		var waits []string
+		for _, name := range slices.Sorted(maps.Keys(began)) {
+			waits = append(waits, fmt.Sprintf("%s +%s", name, began[name]))
+		}
+		b.Logf("1,000 boxes in 10 regions: all on the new release after %s simulated (%d ticks, the controller %.1f ms a tick); each region began at %s",
+			total, ticks, float64(e.ticking.Microseconds())/1000/float64(ticks), strings.Join(waits, ", "))
+	}
+}
+
+// TestALockTakenMidUpdateIsWaitedFor: a box told to update whose workload
+// then takes a lock waits, past its timeout, and moves once the lock goes.
+func TestALockTakenMidUpdateIsWaitedFor(t *testing.T) {
+	e := newEnv(t, map[string]int{"north": 2})
+	r, err := e.svc.Create(e.ctx, e.op, Request{App: "robot", From: "1", To: "2", Scope: Scope{Regions: []string{"north"}},
+		Settings: Settings{BoxTimeout: 5 * time.Minute}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	first := r.Machine.Regions[0].Boxes[0].ID
+	e.locked[first] = true
+	for range 12 { // 12 min: past the box's 5 min
+		e.step()
+	}
+	b := e.get(r.ID).Machine.Regions[0].Boxes[0]
+	if b.Phase != Updating || !strings.Contains(b.Reason, "update lock held by robot") {
+		t.Fatalf("a box waiting on its lock: %s %q", b.Phase, b.Reason)
+	}
+	delete(e.locked, first)
+	for i := 0; i < 20 && !e.get(r.ID).State.over(); i++ {
+		e.step()
+	}
+	if got := e.get(r.ID); got.State != Finished {
+		t.Fatalf("rollout %s: %s", got.State, got.Reason)
+	}
+}
+
+// TestARegionIsPinnedWholeOnlyIfThatMovesNoOneElse: a region under which
+// a site pin of the app lies keeps its boxes' own pins at the end, so the
+// site's boxes do not fall back to the site's pin; one whose boxes all
+// took part gets the region pin.
+func TestARegionIsPinnedWholeOnlyIfThatMovesNoOneElse(t *testing.T) {
+	e := newEnv(t, map[string]int{"north": 3, "east": 3})
+	if _, _, err := e.apps.Deploy(e.ctx, e.op, "robot", "1", apps.ScopeSite, "north-site-0"); err != nil {
+		t.Fatal(err)
+	}
+	r, err := e.svc.Create(e.ctx, e.op, Request{App: "robot", From: "1", To: "2", Scope: Scope{Regions: []string{"north", "east"}},
+		Settings: Settings{MaxUnavailable: 3}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 40 && !e.get(r.ID).State.over(); i++ {
+		e.step()
+	}
+	if got := e.get(r.ID); got.State != Finished {
+		t.Fatalf("rollout %s: %s", got.State, got.Reason)
+	}
+	for id, v := range e.runs() {
+		if v != "2" {
+			t.Errorf("box %s runs %s after the rollout", id, v)
+		}
+	}
+	pins, _ := e.apps.Pins(e.ctx, "bank", "robot")
+	got := map[string]string{}
+	for _, p := range pins {
+		got[p.Scope+"/"+p.Target] = p.Version
+	}
+	if got["region/north"] != "1" || got["region/east"] != "2" {
+		t.Errorf("pins: %v; want north's region pin left alone (a site pin lies under it), east's moved", got)
+	}
+	boxPins := 0
+	for k, v := range got {
+		if strings.HasPrefix(k, "box/") {
+			boxPins++
+			if v != "2" {
+				t.Errorf("pin %s @%s", k, v)
+			}
+		}
+	}
+	if boxPins != 3 {
+		t.Errorf("%d box pins, want north's 3 kept: %v", boxPins, got)
 	}
 }

@@ -259,8 +259,10 @@ func (d *Driver) Create(ctx context.Context, s runtime.Spec) error {
 	if d.cfg.AgentAPIDir != "" {
 		// The directory, not the socket: a socket made again after a
 		// restart of the agent is then there for running containers too.
+		// Read-only: a container connects to the socket, and can neither
+		// replace it nor plant anything beside it.
 		specOpts = append(specOpts, oci.WithMounts([]specs.Mount{{Type: "bind", Source: d.cfg.AgentAPIDir,
-			Destination: runtime.AgentAPIInContainer, Options: []string{"rbind", "rw"}}}),
+			Destination: runtime.AgentAPIInContainer, Options: []string{"rbind", "ro"}}}),
 			oci.WithEnv([]string{runtime.AgentAPIEnv + "=unix://" + runtime.AgentAPIInContainer + "/agent.sock"}))
 	}
 	if m := w.GetCpuMillis(); m > 0 {

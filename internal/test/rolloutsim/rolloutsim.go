@@ -16,9 +16,11 @@ import (
 	"net"
 	"net/http"
 	"path/filepath"
+	goruntime "runtime"
 	"slices"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -78,6 +80,11 @@ type Result struct {
 	Audit []api.AuditEntry
 	// Samples counts the looks the watcher took at the fleet.
 	Samples int
+	// CPU is the process's CPU time (user and system) from the rollout's
+	// creation to its end: console and agents, which share the process.
+	// HeapPeak is the largest Go heap in use the watcher saw meanwhile.
+	CPU      time.Duration
+	HeapPeak uint64
 }
 
 const app = "robot"
@@ -217,6 +224,7 @@ func Run(t testing.TB, cfg Config) Result {
 
 	q := cfg.Rollout
 	q.App, q.From, q.To, q.Regions = app, "1", "2", regions
+	cpu0 := cpuTime()
 	start := time.Now()
 	ro, err := admin.CreateRollout(ctx, q)
 	if err != nil {
@@ -266,6 +274,9 @@ func Run(t testing.TB, cfg Config) Result {
 	restarted := 0
 	deadline := time.Now().Add(cfg.Timeout)
 	for {
+		var ms goruntime.MemStats
+		goruntime.ReadMemStats(&ms)
+		res.HeapPeak = max(res.HeapPeak, ms.HeapInuse)
 		s, err := admin.AppStatus(ctx, app)
 		if err == nil {
 			res.Samples++
@@ -282,7 +293,7 @@ func Run(t testing.TB, cfg Config) Result {
 		r, err := admin.Rollout(ctx, ro.ID)
 		if err == nil {
 			if r.State == "done" || r.State == "stopped" || r.State == "aborted" {
-				res.Rollout, res.Took = r, time.Since(start)
+				res.Rollout, res.Took, res.CPU = r, time.Since(start), cpuTime()-cpu0
 				break
 			}
 			if restarted < cfg.Restarts && r.Progress.Done+r.Progress.Failed >= (restarted+1)*r.Progress.Total/(cfg.Restarts+1) {
@@ -315,6 +326,15 @@ func Run(t testing.TB, cfg Config) Result {
 	})
 	res.Audit = auditAll(t, admin)
 	return res
+}
+
+// cpuTime is the process's user and system CPU time so far.
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	if syscall.Getrusage(syscall.RUSAGE_SELF, &ru) != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 // lock takes (PUT) or releases (DELETE) the update lock of a box's
