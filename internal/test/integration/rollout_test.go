@@ -208,15 +208,21 @@ func TestRolloutOverTwoRegions(t *testing.T) {
 	if bad.Groups[0].Boxes[1].Phase != "waiting" {
 		t.Errorf("the second box moved: %+v", bad.Groups[0].Boxes[1])
 	}
-	s, err := admin.AppStatus(ctx(t), "robot")
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, b := range s.Boxes {
-		if want := map[string]string{"north": "1", "east": "2"}[region[b.BoxID]]; b.DesiredRelease != want {
-			t.Errorf("box %s should run %s, not %s", b.BoxName, want, b.DesiredRelease)
+	// The stop is stored first, the pin back to 1 written next.
+	var s api.AppStatus
+	testenv.WaitFor(t, 30*time.Second, "north back on 1, east on 2", func() bool {
+		s, err = admin.AppStatus(ctx(t), "robot")
+		if err != nil {
+			return false
 		}
-	}
+		for _, b := range s.Boxes {
+			want := map[string]string{"north": "1", "east": "2"}[region[b.BoxID]]
+			if b.DesiredRelease != want || b.RunningRelease != want {
+				return false
+			}
+		}
+		return true
+	})
 	if ls := cli("rollout", "ls"); !strings.Contains(ls, bad.ID) || !strings.Contains(ls, "stopped") || !strings.Contains(ls, r.ID) {
 		t.Errorf("edgebox rollout ls:\n%s", ls)
 	}
