@@ -51,6 +51,15 @@ type selfUpdate struct {
 	restart func()
 }
 
+// kickUpdate has the update loop look now: the desired state or the
+// session changed.
+func (a *Agent) kickUpdate() {
+	select {
+	case a.updateKick <- struct{}{}:
+	default:
+	}
+}
+
 func (a *Agent) updateLoop(ctx context.Context, restart func()) {
 	u := &selfUpdate{a: a, dir: UpdateDir(a.cfg.DataDir), trial: os.Getenv(update.EnvTrial), failed: map[string]time.Time{}, restart: restart}
 	t := time.NewTicker(2 * time.Second)

@@ -121,10 +121,7 @@ func (a *Agent) syncOnce(ctx context.Context) error {
 		up.ack(ack)
 		a.syncedAt.Store(time.Now().UnixNano())
 		a.reconciler.Kick()
-		select {
-		case a.updateKick <- struct{}{}:
-		default:
-		}
+		a.kickUpdate()
 	}
 }
 
@@ -227,6 +224,7 @@ func (u *uploader) run(ctx context.Context) {
 			if full {
 				// The console took the whole status on this stream.
 				a.syncedAt.Store(time.Now().UnixNano())
+				a.kickUpdate()
 			}
 		}
 		full = false

@@ -99,7 +99,8 @@ func BenchmarkAgentSwap(b *testing.B) {
 			time.Sleep(5 * time.Millisecond)
 		}
 		if adopted.IsZero() || down.IsZero() {
-			b.Fatalf("not adopted within 2 min (down %v, up %v)", down, up)
+			st, _ := admin.BoxState(ctx, box.ID())
+			b.Fatalf("not adopted within 2 min (down %v, up %v); statuses %+v", down, up, st.Statuses)
 		}
 		x, _ := os.ReadFile(starts)
 		if n := len(strings.Fields(string(x))); n != 1 {
