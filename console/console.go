@@ -234,7 +234,7 @@ func New(cfg Config, log *slog.Logger) (_ *Console, err error) {
 	}
 	c.rpc = agentrpc.NewServer(agentrpc.Config{Fleet: fl, PKI: authority, Apps: catalogue, Agents: agents, BoxCertTTL: cfg.BoxCertTTL,
 		Version: Version, CapabilityVersion: CapabilityVersion, BeforeHello: cfg.Hooks.BeforeHello}, srv.Listen(tunnel.KindRPC), c.log)
-	c.registry = boxregistry.New(reg, c.desired, registryHosts, agents, srv.Listen(tunnel.KindRegistry))
+	c.registry = boxregistry.New(reg, c.desired, registryHosts, agents, srv.Listen(tunnel.KindRegistry), c.log)
 	if c.compactor, err = store.NewCompactor(st, cfg.CompactEvery, cfg.KeepRevisions, c.log); err != nil {
 		return nil, err
 	}

@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"log/slog"
 	"net/http"
 	"os"
 	"strings"
@@ -34,7 +35,7 @@ type Server struct {
 // letting each box pull what st's workloads for it name in the registry
 // under one of hosts (the names images give the console's registry). It
 // starts nothing.
-func New(reg *registry.Registry, st *desired.State, hosts []string, agents AgentBinaries, l net.Listener) *Server {
+func New(reg *registry.Registry, st *desired.State, hosts []string, agents AgentBinaries, l net.Listener, log *slog.Logger) *Server {
 	boxOf := func(r *http.Request) string { id, _ := r.Context().Value(boxKey{}).(string); return id }
 	mux := http.NewServeMux()
 	mux.Handle("/", reg.Boxes(boxOf, pullable(st, hosts)))
@@ -44,7 +45,7 @@ func New(reg *registry.Registry, st *desired.State, hosts []string, agents Agent
 		})
 	}
 	return &Server{l: l, hs: &http.Server{
-		Handler:           mux,
+		Handler:           accessLog(mux, boxOf, log),
 		ReadHeaderTimeout: 30 * time.Second,
 		MaxHeaderBytes:    64 << 10,
 		ConnContext: func(ctx context.Context, c net.Conn) context.Context {
@@ -54,6 +55,35 @@ func New(reg *registry.Registry, st *desired.State, hosts []string, agents Agent
 			return ctx
 		},
 	}}
+}
+
+// accessLog logs every request a box makes, with what was answered: who
+// pulled what, when, is the registry's access log.
+func accessLog(h http.Handler, boxOf func(*http.Request) string, log *slog.Logger) http.Handler {
+	if log == nil {
+		return h
+	}
+	log = log.With("component", "box registry")
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		start := time.Now()
+		cw := &countingWriter{ResponseWriter: w, status: http.StatusOK}
+		h.ServeHTTP(cw, r)
+		log.Info("box pull", "box_id", boxOf(r), "method", r.Method, "path", r.URL.Path, "status", cw.status,
+			"bytes", cw.n, "took", time.Since(start).Round(time.Millisecond))
+	})
+}
+
+type countingWriter struct {
+	http.ResponseWriter
+	status int
+	n      int64
+}
+
+func (c *countingWriter) WriteHeader(code int) { c.status = code; c.ResponseWriter.WriteHeader(code) }
+func (c *countingWriter) Write(p []byte) (int, error) {
+	n, err := c.ResponseWriter.Write(p)
+	c.n += int64(n)
+	return n, err
 }
 
 // AgentBinaries opens the agent binaries a box may fetch: those of the

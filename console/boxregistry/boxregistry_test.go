@@ -44,7 +44,7 @@ func TestRunEnds(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer l.Close()
-			s := New(reg, desired.New(storetest.Bolt(t)), []string{"console.example"}, nil, l)
+			s := New(reg, desired.New(storetest.Bolt(t)), []string{"console.example"}, nil, l, nil)
 			ctx, cancel := context.WithCancel(context.Background())
 			defer cancel()
 			ran := make(chan error, 1)

@@ -1,6 +1,7 @@
 package integration
 
 import (
+	"fmt"
 	"os"
 	"strconv"
 	"strings"
@@ -86,7 +87,7 @@ func TestRolloutSimulator(t *testing.T) {
 		case res.Failing[id] && told[id] > 0 && (back[id] != 1 || res.Final[id] != "1"):
 			t.Errorf("failing box %s: sent back %d times, ends on %s", id, back[id], res.Final[id])
 		case !res.Failing[id] && back[id] > 0:
-			t.Errorf("box %s, which runs 2 well, was sent back", id)
+			t.Errorf("box %s, which runs 2 well, was sent back: %s", id, phaseOf(r, id))
 		case r.State == "done" && !res.Failing[id] && res.Final[id] != "2":
 			t.Errorf("box %s ends on %s after the rollout is done", id, res.Final[id])
 		case r.State == "stopped" && told[id] == 0 && res.Final[id] != "1":
@@ -101,4 +102,16 @@ func TestRolloutSimulator(t *testing.T) {
 	if r.State != "done" && r.State != "stopped" {
 		t.Errorf("rollout %s: %s", r.State, r.Reason)
 	}
+}
+
+// phaseOf says where box id stands in rollout r.
+func phaseOf(r api.Rollout, id string) string {
+	for _, g := range r.Groups {
+		for _, b := range g.Boxes {
+			if b.ID == id {
+				return fmt.Sprintf("%s in wave %d of %s: %s", b.Phase, b.Wave+1, g.Name, b.Reason)
+			}
+		}
+	}
+	return "not in the rollout"
 }

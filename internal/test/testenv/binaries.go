@@ -69,6 +69,7 @@ type Binaries struct {
 	mu      sync.Mutex
 	console *exec.Cmd
 	logs    *bytes.Buffer
+	errBuf  *syncBuffer // logs, written as the console runs
 }
 
 // NewBinaries builds the binaries and starts edgebox-console on a free
@@ -109,12 +110,13 @@ func (e *Binaries) startConsole(t testing.TB) []byte {
 	t.Helper()
 	var stdout, stderr bytes.Buffer
 	cmd := exec.Command(filepath.Join(e.bin, "edgebox-console"), "--data", e.dataDir, "--listen", e.addr, "--public-url", e.url)
-	cmd.Stdout, cmd.Stderr = &syncBuffer{b: &stdout}, &syncBuffer{b: &stderr}
+	errBuf := &syncBuffer{b: &stderr}
+	cmd.Stdout, cmd.Stderr = &syncBuffer{b: &stdout}, errBuf
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
 	e.mu.Lock()
-	e.console, e.logs = cmd, &stderr
+	e.console, e.logs, e.errBuf = cmd, &stderr, errBuf
 	e.mu.Unlock()
 	deadline := time.Now().Add(15 * time.Second)
 	hc := &http.Client{Timeout: time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}}
@@ -156,6 +158,18 @@ func (e *Binaries) stopConsole(t testing.TB, sig syscall.Signal) {
 }
 
 func (e *Binaries) Admin() *api.Client { return e.admin }
+
+// ConsoleLog is what the running console wrote on its standard error so
+// far.
+func (e *Binaries) ConsoleLog() string {
+	e.mu.Lock()
+	b := e.errBuf
+	e.mu.Unlock()
+	if b == nil {
+		return ""
+	}
+	return b.String()
+}
 
 // Bin is the directory of the built binaries.
 func (e *Binaries) Bin() string { return e.bin }
