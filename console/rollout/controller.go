@@ -80,7 +80,14 @@ func (s *Service) tick(ctx context.Context, tenant, id string) error {
 		if err != nil {
 			return err
 		}
-		step = r.Machine.Tick(s.now(), w.look)
+		now := s.now()
+		if s.firstLook(r.ID) && !r.Machine.Watched.IsZero() {
+			r.Machine.GiveBack(now.Sub(r.Machine.Watched)) // this console was not running
+		}
+		step = r.Machine.Tick(now, w.look)
+		if now.Sub(r.Machine.Watched) >= watchedEvery {
+			r.Machine.Watched = now
+		}
 		me := actor(r)
 		if step.RegionDone != "" {
 			entries = append(entries, me.Did("rollout.group", r.ID, fmt.Sprintf("%s is through: %d kept on %s", groupName(r, step.RegionDone), len(step.KeepOnA), r.From)))
@@ -183,6 +190,22 @@ func (s *Service) prefetch(ctx context.Context, r *Rollout) error {
 		}
 	}
 	return nil
+}
+
+// watchedEvery is how often a running rollout notes that it is watched:
+// at most one write of an idle rollout per period.
+const watchedEvery = 10 * time.Second
+
+// firstLook reports whether this console looks at rollout id for the
+// first time since it started.
+func (s *Service) firstLook(id string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.looked[id] {
+		return false
+	}
+	s.looked[id] = true
+	return true
 }
 
 // countDue says whether the pre-pull of rollout id is to be counted now:

@@ -138,6 +138,26 @@ type Machine struct {
 	// for Approved before it goes on.
 	ApproveFirstWave bool `json:"approve_first_wave,omitempty"`
 	Approved         bool `json:"approved,omitempty"`
+	// Watched is when a console last ticked the machine, to within a few
+	// seconds: the time from then to a restarted console's first tick is
+	// given back to the boxes updating (GiveBack).
+	Watched time.Time `json:"watched,omitzero"`
+}
+
+// GiveBack adds d to the time the boxes updating have left: time nobody
+// watched them (a console down, a rollout paused) does not count against
+// their timeout.
+func (m *Machine) GiveBack(d time.Duration) {
+	if d <= 0 {
+		return
+	}
+	for _, r := range m.Regions {
+		for _, b := range r.Boxes {
+			if b.Phase == Updating {
+				b.Since = b.Since.Add(d)
+			}
+		}
+	}
 }
 
 // Look says what the world says of a box now, and whether anything was

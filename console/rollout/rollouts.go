@@ -78,6 +78,8 @@ type Rollout struct {
 	CreatedAt time.Time `json:"created_at"`
 	CreatedBy string    `json:"created_by"`
 	UpdatedAt time.Time `json:"updated_at"`
+	// PausedAt is when a paused rollout was paused.
+	PausedAt time.Time `json:"paused_at,omitzero"`
 	// Prefetch is the pre-pull of To's image, for releases that have one
 	// to pull (containers and VMs).
 	Prefetch *Prefetch `json:"prefetch,omitempty"`
@@ -145,8 +147,9 @@ type Service struct {
 	every   time.Duration
 	log     *slog.Logger
 
-	mu      sync.Mutex           // guards counted
+	mu      sync.Mutex           // guards counted and looked
 	counted map[string]time.Time // rollout -> when its pre-pull was last counted
+	looked  map[string]bool      // rollouts this console ticked since it started
 }
 
 // Boxes is what rollouts need of the fleet.
@@ -176,7 +179,7 @@ type Config struct {
 // New returns the rollout service over cfg. It starts nothing.
 func New(cfg Config) *Service {
 	s := &Service{s: cfg.Store, apps: cfg.Apps, agent: cfg.Agent, boxes: cfg.Boxes, desired: cfg.Desired, online: cfg.Online,
-		now: cfg.Now, every: cfg.Every, log: cfg.Log.With("component", "rollout"), counted: map[string]time.Time{}}
+		now: cfg.Now, every: cfg.Every, log: cfg.Log.With("component", "rollout"), counted: map[string]time.Time{}, looked: map[string]bool{}}
 	if s.now == nil {
 		s.now = time.Now
 	}
@@ -656,7 +659,7 @@ func (s *Service) Pause(ctx context.Context, who audit.Actor, id, why string) (R
 		if r.State != Running && r.State != AwaitingApproval {
 			return "", errdefs.Conflict("rollout %s is %s, not running", r.ID, r.State)
 		}
-		r.State, r.Reason = Paused, "paused by "+who.Name
+		r.State, r.Reason, r.PausedAt = Paused, "paused by "+who.Name, s.now().UTC()
 		if why != "" {
 			r.Reason += ": " + trunc(why)
 		}
@@ -670,6 +673,9 @@ func (s *Service) Resume(ctx context.Context, who audit.Actor, id string) (Rollo
 		if r.State != Paused {
 			return "", errdefs.Conflict("rollout %s is %s, not paused", r.ID, r.State)
 		}
+		// The pause does not count against the boxes updating.
+		r.Machine.GiveBack(s.now().Sub(r.PausedAt))
+		r.PausedAt = time.Time{}
 		r.State, r.Reason = r.waiting()
 		return "resumed", nil
 	})

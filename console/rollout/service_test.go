@@ -43,6 +43,8 @@ type env struct {
 	// pulling names boxes whose pre-pull goes on; prefail those whose
 	// pre-pull fails; locked those where a workload holds an update lock.
 	pulling, prefail, locked map[string]bool
+	// stalled boxes take their time to act on release 2.
+	stalled map[string]bool
 	// ticking is the time spent in the controller's ticks.
 	ticking time.Duration
 }
@@ -64,7 +66,7 @@ func newEnvOn(t testing.TB, rt string, regions map[string]int) *env {
 	ctx := context.Background()
 	e := &env{t: t, ctx: ctx, st: storetest.Bolt(t), now: time.Date(2026, 11, 24, 9, 0, 0, 0, time.UTC),
 		op: audit.Actor{TenantID: "bank", Name: "alice"}, fail: map[string]string{}, offline: map[string]bool{},
-		pulling: map[string]bool{}, prefail: map[string]bool{}, locked: map[string]bool{}}
+		pulling: map[string]bool{}, prefail: map[string]bool{}, locked: map[string]bool{}, stalled: map[string]bool{}}
 	var err error
 	if e.fl, err = fleet.New(ctx, e.st, func() time.Time { return e.now }); err != nil {
 		t.Fatal(err)
@@ -152,6 +154,9 @@ func (e *env) report() {
 			}
 			s := &edgeboxv1.ObjectStatus{Kind: edgeboxv1.KindWorkload, Name: o.GetName(), ObservedRevision: o.GetRevision(),
 				Phase: edgeboxv1.PhaseRunning, Release: w.GetRelease()}
+			if e.stalled[b.ID] && w.GetRelease() == "2" {
+				s.Phase, s.Release, s.Message = edgeboxv1.PhasePending, "1", "pulling"
+			}
 			if e.locked[b.ID] && w.GetRelease() == "2" {
 				// The agent replaces nothing while a lock holds the box.
 				s.Phase, s.Release, s.Message = edgeboxv1.PhasePending, "1", "release 2 waits: update lock held by robot"
@@ -597,5 +602,45 @@ func TestARegionIsPinnedWholeOnlyIfThatMovesNoOneElse(t *testing.T) {
 	}
 	if boxPins != 3 {
 		t.Errorf("%d box pins, want north's 3 kept: %v", boxPins, got)
+	}
+}
+
+// TestTimeTheConsoleWasDownDoesNotTimeBoxesOut: a box updating when the
+// console stops is not failed for the time the console was down, nor for
+// the time its rollout was paused; it still is for time watched.
+func TestTimeTheConsoleWasDownDoesNotTimeBoxesOut(t *testing.T) {
+	e := newEnv(t, map[string]int{"north": 2})
+	r, err := e.svc.Create(e.ctx, e.op, Request{App: "robot", From: "1", To: "2", Scope: Scope{Regions: []string{"north"}},
+		Settings: Settings{BoxTimeout: 10 * time.Minute}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	first := r.Machine.Regions[0].Boxes[0].ID
+	e.stalled[first] = true
+	for range 4 {
+		e.step() // 4 min watched
+	}
+	e.now = e.now.Add(time.Hour) // the console is down for an hour
+	e.restart()
+	e.step()
+	if b := e.get(r.ID).Machine.Regions[0].Boxes[0]; b.Phase != Updating {
+		t.Fatalf("after the console's hour down: %s %q", b.Phase, b.Reason)
+	}
+	if _, err := e.svc.Pause(e.ctx, e.op, r.ID, "lunch"); err != nil {
+		t.Fatal(err)
+	}
+	e.now = e.now.Add(time.Hour)
+	if _, err := e.svc.Resume(e.ctx, e.op, r.ID); err != nil {
+		t.Fatal(err)
+	}
+	e.step()
+	if b := e.get(r.ID).Machine.Regions[0].Boxes[0]; b.Phase != Updating {
+		t.Fatalf("after an hour's pause: %s %q", b.Phase, b.Reason)
+	}
+	for range 6 {
+		e.step() // past its 10 min watched
+	}
+	if b := e.get(r.ID).Machine.Regions[0].Boxes[0]; b.Phase != Failed || b.Reason != "timeout" {
+		t.Fatalf("after 11 min watched: %s %q", b.Phase, b.Reason)
 	}
 }

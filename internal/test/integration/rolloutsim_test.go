@@ -35,7 +35,7 @@ func TestRolloutSimulator(t *testing.T) {
 	fp := 34.0
 	cfg := rolloutsim.Config{Regions: 10, SitesPerRegion: 5, BoxesPerSite: 20, FailRate: 0.01, LockRate: 0.03,
 		LockFor: 20 * time.Second, ClosedRegions: 2, OpenAfter: 15 * time.Second, Restarts: 2, Seed: seed,
-		Rollout: api.RolloutRequest{Waves: []string{"2%", "10%", "50%", "100%"}, Gate: "0s", BoxTimeout: "1m",
+		Rollout: api.RolloutRequest{Waves: []string{"2%", "10%", "50%", "100%"}, Gate: "0s", BoxTimeout: "2m",
 			MaxUnavailable: 4, FailurePercent: &fp}}
 	res := rolloutsim.Run(t, cfg)
 	r := res.Rollout
