@@ -71,7 +71,7 @@ func (s *Service) tick(ctx context.Context, tenant, id string) error {
 	var entries []audit.Entry
 	var step Step
 	if r.Prefetch != nil && !r.State.over() {
-		if err := s.prefetch(ctx, &r); err != nil {
+		if err := s.prefetch(ctx, &r, false); err != nil {
 			return err
 		}
 	}
@@ -109,7 +109,11 @@ func (s *Service) tick(ctx context.Context, tenant, id string) error {
 		}
 	}
 	if r.State.over() && r.Prefetch != nil && r.Prefetch.Placed {
-		// Over: the boxes keep To's image only if they run it.
+		// Over: counted a last time; the boxes keep To's image only if
+		// they run it.
+		if err := s.prefetch(ctx, &r, true); err != nil {
+			return err
+		}
 		if err := s.unprefetch(ctx, r); err != nil {
 			return err
 		}
@@ -142,7 +146,7 @@ func prefetchName(r Rollout) string { return "rollout-" + r.ID }
 
 // prefetch asks every box of r whose agent can pre-pull to fetch To's
 // image, once, and counts what the boxes say of it until all said.
-func (s *Service) prefetch(ctx context.Context, r *Rollout) error {
+func (s *Service) prefetch(ctx context.Context, r *Rollout, last bool) error {
 	p := r.Prefetch
 	if !p.Placed {
 		all, err := s.boxes.Boxes(ctx, r.TenantID)
@@ -171,7 +175,7 @@ func (s *Service) prefetch(ctx context.Context, r *Rollout) error {
 		p.Placed = true
 		return nil
 	}
-	if p.OnDisk+p.Failed >= p.Asked || !s.countDue(r.ID) {
+	if p.OnDisk+p.Failed >= p.Asked || (!last && !s.countDue(r.ID)) {
 		return nil
 	}
 	p.OnDisk, p.Failed = 0, 0

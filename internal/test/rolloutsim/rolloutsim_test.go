@@ -1,4 +1,4 @@
-package integration
+package rolloutsim_test
 
 import (
 	"fmt"
