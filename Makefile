@@ -60,6 +60,8 @@ bench: ## run the benchmarks, a few minutes (figures go in docs/benchmarks.md)
 	$(GO) test -run '^$$' -bench Sync -benchtime 1x -timeout 20m ./internal/test/bench/
 	$(GO) test -run '^$$' -bench BoltCommit -benchtime 1x -count 3 ./console/store/
 	$(GO) test -run '^$$' -bench 'Pull|Deploy' -benchtime 1x -timeout 20m ./internal/test/bench/
+	$(GO) test -run '^$$' -bench 'BenchmarkRollout$$|AgentSwap' -benchtime 1x -timeout 20m ./internal/test/bench/
+	$(GO) test -run '^$$' -bench NationalPush -benchtime 1x -timeout 20m ./console/rollout/
 
 fuzz: ## run each fuzz target for 30 s
 	$(GO) test -run '^$$' -fuzz FuzzReadHeader -fuzztime 30s ./tunnel/
