@@ -75,7 +75,9 @@ func (s *Service) tick(ctx context.Context, tenant, id string) error {
 			return err
 		}
 	}
-	if r.State == Running {
+	if r.State == Running || r.State == Paused {
+		// A paused rollout starts no box, but still watches those told.
+		paused := r.State == Paused
 		w, err := s.world(ctx, &r)
 		if err != nil {
 			return err
@@ -84,7 +86,11 @@ func (s *Service) tick(ctx context.Context, tenant, id string) error {
 		if s.firstLook(r.ID) && !r.Machine.Watched.IsZero() {
 			r.Machine.GiveBack(now.Sub(r.Machine.Watched)) // this console was not running
 		}
-		step = r.Machine.Tick(now, w.look)
+		if paused {
+			step = r.Machine.Observe(now, w.look)
+		} else {
+			step = r.Machine.Tick(now, w.look)
+		}
 		if now.Sub(r.Machine.Watched) >= watchedEvery {
 			r.Machine.Watched = now
 		}
@@ -102,6 +108,7 @@ func (s *Service) tick(ctx context.Context, tenant, id string) error {
 		case r.Machine.Over():
 			r.State, r.Reason = Finished, ""
 			entries = append(entries, me.Did("rollout.done", r.ID, fmt.Sprintf("%s@%s to %s", r.App, r.From, r.To)))
+		case paused:
 		default:
 			if r.State, r.Reason = r.waiting(); r.State == AwaitingApproval {
 				entries = append(entries, me.Did("rollout.wait", r.ID, r.Reason))

@@ -221,7 +221,14 @@ type Step struct {
 func (m *Machine) Over() bool { return m.Stopped != "" || m.Region >= len(m.Regions) }
 
 // Tick looks at the world at now and says what to do next.
-func (m *Machine) Tick(now time.Time, seen Look) Step {
+func (m *Machine) Tick(now time.Time, seen Look) Step { return m.tick(now, seen, true) }
+
+// Observe is Tick for a paused rollout: the boxes already told go on to
+// their gate, their end or their failure (and failed ones back), but no
+// box is told to start.
+func (m *Machine) Observe(now time.Time, seen Look) Step { return m.tick(now, seen, false) }
+
+func (m *Machine) tick(now time.Time, seen Look, starts bool) Step {
 	var st Step
 	for !m.Over() && !m.AwaitsApproval() {
 		r := m.Regions[m.Region]
@@ -256,7 +263,9 @@ func (m *Machine) Tick(now time.Time, seen Look) Step {
 		// A box that failed goes back to A, whatever becomes of the rest.
 		st.Revert = append(st.Revert, m.revert(func(b *Box) bool { return b.Phase == Failed })...)
 		if done+failed < len(wave) {
-			st.Update = append(st.Update, m.start(now, r, wave, seen)...)
+			if starts {
+				st.Update = append(st.Update, m.start(now, r, wave, seen)...)
+			}
 			return st
 		}
 		r.Wave++ // the wave is through: the next one, or the next region

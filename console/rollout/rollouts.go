@@ -78,8 +78,6 @@ type Rollout struct {
 	CreatedAt time.Time `json:"created_at"`
 	CreatedBy string    `json:"created_by"`
 	UpdatedAt time.Time `json:"updated_at"`
-	// PausedAt is when a paused rollout was paused.
-	PausedAt time.Time `json:"paused_at,omitzero"`
 	// Prefetch is the pre-pull of To's image, for releases that have one
 	// to pull (containers and VMs).
 	Prefetch *Prefetch `json:"prefetch,omitempty"`
@@ -652,14 +650,15 @@ func (s *Service) change(ctx context.Context, who audit.Actor, id, action string
 	return Rollout{}, errdefs.Unavailable("rollout %s changes too often to change it now; try again", id)
 }
 
-// Pause stops a running rollout from starting boxes; boxes already
-// updating finish.
+// Pause stops a running rollout from starting boxes. Boxes already told
+// go on, and are still watched: one that fails goes back at once, and a
+// failure past the threshold still stops the rollout.
 func (s *Service) Pause(ctx context.Context, who audit.Actor, id, why string) (Rollout, error) {
 	return s.change(ctx, who, id, "rollout.pause", func(r *Rollout) (string, error) {
 		if r.State != Running && r.State != AwaitingApproval {
 			return "", errdefs.Conflict("rollout %s is %s, not running", r.ID, r.State)
 		}
-		r.State, r.Reason, r.PausedAt = Paused, "paused by "+who.Name, s.now().UTC()
+		r.State, r.Reason = Paused, "paused by "+who.Name
 		if why != "" {
 			r.Reason += ": " + trunc(why)
 		}
@@ -673,9 +672,6 @@ func (s *Service) Resume(ctx context.Context, who audit.Actor, id string) (Rollo
 		if r.State != Paused {
 			return "", errdefs.Conflict("rollout %s is %s, not paused", r.ID, r.State)
 		}
-		// The pause does not count against the boxes updating.
-		r.Machine.GiveBack(s.now().Sub(r.PausedAt))
-		r.PausedAt = time.Time{}
 		r.State, r.Reason = r.waiting()
 		return "resumed", nil
 	})

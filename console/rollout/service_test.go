@@ -606,8 +606,8 @@ func TestARegionIsPinnedWholeOnlyIfThatMovesNoOneElse(t *testing.T) {
 }
 
 // TestTimeTheConsoleWasDownDoesNotTimeBoxesOut: a box updating when the
-// console stops is not failed for the time the console was down, nor for
-// the time its rollout was paused; it still is for time watched.
+// console stops is not failed for the time the console was down; it
+// still is for time watched.
 func TestTimeTheConsoleWasDownDoesNotTimeBoxesOut(t *testing.T) {
 	e := newEnv(t, map[string]int{"north": 2})
 	r, err := e.svc.Create(e.ctx, e.op, Request{App: "robot", From: "1", To: "2", Scope: Scope{Regions: []string{"north"}},
@@ -626,21 +626,50 @@ func TestTimeTheConsoleWasDownDoesNotTimeBoxesOut(t *testing.T) {
 	if b := e.get(r.ID).Machine.Regions[0].Boxes[0]; b.Phase != Updating {
 		t.Fatalf("after the console's hour down: %s %q", b.Phase, b.Reason)
 	}
-	if _, err := e.svc.Pause(e.ctx, e.op, r.ID, "lunch"); err != nil {
-		t.Fatal(err)
-	}
-	e.now = e.now.Add(time.Hour)
-	if _, err := e.svc.Resume(e.ctx, e.op, r.ID); err != nil {
-		t.Fatal(err)
-	}
-	e.step()
-	if b := e.get(r.ID).Machine.Regions[0].Boxes[0]; b.Phase != Updating {
-		t.Fatalf("after an hour's pause: %s %q", b.Phase, b.Reason)
-	}
-	for range 6 {
-		e.step() // past its 10 min watched
+	for range 7 {
+		e.step() // 3 + 7 min watched: its 10 min
 	}
 	if b := e.get(r.ID).Machine.Regions[0].Boxes[0]; b.Phase != Failed || b.Reason != "timeout" {
-		t.Fatalf("after 11 min watched: %s %q", b.Phase, b.Reason)
+		t.Fatalf("after 10 min watched: %s %q", b.Phase, b.Reason)
+	}
+}
+
+// TestAPausedRolloutStillWatchesItsBoxes: paused, a rollout starts no box,
+// but a box already told that fails goes back at once.
+func TestAPausedRolloutStillWatchesItsBoxes(t *testing.T) {
+	e := newEnv(t, map[string]int{"north": 5})
+	r, err := e.svc.Create(e.ctx, e.op, Request{App: "robot", From: "1", To: "2", Scope: Scope{Regions: []string{"north"}},
+		Settings: Settings{Waves: []Size{{Boxes: 1}, {Percent: 100}}, MaxUnavailable: 1, FailurePercent: 100, Gate: time.Minute}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	boxes := r.Machine.Regions[0].Boxes
+	for _, b := range boxes[1:] {
+		e.stalled[b.ID] = true
+	}
+	phase := func(i int) Phase { return e.get(r.ID).Machine.Regions[0].Boxes[i].Phase }
+	for i := 0; i < 10 && phase(1) != Updating; i++ {
+		e.step()
+	}
+	if phase(1) != Updating || phase(4) != Held {
+		t.Fatalf("the second wave: %s and %s", phase(1), phase(4))
+	}
+	if _, err := e.svc.Pause(e.ctx, e.op, r.ID, ""); err != nil {
+		t.Fatal(err)
+	}
+	delete(e.stalled, boxes[1].ID)
+	e.fail[boxes[1].ID] = edgeboxv1.ReasonStartFailed
+	for range 3 {
+		e.step()
+	}
+	got := e.get(r.ID)
+	if b := got.Machine.Regions[0].Boxes[1]; b.Phase != Failed || !b.Reverted || got.State != Paused {
+		t.Fatalf("paused, the failed box: %s reverted=%t, rollout %s", b.Phase, b.Reverted, got.State)
+	}
+	if e.runs()[boxes[1].ID] != "1" {
+		t.Errorf("the failed box runs %s", e.runs()[boxes[1].ID])
+	}
+	if n := e.told("2")[boxes[4].ID]; n != 0 || phase(4) == Updating {
+		t.Errorf("a box was told to move while the rollout was paused")
 	}
 }
