@@ -98,6 +98,13 @@ func place(ctx context.Context, dir string, rel Release, fetch func(ctx context.
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 		return err
 	}
+	// A download an agent killed part way left behind goes first: each
+	// may be up to MaxBinary.
+	if left, _ := filepath.Glob(filepath.Join(filepath.Dir(path), ".download-*")); len(left) > 0 {
+		for _, f := range left {
+			os.Remove(f)
+		}
+	}
 	tmp, err := os.CreateTemp(filepath.Dir(path), ".download-*")
 	if err != nil {
 		return err

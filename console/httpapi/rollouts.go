@@ -19,16 +19,9 @@ func duration(what, s string, def time.Duration) (time.Duration, error) {
 	}
 	d, err := time.ParseDuration(s)
 	if err != nil {
-		return 0, errdefs.Invalid("%s %q: use a duration such as 30s, 5m or 1h", what, clipString(s, 40))
+		return 0, errdefs.Invalid("%s %q: use a duration such as 30s, 5m or 1h", what, truncate(s, 40))
 	}
 	return d, nil
-}
-
-func clipString(s string, n int) string {
-	if len(s) > n {
-		return s[:n] + "…"
-	}
-	return s
 }
 
 // rolloutRequest turns the API's request into the rollout package's,
@@ -184,7 +177,7 @@ func (s *server) rolloutAction(c *gin.Context) {
 	case "approve":
 		r, err = s.Rollouts.Approve(ctx, who, id)
 	default:
-		err = errdefs.NotFound("no rollout action %q: use pause, resume, abort or approve", clipString(c.Param("action"), 40))
+		err = errdefs.NotFound("no rollout action %q: use pause, resume, abort or approve", truncate(c.Param("action"), 40))
 	}
 	if err != nil {
 		s.fail(c, err)

@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/edgebox/edgebox/console/apps"
@@ -569,11 +568,4 @@ func failure(reason string) string {
 		return "signature"
 	}
 	return "start"
-}
-
-func clip(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	return strings.ToValidUTF8(s[:n], "") + "…"
 }

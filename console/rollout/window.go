@@ -75,11 +75,15 @@ func clock(s string) (int, error) {
 	return hh*60 + mm, nil
 }
 
-func trunc(s string) string {
-	if len(s) > 40 {
-		return s[:40] + "…"
+// trunc clips a name quoted in an error.
+func trunc(s string) string { return clip(s, 40) }
+
+// clip cuts s to n bytes, on a character's boundary, marking the cut.
+func clip(s string, n int) string {
+	if len(s) <= n {
+		return s
 	}
-	return s
+	return strings.ToValidUTF8(s[:n], "") + "…"
 }
 
 // Validate says what is wrong with p: a bad zone, time or date, too much
