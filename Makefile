@@ -78,6 +78,8 @@ fuzz: ## run each fuzz target for 30 s
 	$(GO) test -run '^$$' -fuzz FuzzParseReferrer -fuzztime 30s ./images/registry/
 	$(GO) test -run '^$$' -fuzz FuzzFetch -fuzztime 30s ./images/vm/
 	$(GO) test -run '^$$' -fuzz FuzzParseUevent -fuzztime 30s ./usbhub/
+	$(GO) test -run '^$$' -fuzz FuzzDecodeInputFrame -fuzztime 30s ./api/
+	$(GO) test -run '^$$' -fuzz FuzzVerifyRecording -fuzztime 30s ./console/recording/
 
 soak: ## 500 randomized sync histories with faults (make test runs 50), about 10 minutes
 	$(GO) test -race -count=1 -timeout 60m -run TestSyncHistory ./internal/test/integration/ -history-runs=500

@@ -31,6 +31,7 @@ import (
 	"github.com/edgebox/edgebox/agent/locks"
 	"github.com/edgebox/edgebox/agent/reconcile"
 	"github.com/edgebox/edgebox/agent/runtime"
+	"github.com/edgebox/edgebox/agent/session"
 	"github.com/edgebox/edgebox/enroll"
 	"github.com/edgebox/edgebox/errdefs/errgrpc"
 	"github.com/edgebox/edgebox/images/pull"
@@ -327,7 +328,8 @@ func (a *Agent) Run(ctx context.Context) error {
 	ctx, restartFor := context.WithCancelCause(ctx)
 	defer restartFor(nil)
 	rpc := grpc.NewServer(grpc.MaxRecvMsgSize(4<<20), grpc.ReadBufferSize(0), grpc.SharedWriteBuffer(true))
-	edgeboxv1.RegisterAgentServiceServer(rpc, &agentService{version: a.cfg.Version, drivers: a.cfg.Drivers, wipe: a.askWipe})
+	edgeboxv1.RegisterAgentServiceServer(rpc, &agentService{version: a.cfg.Version, drivers: a.cfg.Drivers, wipe: a.askWipe,
+		sessions: session.New(session.Config{Drivers: a.cfg.Drivers, Log: a.log})})
 	console, err := grpc.NewClient("passthrough:///console",
 		grpc.WithTransportCredentials(insecure.NewCredentials()),     // the tunnel is the mTLS
 		grpc.WithReadBufferSize(0), grpc.WithSharedWriteBuffer(true), // tunnel streams are buffered
@@ -568,6 +570,13 @@ type agentService struct {
 	version string
 	drivers []runtime.Driver
 	wipe    func(ctx context.Context, reason string) (*edgeboxv1.WipeResponse, error)
+	// sessions serves the console's remote shells and commands.
+	sessions *session.Server
+}
+
+// Exec serves a remote maintenance session.
+func (s *agentService) Exec(stream edgeboxv1.AgentService_ExecServer) error {
+	return s.sessions.Exec(stream)
 }
 
 func (s *agentService) Ping(ctx context.Context, r *edgeboxv1.PingRequest) (*edgeboxv1.PingResponse, error) {

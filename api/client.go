@@ -23,6 +23,7 @@ type Client struct {
 	token  string
 	tenant string
 	http   *http.Client
+	tls    *tls.Config // for WebSockets, which do not go through http
 }
 
 // InTenant returns a client whose calls act in tenant, for users who hold
@@ -45,13 +46,14 @@ func NewClient(baseURL, token string, caPEM []byte) (*Client, error) {
 	if !pool.AppendCertsFromPEM(caPEM) {
 		return nil, errors.New("no console CA certificate; run 'edgebox login' first")
 	}
+	tlsCfg := &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS13}
 	tr := &http.Transport{
-		TLSClientConfig:     &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS13},
+		TLSClientConfig:     tlsCfg.Clone(),
 		ForceAttemptHTTP2:   true,
 		TLSHandshakeTimeout: 10 * time.Second,
 		Proxy:               http.ProxyFromEnvironment,
 	}
-	return &Client{base: strings.TrimRight(baseURL, "/"), token: token,
+	return &Client{base: strings.TrimRight(baseURL, "/"), token: token, tls: tlsCfg,
 		http: &http.Client{Transport: tr, Timeout: 60 * time.Second}}, nil
 }
 

@@ -60,6 +60,11 @@ type Config struct {
 	// RolloutEvery is how often running rollouts are moved along (2 s
 	// when zero).
 	RolloutEvery time.Duration
+	// SessionIdleTimeout ends a remote session with no byte either way
+	// for that long (30 min when zero); SessionMaxDuration ends every
+	// session after it (8 h when zero).
+	SessionIdleTimeout time.Duration
+	SessionMaxDuration time.Duration
 	// Admission paces box sessions: how many may be between their
 	// handshake and their caught-up Sync stream, adapting to how fast
 	// they complete, and how the rest are told when to come back.

@@ -42,6 +42,7 @@ import (
 	"github.com/edgebox/edgebox/console/port"
 	"github.com/edgebox/edgebox/console/presence"
 	"github.com/edgebox/edgebox/console/rollout"
+	"github.com/edgebox/edgebox/console/sessions"
 	"github.com/edgebox/edgebox/console/store"
 	"github.com/edgebox/edgebox/console/webui"
 	"github.com/edgebox/edgebox/enroll"
@@ -79,6 +80,7 @@ type Console struct {
 	compactor *store.Compactor
 	appsync   *appsync.Loop
 	admission *admission.Controller
+	remote    *sessions.Broker
 	users     *auth.Users
 	events    *events.Hub
 	rollouts  *rollout.Service
@@ -204,7 +206,11 @@ func New(cfg Config, log *slog.Logger) (_ *Console, err error) {
 	promReg := prometheus.NewRegistry()
 	promReg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	// Box sessions start at the pace the console completes them.
-	if c.admission, err = admission.New(cfg.Admission, promReg, c.log); err != nil {
+	admCfg := cfg.Admission
+	if admCfg.RateFile == "" {
+		admCfg.RateFile = filepath.Join(cfg.DataDir, "admission-rate")
+	}
+	if c.admission, err = admission.New(admCfg, promReg, c.log); err != nil {
 		return nil, err
 	}
 	srv, err := tunnel.NewServer(tunnel.ServerConfig{Config: cfg.Tunnel, Identify: presence.Identify(fl),
@@ -246,6 +252,9 @@ func New(cfg Config, log *slog.Logger) (_ *Console, err error) {
 	c.rollouts = rollout.New(rollout.Config{Store: st, Apps: catalogue, Agent: agents, Boxes: fl, Desired: c.desired,
 		Online: func(id string) bool { return pres.Presence(id).Online }, Every: cfg.RolloutEvery, Now: cfg.Clock, Log: c.log})
 
+	c.remote = sessions.New(sessions.Config{Store: st, Agents: c.agents, Dir: filepath.Join(cfg.DataDir, "recordings"),
+		IdleTimeout: cfg.SessionIdleTimeout, MaxDuration: cfg.SessionMaxDuration, Now: cfg.Clock, Log: c.log})
+
 	if c.port, err = port.New(ln, authority, srv, c.admission, cfg.Config, promReg, c.log); err != nil {
 		return nil, err
 	}
@@ -254,7 +263,8 @@ func New(cfg Config, log *slog.Logger) (_ *Console, err error) {
 			Fleet: fl, Audit: auditLog, Tokens: tokens, Users: c.users, SessionTTL: cfg.SessionTTL,
 			Throttle: auth.NewThrottle(auth.DefaultThrottleConfig, now), PKI: authority, Sessions: pres, Desired: c.desired, Downloads: downloads,
 			Registry: reg, RegistryHosts: registryHosts, Apps: catalogue, Agents: c.agents, Keys: keyRegistry, Rollouts: c.rollouts, AgentReleases: agents,
-			ConsoleURL: public, BoxCertTTL: cfg.BoxCertTTL, Log: c.log,
+			RemoteSessions: c.remote,
+			ConsoleURL:     public, BoxCertTTL: cfg.BoxCertTTL, Log: c.log,
 			Metrics: promhttp.HandlerFor(promReg, promhttp.HandlerOpts{}), WebUI: webui.Handler(), Events: c.events,
 		}),
 		ReadHeaderTimeout: cfg.HandshakeTimeout,
@@ -331,6 +341,7 @@ func (c *Console) Run(ctx context.Context) error {
 	c.log.Info("console up", "listen", c.addr.String(), "data", c.cfg.DataDir)
 	start(edge, "public port", c.port.Run)
 	start(edge, "HTTP API", c.serveAPI)
+	start(edge, "remote sessions", c.remote.Run)
 	start(streams, "agent RPC", c.rpc.Run)
 	start(streams, "box registry", c.registry.Run)
 	start(streams, "sync server", c.sync.Run)

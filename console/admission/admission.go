@@ -59,6 +59,9 @@ type Config struct {
 	// until one is measured. Too high costs a few boxes an extra dial;
 	// too low leaves the console idle while boxes wait, so it errs high.
 	InitialRate float64
+	// RateFile, when set, is where the best completion rate the console
+	// measured is kept across restarts (see pace).
+	RateFile string
 	// LogEvery is how often the rates are logged while boxes are held
 	// back.
 	LogEvery time.Duration
@@ -106,6 +109,9 @@ type Controller struct {
 	tail     time.Time            // the last slot given within MaxWait
 	rate     float64              // completions per second while full
 	measured bool                 // rate is measured, not InitialRate
+	best     float64              // the best rate measured over a full span in this run
+	recalled float64              // the best of the run before, from RateFile
+	saved    float64              // what RateFile holds
 	accrued  time.Time            // when the places taken were last added to the window
 	recent   []sample             // the last windows the console was full in
 	lastCut  time.Time            // the limit's last decrease
@@ -135,6 +141,10 @@ func New(cfg Config, reg prometheus.Registerer, log *slog.Logger) (*Controller, 
 		rate: cfg.InitialRate}
 	c.win.start = c.now()
 	c.m.limit.Set(c.limit)
+	if cfg.RateFile != "" {
+		c.recalled = readRate(cfg.RateFile)
+		c.saved = c.recalled
+	}
 	return c, nil
 }
 
@@ -346,7 +356,7 @@ func (c *Controller) defer1(now time.Time) time.Duration {
 	// sessions are its slowest), and a box told a slot too late leaves
 	// the console idle with no way to call it sooner, while one told a
 	// slot too early only waits in the queue or is told again.
-	per := time.Duration(float64(time.Second) / (c.rate * slotOptimism))
+	per := time.Duration(float64(time.Second) / (c.pace() * slotOptimism))
 	// How long the queue holds work for, full: QueueWait, or less when
 	// QueueMax boxes are served sooner. The queue's boxes served before
 	// this one are no more than that (the rest will leave it and be told
@@ -436,6 +446,7 @@ func (c *Controller) Run(ctx context.Context) error {
 			c.adapt()
 		case <-logT.C:
 			c.logRates()
+			c.saveRate()
 		}
 	}
 }
@@ -478,6 +489,9 @@ func (c *Controller) adapt() {
 			places := sum.placeSecs / sum.span.Seconds()
 			c.rate = max(1, places/(sum.took.Seconds()/float64(sum.done)))
 			c.measured = true
+			if len(c.recent) == rateWindows {
+				c.best = max(c.best, c.rate)
+			}
 		}
 	}
 
@@ -523,6 +537,43 @@ func (c *Controller) logRates() {
 	case was:
 		c.log.Info("box sessions admitted without waiting again", "limit", limit, "in_flight", inflight)
 	}
+}
+
+// pace is the rate deferred boxes' slots are spaced at: the rate measured
+// now, but no less than paceFloor of the best the console measured over a
+// full span, in this run or the one before. A console's first sessions
+// are its slowest (cold caches, every box arriving at once, a collector
+// catching up), so the rate it measures while it warms up can be a fifth
+// of what it does a minute later; slots spaced at that rate leave it idle
+// for tens of seconds while boxes wait out what they were told, and they
+// cannot be called sooner. A slot told too early costs a box one more
+// cheap busy answer, or a wait in the queue.
+func (c *Controller) pace() float64 {
+	return max(c.rate, max(c.best, c.recalled)*paceFloor)
+}
+
+// paceFloor is the share of the best measured rate slots are never spaced
+// slower than.
+const paceFloor = 0.75
+
+// saveRate writes the best rate measured this run to RateFile when it
+// changed, so the next start paces its first storm by it. It is this
+// run's best, not the best ever: a console moved to a slower machine
+// forgets the old machine's pace after one storm.
+func (c *Controller) saveRate() {
+	c.mu.Lock()
+	best, saved := c.best, c.saved
+	c.mu.Unlock()
+	if c.cfg.RateFile == "" || best == 0 || best == saved {
+		return
+	}
+	if err := writeRate(c.cfg.RateFile, best); err != nil {
+		c.log.Warn("could not keep the measured completion rate for the next start", "err", err)
+		return
+	}
+	c.mu.Lock()
+	c.saved = best
+	c.mu.Unlock()
 }
 
 // later returns the later of a and b.

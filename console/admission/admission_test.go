@@ -7,6 +7,9 @@ import (
 	"log/slog"
 	"math"
 	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -304,6 +307,13 @@ func TestTheLimitFollowsCompletions(t *testing.T) {
 // returns when every box caught up (or at limit), and the completions per
 // second over the run.
 func storm(t *testing.T, ctl *Controller, c *clock, n, capacity int, patience, spread, limit time.Duration) (time.Duration, float64, int) {
+	return stormWarming(t, ctl, c, n, capacity, 0, patience, spread, limit)
+}
+
+// stormWarming is storm at a console that needs coldCost × its time per
+// session at first, falling evenly to 1 × over warm: a console just
+// started, with cold caches and a collector catching up.
+func stormWarming(t *testing.T, ctl *Controller, c *clock, n, capacity int, warm time.Duration, patience, spread, limit time.Duration) (time.Duration, float64, int) {
 	t.Helper()
 	const dt = 20 * time.Millisecond
 	type box struct {
@@ -363,6 +373,9 @@ func storm(t *testing.T, ctl *Controller, c *clock, n, capacity int, patience, s
 		// Processor sharing: each in flight gets 1/k of the time.
 		if k := len(inflight); k > 0 {
 			share := dt.Seconds() / float64(k)
+			if since := now.Sub(start); since < warm {
+				share /= coldCost - (coldCost-1)*float64(since)/float64(warm)
+			}
 			kept := inflight[:0]
 			for _, i := range inflight {
 				b := boxes[i]
@@ -392,6 +405,9 @@ func storm(t *testing.T, ctl *Controller, c *clock, n, capacity int, patience, s
 	took := c.now().Sub(start)
 	return took, float64(done) / took.Seconds(), dials
 }
+
+// coldCost is how much more a session costs a console that just started.
+const coldCost = 5
 
 // unlimited, as a Config's Max, makes a controller that admits everyone.
 const unlimited = 1 << 30
@@ -577,5 +593,79 @@ func TestReserveHoldsAPlaceBeforeTheHandshake(t *testing.T) {
 	releases[2]()
 	if got := value(t, ctl.m.abandoned.WithLabelValues("greeting_failed")); got != 1 {
 		t.Fatalf("failed greetings counted %v, want 1", got)
+	}
+}
+
+// TestAWarmingConsoleIsPacedByItsBestRate: a console's first sessions are
+// its slowest. Pacing deferred boxes by the rate measured while it warms
+// up tells them slots far too late, and the console stands idle once it
+// is warm; the best rate it measured before (RateFile) keeps it busy.
+func TestAWarmingConsoleIsPacedByItsBestRate(t *testing.T) {
+	const n, capacity, warm = 10000, 300, 20 * time.Second
+	run := func(remembered float64) (time.Duration, float64) {
+		clk := newClock()
+		cfg := DefaultConfig()
+		if remembered > 0 {
+			cfg.RateFile = filepath.Join(t.TempDir(), "rate")
+			if err := writeRate(cfg.RateFile, remembered); err != nil {
+				t.Fatal(err)
+			}
+		}
+		ctl := newTest(t, cfg, prometheus.NewRegistry(), clk)
+		ctl.rand = rand.New(rand.NewPCG(3, 4)).Float64
+		took, _, dials := stormWarming(t, ctl, clk, n, capacity, warm, 30*time.Second, 5*time.Second, 4*time.Minute)
+		return took, float64(dials) / n
+	}
+	cold, coldDials := run(0)
+	paced, pacedDials := run(capacity)
+	t.Logf("%d boxes at a console warming over %v to %d/s: %v (%.2f dials per box) pacing by the rate measured, %v (%.2f) by the best rate remembered",
+		n, warm, capacity, cold, coldDials, paced, pacedDials)
+	// The warm-up costs at most what the slow first 20 s lose, about 13 s
+	// of the console's time.
+	if best := time.Duration(n/capacity) * time.Second; paced > best+15*time.Second || pacedDials > 3 {
+		t.Fatalf("paced by the best rate: %v and %.2f dials per box, want within %v and at most 3", paced, pacedDials, best+15*time.Second)
+	}
+}
+
+func TestRateFile(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "rate")
+	if r := readRate(path); r != 0 {
+		t.Fatalf("no file: %v", r)
+	}
+	for _, bad := range []string{"", "abc", "-5", "0.5", "1e9", "NaN", "+Inf", "12.5\x00junk", strings.Repeat("1", 100)} {
+		os.WriteFile(path, []byte(bad), 0o600)
+		if r := readRate(path); r != 0 {
+			t.Fatalf("%q read as %v", bad, r)
+		}
+	}
+	if err := writeRate(path, 312.25); err != nil {
+		t.Fatal(err)
+	}
+	if r := readRate(path); r != 312.2 && r != 312.3 {
+		t.Fatalf("read back %v", r)
+	}
+	if ents, _ := os.ReadDir(dir); len(ents) != 1 {
+		t.Fatalf("left behind: %v", ents)
+	}
+
+	// The controller keeps its best rate over a full span only, and writes
+	// it when it changed.
+	clk := newClock()
+	cfg := DefaultConfig()
+	cfg.RateFile = path
+	ctl := newTest(t, cfg, prometheus.NewRegistry(), clk)
+	if ctl.pace() < 0.75*312 {
+		t.Fatalf("pace %v with 312/s remembered", ctl.pace())
+	}
+	ctl.best = 400
+	ctl.saveRate()
+	if r := readRate(path); r != 400 {
+		t.Fatalf("saved %v, want 400", r)
+	}
+	os.Remove(path)
+	ctl.saveRate() // unchanged: not written again
+	if _, err := os.Stat(path); !os.IsNotExist(err) {
+		t.Fatalf("rewritten although unchanged: %v", err)
 	}
 }

@@ -29,6 +29,7 @@ import (
 	"github.com/edgebox/edgebox/console/pki"
 	"github.com/edgebox/edgebox/console/presence"
 	"github.com/edgebox/edgebox/console/rollout"
+	"github.com/edgebox/edgebox/console/sessions"
 	"github.com/edgebox/edgebox/enroll"
 	"github.com/edgebox/edgebox/errdefs"
 	"github.com/edgebox/edgebox/images/registry"
@@ -64,9 +65,11 @@ type Deps struct {
 	Keys          *keys.Registry
 	Rollouts      *rollout.Service
 	AgentReleases *agentrel.Service
-	ConsoleURL    string
-	BoxCertTTL    time.Duration
-	Metrics       http.Handler
+	// RemoteSessions brokers shells and commands on boxes.
+	RemoteSessions *sessions.Broker
+	ConsoleURL     string
+	BoxCertTTL     time.Duration
+	Metrics        http.Handler
 	// Events tells web pages what changed; nil serves no event stream.
 	Events *events.Hub
 	// WebUI serves the web console on every path that is not the API's
@@ -164,6 +167,17 @@ func (s *server) routes() []route {
 		{"PUT", v1 + "/boxes/:id/desired/:kind/:name", auth.Operate, s.putDesired},
 		{"DELETE", v1 + "/boxes/:id/desired/:kind/:name", auth.Operate, s.deleteDesired},
 		{"GET", v1 + "/boxes/:id/workloads/:name/logs", auth.Read, s.workloadLogs},
+		{"GET", v1 + "/boxes/:id/exec", auth.Maintain, s.openSession},
+
+		{"GET", v1 + "/sessions", auth.Read, s.listSessions},
+		{"GET", v1 + "/sessions/:sid", auth.Read, s.getSession},
+		{"POST", v1 + "/sessions/:sid/end", auth.Maintain, s.endSession},
+		{"GET", v1 + "/sessions/:sid/recording", auth.Audit, s.sessionRecording},
+		{"GET", v1 + "/sessions/:sid/recording/verify", auth.Audit, s.verifySession},
+		{"POST", v1 + "/sessions/:sid/approve", auth.Maintain, s.approveSession},
+		{"GET", v1 + "/sessions/:sid/watch", auth.Maintain, s.watchSession},
+		{"GET", v1 + "/session-rules", auth.Read, s.getSessionRules},
+		{"PUT", v1 + "/session-rules", auth.Administer, s.setSessionRules},
 
 		{"GET", v1 + "/apps", auth.Read, s.listApps},
 		{"POST", v1 + "/apps", auth.Operate, s.createApp},

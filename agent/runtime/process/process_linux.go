@@ -420,3 +420,7 @@ func (d *Driver) sweepCgroups(known map[string]bool) []runtime.Orphan {
 	}
 	return out
 }
+
+// workloadShell is the shell a session in a workload gets: the
+// workload's user has no login entry, so no login shell.
+func workloadShell() []string { return []string{"/bin/sh", "-i"} }

@@ -272,3 +272,11 @@ func resume(cmd *exec.Cmd) error {
 	}
 	return nil
 }
+
+// workloadShell is the shell a session in a workload gets.
+func workloadShell() []string {
+	if c := os.Getenv("ComSpec"); c != "" {
+		return []string{c}
+	}
+	return []string{"cmd.exe"}
+}

@@ -113,6 +113,11 @@ type Driver struct {
 	// applied for by this process (Start, or Run after an agent restart).
 	egressMu  sync.Mutex
 	egressFor map[string]string
+
+	// serialMu guards serialInUse: the VMs whose serial console a
+	// session holds.
+	serialMu    sync.Mutex
+	serialInUse map[string]bool
 }
 
 // Defaults for a VM whose release and image say nothing.

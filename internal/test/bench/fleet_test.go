@@ -600,6 +600,29 @@ func fleet(b *testing.B, n int) {
 	b.ReportMetric(float64(p(0.99).Microseconds())/1000, "storm-api-p99-ms")
 	b.Logf("storm: %d boxes online %v after restart; API p50 %v p99 %v max %v over %d calls",
 		n, back.Round(time.Millisecond), p(0.5), p(0.99), lat[len(lat)-1], len(lat))
+	if hwm, err := c.peakRSS(); err == nil {
+		b.ReportMetric(hwm/(1<<20), "storm-console-peak-rss-MiB")
+		b.Logf("storm: the console's peak RSS since its restart %.0f MiB (%.1f KiB per box)", hwm/(1<<20), hwm/1024/float64(n))
+	}
+}
+
+// peakRSS is the most memory the console has held resident since it
+// started (VmHWM).
+func (c *consoleProc) peakRSS() (float64, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", c.cmd.Process.Pid))
+	if err != nil {
+		return 0, err
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(l, "VmHWM:"); ok {
+			var kb float64
+			if _, err := fmt.Sscanf(strings.TrimSpace(v), "%f kB", &kb); err != nil {
+				return 0, err
+			}
+			return kb * 1024, nil
+		}
+	}
+	return 0, errors.New("no VmHWM in /proc/pid/status")
 }
 
 // enrollFleet enrolls n boxes, 16 at a time, and returns their data

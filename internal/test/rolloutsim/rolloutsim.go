@@ -1,3 +1,5 @@
+//go:build linux
+
 // Package rolloutsim runs a rollout over a simulated fleet in one
 // process: the real console, and real agents (tunnel, Sync, reconciler,
 // local API) with the fake runtime driver. It drives what happens to a

@@ -174,6 +174,22 @@ func (e *Binaries) ConsoleLog() string {
 // Bin is the directory of the built binaries.
 func (e *Binaries) Bin() string { return e.bin }
 
+// DataDir is the console's data directory.
+func (e *Binaries) DataDir() string { return e.dataDir }
+
+// CLICommand returns the edgebox CLI with args, logged in to the console
+// with the admin token, for a test to run as it needs (under a PTY, with
+// its own input).
+func (e *Binaries) CLICommand(t testing.TB, args ...string) *exec.Cmd {
+	t.Helper()
+	if _, err := e.CLI(t, "whoami"); err != nil {
+		t.Fatalf("edgebox whoami: %v", err)
+	}
+	cmd := exec.Command(filepath.Join(e.bin, "edgebox"), args...)
+	cmd.Env = append(os.Environ(), "EDGEBOX_CONFIG="+e.cliConf)
+	return cmd
+}
+
 // CLI runs the edgebox CLI, logged in to the console with the admin token,
 // and returns its combined output.
 func (e *Binaries) CLI(t testing.TB, args ...string) (string, error) {

@@ -938,6 +938,463 @@ func (x *SyncDown) GetWaitingForApproval() bool {
 	return false
 }
 
+// ExecStart says what a session runs.
+type ExecStart struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// workload is the workload to run in; empty is the box itself.
+	Workload string `protobuf:"bytes,1,opt,name=workload,proto3" json:"workload,omitempty"`
+	// command is the program and its arguments; empty is an interactive
+	// login shell (the serial console, for a VM). At most 64 arguments,
+	// 64 KiB in all.
+	Command []string `protobuf:"bytes,2,rep,name=command,proto3" json:"command,omitempty"`
+	// tty asks for a terminal (a PTY, or ConPTY on Windows): stdout and
+	// stderr come as one stream, and resizes and signals act on it.
+	Tty  bool   `protobuf:"varint,3,opt,name=tty,proto3" json:"tty,omitempty"`
+	Cols uint32 `protobuf:"varint,4,opt,name=cols,proto3" json:"cols,omitempty"` // 1 to 1000; 0 is 80
+	Rows uint32 `protobuf:"varint,5,opt,name=rows,proto3" json:"rows,omitempty"` // 1 to 1000; 0 is 24
+	// term is TERM for the terminal, e.g. xterm-256color; at most 64 bytes.
+	Term          string `protobuf:"bytes,6,opt,name=term,proto3" json:"term,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ExecStart) Reset() {
+	*x = ExecStart{}
+	mi := &file_edgebox_v1_edgebox_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ExecStart) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ExecStart) ProtoMessage() {}
+
+func (x *ExecStart) ProtoReflect() protoreflect.Message {
+	mi := &file_edgebox_v1_edgebox_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ExecStart.ProtoReflect.Descriptor instead.
+func (*ExecStart) Descriptor() ([]byte, []int) {
+	return file_edgebox_v1_edgebox_proto_rawDescGZIP(), []int{13}
+}
+
+func (x *ExecStart) GetWorkload() string {
+	if x != nil {
+		return x.Workload
+	}
+	return ""
+}
+
+func (x *ExecStart) GetCommand() []string {
+	if x != nil {
+		return x.Command
+	}
+	return nil
+}
+
+func (x *ExecStart) GetTty() bool {
+	if x != nil {
+		return x.Tty
+	}
+	return false
+}
+
+func (x *ExecStart) GetCols() uint32 {
+	if x != nil {
+		return x.Cols
+	}
+	return 0
+}
+
+func (x *ExecStart) GetRows() uint32 {
+	if x != nil {
+		return x.Rows
+	}
+	return 0
+}
+
+func (x *ExecStart) GetTerm() string {
+	if x != nil {
+		return x.Term
+	}
+	return ""
+}
+
+type ExecResize struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Cols          uint32                 `protobuf:"varint,1,opt,name=cols,proto3" json:"cols,omitempty"`
+	Rows          uint32                 `protobuf:"varint,2,opt,name=rows,proto3" json:"rows,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ExecResize) Reset() {
+	*x = ExecResize{}
+	mi := &file_edgebox_v1_edgebox_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ExecResize) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ExecResize) ProtoMessage() {}
+
+func (x *ExecResize) ProtoReflect() protoreflect.Message {
+	mi := &file_edgebox_v1_edgebox_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ExecResize.ProtoReflect.Descriptor instead.
+func (*ExecResize) Descriptor() ([]byte, []int) {
+	return file_edgebox_v1_edgebox_proto_rawDescGZIP(), []int{14}
+}
+
+func (x *ExecResize) GetCols() uint32 {
+	if x != nil {
+		return x.Cols
+	}
+	return 0
+}
+
+func (x *ExecResize) GetRows() uint32 {
+	if x != nil {
+		return x.Rows
+	}
+	return 0
+}
+
+type ExecInput struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Types that are valid to be assigned to Input:
+	//
+	//	*ExecInput_Start
+	//	*ExecInput_Stdin
+	//	*ExecInput_Resize
+	//	*ExecInput_Signal
+	//	*ExecInput_CloseStdin
+	Input         isExecInput_Input `protobuf_oneof:"input"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ExecInput) Reset() {
+	*x = ExecInput{}
+	mi := &file_edgebox_v1_edgebox_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ExecInput) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ExecInput) ProtoMessage() {}
+
+func (x *ExecInput) ProtoReflect() protoreflect.Message {
+	mi := &file_edgebox_v1_edgebox_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ExecInput.ProtoReflect.Descriptor instead.
+func (*ExecInput) Descriptor() ([]byte, []int) {
+	return file_edgebox_v1_edgebox_proto_rawDescGZIP(), []int{15}
+}
+
+func (x *ExecInput) GetInput() isExecInput_Input {
+	if x != nil {
+		return x.Input
+	}
+	return nil
+}
+
+func (x *ExecInput) GetStart() *ExecStart {
+	if x != nil {
+		if x, ok := x.Input.(*ExecInput_Start); ok {
+			return x.Start
+		}
+	}
+	return nil
+}
+
+func (x *ExecInput) GetStdin() []byte {
+	if x != nil {
+		if x, ok := x.Input.(*ExecInput_Stdin); ok {
+			return x.Stdin
+		}
+	}
+	return nil
+}
+
+func (x *ExecInput) GetResize() *ExecResize {
+	if x != nil {
+		if x, ok := x.Input.(*ExecInput_Resize); ok {
+			return x.Resize
+		}
+	}
+	return nil
+}
+
+func (x *ExecInput) GetSignal() string {
+	if x != nil {
+		if x, ok := x.Input.(*ExecInput_Signal); ok {
+			return x.Signal
+		}
+	}
+	return ""
+}
+
+func (x *ExecInput) GetCloseStdin() bool {
+	if x != nil {
+		if x, ok := x.Input.(*ExecInput_CloseStdin); ok {
+			return x.CloseStdin
+		}
+	}
+	return false
+}
+
+type isExecInput_Input interface {
+	isExecInput_Input()
+}
+
+type ExecInput_Start struct {
+	Start *ExecStart `protobuf:"bytes,1,opt,name=start,proto3,oneof"`
+}
+
+type ExecInput_Stdin struct {
+	Stdin []byte `protobuf:"bytes,2,opt,name=stdin,proto3,oneof"` // at most 64 KiB a message
+}
+
+type ExecInput_Resize struct {
+	Resize *ExecResize `protobuf:"bytes,3,opt,name=resize,proto3,oneof"`
+}
+
+type ExecInput_Signal struct {
+	// signal is sent to the session's process: INT, TERM, KILL, HUP or
+	// QUIT (with a tty, INT is also the ^C the terminal sends).
+	Signal string `protobuf:"bytes,4,opt,name=signal,proto3,oneof"`
+}
+
+type ExecInput_CloseStdin struct {
+	// close_stdin ends the process's input, as EOF.
+	CloseStdin bool `protobuf:"varint,5,opt,name=close_stdin,json=closeStdin,proto3,oneof"`
+}
+
+func (*ExecInput_Start) isExecInput_Input() {}
+
+func (*ExecInput_Stdin) isExecInput_Input() {}
+
+func (*ExecInput_Resize) isExecInput_Input() {}
+
+func (*ExecInput_Signal) isExecInput_Input() {}
+
+func (*ExecInput_CloseStdin) isExecInput_Input() {}
+
+// ExecExit ends a session's output.
+type ExecExit struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// code is the process's exit code; -1 when a signal ended it.
+	Code   int32  `protobuf:"varint,1,opt,name=code,proto3" json:"code,omitempty"`
+	Signal string `protobuf:"bytes,2,opt,name=signal,proto3" json:"signal,omitempty"` // the signal that ended it, e.g. KILL
+	// error says why the session could not run or was cut short, when it
+	// is not the process's own doing.
+	Error         string `protobuf:"bytes,3,opt,name=error,proto3" json:"error,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ExecExit) Reset() {
+	*x = ExecExit{}
+	mi := &file_edgebox_v1_edgebox_proto_msgTypes[16]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ExecExit) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ExecExit) ProtoMessage() {}
+
+func (x *ExecExit) ProtoReflect() protoreflect.Message {
+	mi := &file_edgebox_v1_edgebox_proto_msgTypes[16]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ExecExit.ProtoReflect.Descriptor instead.
+func (*ExecExit) Descriptor() ([]byte, []int) {
+	return file_edgebox_v1_edgebox_proto_rawDescGZIP(), []int{16}
+}
+
+func (x *ExecExit) GetCode() int32 {
+	if x != nil {
+		return x.Code
+	}
+	return 0
+}
+
+func (x *ExecExit) GetSignal() string {
+	if x != nil {
+		return x.Signal
+	}
+	return ""
+}
+
+func (x *ExecExit) GetError() string {
+	if x != nil {
+		return x.Error
+	}
+	return ""
+}
+
+type ExecOutput struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Types that are valid to be assigned to Output:
+	//
+	//	*ExecOutput_Stdout
+	//	*ExecOutput_Stderr
+	//	*ExecOutput_Exit
+	//	*ExecOutput_Started
+	Output        isExecOutput_Output `protobuf_oneof:"output"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ExecOutput) Reset() {
+	*x = ExecOutput{}
+	mi := &file_edgebox_v1_edgebox_proto_msgTypes[17]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ExecOutput) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ExecOutput) ProtoMessage() {}
+
+func (x *ExecOutput) ProtoReflect() protoreflect.Message {
+	mi := &file_edgebox_v1_edgebox_proto_msgTypes[17]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ExecOutput.ProtoReflect.Descriptor instead.
+func (*ExecOutput) Descriptor() ([]byte, []int) {
+	return file_edgebox_v1_edgebox_proto_rawDescGZIP(), []int{17}
+}
+
+func (x *ExecOutput) GetOutput() isExecOutput_Output {
+	if x != nil {
+		return x.Output
+	}
+	return nil
+}
+
+func (x *ExecOutput) GetStdout() []byte {
+	if x != nil {
+		if x, ok := x.Output.(*ExecOutput_Stdout); ok {
+			return x.Stdout
+		}
+	}
+	return nil
+}
+
+func (x *ExecOutput) GetStderr() []byte {
+	if x != nil {
+		if x, ok := x.Output.(*ExecOutput_Stderr); ok {
+			return x.Stderr
+		}
+	}
+	return nil
+}
+
+func (x *ExecOutput) GetExit() *ExecExit {
+	if x != nil {
+		if x, ok := x.Output.(*ExecOutput_Exit); ok {
+			return x.Exit
+		}
+	}
+	return nil
+}
+
+func (x *ExecOutput) GetStarted() bool {
+	if x != nil {
+		if x, ok := x.Output.(*ExecOutput_Started); ok {
+			return x.Started
+		}
+	}
+	return false
+}
+
+type isExecOutput_Output interface {
+	isExecOutput_Output()
+}
+
+type ExecOutput_Stdout struct {
+	Stdout []byte `protobuf:"bytes,1,opt,name=stdout,proto3,oneof"` // at most 32 KiB a message
+}
+
+type ExecOutput_Stderr struct {
+	Stderr []byte `protobuf:"bytes,2,opt,name=stderr,proto3,oneof"`
+}
+
+type ExecOutput_Exit struct {
+	Exit *ExecExit `protobuf:"bytes,3,opt,name=exit,proto3,oneof"`
+}
+
+type ExecOutput_Started struct {
+	// started says the process runs: a session that waits for a start
+	// (a VM's serial port) or fails before it never says it.
+	Started bool `protobuf:"varint,4,opt,name=started,proto3,oneof"`
+}
+
+func (*ExecOutput_Stdout) isExecOutput_Output() {}
+
+func (*ExecOutput_Stderr) isExecOutput_Output() {}
+
+func (*ExecOutput_Exit) isExecOutput_Output() {}
+
+func (*ExecOutput_Started) isExecOutput_Output() {}
+
 type InfoRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	unknownFields protoimpl.UnknownFields
@@ -946,7 +1403,7 @@ type InfoRequest struct {
 
 func (x *InfoRequest) Reset() {
 	*x = InfoRequest{}
-	mi := &file_edgebox_v1_edgebox_proto_msgTypes[13]
+	mi := &file_edgebox_v1_edgebox_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -958,7 +1415,7 @@ func (x *InfoRequest) String() string {
 func (*InfoRequest) ProtoMessage() {}
 
 func (x *InfoRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_edgebox_v1_edgebox_proto_msgTypes[13]
+	mi := &file_edgebox_v1_edgebox_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -971,7 +1428,7 @@ func (x *InfoRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InfoRequest.ProtoReflect.Descriptor instead.
 func (*InfoRequest) Descriptor() ([]byte, []int) {
-	return file_edgebox_v1_edgebox_proto_rawDescGZIP(), []int{13}
+	return file_edgebox_v1_edgebox_proto_rawDescGZIP(), []int{18}
 }
 
 type LogsRequest struct {
@@ -984,7 +1441,7 @@ type LogsRequest struct {
 
 func (x *LogsRequest) Reset() {
 	*x = LogsRequest{}
-	mi := &file_edgebox_v1_edgebox_proto_msgTypes[14]
+	mi := &file_edgebox_v1_edgebox_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -996,7 +1453,7 @@ func (x *LogsRequest) String() string {
 func (*LogsRequest) ProtoMessage() {}
 
 func (x *LogsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_edgebox_v1_edgebox_proto_msgTypes[14]
+	mi := &file_edgebox_v1_edgebox_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1009,7 +1466,7 @@ func (x *LogsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LogsRequest.ProtoReflect.Descriptor instead.
 func (*LogsRequest) Descriptor() ([]byte, []int) {
-	return file_edgebox_v1_edgebox_proto_rawDescGZIP(), []int{14}
+	return file_edgebox_v1_edgebox_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *LogsRequest) GetWorkload() string {
@@ -1036,7 +1493,7 @@ type LogsResponse struct {
 
 func (x *LogsResponse) Reset() {
 	*x = LogsResponse{}
-	mi := &file_edgebox_v1_edgebox_proto_msgTypes[15]
+	mi := &file_edgebox_v1_edgebox_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1048,7 +1505,7 @@ func (x *LogsResponse) String() string {
 func (*LogsResponse) ProtoMessage() {}
 
 func (x *LogsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_edgebox_v1_edgebox_proto_msgTypes[15]
+	mi := &file_edgebox_v1_edgebox_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1061,7 +1518,7 @@ func (x *LogsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LogsResponse.ProtoReflect.Descriptor instead.
 func (*LogsResponse) Descriptor() ([]byte, []int) {
-	return file_edgebox_v1_edgebox_proto_rawDescGZIP(), []int{15}
+	return file_edgebox_v1_edgebox_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *LogsResponse) GetText() []byte {
@@ -1088,7 +1545,7 @@ type WipeRequest struct {
 
 func (x *WipeRequest) Reset() {
 	*x = WipeRequest{}
-	mi := &file_edgebox_v1_edgebox_proto_msgTypes[16]
+	mi := &file_edgebox_v1_edgebox_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1100,7 +1557,7 @@ func (x *WipeRequest) String() string {
 func (*WipeRequest) ProtoMessage() {}
 
 func (x *WipeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_edgebox_v1_edgebox_proto_msgTypes[16]
+	mi := &file_edgebox_v1_edgebox_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1113,7 +1570,7 @@ func (x *WipeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WipeRequest.ProtoReflect.Descriptor instead.
 func (*WipeRequest) Descriptor() ([]byte, []int) {
-	return file_edgebox_v1_edgebox_proto_rawDescGZIP(), []int{16}
+	return file_edgebox_v1_edgebox_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *WipeRequest) GetReason() string {
@@ -1141,7 +1598,7 @@ type WipeResponse struct {
 
 func (x *WipeResponse) Reset() {
 	*x = WipeResponse{}
-	mi := &file_edgebox_v1_edgebox_proto_msgTypes[17]
+	mi := &file_edgebox_v1_edgebox_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1153,7 +1610,7 @@ func (x *WipeResponse) String() string {
 func (*WipeResponse) ProtoMessage() {}
 
 func (x *WipeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_edgebox_v1_edgebox_proto_msgTypes[17]
+	mi := &file_edgebox_v1_edgebox_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1166,7 +1623,7 @@ func (x *WipeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WipeResponse.ProtoReflect.Descriptor instead.
 func (*WipeResponse) Descriptor() ([]byte, []int) {
-	return file_edgebox_v1_edgebox_proto_rawDescGZIP(), []int{17}
+	return file_edgebox_v1_edgebox_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *WipeResponse) GetWiped() bool {
@@ -1271,7 +1728,37 @@ const file_edgebox_v1_edgebox_proto_rawDesc = "" +
 	"\brevision\x18\x02 \x01(\x04R\brevision\x12\x14\n" +
 	"\x05reset\x18\x03 \x01(\bR\x05reset\x12\x14\n" +
 	"\x05error\x18\x04 \x01(\tR\x05error\x120\n" +
-	"\x14waiting_for_approval\x18\x05 \x01(\bR\x12waitingForApproval\"\r\n" +
+	"\x14waiting_for_approval\x18\x05 \x01(\bR\x12waitingForApproval\"\x8f\x01\n" +
+	"\tExecStart\x12\x1a\n" +
+	"\bworkload\x18\x01 \x01(\tR\bworkload\x12\x18\n" +
+	"\acommand\x18\x02 \x03(\tR\acommand\x12\x10\n" +
+	"\x03tty\x18\x03 \x01(\bR\x03tty\x12\x12\n" +
+	"\x04cols\x18\x04 \x01(\rR\x04cols\x12\x12\n" +
+	"\x04rows\x18\x05 \x01(\rR\x04rows\x12\x12\n" +
+	"\x04term\x18\x06 \x01(\tR\x04term\"4\n" +
+	"\n" +
+	"ExecResize\x12\x12\n" +
+	"\x04cols\x18\x01 \x01(\rR\x04cols\x12\x12\n" +
+	"\x04rows\x18\x02 \x01(\rR\x04rows\"\xca\x01\n" +
+	"\tExecInput\x12-\n" +
+	"\x05start\x18\x01 \x01(\v2\x15.edgebox.v1.ExecStartH\x00R\x05start\x12\x16\n" +
+	"\x05stdin\x18\x02 \x01(\fH\x00R\x05stdin\x120\n" +
+	"\x06resize\x18\x03 \x01(\v2\x16.edgebox.v1.ExecResizeH\x00R\x06resize\x12\x18\n" +
+	"\x06signal\x18\x04 \x01(\tH\x00R\x06signal\x12!\n" +
+	"\vclose_stdin\x18\x05 \x01(\bH\x00R\n" +
+	"closeStdinB\a\n" +
+	"\x05input\"L\n" +
+	"\bExecExit\x12\x12\n" +
+	"\x04code\x18\x01 \x01(\x05R\x04code\x12\x16\n" +
+	"\x06signal\x18\x02 \x01(\tR\x06signal\x12\x14\n" +
+	"\x05error\x18\x03 \x01(\tR\x05error\"\x92\x01\n" +
+	"\n" +
+	"ExecOutput\x12\x18\n" +
+	"\x06stdout\x18\x01 \x01(\fH\x00R\x06stdout\x12\x18\n" +
+	"\x06stderr\x18\x02 \x01(\fH\x00R\x06stderr\x12*\n" +
+	"\x04exit\x18\x03 \x01(\v2\x14.edgebox.v1.ExecExitH\x00R\x04exit\x12\x1a\n" +
+	"\astarted\x18\x04 \x01(\bH\x00R\astartedB\b\n" +
+	"\x06output\"\r\n" +
 	"\vInfoRequest\"=\n" +
 	"\vLogsRequest\x12\x1a\n" +
 	"\bworkload\x18\x01 \x01(\tR\bworkload\x12\x12\n" +
@@ -1288,12 +1775,13 @@ const file_edgebox_v1_edgebox_proto_rawDesc = "" +
 	"\bproblems\x18\x04 \x03(\tR\bproblems2\x8c\x01\n" +
 	"\x0eConsoleService\x12<\n" +
 	"\x05Hello\x12\x18.edgebox.v1.HelloRequest\x1a\x19.edgebox.v1.HelloResponse\x12<\n" +
-	"\x05Renew\x12\x18.edgebox.v1.RenewRequest\x1a\x19.edgebox.v1.RenewResponse2\xf5\x01\n" +
+	"\x05Renew\x12\x18.edgebox.v1.RenewRequest\x1a\x19.edgebox.v1.RenewResponse2\xb0\x02\n" +
 	"\fAgentService\x129\n" +
 	"\x04Ping\x12\x17.edgebox.v1.PingRequest\x1a\x18.edgebox.v1.PingResponse\x124\n" +
 	"\x04Info\x12\x17.edgebox.v1.InfoRequest\x1a\x13.edgebox.v1.BoxInfo\x129\n" +
 	"\x04Logs\x12\x17.edgebox.v1.LogsRequest\x1a\x18.edgebox.v1.LogsResponse\x129\n" +
-	"\x04Wipe\x12\x17.edgebox.v1.WipeRequest\x1a\x18.edgebox.v1.WipeResponseB7Z5github.com/edgebox/edgebox/proto/edgebox/v1;edgeboxv1b\x06proto3"
+	"\x04Wipe\x12\x17.edgebox.v1.WipeRequest\x1a\x18.edgebox.v1.WipeResponse\x129\n" +
+	"\x04Exec\x12\x15.edgebox.v1.ExecInput\x1a\x16.edgebox.v1.ExecOutput(\x010\x01B7Z5github.com/edgebox/edgebox/proto/edgebox/v1;edgeboxv1b\x06proto3"
 
 var (
 	file_edgebox_v1_edgebox_proto_rawDescOnce sync.Once
@@ -1307,7 +1795,7 @@ func file_edgebox_v1_edgebox_proto_rawDescGZIP() []byte {
 	return file_edgebox_v1_edgebox_proto_rawDescData
 }
 
-var file_edgebox_v1_edgebox_proto_msgTypes = make([]protoimpl.MessageInfo, 18)
+var file_edgebox_v1_edgebox_proto_msgTypes = make([]protoimpl.MessageInfo, 23)
 var file_edgebox_v1_edgebox_proto_goTypes = []any{
 	(*BoxInfo)(nil),       // 0: edgebox.v1.BoxInfo
 	(*HelloRequest)(nil),  // 1: edgebox.v1.HelloRequest
@@ -1322,41 +1810,51 @@ var file_edgebox_v1_edgebox_proto_goTypes = []any{
 	(*SyncStatus)(nil),    // 10: edgebox.v1.SyncStatus
 	(*UsbDevice)(nil),     // 11: edgebox.v1.UsbDevice
 	(*SyncDown)(nil),      // 12: edgebox.v1.SyncDown
-	(*InfoRequest)(nil),   // 13: edgebox.v1.InfoRequest
-	(*LogsRequest)(nil),   // 14: edgebox.v1.LogsRequest
-	(*LogsResponse)(nil),  // 15: edgebox.v1.LogsResponse
-	(*WipeRequest)(nil),   // 16: edgebox.v1.WipeRequest
-	(*WipeResponse)(nil),  // 17: edgebox.v1.WipeResponse
-	(*ObjectStatus)(nil),  // 18: edgebox.v1.ObjectStatus
-	(*Event)(nil),         // 19: edgebox.v1.Event
-	(*DesiredObject)(nil), // 20: edgebox.v1.DesiredObject
+	(*ExecStart)(nil),     // 13: edgebox.v1.ExecStart
+	(*ExecResize)(nil),    // 14: edgebox.v1.ExecResize
+	(*ExecInput)(nil),     // 15: edgebox.v1.ExecInput
+	(*ExecExit)(nil),      // 16: edgebox.v1.ExecExit
+	(*ExecOutput)(nil),    // 17: edgebox.v1.ExecOutput
+	(*InfoRequest)(nil),   // 18: edgebox.v1.InfoRequest
+	(*LogsRequest)(nil),   // 19: edgebox.v1.LogsRequest
+	(*LogsResponse)(nil),  // 20: edgebox.v1.LogsResponse
+	(*WipeRequest)(nil),   // 21: edgebox.v1.WipeRequest
+	(*WipeResponse)(nil),  // 22: edgebox.v1.WipeResponse
+	(*ObjectStatus)(nil),  // 23: edgebox.v1.ObjectStatus
+	(*Event)(nil),         // 24: edgebox.v1.Event
+	(*DesiredObject)(nil), // 25: edgebox.v1.DesiredObject
 }
 var file_edgebox_v1_edgebox_proto_depIdxs = []int32{
 	0,  // 0: edgebox.v1.HelloRequest.info:type_name -> edgebox.v1.BoxInfo
 	8,  // 1: edgebox.v1.SyncUp.hello:type_name -> edgebox.v1.SyncHello
 	9,  // 2: edgebox.v1.SyncUp.ack:type_name -> edgebox.v1.SyncAck
 	10, // 3: edgebox.v1.SyncUp.status:type_name -> edgebox.v1.SyncStatus
-	18, // 4: edgebox.v1.SyncStatus.objects:type_name -> edgebox.v1.ObjectStatus
-	19, // 5: edgebox.v1.SyncStatus.events:type_name -> edgebox.v1.Event
+	23, // 4: edgebox.v1.SyncStatus.objects:type_name -> edgebox.v1.ObjectStatus
+	24, // 5: edgebox.v1.SyncStatus.events:type_name -> edgebox.v1.Event
 	11, // 6: edgebox.v1.SyncStatus.usb:type_name -> edgebox.v1.UsbDevice
-	20, // 7: edgebox.v1.SyncDown.objects:type_name -> edgebox.v1.DesiredObject
-	1,  // 8: edgebox.v1.ConsoleService.Hello:input_type -> edgebox.v1.HelloRequest
-	3,  // 9: edgebox.v1.ConsoleService.Renew:input_type -> edgebox.v1.RenewRequest
-	5,  // 10: edgebox.v1.AgentService.Ping:input_type -> edgebox.v1.PingRequest
-	13, // 11: edgebox.v1.AgentService.Info:input_type -> edgebox.v1.InfoRequest
-	14, // 12: edgebox.v1.AgentService.Logs:input_type -> edgebox.v1.LogsRequest
-	16, // 13: edgebox.v1.AgentService.Wipe:input_type -> edgebox.v1.WipeRequest
-	2,  // 14: edgebox.v1.ConsoleService.Hello:output_type -> edgebox.v1.HelloResponse
-	4,  // 15: edgebox.v1.ConsoleService.Renew:output_type -> edgebox.v1.RenewResponse
-	6,  // 16: edgebox.v1.AgentService.Ping:output_type -> edgebox.v1.PingResponse
-	0,  // 17: edgebox.v1.AgentService.Info:output_type -> edgebox.v1.BoxInfo
-	15, // 18: edgebox.v1.AgentService.Logs:output_type -> edgebox.v1.LogsResponse
-	17, // 19: edgebox.v1.AgentService.Wipe:output_type -> edgebox.v1.WipeResponse
-	14, // [14:20] is the sub-list for method output_type
-	8,  // [8:14] is the sub-list for method input_type
-	8,  // [8:8] is the sub-list for extension type_name
-	8,  // [8:8] is the sub-list for extension extendee
-	0,  // [0:8] is the sub-list for field type_name
+	25, // 7: edgebox.v1.SyncDown.objects:type_name -> edgebox.v1.DesiredObject
+	13, // 8: edgebox.v1.ExecInput.start:type_name -> edgebox.v1.ExecStart
+	14, // 9: edgebox.v1.ExecInput.resize:type_name -> edgebox.v1.ExecResize
+	16, // 10: edgebox.v1.ExecOutput.exit:type_name -> edgebox.v1.ExecExit
+	1,  // 11: edgebox.v1.ConsoleService.Hello:input_type -> edgebox.v1.HelloRequest
+	3,  // 12: edgebox.v1.ConsoleService.Renew:input_type -> edgebox.v1.RenewRequest
+	5,  // 13: edgebox.v1.AgentService.Ping:input_type -> edgebox.v1.PingRequest
+	18, // 14: edgebox.v1.AgentService.Info:input_type -> edgebox.v1.InfoRequest
+	19, // 15: edgebox.v1.AgentService.Logs:input_type -> edgebox.v1.LogsRequest
+	21, // 16: edgebox.v1.AgentService.Wipe:input_type -> edgebox.v1.WipeRequest
+	15, // 17: edgebox.v1.AgentService.Exec:input_type -> edgebox.v1.ExecInput
+	2,  // 18: edgebox.v1.ConsoleService.Hello:output_type -> edgebox.v1.HelloResponse
+	4,  // 19: edgebox.v1.ConsoleService.Renew:output_type -> edgebox.v1.RenewResponse
+	6,  // 20: edgebox.v1.AgentService.Ping:output_type -> edgebox.v1.PingResponse
+	0,  // 21: edgebox.v1.AgentService.Info:output_type -> edgebox.v1.BoxInfo
+	20, // 22: edgebox.v1.AgentService.Logs:output_type -> edgebox.v1.LogsResponse
+	22, // 23: edgebox.v1.AgentService.Wipe:output_type -> edgebox.v1.WipeResponse
+	17, // 24: edgebox.v1.AgentService.Exec:output_type -> edgebox.v1.ExecOutput
+	18, // [18:25] is the sub-list for method output_type
+	11, // [11:18] is the sub-list for method input_type
+	11, // [11:11] is the sub-list for extension type_name
+	11, // [11:11] is the sub-list for extension extendee
+	0,  // [0:11] is the sub-list for field type_name
 }
 
 func init() { file_edgebox_v1_edgebox_proto_init() }
@@ -1370,13 +1868,26 @@ func file_edgebox_v1_edgebox_proto_init() {
 		(*SyncUp_Ack)(nil),
 		(*SyncUp_Status)(nil),
 	}
+	file_edgebox_v1_edgebox_proto_msgTypes[15].OneofWrappers = []any{
+		(*ExecInput_Start)(nil),
+		(*ExecInput_Stdin)(nil),
+		(*ExecInput_Resize)(nil),
+		(*ExecInput_Signal)(nil),
+		(*ExecInput_CloseStdin)(nil),
+	}
+	file_edgebox_v1_edgebox_proto_msgTypes[17].OneofWrappers = []any{
+		(*ExecOutput_Stdout)(nil),
+		(*ExecOutput_Stderr)(nil),
+		(*ExecOutput_Exit)(nil),
+		(*ExecOutput_Started)(nil),
+	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_edgebox_v1_edgebox_proto_rawDesc), len(file_edgebox_v1_edgebox_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   18,
+			NumMessages:   23,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

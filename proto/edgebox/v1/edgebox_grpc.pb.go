@@ -174,6 +174,7 @@ const (
 	AgentService_Info_FullMethodName = "/edgebox.v1.AgentService/Info"
 	AgentService_Logs_FullMethodName = "/edgebox.v1.AgentService/Logs"
 	AgentService_Wipe_FullMethodName = "/edgebox.v1.AgentService/Wipe"
+	AgentService_Exec_FullMethodName = "/edgebox.v1.AgentService/Exec"
 )
 
 // AgentServiceClient is the client API for AgentService service.
@@ -194,6 +195,12 @@ type AgentServiceClient interface {
 	// A box that is stopped part way finishes the wipe when it starts again,
 	// before anything else. Asking again while a wipe runs waits for it.
 	Wipe(ctx context.Context, in *WipeRequest, opts ...grpc.CallOption) (*WipeResponse, error)
+	// Exec runs a command or a shell on the box or in one of its workloads,
+	// or attaches to a VM's serial console, for a remote maintenance
+	// session the console brokers. The first input is start; then stdin,
+	// resizes and signals. The output ends with exit, after all stdout and
+	// stderr; gRPC's flow control bounds what either side holds.
+	Exec(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[ExecInput, ExecOutput], error)
 }
 
 type agentServiceClient struct {
@@ -244,6 +251,19 @@ func (c *agentServiceClient) Wipe(ctx context.Context, in *WipeRequest, opts ...
 	return out, nil
 }
 
+func (c *agentServiceClient) Exec(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[ExecInput, ExecOutput], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &AgentService_ServiceDesc.Streams[0], AgentService_Exec_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[ExecInput, ExecOutput]{ClientStream: stream}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type AgentService_ExecClient = grpc.BidiStreamingClient[ExecInput, ExecOutput]
+
 // AgentServiceServer is the server API for AgentService service.
 // All implementations must embed UnimplementedAgentServiceServer
 // for forward compatibility.
@@ -262,6 +282,12 @@ type AgentServiceServer interface {
 	// A box that is stopped part way finishes the wipe when it starts again,
 	// before anything else. Asking again while a wipe runs waits for it.
 	Wipe(context.Context, *WipeRequest) (*WipeResponse, error)
+	// Exec runs a command or a shell on the box or in one of its workloads,
+	// or attaches to a VM's serial console, for a remote maintenance
+	// session the console brokers. The first input is start; then stdin,
+	// resizes and signals. The output ends with exit, after all stdout and
+	// stderr; gRPC's flow control bounds what either side holds.
+	Exec(grpc.BidiStreamingServer[ExecInput, ExecOutput]) error
 	mustEmbedUnimplementedAgentServiceServer()
 }
 
@@ -283,6 +309,9 @@ func (UnimplementedAgentServiceServer) Logs(context.Context, *LogsRequest) (*Log
 }
 func (UnimplementedAgentServiceServer) Wipe(context.Context, *WipeRequest) (*WipeResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Wipe not implemented")
+}
+func (UnimplementedAgentServiceServer) Exec(grpc.BidiStreamingServer[ExecInput, ExecOutput]) error {
+	return status.Error(codes.Unimplemented, "method Exec not implemented")
 }
 func (UnimplementedAgentServiceServer) mustEmbedUnimplementedAgentServiceServer() {}
 func (UnimplementedAgentServiceServer) testEmbeddedByValue()                      {}
@@ -377,6 +406,13 @@ func _AgentService_Wipe_Handler(srv interface{}, ctx context.Context, dec func(i
 	return interceptor(ctx, in, info, handler)
 }
 
+func _AgentService_Exec_Handler(srv interface{}, stream grpc.ServerStream) error {
+	return srv.(AgentServiceServer).Exec(&grpc.GenericServerStream[ExecInput, ExecOutput]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type AgentService_ExecServer = grpc.BidiStreamingServer[ExecInput, ExecOutput]
+
 // AgentService_ServiceDesc is the grpc.ServiceDesc for AgentService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -401,6 +437,13 @@ var AgentService_ServiceDesc = grpc.ServiceDesc{
 			Handler:    _AgentService_Wipe_Handler,
 		},
 	},
-	Streams:  []grpc.StreamDesc{},
+	Streams: []grpc.StreamDesc{
+		{
+			StreamName:    "Exec",
+			Handler:       _AgentService_Exec_Handler,
+			ServerStreams: true,
+			ClientStreams: true,
+		},
+	},
 	Metadata: "edgebox/v1/edgebox.proto",
 }

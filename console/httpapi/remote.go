@@ -1,0 +1,300 @@
+package httpapi
+
+import (
+	"net/http"
+	"strconv"
+	"time"
+	"unicode/utf8"
+
+	"github.com/gin-gonic/gin"
+	"github.com/gorilla/websocket"
+
+	"github.com/edgebox/edgebox/api"
+	"github.com/edgebox/edgebox/console/auth"
+	"github.com/edgebox/edgebox/console/sessions"
+	"github.com/edgebox/edgebox/errdefs"
+	edgeboxv1 "github.com/edgebox/edgebox/proto/edgebox/v1"
+)
+
+// Bounds on a session's request, as the box checks them too.
+const (
+	maxSessionArgs     = 64
+	maxSessionArgBytes = 64 << 10
+	maxTermName        = 64
+)
+
+// upgrader makes a session's WebSocket. A browser's must come from the
+// console's own pages (cross-site WebSocket hijacking); a CLI sends no
+// Origin.
+var upgrader = websocket.Upgrader{
+	ReadBufferSize:  4 << 10,
+	WriteBufferSize: 32 << 10,
+	CheckOrigin:     func(r *http.Request) bool { return checkOrigin(r) == nil },
+}
+
+// openSession opens a remote session on a box (GET with a WebSocket
+// upgrade): ?workload=W&tty=1&cols=N&rows=N&term=T&cmd=A&cmd=B…; no cmd is
+// an interactive shell.
+func (s *server) openSession(c *gin.Context) {
+	b, ok := s.findBox(c)
+	if !ok {
+		return
+	}
+	req, err := sessionRequest(c)
+	if err != nil {
+		fail(c, err)
+		return
+	}
+	if !s.Sessions.Presence(b.ID).Online {
+		fail(c, errdefs.Unavailable("box %s is offline; a session needs it online", b.Name))
+		return
+	}
+	if !websocket.IsWebSocketUpgrade(c.Request) {
+		fail(c, errdefs.Invalid("a session is a WebSocket: use 'edgebox shell', 'edgebox exec' or the web console"))
+		return
+	}
+	who := caller(c)
+	req.TenantID, req.Box, req.BoxName, req.User, req.Remote = who.TenantID, b.ID, b.Name, who.Name, who.Remote
+	req.BoxLabels, req.Region, req.Site = b.Labels, b.Region, b.Site
+	ws, err := upgrader.Upgrade(c.Writer, c.Request, nil)
+	if err != nil {
+		return // the upgrader answered
+	}
+	ws.SetReadLimit(api.MaxFramePayload + 1)
+	s.RemoteSessions.Serve(c.Request.Context(), req, &wsOperator{ws: ws})
+}
+
+// sessionRequest reads a session's request from the query.
+func sessionRequest(c *gin.Context) (sessions.Request, error) {
+	q := c.Request.URL.Query()
+	r := sessions.Request{Workload: q.Get("workload"), Command: q["cmd"], TTY: q.Get("tty") == "1", Term: q.Get("term")}
+	if r.Workload != "" && !edgeboxv1.ValidObjectName(r.Workload) {
+		return r, errdefs.Invalid("workload name %q is not valid", truncate(r.Workload, 64))
+	}
+	if len(r.Command) > maxSessionArgs {
+		return r, errdefs.Invalid("%d arguments; at most %d", len(r.Command), maxSessionArgs)
+	}
+	n := 0
+	for _, a := range r.Command {
+		n += len(a)
+		if !utf8.ValidString(a) {
+			return r, errdefs.Invalid("an argument is not UTF-8")
+		}
+	}
+	if n > maxSessionArgBytes || (len(r.Command) > 0 && r.Command[0] == "") {
+		return r, errdefs.Invalid("the command is empty or longer than %d bytes", maxSessionArgBytes)
+	}
+	for _, f := range []struct {
+		name string
+		v    *int
+	}{{"cols", &r.Cols}, {"rows", &r.Rows}} {
+		v := q.Get(f.name)
+		if v == "" {
+			continue
+		}
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > api.MaxTerminalSize {
+			return r, errdefs.Invalid("%s %q: use 1 to %d", f.name, truncate(v, 16), api.MaxTerminalSize)
+		}
+		*f.v = n
+	}
+	if len(r.Term) > maxTermName {
+		return r, errdefs.Invalid("term is longer than %d bytes", maxTermName)
+	}
+	for _, ch := range []byte(r.Term) {
+		if ch <= ' ' || ch > '~' || ch == '=' {
+			return r, errdefs.Invalid("term %q is not a terminal's name", truncate(r.Term, 64))
+		}
+	}
+	return r, nil
+}
+
+// wsOperator is a session's operator over a WebSocket.
+type wsOperator struct{ ws *websocket.Conn }
+
+// wsWriteTimeout bounds one frame's write: an operator whose connection
+// takes no more for this long has gone.
+const wsWriteTimeout = 30 * time.Second
+
+func (o *wsOperator) ReadMessage() ([]byte, error) {
+	for {
+		t, msg, err := o.ws.ReadMessage()
+		if err != nil {
+			return nil, err
+		}
+		if t == websocket.BinaryMessage {
+			return msg, nil
+		}
+		// Text messages carry nothing in a session.
+	}
+}
+
+func (o *wsOperator) WriteMessage(msg []byte) error {
+	o.ws.SetWriteDeadline(time.Now().Add(wsWriteTimeout))
+	return o.ws.WriteMessage(websocket.BinaryMessage, msg)
+}
+
+func (o *wsOperator) Close() error {
+	o.ws.WriteControl(websocket.CloseMessage, websocket.FormatCloseMessage(websocket.CloseNormalClosure, ""), time.Now().Add(time.Second))
+	return o.ws.Close()
+}
+
+func (s *server) listSessions(c *gin.Context) {
+	q := sessions.Query{LiveOnly: c.Query("live") == "1", Box: c.Query("box")}
+	if l := c.Query("limit"); l != "" {
+		n, err := strconv.Atoi(l)
+		if err != nil || n < 1 || n > 1000 {
+			fail(c, errdefs.Invalid("limit %q: use 1 to 1000", truncate(l, 16)))
+			return
+		}
+		q.Limit = n
+	}
+	if q.Box != "" {
+		b, ok := s.lookupBox(c, q.Box)
+		if !ok {
+			return
+		}
+		q.Box = b.ID
+	}
+	out, err := s.RemoteSessions.List(c.Request.Context(), caller(c).TenantID, q)
+	if err != nil {
+		s.fail(c, err)
+		return
+	}
+	if out == nil {
+		out = []sessions.Record{}
+	}
+	c.JSON(http.StatusOK, out)
+}
+
+func (s *server) getSession(c *gin.Context) {
+	r, err := s.RemoteSessions.Get(c.Request.Context(), caller(c).TenantID, c.Param("sid"))
+	if err != nil {
+		s.fail(c, err)
+		return
+	}
+	c.JSON(http.StatusOK, r)
+}
+
+// endSession ends a live session: its own user's, or any, for an admin.
+func (s *server) endSession(c *gin.Context) {
+	who := caller(c)
+	r, err := s.RemoteSessions.Get(c.Request.Context(), who.TenantID, c.Param("sid"))
+	if err != nil {
+		s.fail(c, err)
+		return
+	}
+	if !r.Live() {
+		fail(c, errdefs.Conflict("session %s ended already (%s)", r.ID, r.EndedBy))
+		return
+	}
+	if !s.RemoteSessions.CanEnd(r, who.Name) && !accessOf(c).Role.Can(auth.Administer) {
+		fail(c, errdefs.Permission("only an admin, or the user who approved it, may end another user's session"))
+		return
+	}
+	if err := s.RemoteSessions.End(who.TenantID, r.ID, who.Name); err != nil {
+		s.fail(c, err)
+		return
+	}
+	c.JSON(http.StatusOK, gin.H{"ended": r.ID})
+}
+
+// sessionRecording serves a session's recording, an asciicast v2 file
+// that asciinema plays.
+func (s *server) sessionRecording(c *gin.Context) {
+	r, err := s.RemoteSessions.Get(c.Request.Context(), caller(c).TenantID, c.Param("sid"))
+	if err != nil {
+		s.fail(c, err)
+		return
+	}
+	f, err := s.RemoteSessions.OpenRecording(r)
+	if err != nil {
+		s.fail(c, err)
+		return
+	}
+	defer f.Close()
+	c.Header("Content-Disposition", `attachment; filename="`+r.ID+`.cast"`)
+	c.Header("Cache-Control", "no-store")
+	http.ServeContent(c.Writer, c.Request, r.ID+".cast", r.Started, f)
+}
+
+// verifySession checks a session's recording against its chain and the
+// last chunk the console recorded.
+func (s *server) verifySession(c *gin.Context) {
+	r, err := s.RemoteSessions.Get(c.Request.Context(), caller(c).TenantID, c.Param("sid"))
+	if err != nil {
+		s.fail(c, err)
+		return
+	}
+	rep, err := s.RemoteSessions.VerifyRecording(r)
+	if err != nil {
+		s.fail(c, err)
+		return
+	}
+	c.JSON(http.StatusOK, rep)
+}
+
+// approveSession lets a four-eyes session that waits run.
+func (s *server) approveSession(c *gin.Context) {
+	id := c.Param("sid")
+	if !sessions.ValidID(id) {
+		fail(c, errdefs.NotFound("no session %q", truncate(id, 32)))
+		return
+	}
+	if err := s.RemoteSessions.Approve(c.Request.Context(), caller(c), id); err != nil {
+		s.fail(c, err)
+		return
+	}
+	c.JSON(http.StatusOK, gin.H{"approved": id})
+}
+
+// watchSession shows a live session's output, read only (GET with a
+// WebSocket upgrade): to the user who approved it, or an admin.
+func (s *server) watchSession(c *gin.Context) {
+	who := caller(c)
+	r, err := s.RemoteSessions.Get(c.Request.Context(), who.TenantID, c.Param("sid"))
+	if err != nil {
+		s.fail(c, err)
+		return
+	}
+	if !r.Live() {
+		fail(c, errdefs.Conflict("session %s ended already (%s); its recording shows what happened", r.ID, r.EndedBy))
+		return
+	}
+	if !s.RemoteSessions.CanEnd(r, who.Name) && !accessOf(c).Role.Can(auth.Administer) {
+		fail(c, errdefs.Permission("only an admin, or the user who approved it, may watch another user's session"))
+		return
+	}
+	if !websocket.IsWebSocketUpgrade(c.Request) {
+		fail(c, errdefs.Invalid("watching a session is a WebSocket: use 'edgebox session watch' or the web console"))
+		return
+	}
+	ws, err := upgrader.Upgrade(c.Writer, c.Request, nil)
+	if err != nil {
+		return
+	}
+	ws.SetReadLimit(api.MaxFramePayload + 1)
+	s.RemoteSessions.Watch(c.Request.Context(), who.TenantID, r.ID, who.Name, &wsOperator{ws: ws})
+}
+
+func (s *server) getSessionRules(c *gin.Context) {
+	r, err := s.RemoteSessions.GetRules(c.Request.Context(), caller(c).TenantID)
+	if err != nil {
+		s.fail(c, err)
+		return
+	}
+	c.JSON(http.StatusOK, r)
+}
+
+func (s *server) setSessionRules(c *gin.Context) {
+	var r sessions.Rules
+	if !bindJSON(c, &r) {
+		return
+	}
+	out, err := s.RemoteSessions.SetRules(c.Request.Context(), caller(c), r)
+	if err != nil {
+		s.fail(c, err)
+		return
+	}
+	c.JSON(http.StatusOK, out)
+}

@@ -1,0 +1,149 @@
+package sessions
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/edgebox/edgebox/api"
+	"github.com/edgebox/edgebox/console/audit"
+	"github.com/edgebox/edgebox/errdefs"
+)
+
+// Approve lets a four-eyes session that waits run, on behalf of who: a
+// second user, whose role the caller has checked.
+func (b *Broker) Approve(ctx context.Context, who audit.Actor, id string) error {
+	b.mu.Lock()
+	l, ok := b.live[id]
+	b.mu.Unlock()
+	if !ok || l.rec.TenantID != who.TenantID {
+		return errdefs.NotFound("no live session %q", id)
+	}
+	if l.approve == nil {
+		return errdefs.Conflict("session %s needs no approval", id)
+	}
+	if l.rec.User == who.Name {
+		return errdefs.Permission("a session is approved by a second user, not by the one who opened it")
+	}
+	l.mu.Lock()
+	if l.approved != "" {
+		l.mu.Unlock()
+		return errdefs.Conflict("session %s was approved already, by %s", id, l.approved)
+	}
+	l.approved = who.Name
+	l.mu.Unlock()
+	l.approve <- who.Name // buffered: the session takes it when it can
+	e := who.Did("session.approve", target(l.rec), fmt.Sprintf("approved %s's session %s", l.rec.User, id))
+	if err := audit.New(b.cfg.Store, b.cfg.Now).Append(ctx, e); err != nil {
+		b.cfg.Log.Error("a session's approval could not be audited", "session", id, "err", err)
+	}
+	return nil
+}
+
+// CanEnd reports whether user may end or watch the live session r: its
+// own, the one they approved; admins may any (the caller checks roles).
+func (b *Broker) CanEnd(r Record, user string) bool {
+	if r.User == user {
+		return true
+	}
+	b.mu.Lock()
+	l, ok := b.live[r.ID]
+	b.mu.Unlock()
+	if !ok {
+		return false
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.approved == user
+}
+
+// watcher is a user watching a live session.
+type watcher struct {
+	ch   chan []byte
+	gone chan struct{} // closed when the watcher is dropped
+}
+
+// watchBuffer bounds the frames a watcher may fall behind by before it
+// is dropped: a slow watcher never slows the session.
+const watchBuffer = 256
+
+// broadcast gives msg to every watcher, dropping those too far behind.
+func (l *live) broadcast(msg []byte) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for w := range l.watchers {
+		select {
+		case w.ch <- msg:
+		default:
+			delete(l.watchers, w)
+			close(w.gone)
+		}
+	}
+}
+
+// closeWatchers lets every watcher go once the session has ended.
+func (l *live) closeWatchers() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for w := range l.watchers {
+		delete(l.watchers, w)
+		close(w.ch)
+	}
+}
+
+// Watch shows a live session's output to op, read only, until the
+// session ends or op leaves. The caller has checked that user may
+// (CanEnd, or an admin).
+func (b *Broker) Watch(ctx context.Context, tenant, id, user string, op Operator) {
+	defer op.Close()
+	b.mu.Lock()
+	l, ok := b.live[id]
+	b.mu.Unlock()
+	if !ok || l.rec.TenantID != tenant {
+		op.WriteMessage(api.EncodeJSONFrame(api.FrameExit, api.SessionExit{Code: -1, Error: fmt.Sprintf("no live session %q", id)}))
+		return
+	}
+	w := &watcher{ch: make(chan []byte, watchBuffer), gone: make(chan struct{})}
+	l.mu.Lock()
+	l.watchers[w] = struct{}{}
+	l.mu.Unlock()
+	b.cfg.Log.Info("a user watches a session", "session", id, "user", user)
+	e := audit.Entry{TenantID: tenant, Actor: user, Action: "session.watch", Target: target(l.rec), Result: "ok",
+		Detail: fmt.Sprintf("watched %s's session %s", l.rec.User, id)}
+	if err := audit.New(b.cfg.Store, b.cfg.Now).Append(ctx, e); err != nil {
+		b.cfg.Log.Error("a session's watcher could not be audited", "session", id, "err", err)
+	}
+	left := make(chan struct{})
+	go func() {
+		defer close(left)
+		for {
+			if _, err := op.ReadMessage(); err != nil {
+				return // a watcher's input goes nowhere; its end is its leaving
+			}
+		}
+	}()
+	defer func() {
+		l.mu.Lock()
+		if _, ok := l.watchers[w]; ok {
+			delete(l.watchers, w)
+		}
+		l.mu.Unlock()
+	}()
+	op.WriteMessage(api.EncodeJSONFrame(api.FrameStatus, api.SessionStatus{Session: id, State: "watching",
+		Message: fmt.Sprintf("watching %s's session on %s, read only", l.rec.User, cmpOr(l.rec.BoxName, l.rec.Box))}))
+	for {
+		select {
+		case msg, ok := <-w.ch:
+			if !ok {
+				return
+			}
+			op.WriteMessage(msg)
+		case <-w.gone:
+			op.WriteMessage(api.EncodeJSONFrame(api.FrameExit, api.SessionExit{Code: -1, Error: "this watch fell too far behind the session and was dropped"}))
+			return
+		case <-left:
+			return
+		case <-ctx.Done():
+			return
+		}
+	}
+}
