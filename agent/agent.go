@@ -27,6 +27,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
+	"github.com/edgebox/edgebox/agent/forward"
 	"github.com/edgebox/edgebox/agent/localstore"
 	"github.com/edgebox/edgebox/agent/locks"
 	"github.com/edgebox/edgebox/agent/reconcile"
@@ -404,6 +405,11 @@ func (a *Agent) Run(ctx context.Context) error {
 	runWork(func(ctx context.Context) { a.updateLoop(ctx, func() { restartFor(ErrRestart) }) })
 	g.Go(func() error { return failed("tunnel", a.tc.Run(gctx)) })
 	g.Go(func() error { return failed("serving the console's RPCs", rpc.Serve(a.tc.Listen(tunnel.KindRPC))) })
+	runWork(func(ctx context.Context) {
+		if err := forward.Serve(ctx, a.tc.Listen(tunnel.KindForward), forward.Config{Log: a.log}); err != nil {
+			a.log.Warn("port forwards stopped", "err", err)
+		}
+	})
 	runWork(func(ctx context.Context) { a.helloLoop(ctx, client) })
 	runWork(func(ctx context.Context) { a.renewLoop(ctx, client) })
 	runWork(a.syncLoop)

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -213,6 +214,10 @@ type SessionRecord struct {
 	BytesOut int64      `json:"bytes_out"`
 	// Recording is what the session's recording held when it ended.
 	Recording *RecordingSummary `json:"recording,omitempty"`
+	// Target is a forward's "host:port", as seen from the box; Conns is
+	// how many connections it carried.
+	Target string `json:"target,omitempty"`
+	Conns  int64  `json:"conns,omitempty"`
 	// FourEyes: the session waited for a second user's approval;
 	// ApprovedBy is who gave it.
 	FourEyes   bool       `json:"four_eyes,omitempty"`
@@ -278,9 +283,16 @@ type SessionRules struct {
 	// FourEyes: a session on a box that any of these match opens only
 	// once a second user, with the maintainer or admin role, approves
 	// it; that user may watch it live and end it.
-	FourEyes  []BoxMatch `json:"four_eyes,omitempty"`
-	UpdatedAt time.Time  `json:"updated_at,omitzero"`
-	UpdatedBy string     `json:"updated_by,omitempty"`
+	FourEyes []BoxMatch `json:"four_eyes,omitempty"`
+	// ForwardSites and ForwardBoxes allow port forwards from a site's
+	// boxes, or from one box (by ID), to hosts on their LAN: each entry is
+	// ADDRESS[/BITS]:PORTS or HOSTNAME:PORTS, PORTS being a port, a range
+	// LOW-HIGH, or *. A box's own ports (127.0.0.1, ::1, localhost) need
+	// no entry.
+	ForwardSites map[string][]string `json:"forward_sites,omitempty"`
+	ForwardBoxes map[string][]string `json:"forward_boxes,omitempty"`
+	UpdatedAt    time.Time           `json:"updated_at,omitzero"`
+	UpdatedBy    string              `json:"updated_by,omitempty"`
 }
 
 // BoxMatch picks boxes: those with every label it names, in its region
@@ -313,4 +325,16 @@ func (c *Client) ApproveSession(ctx context.Context, id string) error {
 // WatchSession opens a live session's output, read only.
 func (c *Client) WatchSession(ctx context.Context, id string) (*Session, error) {
 	return c.openSocket(ctx, "/api/v1/sessions/"+url.PathEscape(id)+"/watch")
+}
+
+// OpenForward opens a port forward from box to target ("host:port" as
+// the box sees it); the caller runs a multiplexer on the connection, a
+// stream per TCP connection.
+func (c *Client) OpenForward(ctx context.Context, box, target string) (net.Conn, error) {
+	s, err := c.openSocket(ctx, "/api/v1/boxes/"+url.PathEscape(box)+"/forward?"+url.Values{"target": {target}}.Encode())
+	if err != nil {
+		return nil, err
+	}
+	s.ws.SetReadLimit(1 << 20)
+	return WebSocketConn(s.ws), nil
 }

@@ -252,7 +252,7 @@ func New(cfg Config, log *slog.Logger) (_ *Console, err error) {
 	c.rollouts = rollout.New(rollout.Config{Store: st, Apps: catalogue, Agent: agents, Boxes: fl, Desired: c.desired,
 		Online: func(id string) bool { return pres.Presence(id).Online }, Every: cfg.RolloutEvery, Now: cfg.Clock, Log: c.log})
 
-	c.remote = sessions.New(sessions.Config{Store: st, Agents: c.agents, Dir: filepath.Join(cfg.DataDir, "recordings"),
+	c.remote = sessions.New(sessions.Config{Store: st, Agents: c.agents, Tunnel: srv, Dir: filepath.Join(cfg.DataDir, "recordings"),
 		IdleTimeout: cfg.SessionIdleTimeout, MaxDuration: cfg.SessionMaxDuration, Now: cfg.Clock, Log: c.log})
 
 	if c.port, err = port.New(ln, authority, srv, c.admission, cfg.Config, promReg, c.log); err != nil {

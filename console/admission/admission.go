@@ -112,6 +112,7 @@ type Controller struct {
 	best     float64              // the best rate measured over a full span in this run
 	recalled float64              // the best of the run before, from RateFile
 	saved    float64              // what RateFile holds
+	born     time.Time            // when the controller started: the console's warm-up
 	accrued  time.Time            // when the places taken were last added to the window
 	recent   []sample             // the last windows the console was full in
 	lastCut  time.Time            // the limit's last decrease
@@ -140,6 +141,7 @@ func New(cfg Config, reg prometheus.Registerer, log *slog.Logger) (*Controller, 
 		m: newMetrics(reg), limit: float64(cfg.Initial), inflight: make(map[string]time.Time),
 		rate: cfg.InitialRate}
 	c.win.start = c.now()
+	c.born = c.win.start
 	c.m.limit.Set(c.limit)
 	if cfg.RateFile != "" {
 		c.recalled = readRate(cfg.RateFile)
@@ -540,21 +542,31 @@ func (c *Controller) logRates() {
 }
 
 // pace is the rate deferred boxes' slots are spaced at: the rate measured
-// now, but no less than paceFloor of the best the console measured over a
-// full span, in this run or the one before. A console's first sessions
-// are its slowest (cold caches, every box arriving at once, a collector
-// catching up), so the rate it measures while it warms up can be a fifth
-// of what it does a minute later; slots spaced at that rate leave it idle
-// for tens of seconds while boxes wait out what they were told, and they
-// cannot be called sooner. A slot told too early costs a box one more
-// cheap busy answer, or a wait in the queue.
+// now, but, in the console's first warmUp, no less than paceFloor of the
+// best it measured over a full span, in this run or the one before. A
+// console's first sessions are its slowest (cold caches, every box
+// arriving at once, a collector catching up), so the rate it measures
+// while it warms up can be a fifth of what it does a minute later; slots
+// spaced at that rate leave it idle for tens of seconds while boxes wait
+// out what they were told, and they cannot be called sooner. A slot told
+// too early costs a box one more busy answer, or a wait in the queue.
+// After warmUp the measurement alone counts: a console that is truly
+// slower than it was (a smaller machine, a starved one) must not be
+// paced by its past, or its boxes come back far too early, again and
+// again, and the busy answers take what the sessions need.
 func (c *Controller) pace() float64 {
-	return max(c.rate, max(c.best, c.recalled)*paceFloor)
+	if c.now().Sub(c.born) < warmUp {
+		return max(c.rate, max(c.best, c.recalled)*paceFloor)
+	}
+	return c.rate
 }
 
 // paceFloor is the share of the best measured rate slots are never spaced
-// slower than.
-const paceFloor = 0.75
+// slower than while the console warms up, for warmUp.
+const (
+	paceFloor = 0.75
+	warmUp    = 30 * time.Second
+)
 
 // saveRate writes the best rate measured this run to RateFile when it
 // changed, so the next start paces its first storm by it. It is this

@@ -669,3 +669,26 @@ func TestRateFile(t *testing.T) {
 		t.Fatalf("rewritten although unchanged: %v", err)
 	}
 }
+
+// TestASlowerConsoleIsNotPacedByItsPast: a console far slower than the
+// rate it remembers (moved to a smaller machine, starved) is paced by
+// what it measures once warm: its boxes come back a bounded number of
+// times, not in an endless storm of busy answers.
+func TestASlowerConsoleIsNotPacedByItsPast(t *testing.T) {
+	const n, capacity = 3000, 20
+	clk := newClock()
+	cfg := DefaultConfig()
+	cfg.RateFile = filepath.Join(t.TempDir(), "rate")
+	if err := writeRate(cfg.RateFile, 400); err != nil {
+		t.Fatal(err)
+	}
+	ctl := newTest(t, cfg, prometheus.NewRegistry(), clk)
+	ctl.born = clk.now()
+	ctl.rand = rand.New(rand.NewPCG(3, 4)).Float64
+	took, rate, dials := storm(t, ctl, clk, n, capacity, 30*time.Second, 5*time.Second, 6*time.Minute)
+	perBox := float64(dials) / n
+	t.Logf("%d boxes at %d/s remembering 400/s: %v (%.1f/s), %.2f dials per box", n, capacity, took, rate, perBox)
+	if best := time.Duration(n/capacity) * time.Second; took > best*12/10 || perBox > 4 {
+		t.Fatalf("took %v, %.2f dials per box; want within 1.2 × %v and at most 4", took, perBox, best)
+	}
+}

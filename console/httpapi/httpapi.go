@@ -168,6 +168,7 @@ func (s *server) routes() []route {
 		{"DELETE", v1 + "/boxes/:id/desired/:kind/:name", auth.Operate, s.deleteDesired},
 		{"GET", v1 + "/boxes/:id/workloads/:name/logs", auth.Read, s.workloadLogs},
 		{"GET", v1 + "/boxes/:id/exec", auth.Maintain, s.openSession},
+		{"GET", v1 + "/boxes/:id/forward", auth.Maintain, s.openForward},
 
 		{"GET", v1 + "/sessions", auth.Read, s.listSessions},
 		{"GET", v1 + "/sessions/:sid", auth.Read, s.getSession},

@@ -298,3 +298,47 @@ func (s *server) setSessionRules(c *gin.Context) {
 	}
 	c.JSON(http.StatusOK, out)
 }
+
+// openForward opens a port forward from a box to ?target=HOST:PORT (GET
+// with a WebSocket upgrade): the box's own ports, or a LAN host on the
+// allow list of the box or its site.
+func (s *server) openForward(c *gin.Context) {
+	b, ok := s.findBox(c)
+	if !ok {
+		return
+	}
+	who := caller(c)
+	target := c.Query("target")
+	rules, err := s.RemoteSessions.GetRules(c.Request.Context(), who.TenantID)
+	if err != nil {
+		s.fail(c, err)
+		return
+	}
+	if err := s.RemoteSessions.ForwardAllowed(rules, b.ID, b.Name, b.Site, target); err != nil {
+		fail(c, err)
+		return
+	}
+	if needs, err := s.RemoteSessions.NeedsApproval(c.Request.Context(), sessions.Request{TenantID: who.TenantID,
+		BoxLabels: b.Labels, Region: b.Region, Site: b.Site}); err != nil {
+		s.fail(c, err)
+		return
+	} else if needs {
+		fail(c, errdefs.Permission("box %s needs a second maintainer's approval for sessions; port forwards to it are not offered yet: open a shell instead", b.Name))
+		return
+	}
+	if !s.Sessions.Presence(b.ID).Online {
+		fail(c, errdefs.Unavailable("box %s is offline; a forward needs it online", b.Name))
+		return
+	}
+	if !websocket.IsWebSocketUpgrade(c.Request) {
+		fail(c, errdefs.Invalid("a forward is a WebSocket: use 'edgebox port-forward'"))
+		return
+	}
+	ws, err := upgrader.Upgrade(c.Writer, c.Request, nil)
+	if err != nil {
+		return
+	}
+	ws.SetReadLimit(1 << 20)
+	s.RemoteSessions.Forward(c.Request.Context(), sessions.ForwardRequest{TenantID: who.TenantID, Box: b.ID, BoxName: b.Name,
+		Target: target, User: who.Name, Remote: who.Remote}, api.WebSocketConn(ws))
+}

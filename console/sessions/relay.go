@@ -283,3 +283,24 @@ func (s *relay) ended(ctx context.Context, err error) api.SessionExit {
 	s.rec.Error = boxError(s.rec.Box, err)
 	return api.SessionExit{Code: -1, Error: s.rec.Error}
 }
+
+// causeName is how a session's end is recorded, from the cause its
+// context ended with; "" for none of the broker's.
+func causeName(cause error) string {
+	var by endedBy
+	switch {
+	case errors.As(cause, &by):
+		return cause.Error()
+	case errors.Is(cause, errIdle):
+		return "idle"
+	case errors.Is(cause, errTooLong):
+		return "time limit"
+	case errors.Is(cause, api.ErrBadFrame):
+		return "bad input"
+	case errors.Is(cause, errOpGone):
+		return "operator left"
+	case errors.Is(cause, errShutdown):
+		return "console stopped"
+	}
+	return ""
+}

@@ -23,6 +23,9 @@ func rulesKey(tenant string) string { return "session-rules/" + tenant }
 
 // validateRules says what is wrong with r.
 func validateRules(r Rules) error {
+	if err := validateAllowLists(r); err != nil {
+		return err
+	}
 	if len(r.FourEyes) > maxMatches {
 		return errdefs.Invalid("session rules: at most %d four-eyes matches", maxMatches)
 	}
@@ -84,16 +87,17 @@ func (b *Broker) SetRules(ctx context.Context, who audit.Actor, r Rules) (Rules,
 	if err != nil {
 		return Rules{}, err
 	}
-	e := who.Did("session.rules", "session-rules", fmt.Sprintf("%d four-eyes matches", len(r.FourEyes)))
+	e := who.Did("session.rules", "session-rules", fmt.Sprintf("%d four-eyes matches, forward allow lists for %d sites and %d boxes",
+		len(r.FourEyes), len(r.ForwardSites), len(r.ForwardBoxes)))
 	if _, err := b.cfg.Store.Txn(ctx, store.Txn{Then: []store.Op{{Key: rulesKey(who.TenantID), Value: raw}, audit.Op(b.cfg.Now(), e)}}); err != nil {
 		return Rules{}, err
 	}
 	return r, nil
 }
 
-// needsApproval reports whether req's box is one the tenant's rules
+// NeedsApproval reports whether req's box is one the tenant's rules
 // keep to four eyes.
-func (b *Broker) needsApproval(ctx context.Context, req Request) (bool, error) {
+func (b *Broker) NeedsApproval(ctx context.Context, req Request) (bool, error) {
 	r, err := b.GetRules(ctx, req.TenantID)
 	if err != nil {
 		return false, err

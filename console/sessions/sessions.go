@@ -65,6 +65,8 @@ type Agents interface {
 type Config struct {
 	Store  store.Store
 	Agents Agents
+	// Tunnel opens forward streams to boxes.
+	Tunnel Tunnel
 	// Dir holds the recordings, a directory per tenant.
 	Dir string
 	// IdleTimeout ends a session with no byte either way for that long;
@@ -203,7 +205,7 @@ func (b *Broker) Serve(ctx context.Context, req Request, op Operator) {
 	refuse := func(msg string) {
 		op.WriteMessage(api.EncodeJSONFrame(api.FrameExit, api.SessionExit{Code: -1, Error: msg}))
 	}
-	fourEyes, err := b.needsApproval(ctx, req)
+	fourEyes, err := b.NeedsApproval(ctx, req)
 	if err != nil {
 		b.cfg.Log.Error("the tenant's session rules could not be read; the session does not run", "err", err)
 		refuse("the console could not read the tenant's session rules; the session does not run")

@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -278,4 +279,80 @@ func TestPausedVM(t *testing.T) {
 	if err := d.Start(ctx, "paused"); err != nil {
 		t.Fatalf("start again: %v", err)
 	}
+}
+
+// TestSerialSession: a session reaches the guest's shell on its second
+// serial port and runs a command there; a second session at once is
+// refused, and one after it is not.
+func TestSerialSession(t *testing.T) {
+	vmtest.Require(t)
+	d, ref := guest(t)
+	ctx := context.Background()
+	boot(t, d, runtime.NewSpec("serial", &edgeboxv1.Workload{Runtime: "qemu", Image: ref}))
+	logs := func() string {
+		var b strings.Builder
+		d.Logs(ctx, "serial", 0, &b)
+		return b.String()
+	}
+	deadline := time.Now().Add(60 * time.Second)
+	for !strings.Contains(logs(), vmtest.Up) {
+		if time.Now().After(deadline) {
+			t.Fatalf("guest not up:\n%s", logs())
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if _, err := d.Session(ctx, "serial", runtime.SessionSpec{Command: []string{"ls"}}); err == nil {
+		t.Fatal("a command on a serial console was taken")
+	}
+	open := func() (runtime.SessionProcess, *io.PipeWriter, *lockedBuf) {
+		in, inW := io.Pipe()
+		out := &lockedBuf{}
+		p, err := d.Session(ctx, "serial", runtime.SessionSpec{TTY: true, Stdin: in, Stdout: out, Stderr: out})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return p, inW, out
+	}
+	p, in, out := open()
+	in.Write([]byte("echo serial-$((40+2))\n"))
+	deadline = time.Now().Add(30 * time.Second)
+	for !strings.Contains(out.String(), "serial-42") {
+		if time.Now().After(deadline) {
+			t.Fatalf("the guest's serial shell did not answer: %q", out.String())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if _, err := d.Session(ctx, "serial", runtime.SessionSpec{Stdin: strings.NewReader(""), Stdout: io.Discard, Stderr: io.Discard}); err == nil {
+		t.Fatal("a second session on the serial console at once was taken")
+	}
+	p.Close()
+	in.Close()
+	p2, in2, out2 := open()
+	defer in2.Close()
+	defer p2.Close()
+	in2.Write([]byte("echo again-$((1+1))\n"))
+	deadline = time.Now().Add(30 * time.Second)
+	for !strings.Contains(out2.String(), "again-2") {
+		if time.Now().After(deadline) {
+			t.Fatalf("the second session got no answer: %q", out2.String())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+type lockedBuf struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (l *lockedBuf) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuf) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
 }

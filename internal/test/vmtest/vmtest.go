@@ -135,6 +135,9 @@ if [ -e /sys/class/net/eth0 ]; then
 		echo "` + FetchedLine + `$got"
 	fi
 fi
+# A shell on the second serial port, for remote sessions; another when
+# it exits.
+(while :; do setsid sh -c 'exec sh -i </dev/ttyS1 >/dev/ttyS1 2>&1'; sleep 0.2; done) &
 echo "` + Up + `"
 echo "hello $GREETING"
 while :; do sleep 1; done

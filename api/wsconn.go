@@ -1,0 +1,70 @@
+package api
+
+import (
+	"io"
+	"net"
+	"sync"
+	"time"
+
+	"github.com/gorilla/websocket"
+)
+
+// WebSocketConn makes a WebSocket a stream of bytes, for a multiplexer
+// (a port forward runs yamux over it): each Write is one binary message,
+// and Read returns the messages' bytes in order. Text messages are
+// skipped.
+func WebSocketConn(ws *websocket.Conn) net.Conn { return &wsConn{ws: ws} }
+
+type wsConn struct {
+	ws  *websocket.Conn
+	rmu sync.Mutex
+	r   io.Reader // the message being read
+	wmu sync.Mutex
+}
+
+func (c *wsConn) Read(p []byte) (int, error) {
+	c.rmu.Lock()
+	defer c.rmu.Unlock()
+	for {
+		if c.r == nil {
+			t, r, err := c.ws.NextReader()
+			if err != nil {
+				return 0, err
+			}
+			if t != websocket.BinaryMessage {
+				continue
+			}
+			c.r = r
+		}
+		n, err := c.r.Read(p)
+		if err == io.EOF {
+			c.r = nil
+			if n > 0 {
+				return n, nil
+			}
+			continue
+		}
+		return n, err
+	}
+}
+
+func (c *wsConn) Write(p []byte) (int, error) {
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	if err := c.ws.WriteMessage(websocket.BinaryMessage, p); err != nil {
+		return 0, err
+	}
+	return len(p), nil
+}
+
+func (c *wsConn) Close() error                       { return c.ws.Close() }
+func (c *wsConn) LocalAddr() net.Addr                { return c.ws.LocalAddr() }
+func (c *wsConn) RemoteAddr() net.Addr               { return c.ws.RemoteAddr() }
+func (c *wsConn) SetReadDeadline(t time.Time) error  { return c.ws.SetReadDeadline(t) }
+func (c *wsConn) SetWriteDeadline(t time.Time) error { return c.ws.SetWriteDeadline(t) }
+func (c *wsConn) SetDeadline(t time.Time) error {
+	if err := c.ws.SetReadDeadline(t); err != nil {
+		return err
+	}
+	return c.ws.SetWriteDeadline(t)
+}

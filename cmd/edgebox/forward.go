@@ -1,0 +1,120 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/signal"
+	"strconv"
+	"strings"
+	"sync"
+
+	"github.com/spf13/cobra"
+
+	"github.com/edgebox/edgebox/api"
+	"github.com/edgebox/edgebox/tunnel"
+)
+
+func portForwardCmd() *cobra.Command {
+	var listen string
+	c := &cobra.Command{
+		Use:   "port-forward BOX [LOCAL_PORT:]HOST:PORT",
+		Short: "Forward a local port to a port on a box, or on a host of the box's LAN",
+		Long: `Listen on a local port and carry each connection to it through the box's
+tunnel to HOST:PORT as the box sees it: the box's own ports (127.0.0.1,
+localhost), or a host on its LAN that an admin put on the box's or its
+site's forward allow list ('edgebox session rules set --forward-site
+SITE=HOST:PORTS'); any other target is refused. LOCAL_PORT is HOST:PORT's
+port unless given; 0 picks a free one. ^C ends the forward.
+
+The forward is audited: who, box, target, start, end, connections and
+bytes. It needs the maintainer or admin role in the box's tenant.`,
+		Example: `  edgebox port-forward box-17 8080:127.0.0.1:80      # the box's own web page on http://127.0.0.1:8080
+  edgebox port-forward box-17 192.168.1.20:443         # a LAN host, on local port 443`,
+		Args: cobra.ExactArgs(2),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			local, target, err := splitForward(args[1])
+			if err != nil {
+				return err
+			}
+			cl, err := client()
+			if err != nil {
+				return err
+			}
+			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt)
+			defer stop()
+			conn, err := cl.OpenForward(ctx, args[0], target)
+			if err != nil {
+				return err
+			}
+			mux, err := api.ForwardClient(conn)
+			if err != nil {
+				return err
+			}
+			defer mux.Close()
+			ln, err := net.Listen("tcp", net.JoinHostPort(listen, local))
+			if err != nil {
+				return fmt.Errorf("listening on %s: %w", net.JoinHostPort(listen, local), err)
+			}
+			defer ln.Close()
+			fmt.Fprintf(cmd.OutOrStdout(), "forwarding %s to %s on box %s; ^C ends it\n", ln.Addr(), target, args[0])
+			go func() {
+				select {
+				case <-ctx.Done():
+				case <-mux.CloseChan():
+				}
+				ln.Close()
+			}()
+			var wg sync.WaitGroup
+			defer wg.Wait()
+			for {
+				lc, err := ln.Accept()
+				if err != nil {
+					if mux.IsClosed() && ctx.Err() == nil {
+						return errors.New("the console ended the forward")
+					}
+					return nil
+				}
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					defer lc.Close()
+					st, err := mux.OpenStream()
+					if err != nil {
+						return
+					}
+					defer st.Close()
+					if err := tunnel.ReadForwardReply(st); err != nil {
+						fmt.Fprintf(cmd.ErrOrStderr(), "edgebox: a connection from %s: %v\n", lc.RemoteAddr(), err)
+						return
+					}
+					tunnel.Join(ctx, lc, st)
+				}()
+			}
+		},
+	}
+	c.Flags().StringVar(&listen, "address", "127.0.0.1", "the local address to listen on")
+	return c
+}
+
+// splitForward reads [LOCAL_PORT:]HOST:PORT.
+func splitForward(s string) (local, target string, err error) {
+	bad := fmt.Errorf("%q: use [LOCAL_PORT:]HOST:PORT", s)
+	target = s
+	if first, rest, ok := strings.Cut(s, ":"); ok {
+		if _, err := strconv.Atoi(first); err == nil && strings.Contains(rest, ":") && !strings.HasPrefix(rest, ":") {
+			local, target = first, rest
+		}
+	}
+	if _, _, err := tunnel.ParseTarget(target); err != nil {
+		return "", "", bad
+	}
+	if local == "" {
+		_, local, _ = net.SplitHostPort(target)
+	}
+	if p, err := strconv.Atoi(local); err != nil || p < 0 || p > 65535 {
+		return "", "", bad
+	}
+	return local, target, nil
+}

@@ -1,0 +1,151 @@
+package sessions
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/hashicorp/yamux"
+
+	"github.com/edgebox/edgebox/api"
+	"github.com/edgebox/edgebox/console/audit"
+	"github.com/edgebox/edgebox/tunnel"
+)
+
+// KindForward is a port forward: one target, any number of connections.
+const KindForward = "forward"
+
+// maxForwardConns bounds the connections one forward carries at once.
+const maxForwardConns = api.MaxForwardConns
+
+// Tunnel opens streams to boxes.
+type Tunnel interface {
+	Open(ctx context.Context, box string, kind tunnel.Kind, meta map[string]string) (net.Conn, error)
+}
+
+// ForwardRequest is an operator's ask for a port forward; the caller has
+// checked the role, the box and the target against the allow lists.
+type ForwardRequest struct {
+	TenantID, Box, BoxName, Target, User, Remote string
+}
+
+// Forward carries a port forward over conn, the operator's WebSocket,
+// until the operator leaves, it sits idle, it runs too long, or a user
+// ends it. The operator opens a stream per connection; each gets the
+// box's reply (tunnel.ReadForwardReply) and then the target's bytes.
+func (b *Broker) Forward(ctx context.Context, req ForwardRequest, conn net.Conn) {
+	defer conn.Close()
+	now := b.cfg.Now()
+	rec := Record{ID: newID(now), TenantID: req.TenantID, Box: req.Box, BoxName: req.BoxName, Kind: KindForward,
+		Target: req.Target, User: req.User, Remote: req.Remote, Started: now}
+	fctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	l := &live{rec: rec, cancel: cancel, watchers: map[*watcher]struct{}{}}
+	b.mu.Lock()
+	if len(b.live) >= b.cfg.MaxLive {
+		b.mu.Unlock()
+		return
+	}
+	b.live[rec.ID] = l
+	b.wg.Add(1)
+	b.mu.Unlock()
+	defer func() {
+		b.mu.Lock()
+		delete(b.live, rec.ID)
+		b.mu.Unlock()
+		b.wg.Done()
+	}()
+	if err := b.put(ctx, rec, audit.Entry{TenantID: rec.TenantID, Actor: rec.User, Remote: rec.Remote,
+		Action: "forward.open", Target: target(rec), Result: "ok", Detail: fmt.Sprintf("forward %s to %s", rec.ID, rec.Target)}); err != nil {
+		b.cfg.Log.Error("a forward could not be recorded; it does not run", "box", rec.Box, "err", err)
+		return
+	}
+	ys, err := yamux.Server(conn, api.ForwardMux())
+	if err != nil {
+		return
+	}
+	var in, out, conns, active atomic.Int64
+	var last atomic.Int64
+	last.Store(now.UnixNano())
+	go func() {
+		<-fctx.Done()
+		ys.Close()
+	}()
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		t := time.NewTicker(time.Second)
+		defer t.Stop()
+		for {
+			select {
+			case <-fctx.Done():
+				return
+			case <-t.C:
+			}
+			n := b.cfg.Now()
+			switch {
+			case active.Load() == 0 && n.Sub(time.Unix(0, last.Load())) >= b.cfg.IdleTimeout:
+				cancel(errIdle)
+			case n.Sub(rec.Started) >= b.cfg.MaxDuration:
+				cancel(errTooLong)
+			}
+		}
+	}()
+	for {
+		st, err := ys.AcceptStream()
+		if err != nil {
+			if fctx.Err() == nil {
+				cancel(errOpGone)
+			}
+			break
+		}
+		if active.Load() >= maxForwardConns {
+			tunnel.WriteForwardReply(st, fmt.Errorf("this forward carries %d connections already", maxForwardConns))
+			st.Close()
+			continue
+		}
+		active.Add(1)
+		conns.Add(1)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer active.Add(-1)
+			defer st.Close()
+			tc, err := b.cfg.Tunnel.Open(fctx, rec.Box, tunnel.KindForward, map[string]string{tunnel.MetaTarget: rec.Target})
+			if err != nil {
+				tunnel.WriteForwardReply(st, fmt.Errorf("box %s: %v", cmpOr(rec.BoxName, rec.Box), err))
+				return
+			}
+			defer tc.Close()
+			err = tunnel.ReadForwardReply(tc)
+			if err != nil && !errors.Is(err, tunnel.ErrForwardRefused) {
+				err = fmt.Errorf("box %s: %v", cmpOr(rec.BoxName, rec.Box), err)
+			}
+			if tunnel.WriteForwardReply(st, err) != nil || err != nil {
+				return
+			}
+			a, c := tunnel.Join(fctx, st, tc)
+			in.Add(a)
+			out.Add(c)
+			last.Store(b.cfg.Now().UnixNano())
+		}()
+	}
+	cancel(errOpGone)
+	wg.Wait()
+	ended := b.cfg.Now()
+	rec.Ended, rec.BytesIn, rec.BytesOut, rec.Conns = &ended, in.Load(), out.Load(), conns.Load()
+	rec.EndedBy = causeName(context.Cause(fctx))
+	wctx, wcancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer wcancel()
+	if err := b.put(wctx, rec, audit.Entry{TenantID: rec.TenantID, Actor: rec.User, Remote: rec.Remote,
+		Action: "forward.end", Target: target(rec), Result: "ok",
+		Detail: fmt.Sprintf("forward %s to %s ended by %s after %s; %d connections, %d bytes in, %d out", rec.ID, rec.Target,
+			rec.EndedBy, ended.Sub(rec.Started).Round(time.Second), rec.Conns, rec.BytesIn, rec.BytesOut)}); err != nil {
+		b.cfg.Log.Error("a forward's end could not be recorded", "session", rec.ID, "err", err)
+	}
+}
