@@ -8,6 +8,7 @@ import (
 	"os"
 	"sort"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -106,13 +107,16 @@ func runSession(cmd *cobra.Command, box string, o api.SessionOptions) error {
 		return err
 	}
 	defer s.Close()
+	restore := func() {}
 	if o.TTY && local {
 		// Raw: every key, ^C included, goes to the remote terminal.
 		old, err := term.MakeRaw(int(stdin.Fd()))
 		if err != nil {
 			return fmt.Errorf("cannot put the terminal in raw mode: %w", err)
 		}
-		defer term.Restore(int(stdin.Fd()), old)
+		var once sync.Once
+		restore = func() { once.Do(func() { term.Restore(int(stdin.Fd()), old) }) }
+		defer restore()
 		stop := followSize(stdin, s)
 		defer stop()
 	} else {
@@ -130,9 +134,7 @@ func runSession(cmd *cobra.Command, box string, o api.SessionOptions) error {
 			fmt.Fprintln(errOut, st.Message)
 		}
 	})
-	if o.TTY && local {
-		term.Restore(int(stdin.Fd()), nil) // (deferred too) so the messages below print as lines
-	}
+	restore() // so the messages below print as lines
 	if err != nil {
 		return err
 	}
@@ -341,17 +343,24 @@ func sessionRulesCmd(out printer) *cobra.Command {
 			return out(cmd, r, func(w io.Writer) { printSessionRules(w, r) })
 		},
 	}
-	var labels, regions, sites []string
+	var labels, regions, sites, fwdSites, fwdBoxes []string
 	set := &cobra.Command{
-		Use:   "set [--four-eyes-labels K=V,...]... [--four-eyes-region R]... [--four-eyes-site S]...",
-		Short: "Replace the tenant's session rules (admins): sessions on the boxes named need a second maintainer's approval",
+		Use:   "set [--four-eyes-labels K=V,...]... [--four-eyes-region R]... [--four-eyes-site S]... [--forward-site SITE=TARGETS]... [--forward-box BOX=TARGETS]...",
+		Short: "Replace the tenant's session rules (admins): four-eyes boxes, and the LAN hosts port forwards may reach",
 		Long: `Replace the tenant's session rules. A session on a box that any rule
 matches opens only once a second user with the maintainer or admin role
 approves it ('edgebox session approve ID', or the web console); that user
 may watch it live and end it. Each --four-eyes-labels is one rule: every
-label it lists must match. With no flags, no box needs approval.`,
+label it lists must match.
+
+--forward-site and --forward-box allow port forwards from a site's boxes,
+or one box's, to LAN hosts: ADDRESS[/BITS]:PORTS or HOSTNAME:PORTS, PORTS
+being a port, LOW-HIGH or *; several separated by commas. A box's own
+ports need no entry. With no flags, no box needs approval and forwards
+reach only the boxes themselves.`,
 		Example: `  edgebox session rules set --four-eyes-labels money=yes
-  edgebox session rules set --four-eyes-labels money=yes,bank=icbc --four-eyes-site branch-12`,
+  edgebox session rules set --four-eyes-labels money=yes,bank=icbc --four-eyes-site branch-12
+  edgebox session rules set --forward-site shop-12=192.168.1.0/24:80,192.168.1.20:443 --forward-box BOX=printer.lan:631`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			cl, err := client()
@@ -376,6 +385,26 @@ label it lists must match. With no flags, no box needs approval.`,
 			for _, s := range sites {
 				r.FourEyes = append(r.FourEyes, api.BoxMatch{Site: s})
 			}
+			lists := func(flag string, in []string) (map[string][]string, error) {
+				if len(in) == 0 {
+					return nil, nil
+				}
+				out := map[string][]string{}
+				for _, f := range in {
+					name, targets, ok := strings.Cut(f, "=")
+					if !ok || name == "" || targets == "" {
+						return nil, fmt.Errorf("--%s %q: use NAME=TARGET[,TARGET...]", flag, f)
+					}
+					out[name] = append(out[name], strings.Split(targets, ",")...)
+				}
+				return out, nil
+			}
+			if r.ForwardSites, err = lists("forward-site", fwdSites); err != nil {
+				return err
+			}
+			if r.ForwardBoxes, err = lists("forward-box", fwdBoxes); err != nil {
+				return err
+			}
 			r, err = cl.SetSessionRules(cmd.Context(), r)
 			if err != nil {
 				return err
@@ -386,11 +415,26 @@ label it lists must match. With no flags, no box needs approval.`,
 	set.Flags().StringArrayVar(&labels, "four-eyes-labels", nil, "boxes with these labels need approval (repeatable; each is one rule)")
 	set.Flags().StringArrayVar(&regions, "four-eyes-region", nil, "boxes of this region need approval (repeatable)")
 	set.Flags().StringArrayVar(&sites, "four-eyes-site", nil, "boxes of this site need approval (repeatable)")
+	set.Flags().StringArrayVar(&fwdSites, "forward-site", nil, "SITE=TARGET[,TARGET...]: LAN hosts port forwards from the site's boxes may reach (repeatable)")
+	set.Flags().StringArrayVar(&fwdBoxes, "forward-box", nil, "BOX_ID=TARGET[,TARGET...]: LAN hosts port forwards from that box may reach (repeatable)")
 	c.AddCommand(show, set)
 	return c
 }
 
 func printSessionRules(w io.Writer, r api.SessionRules) {
+	for _, l := range []struct {
+		what  string
+		lists map[string][]string
+	}{{"site", r.ForwardSites}, {"box", r.ForwardBoxes}} {
+		names := make([]string, 0, len(l.lists))
+		for n := range l.lists {
+			names = append(names, n)
+		}
+		sort.Strings(names)
+		for _, n := range names {
+			fmt.Fprintf(w, "port forwards from %s %s may reach %s\n", l.what, n, strings.Join(l.lists[n], ", "))
+		}
+	}
 	if len(r.FourEyes) == 0 {
 		fmt.Fprintln(w, "no box needs a second maintainer's approval for a session")
 		return

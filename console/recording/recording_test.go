@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/creack/pty"
+
 	"github.com/edgebox/edgebox/internal/test/require"
 )
 
@@ -102,16 +104,35 @@ func TestAsciinemaPlaysIt(t *testing.T) {
 	dir := t.TempDir()
 	_, want := record(t, dir, "play", "$ uname\r\n", "Linux\r\n", "$ exit\r\n")
 	cast, _ := Paths(dir, "play")
-	out, err := exec.Command(bin, "cat", cast).CombinedOutput()
+	// asciinema wants a terminal.
+	out, err := underPTY(exec.Command(bin, "cat", cast))
 	if err != nil {
 		t.Fatalf("asciinema cat: %v: %s", err, out)
 	}
 	if !bytes.Contains(out, []byte(want)) {
 		t.Fatalf("asciinema cat printed %q, want %q", out, want)
 	}
-	if out, err := exec.Command(bin, "play", "-i", "0.01", cast).CombinedOutput(); err != nil || !bytes.Contains(out, []byte("Linux")) {
+	if out, err := underPTY(exec.Command(bin, "play", "-i", "0.01", cast)); err != nil || !bytes.Contains(out, []byte("Linux")) {
 		t.Fatalf("asciinema play: %v: %q", err, out)
 	}
+}
+
+// underPTY runs cmd with a terminal and returns what it printed.
+func underPTY(cmd *exec.Cmd) ([]byte, error) {
+	tty, err := pty.Start(cmd)
+	if err != nil {
+		return nil, err
+	}
+	defer tty.Close()
+	var out bytes.Buffer
+	done := make(chan struct{})
+	go func() { defer close(done); out.ReadFrom(tty) }() // ends with EIO when cmd exits
+	err = cmd.Wait()
+	select {
+	case <-done:
+	case <-time.After(5 * time.Second):
+	}
+	return out.Bytes(), err
 }
 
 func TestAFlippedByteNamesItsChunk(t *testing.T) {
