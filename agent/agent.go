@@ -27,6 +27,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
+	"github.com/edgebox/edgebox/agent/files"
 	"github.com/edgebox/edgebox/agent/forward"
 	"github.com/edgebox/edgebox/agent/localstore"
 	"github.com/edgebox/edgebox/agent/locks"
@@ -330,7 +331,8 @@ func (a *Agent) Run(ctx context.Context) error {
 	defer restartFor(nil)
 	rpc := grpc.NewServer(grpc.MaxRecvMsgSize(4<<20), grpc.ReadBufferSize(0), grpc.SharedWriteBuffer(true))
 	edgeboxv1.RegisterAgentServiceServer(rpc, &agentService{version: a.cfg.Version, drivers: a.cfg.Drivers, wipe: a.askWipe,
-		sessions: session.New(session.Config{Drivers: a.cfg.Drivers, Log: a.log})})
+		sessions: session.New(session.Config{Drivers: a.cfg.Drivers, Log: a.log}),
+		files:    &files.Server{VolumeDir: VolumeDir(a.cfg.DataDir)}})
 	console, err := grpc.NewClient("passthrough:///console",
 		grpc.WithTransportCredentials(insecure.NewCredentials()),     // the tunnel is the mTLS
 		grpc.WithReadBufferSize(0), grpc.WithSharedWriteBuffer(true), // tunnel streams are buffered
@@ -576,8 +578,29 @@ type agentService struct {
 	version string
 	drivers []runtime.Driver
 	wipe    func(ctx context.Context, reason string) (*edgeboxv1.WipeResponse, error)
-	// sessions serves the console's remote shells and commands.
+	// sessions serves the console's remote shells and commands; files
+	// its file copies.
 	sessions *session.Server
+	files    *files.Server
+}
+
+// StatFile serves a file copy's look at a path.
+func (s *agentService) StatFile(_ context.Context, r *edgeboxv1.FileRequest) (*edgeboxv1.FileInfo, error) {
+	return s.files.Stat(r)
+}
+
+// ReadFile serves a file copy from the box.
+func (s *agentService) ReadFile(r *edgeboxv1.FileRequest, stream edgeboxv1.AgentService_ReadFileServer) error {
+	return s.files.Read(r, stream.Send)
+}
+
+// WriteFile serves a file copy to the box.
+func (s *agentService) WriteFile(stream edgeboxv1.AgentService_WriteFileServer) error {
+	info, err := s.files.Write(stream.Recv)
+	if err != nil {
+		return err
+	}
+	return stream.SendAndClose(info)
 }
 
 // Exec serves a remote maintenance session.

@@ -18,7 +18,7 @@ const MaxForwardConns = 64
 func ForwardMux() *yamux.Config {
 	c := yamux.DefaultConfig()
 	c.EnableKeepAlive = false
-	c.MaxStreamWindowSize = 1 << 20
+	c.MaxStreamWindowSize = 4 << 20
 	c.AcceptBacklog = MaxForwardConns
 	c.LogOutput = nil
 	c.Logger = log.New(io.Discard, "", 0)

@@ -53,11 +53,12 @@ func (c *Client) OpenSession(ctx context.Context, box string, o SessionOptions) 
 			q.Set("term", o.Term)
 		}
 	}
-	return c.openSocket(ctx, "/api/v1/boxes/"+url.PathEscape(box)+"/exec?"+q.Encode())
+	return c.openSocket(ctx, "/api/v1/boxes/"+url.PathEscape(box)+"/exec?"+q.Encode(), 4<<10)
 }
 
-// openSocket opens a session's WebSocket at path.
-func (c *Client) openSocket(ctx context.Context, path string) (*Session, error) {
+// openSocket opens a session's WebSocket at path, writing frames of up
+// to writeBuf bytes.
+func (c *Client) openSocket(ctx context.Context, path string, writeBuf int) (*Session, error) {
 	u := "wss" + strings.TrimPrefix(c.base, "https") + path
 	h := http.Header{}
 	if c.token != "" {
@@ -67,7 +68,7 @@ func (c *Client) openSocket(ctx context.Context, path string) (*Session, error) 
 		h.Set("X-Edgebox-Tenant", c.tenant)
 	}
 	d := websocket.Dialer{TLSClientConfig: c.tls.Clone(), Proxy: http.ProxyFromEnvironment, HandshakeTimeout: 20 * time.Second,
-		ReadBufferSize: 32 << 10, WriteBufferSize: 4 << 10}
+		ReadBufferSize: 32 << 10, WriteBufferSize: writeBuf}
 	ws, resp, err := d.DialContext(ctx, u, h)
 	if err != nil {
 		if resp != nil && resp.StatusCode >= 300 {
@@ -324,17 +325,111 @@ func (c *Client) ApproveSession(ctx context.Context, id string) error {
 
 // WatchSession opens a live session's output, read only.
 func (c *Client) WatchSession(ctx context.Context, id string) (*Session, error) {
-	return c.openSocket(ctx, "/api/v1/sessions/"+url.PathEscape(id)+"/watch")
+	return c.openSocket(ctx, "/api/v1/sessions/"+url.PathEscape(id)+"/watch", 4<<10)
 }
 
 // OpenForward opens a port forward from box to target ("host:port" as
 // the box sees it); the caller runs a multiplexer on the connection, a
 // stream per TCP connection.
 func (c *Client) OpenForward(ctx context.Context, box, target string) (net.Conn, error) {
-	s, err := c.openSocket(ctx, "/api/v1/boxes/"+url.PathEscape(box)+"/forward?"+url.Values{"target": {target}}.Encode())
+	s, err := c.openSocket(ctx, "/api/v1/boxes/"+url.PathEscape(box)+"/forward?"+url.Values{"target": {target}}.Encode(), 64<<10)
 	if err != nil {
 		return nil, err
 	}
 	s.ws.SetReadLimit(1 << 20)
 	return WebSocketConn(s.ws), nil
+}
+
+// FileInfo is what a box has at a path.
+type FileInfo struct {
+	Exists    bool   `json:"exists"`
+	Size      int64  `json:"size"`
+	Mode      uint32 `json:"mode"`
+	MtimeUnix int64  `json:"mtime_unix"`
+	SHA256    string `json:"sha256,omitempty"`
+	// PartSize is how much of an upload to the path is on the box.
+	PartSize int64 `json:"part_size"`
+	// Complete: an upload's file is whole and in place.
+	Complete bool `json:"complete"`
+	IsDir    bool `json:"is_dir"`
+}
+
+func fileQuery(path, volume string) url.Values {
+	q := url.Values{"path": {path}}
+	if volume != "" {
+		q.Set("volume", volume)
+	}
+	return q
+}
+
+// StatFile says what box has at path (within volume "APP/VOLUME" when
+// set), with its SHA-256 when withSum.
+func (c *Client) StatFile(ctx context.Context, box, path, volume string, withSum bool) (FileInfo, error) {
+	q := fileQuery(path, volume)
+	if withSum {
+		q.Set("sha256", "1")
+	}
+	var fi FileInfo
+	err := c.doWith(ctx, c.longHTTP(), http.MethodGet, "/api/v1/boxes/"+url.PathEscape(box)+"/files/stat?"+q.Encode(), nil, &fi)
+	return fi, err
+}
+
+// longHTTP is the client without its overall time limit, for copies.
+func (c *Client) longHTTP() *http.Client {
+	hc := *c.http
+	hc.Timeout = 0
+	return &hc
+}
+
+// UploadFile sends body, the bytes of a file of size bytes with SHA-256
+// sum from offset on, to path on box. The answer says how far the box's
+// part is, and whether the file is whole and in place.
+func (c *Client) UploadFile(ctx context.Context, box, path, volume string, offset, size int64, sum string, mode uint32, body io.Reader) (FileInfo, error) {
+	q := fileQuery(path, volume)
+	q.Set("offset", strconv.FormatInt(offset, 10))
+	q.Set("size", strconv.FormatInt(size, 10))
+	q.Set("sha256", sum)
+	if mode != 0 {
+		q.Set("mode", strconv.FormatUint(uint64(mode), 8))
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPut, c.base+"/api/v1/boxes/"+url.PathEscape(box)+"/files?"+q.Encode(), body)
+	if err != nil {
+		return FileInfo{}, err
+	}
+	req.ContentLength = size - offset
+	req.Header.Set("Content-Type", "application/octet-stream")
+	c.authorize(req)
+	var fi FileInfo
+	return fi, c.send(c.longHTTP(), req, &fi)
+}
+
+// DownloadFile reads path on box from offset; it returns the body and
+// how many bytes it holds.
+func (c *Client) DownloadFile(ctx context.Context, box, path, volume string, offset int64) (io.ReadCloser, int64, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.base+"/api/v1/boxes/"+url.PathEscape(box)+"/files?"+fileQuery(path, volume).Encode(), nil)
+	if err != nil {
+		return nil, 0, err
+	}
+	if offset > 0 {
+		req.Header.Set("Range", fmt.Sprintf("bytes=%d-", offset))
+	}
+	c.authorize(req)
+	resp, err := c.longHTTP().Do(req)
+	if err != nil {
+		return nil, 0, fmt.Errorf("cannot reach the console at %s: %w", c.base, err)
+	}
+	if resp.StatusCode >= 300 {
+		defer resp.Body.Close()
+		var e Error
+		raw, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
+		if json.Unmarshal(raw, &e) != nil || e.Error == "" {
+			e.Error = fmt.Sprintf("console answered %s", resp.Status)
+		}
+		return nil, 0, &StatusError{Status: resp.StatusCode, Message: e.Error}
+	}
+	if offset > 0 && resp.StatusCode != http.StatusPartialContent {
+		resp.Body.Close()
+		return nil, 0, errors.New("the console did not resume the download where asked")
+	}
+	return resp.Body, resp.ContentLength, nil
 }

@@ -1,6 +1,7 @@
 package api
 
 import (
+	"encoding/binary"
 	"io"
 	"net"
 	"sync"
@@ -12,15 +13,24 @@ import (
 // WebSocketConn makes a WebSocket a stream of bytes, for a multiplexer
 // (a port forward runs yamux over it): each Write is one binary message,
 // and Read returns the messages' bytes in order. Text messages are
-// skipped.
+// skipped. A multiplexer's frame header (12 bytes, yamux writes it on its
+// own) is held and sent in one message with the frame's body.
 func WebSocketConn(ws *websocket.Conn) net.Conn { return &wsConn{ws: ws} }
 
 type wsConn struct {
-	ws  *websocket.Conn
-	rmu sync.Mutex
-	r   io.Reader // the message being read
-	wmu sync.Mutex
+	ws   *websocket.Conn
+	rmu  sync.Mutex
+	r    io.Reader // the message being read
+	wmu  sync.Mutex
+	held []byte // a frame header, sent with the next write
 }
+
+// muxHeader is the size of a yamux frame header; muxData its data type
+// and a data frame's length field.
+const (
+	muxHeader = 12
+	muxData   = 0
+)
 
 func (c *wsConn) Read(p []byte) (int, error) {
 	c.rmu.Lock()
@@ -51,7 +61,26 @@ func (c *wsConn) Read(p []byte) (int, error) {
 func (c *wsConn) Write(p []byte) (int, error) {
 	c.wmu.Lock()
 	defer c.wmu.Unlock()
-	if err := c.ws.WriteMessage(websocket.BinaryMessage, p); err != nil {
+	// A data frame's header announces a body: hold it for that body's
+	// write, so the frame goes as one message.
+	if c.held == nil && len(p) == muxHeader && p[1] == muxData && binary.BigEndian.Uint32(p[8:]) > 0 {
+		c.held = append(make([]byte, 0, muxHeader), p...)
+		return len(p), nil
+	}
+	msg := p
+	if c.held != nil {
+		w, err := c.ws.NextWriter(websocket.BinaryMessage)
+		if err != nil {
+			return 0, err
+		}
+		w.Write(c.held)
+		c.held = nil
+		if _, err := w.Write(p); err != nil {
+			return 0, err
+		}
+		return len(p), w.Close()
+	}
+	if err := c.ws.WriteMessage(websocket.BinaryMessage, msg); err != nil {
 		return 0, err
 	}
 	return len(p), nil

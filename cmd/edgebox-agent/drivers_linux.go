@@ -42,7 +42,7 @@ func drivers(dataDir string, rt runtimeFlags, log *slog.Logger) (ds []runtime.Dr
 		return ds, side, closeAll
 	}
 	d, err := containerd.New(containerd.Config{Address: containerdAddr, LogDir: filepath.Join(dataDir, "logs"),
-		VolumeDir: filepath.Join(dataDir, "volumes"), RuncRoot: rt.runcRoot, AgentAPIDir: agent.APIDir(dataDir),
+		VolumeDir: agent.VolumeDir(dataDir), RuncRoot: rt.runcRoot, AgentAPIDir: agent.APIDir(dataDir),
 		Network: net, Egress: egress, KeepNetwork: keepVMs, StateDir: filepath.Join(dataDir, "containerd"), Proxy: rt.proxy, Log: log})
 	if err != nil {
 		log.Warn("containerd is not usable; container workloads cannot run", "err", err)

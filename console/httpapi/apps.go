@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/gin-gonic/gin"
+	"google.golang.org/grpc"
 
 	"github.com/edgebox/edgebox/api"
 	"github.com/edgebox/edgebox/console/apps"
@@ -23,6 +24,9 @@ type Agents interface {
 	// answer until ctx ends. Without an answer, the error says why in a
 	// few words ("box offline", …), or is context.DeadlineExceeded.
 	Wipe(ctx context.Context, box, reason string) (*edgeboxv1.WipeResponse, error)
+	// Conn is a gRPC connection to a box's AgentService, for file
+	// copies; the caller closes it.
+	Conn(box string) (*grpc.ClientConn, error)
 }
 
 func appView(a apps.App) api.App {

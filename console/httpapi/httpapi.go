@@ -169,6 +169,9 @@ func (s *server) routes() []route {
 		{"GET", v1 + "/boxes/:id/workloads/:name/logs", auth.Read, s.workloadLogs},
 		{"GET", v1 + "/boxes/:id/exec", auth.Maintain, s.openSession},
 		{"GET", v1 + "/boxes/:id/forward", auth.Maintain, s.openForward},
+		{"GET", v1 + "/boxes/:id/files", auth.Maintain, s.readFile},
+		{"GET", v1 + "/boxes/:id/files/stat", auth.Maintain, s.statFile},
+		{"PUT", v1 + "/boxes/:id/files", auth.Maintain, s.writeFile},
 
 		{"GET", v1 + "/sessions", auth.Read, s.listSessions},
 		{"GET", v1 + "/sessions/:sid", auth.Read, s.getSession},

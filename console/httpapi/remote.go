@@ -25,12 +25,19 @@ const (
 
 // upgrader makes a session's WebSocket. A browser's must come from the
 // console's own pages (cross-site WebSocket hijacking); a CLI sends no
-// Origin.
-var upgrader = websocket.Upgrader{
-	ReadBufferSize:  4 << 10,
-	WriteBufferSize: 32 << 10,
-	CheckOrigin:     func(r *http.Request) bool { return checkOrigin(r) == nil },
-}
+// Origin. forwardUpgrader's, for port forwards, moves bulk data.
+var (
+	upgrader = websocket.Upgrader{
+		ReadBufferSize:  4 << 10,
+		WriteBufferSize: 32 << 10,
+		CheckOrigin:     func(r *http.Request) bool { return checkOrigin(r) == nil },
+	}
+	forwardUpgrader = websocket.Upgrader{
+		ReadBufferSize:  64 << 10,
+		WriteBufferSize: 64 << 10,
+		CheckOrigin:     func(r *http.Request) bool { return checkOrigin(r) == nil },
+	}
+)
 
 // openSession opens a remote session on a box (GET with a WebSocket
 // upgrade): ?workload=W&tty=1&cols=N&rows=N&term=T&cmd=A&cmd=B…; no cmd is
@@ -334,7 +341,7 @@ func (s *server) openForward(c *gin.Context) {
 		fail(c, errdefs.Invalid("a forward is a WebSocket: use 'edgebox port-forward'"))
 		return
 	}
-	ws, err := upgrader.Upgrade(c.Writer, c.Request, nil)
+	ws, err := forwardUpgrader.Upgrade(c.Writer, c.Request, nil)
 	if err != nil {
 		return
 	}

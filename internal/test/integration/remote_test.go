@@ -6,7 +6,9 @@ import (
 	"bufio"
 	"bytes"
 	"crypto/rand"
+	"crypto/sha256"
 	"encoding/hex"
+	"encoding/pem"
 	"errors"
 	"fmt"
 	"io"
@@ -29,6 +31,7 @@ import (
 	"github.com/edgebox/edgebox/internal/test/ctrdtest"
 	"github.com/edgebox/edgebox/internal/test/require"
 	"github.com/edgebox/edgebox/internal/test/testenv"
+	"github.com/edgebox/edgebox/internal/test/toxic"
 )
 
 // TestRemoteSessions runs remote maintenance sessions with the built
@@ -351,4 +354,85 @@ func underPTY(cmd *exec.Cmd) ([]byte, error) {
 	case <-time.After(5 * time.Second):
 	}
 	return out.Bytes(), err
+}
+
+// TestCopyResumesAfterACut: a 50 MB file copied to a box and back
+// through a link that cuts every connection after 20 MB: each copy goes
+// on where it stopped, and arrives with the same SHA-256.
+func TestCopyResumesAfterACut(t *testing.T) {
+	h := testenv.NewBinaries(t)
+	box, err := h.Enroll(t, h.Token(t, api.TokenRequest{Region: "east", Site: "shop"}), "copy-box")
+	if err != nil {
+		t.Fatal(err)
+	}
+	box.Start(t)
+	testenv.WaitFor(t, time.Minute, "the box online", func() bool {
+		b, err := h.Admin().Box(ctx(t), box.ID())
+		return err == nil && b.Online
+	})
+	proxy := toxic.New(t, strings.TrimPrefix(h.URL(), "https://"))
+	conf := filepath.Join(t.TempDir(), "cli.json")
+	cli := func(args ...string) (string, error) {
+		cmd := exec.Command(filepath.Join(h.Bin(), "edgebox"), args...)
+		cmd.Env = append(os.Environ(), "EDGEBOX_CONFIG="+conf)
+		out, err := cmd.CombinedOutput()
+		return string(out), err
+	}
+	blk, _ := pem.Decode(h.CAPEM())
+	caSum := sha256.Sum256(blk.Bytes)
+	if out, err := cli("login", "https://"+proxy.Addr(), "--token", h.AdminToken(), "--ca-sha256", hex.EncodeToString(caSum[:])); err != nil {
+		t.Fatalf("login through the proxy: %v: %s", err, out)
+	}
+	data := make([]byte, 50<<20)
+	rand.Read(data)
+	want := sha256.Sum256(data)
+	src := filepath.Join(t.TempDir(), "big.bin")
+	os.WriteFile(src, data, 0o600)
+	onBox := filepath.Join(t.TempDir(), "big.bin") // the agent runs on this machine
+
+	if err := proxy.Add("cut-up", "limit_data", "upstream", `"bytes": 20971520`); err != nil {
+		t.Fatal(err)
+	}
+	out, err := cli("cp", src, box.ID()+":"+onBox)
+	if err != nil || strings.Count(out, "the copy stopped") < 2 || !strings.Contains(out, "copied") {
+		t.Fatalf("cp to the box: %v:\n%s", err, out)
+	}
+	got, _ := os.ReadFile(onBox)
+	if sha256.Sum256(got) != want {
+		t.Fatalf("the box holds %d bytes with another SHA-256", len(got))
+	}
+	proxy.Remove("cut-up")
+
+	if err := proxy.Add("cut-down", "limit_data", "downstream", `"bytes": 20971520`); err != nil {
+		t.Fatal(err)
+	}
+	back := filepath.Join(t.TempDir(), "back.bin")
+	out, err = cli("cp", box.ID()+":"+onBox, back)
+	if err != nil || strings.Count(out, "the copy stopped") < 2 {
+		t.Fatalf("cp from the box: %v:\n%s", err, out)
+	}
+	got, _ = os.ReadFile(back)
+	if sha256.Sum256(got) != want {
+		t.Fatalf("the copy back holds %d bytes with another SHA-256", len(got))
+	}
+	if _, err := os.Stat(back + ".edgebox-part"); !os.IsNotExist(err) {
+		t.Fatal("the download's part is left")
+	}
+	// Every part of each copy is audited.
+	entries, err := h.Admin().Audit(ctx(t), 100, "box/"+box.ID())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var reads, writes int
+	for _, e := range entries {
+		switch e.Action {
+		case "file.read":
+			reads++
+		case "file.write":
+			writes++
+		}
+	}
+	if writes < 3 || reads < 3 {
+		t.Fatalf("audited %d writes and %d reads, want each copy's parts", writes, reads)
+	}
 }

@@ -938,6 +938,315 @@ func (x *SyncDown) GetWaitingForApproval() bool {
 	return false
 }
 
+// FileRequest names a file on the box, and where to start.
+type FileRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// path is absolute on the box, or, with volume, relative to it.
+	Path string `protobuf:"bytes,1,opt,name=path,proto3" json:"path,omitempty"`
+	// volume is "APP/VOLUME", a workload's box-local volume.
+	Volume string `protobuf:"bytes,2,opt,name=volume,proto3" json:"volume,omitempty"`
+	Offset int64  `protobuf:"varint,3,opt,name=offset,proto3" json:"offset,omitempty"`
+	// sha256 asks StatFile for the file's SHA-256 (it reads it whole).
+	Sha256        bool `protobuf:"varint,4,opt,name=sha256,proto3" json:"sha256,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *FileRequest) Reset() {
+	*x = FileRequest{}
+	mi := &file_edgebox_v1_edgebox_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *FileRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*FileRequest) ProtoMessage() {}
+
+func (x *FileRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_edgebox_v1_edgebox_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use FileRequest.ProtoReflect.Descriptor instead.
+func (*FileRequest) Descriptor() ([]byte, []int) {
+	return file_edgebox_v1_edgebox_proto_rawDescGZIP(), []int{13}
+}
+
+func (x *FileRequest) GetPath() string {
+	if x != nil {
+		return x.Path
+	}
+	return ""
+}
+
+func (x *FileRequest) GetVolume() string {
+	if x != nil {
+		return x.Volume
+	}
+	return ""
+}
+
+func (x *FileRequest) GetOffset() int64 {
+	if x != nil {
+		return x.Offset
+	}
+	return 0
+}
+
+func (x *FileRequest) GetSha256() bool {
+	if x != nil {
+		return x.Sha256
+	}
+	return false
+}
+
+type FileInfo struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Exists        bool                   `protobuf:"varint,1,opt,name=exists,proto3" json:"exists,omitempty"`
+	Size          int64                  `protobuf:"varint,2,opt,name=size,proto3" json:"size,omitempty"`
+	Mode          uint32                 `protobuf:"varint,3,opt,name=mode,proto3" json:"mode,omitempty"`
+	MtimeUnix     int64                  `protobuf:"varint,4,opt,name=mtime_unix,json=mtimeUnix,proto3" json:"mtime_unix,omitempty"`
+	Sha256        string                 `protobuf:"bytes,5,opt,name=sha256,proto3" json:"sha256,omitempty"`                      // when asked, hex
+	PartSize      int64                  `protobuf:"varint,6,opt,name=part_size,json=partSize,proto3" json:"part_size,omitempty"` // bytes of an upload that stopped half way; 0 if none
+	Complete      bool                   `protobuf:"varint,7,opt,name=complete,proto3" json:"complete,omitempty"`                 // WriteFile: the file is whole and in place
+	IsDir         bool                   `protobuf:"varint,8,opt,name=is_dir,json=isDir,proto3" json:"is_dir,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *FileInfo) Reset() {
+	*x = FileInfo{}
+	mi := &file_edgebox_v1_edgebox_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *FileInfo) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*FileInfo) ProtoMessage() {}
+
+func (x *FileInfo) ProtoReflect() protoreflect.Message {
+	mi := &file_edgebox_v1_edgebox_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use FileInfo.ProtoReflect.Descriptor instead.
+func (*FileInfo) Descriptor() ([]byte, []int) {
+	return file_edgebox_v1_edgebox_proto_rawDescGZIP(), []int{14}
+}
+
+func (x *FileInfo) GetExists() bool {
+	if x != nil {
+		return x.Exists
+	}
+	return false
+}
+
+func (x *FileInfo) GetSize() int64 {
+	if x != nil {
+		return x.Size
+	}
+	return 0
+}
+
+func (x *FileInfo) GetMode() uint32 {
+	if x != nil {
+		return x.Mode
+	}
+	return 0
+}
+
+func (x *FileInfo) GetMtimeUnix() int64 {
+	if x != nil {
+		return x.MtimeUnix
+	}
+	return 0
+}
+
+func (x *FileInfo) GetSha256() string {
+	if x != nil {
+		return x.Sha256
+	}
+	return ""
+}
+
+func (x *FileInfo) GetPartSize() int64 {
+	if x != nil {
+		return x.PartSize
+	}
+	return 0
+}
+
+func (x *FileInfo) GetComplete() bool {
+	if x != nil {
+		return x.Complete
+	}
+	return false
+}
+
+func (x *FileInfo) GetIsDir() bool {
+	if x != nil {
+		return x.IsDir
+	}
+	return false
+}
+
+type FileChunk struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// header: the first message of WriteFile.
+	Header        *FileHeader `protobuf:"bytes,1,opt,name=header,proto3" json:"header,omitempty"`
+	Data          []byte      `protobuf:"bytes,2,opt,name=data,proto3" json:"data,omitempty"` // at most 64 KiB
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *FileChunk) Reset() {
+	*x = FileChunk{}
+	mi := &file_edgebox_v1_edgebox_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *FileChunk) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*FileChunk) ProtoMessage() {}
+
+func (x *FileChunk) ProtoReflect() protoreflect.Message {
+	mi := &file_edgebox_v1_edgebox_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use FileChunk.ProtoReflect.Descriptor instead.
+func (*FileChunk) Descriptor() ([]byte, []int) {
+	return file_edgebox_v1_edgebox_proto_rawDescGZIP(), []int{15}
+}
+
+func (x *FileChunk) GetHeader() *FileHeader {
+	if x != nil {
+		return x.Header
+	}
+	return nil
+}
+
+func (x *FileChunk) GetData() []byte {
+	if x != nil {
+		return x.Data
+	}
+	return nil
+}
+
+type FileHeader struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Path          string                 `protobuf:"bytes,1,opt,name=path,proto3" json:"path,omitempty"`
+	Volume        string                 `protobuf:"bytes,2,opt,name=volume,proto3" json:"volume,omitempty"`
+	Offset        int64                  `protobuf:"varint,3,opt,name=offset,proto3" json:"offset,omitempty"` // where data starts: the part's size so far
+	Size          int64                  `protobuf:"varint,4,opt,name=size,proto3" json:"size,omitempty"`     // the whole file's size
+	Sha256        string                 `protobuf:"bytes,5,opt,name=sha256,proto3" json:"sha256,omitempty"`  // the whole file's, hex
+	Mode          uint32                 `protobuf:"varint,6,opt,name=mode,proto3" json:"mode,omitempty"`     // permission bits for the new file; 0 is 0644
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *FileHeader) Reset() {
+	*x = FileHeader{}
+	mi := &file_edgebox_v1_edgebox_proto_msgTypes[16]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *FileHeader) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*FileHeader) ProtoMessage() {}
+
+func (x *FileHeader) ProtoReflect() protoreflect.Message {
+	mi := &file_edgebox_v1_edgebox_proto_msgTypes[16]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use FileHeader.ProtoReflect.Descriptor instead.
+func (*FileHeader) Descriptor() ([]byte, []int) {
+	return file_edgebox_v1_edgebox_proto_rawDescGZIP(), []int{16}
+}
+
+func (x *FileHeader) GetPath() string {
+	if x != nil {
+		return x.Path
+	}
+	return ""
+}
+
+func (x *FileHeader) GetVolume() string {
+	if x != nil {
+		return x.Volume
+	}
+	return ""
+}
+
+func (x *FileHeader) GetOffset() int64 {
+	if x != nil {
+		return x.Offset
+	}
+	return 0
+}
+
+func (x *FileHeader) GetSize() int64 {
+	if x != nil {
+		return x.Size
+	}
+	return 0
+}
+
+func (x *FileHeader) GetSha256() string {
+	if x != nil {
+		return x.Sha256
+	}
+	return ""
+}
+
+func (x *FileHeader) GetMode() uint32 {
+	if x != nil {
+		return x.Mode
+	}
+	return 0
+}
+
 // ExecStart says what a session runs.
 type ExecStart struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -960,7 +1269,7 @@ type ExecStart struct {
 
 func (x *ExecStart) Reset() {
 	*x = ExecStart{}
-	mi := &file_edgebox_v1_edgebox_proto_msgTypes[13]
+	mi := &file_edgebox_v1_edgebox_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -972,7 +1281,7 @@ func (x *ExecStart) String() string {
 func (*ExecStart) ProtoMessage() {}
 
 func (x *ExecStart) ProtoReflect() protoreflect.Message {
-	mi := &file_edgebox_v1_edgebox_proto_msgTypes[13]
+	mi := &file_edgebox_v1_edgebox_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -985,7 +1294,7 @@ func (x *ExecStart) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExecStart.ProtoReflect.Descriptor instead.
 func (*ExecStart) Descriptor() ([]byte, []int) {
-	return file_edgebox_v1_edgebox_proto_rawDescGZIP(), []int{13}
+	return file_edgebox_v1_edgebox_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *ExecStart) GetWorkload() string {
@@ -1040,7 +1349,7 @@ type ExecResize struct {
 
 func (x *ExecResize) Reset() {
 	*x = ExecResize{}
-	mi := &file_edgebox_v1_edgebox_proto_msgTypes[14]
+	mi := &file_edgebox_v1_edgebox_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1052,7 +1361,7 @@ func (x *ExecResize) String() string {
 func (*ExecResize) ProtoMessage() {}
 
 func (x *ExecResize) ProtoReflect() protoreflect.Message {
-	mi := &file_edgebox_v1_edgebox_proto_msgTypes[14]
+	mi := &file_edgebox_v1_edgebox_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1065,7 +1374,7 @@ func (x *ExecResize) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExecResize.ProtoReflect.Descriptor instead.
 func (*ExecResize) Descriptor() ([]byte, []int) {
-	return file_edgebox_v1_edgebox_proto_rawDescGZIP(), []int{14}
+	return file_edgebox_v1_edgebox_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *ExecResize) GetCols() uint32 {
@@ -1098,7 +1407,7 @@ type ExecInput struct {
 
 func (x *ExecInput) Reset() {
 	*x = ExecInput{}
-	mi := &file_edgebox_v1_edgebox_proto_msgTypes[15]
+	mi := &file_edgebox_v1_edgebox_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1110,7 +1419,7 @@ func (x *ExecInput) String() string {
 func (*ExecInput) ProtoMessage() {}
 
 func (x *ExecInput) ProtoReflect() protoreflect.Message {
-	mi := &file_edgebox_v1_edgebox_proto_msgTypes[15]
+	mi := &file_edgebox_v1_edgebox_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1123,7 +1432,7 @@ func (x *ExecInput) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExecInput.ProtoReflect.Descriptor instead.
 func (*ExecInput) Descriptor() ([]byte, []int) {
-	return file_edgebox_v1_edgebox_proto_rawDescGZIP(), []int{15}
+	return file_edgebox_v1_edgebox_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *ExecInput) GetInput() isExecInput_Input {
@@ -1230,7 +1539,7 @@ type ExecExit struct {
 
 func (x *ExecExit) Reset() {
 	*x = ExecExit{}
-	mi := &file_edgebox_v1_edgebox_proto_msgTypes[16]
+	mi := &file_edgebox_v1_edgebox_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1242,7 +1551,7 @@ func (x *ExecExit) String() string {
 func (*ExecExit) ProtoMessage() {}
 
 func (x *ExecExit) ProtoReflect() protoreflect.Message {
-	mi := &file_edgebox_v1_edgebox_proto_msgTypes[16]
+	mi := &file_edgebox_v1_edgebox_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1255,7 +1564,7 @@ func (x *ExecExit) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExecExit.ProtoReflect.Descriptor instead.
 func (*ExecExit) Descriptor() ([]byte, []int) {
-	return file_edgebox_v1_edgebox_proto_rawDescGZIP(), []int{16}
+	return file_edgebox_v1_edgebox_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *ExecExit) GetCode() int32 {
@@ -1294,7 +1603,7 @@ type ExecOutput struct {
 
 func (x *ExecOutput) Reset() {
 	*x = ExecOutput{}
-	mi := &file_edgebox_v1_edgebox_proto_msgTypes[17]
+	mi := &file_edgebox_v1_edgebox_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1306,7 +1615,7 @@ func (x *ExecOutput) String() string {
 func (*ExecOutput) ProtoMessage() {}
 
 func (x *ExecOutput) ProtoReflect() protoreflect.Message {
-	mi := &file_edgebox_v1_edgebox_proto_msgTypes[17]
+	mi := &file_edgebox_v1_edgebox_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1319,7 +1628,7 @@ func (x *ExecOutput) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExecOutput.ProtoReflect.Descriptor instead.
 func (*ExecOutput) Descriptor() ([]byte, []int) {
-	return file_edgebox_v1_edgebox_proto_rawDescGZIP(), []int{17}
+	return file_edgebox_v1_edgebox_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *ExecOutput) GetOutput() isExecOutput_Output {
@@ -1403,7 +1712,7 @@ type InfoRequest struct {
 
 func (x *InfoRequest) Reset() {
 	*x = InfoRequest{}
-	mi := &file_edgebox_v1_edgebox_proto_msgTypes[18]
+	mi := &file_edgebox_v1_edgebox_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1415,7 +1724,7 @@ func (x *InfoRequest) String() string {
 func (*InfoRequest) ProtoMessage() {}
 
 func (x *InfoRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_edgebox_v1_edgebox_proto_msgTypes[18]
+	mi := &file_edgebox_v1_edgebox_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1428,7 +1737,7 @@ func (x *InfoRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InfoRequest.ProtoReflect.Descriptor instead.
 func (*InfoRequest) Descriptor() ([]byte, []int) {
-	return file_edgebox_v1_edgebox_proto_rawDescGZIP(), []int{18}
+	return file_edgebox_v1_edgebox_proto_rawDescGZIP(), []int{22}
 }
 
 type LogsRequest struct {
@@ -1441,7 +1750,7 @@ type LogsRequest struct {
 
 func (x *LogsRequest) Reset() {
 	*x = LogsRequest{}
-	mi := &file_edgebox_v1_edgebox_proto_msgTypes[19]
+	mi := &file_edgebox_v1_edgebox_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1453,7 +1762,7 @@ func (x *LogsRequest) String() string {
 func (*LogsRequest) ProtoMessage() {}
 
 func (x *LogsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_edgebox_v1_edgebox_proto_msgTypes[19]
+	mi := &file_edgebox_v1_edgebox_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1466,7 +1775,7 @@ func (x *LogsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LogsRequest.ProtoReflect.Descriptor instead.
 func (*LogsRequest) Descriptor() ([]byte, []int) {
-	return file_edgebox_v1_edgebox_proto_rawDescGZIP(), []int{19}
+	return file_edgebox_v1_edgebox_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *LogsRequest) GetWorkload() string {
@@ -1493,7 +1802,7 @@ type LogsResponse struct {
 
 func (x *LogsResponse) Reset() {
 	*x = LogsResponse{}
-	mi := &file_edgebox_v1_edgebox_proto_msgTypes[20]
+	mi := &file_edgebox_v1_edgebox_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1505,7 +1814,7 @@ func (x *LogsResponse) String() string {
 func (*LogsResponse) ProtoMessage() {}
 
 func (x *LogsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_edgebox_v1_edgebox_proto_msgTypes[20]
+	mi := &file_edgebox_v1_edgebox_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1518,7 +1827,7 @@ func (x *LogsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LogsResponse.ProtoReflect.Descriptor instead.
 func (*LogsResponse) Descriptor() ([]byte, []int) {
-	return file_edgebox_v1_edgebox_proto_rawDescGZIP(), []int{20}
+	return file_edgebox_v1_edgebox_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *LogsResponse) GetText() []byte {
@@ -1545,7 +1854,7 @@ type WipeRequest struct {
 
 func (x *WipeRequest) Reset() {
 	*x = WipeRequest{}
-	mi := &file_edgebox_v1_edgebox_proto_msgTypes[21]
+	mi := &file_edgebox_v1_edgebox_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1557,7 +1866,7 @@ func (x *WipeRequest) String() string {
 func (*WipeRequest) ProtoMessage() {}
 
 func (x *WipeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_edgebox_v1_edgebox_proto_msgTypes[21]
+	mi := &file_edgebox_v1_edgebox_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1570,7 +1879,7 @@ func (x *WipeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WipeRequest.ProtoReflect.Descriptor instead.
 func (*WipeRequest) Descriptor() ([]byte, []int) {
-	return file_edgebox_v1_edgebox_proto_rawDescGZIP(), []int{21}
+	return file_edgebox_v1_edgebox_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *WipeRequest) GetReason() string {
@@ -1598,7 +1907,7 @@ type WipeResponse struct {
 
 func (x *WipeResponse) Reset() {
 	*x = WipeResponse{}
-	mi := &file_edgebox_v1_edgebox_proto_msgTypes[22]
+	mi := &file_edgebox_v1_edgebox_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1610,7 +1919,7 @@ func (x *WipeResponse) String() string {
 func (*WipeResponse) ProtoMessage() {}
 
 func (x *WipeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_edgebox_v1_edgebox_proto_msgTypes[22]
+	mi := &file_edgebox_v1_edgebox_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1623,7 +1932,7 @@ func (x *WipeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WipeResponse.ProtoReflect.Descriptor instead.
 func (*WipeResponse) Descriptor() ([]byte, []int) {
-	return file_edgebox_v1_edgebox_proto_rawDescGZIP(), []int{22}
+	return file_edgebox_v1_edgebox_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *WipeResponse) GetWiped() bool {
@@ -1728,7 +2037,33 @@ const file_edgebox_v1_edgebox_proto_rawDesc = "" +
 	"\brevision\x18\x02 \x01(\x04R\brevision\x12\x14\n" +
 	"\x05reset\x18\x03 \x01(\bR\x05reset\x12\x14\n" +
 	"\x05error\x18\x04 \x01(\tR\x05error\x120\n" +
-	"\x14waiting_for_approval\x18\x05 \x01(\bR\x12waitingForApproval\"\x8f\x01\n" +
+	"\x14waiting_for_approval\x18\x05 \x01(\bR\x12waitingForApproval\"i\n" +
+	"\vFileRequest\x12\x12\n" +
+	"\x04path\x18\x01 \x01(\tR\x04path\x12\x16\n" +
+	"\x06volume\x18\x02 \x01(\tR\x06volume\x12\x16\n" +
+	"\x06offset\x18\x03 \x01(\x03R\x06offset\x12\x16\n" +
+	"\x06sha256\x18\x04 \x01(\bR\x06sha256\"\xd1\x01\n" +
+	"\bFileInfo\x12\x16\n" +
+	"\x06exists\x18\x01 \x01(\bR\x06exists\x12\x12\n" +
+	"\x04size\x18\x02 \x01(\x03R\x04size\x12\x12\n" +
+	"\x04mode\x18\x03 \x01(\rR\x04mode\x12\x1d\n" +
+	"\n" +
+	"mtime_unix\x18\x04 \x01(\x03R\tmtimeUnix\x12\x16\n" +
+	"\x06sha256\x18\x05 \x01(\tR\x06sha256\x12\x1b\n" +
+	"\tpart_size\x18\x06 \x01(\x03R\bpartSize\x12\x1a\n" +
+	"\bcomplete\x18\a \x01(\bR\bcomplete\x12\x15\n" +
+	"\x06is_dir\x18\b \x01(\bR\x05isDir\"O\n" +
+	"\tFileChunk\x12.\n" +
+	"\x06header\x18\x01 \x01(\v2\x16.edgebox.v1.FileHeaderR\x06header\x12\x12\n" +
+	"\x04data\x18\x02 \x01(\fR\x04data\"\x90\x01\n" +
+	"\n" +
+	"FileHeader\x12\x12\n" +
+	"\x04path\x18\x01 \x01(\tR\x04path\x12\x16\n" +
+	"\x06volume\x18\x02 \x01(\tR\x06volume\x12\x16\n" +
+	"\x06offset\x18\x03 \x01(\x03R\x06offset\x12\x12\n" +
+	"\x04size\x18\x04 \x01(\x03R\x04size\x12\x16\n" +
+	"\x06sha256\x18\x05 \x01(\tR\x06sha256\x12\x12\n" +
+	"\x04mode\x18\x06 \x01(\rR\x04mode\"\x8f\x01\n" +
 	"\tExecStart\x12\x1a\n" +
 	"\bworkload\x18\x01 \x01(\tR\bworkload\x12\x18\n" +
 	"\acommand\x18\x02 \x03(\tR\acommand\x12\x10\n" +
@@ -1775,13 +2110,16 @@ const file_edgebox_v1_edgebox_proto_rawDesc = "" +
 	"\bproblems\x18\x04 \x03(\tR\bproblems2\x8c\x01\n" +
 	"\x0eConsoleService\x12<\n" +
 	"\x05Hello\x12\x18.edgebox.v1.HelloRequest\x1a\x19.edgebox.v1.HelloResponse\x12<\n" +
-	"\x05Renew\x12\x18.edgebox.v1.RenewRequest\x1a\x19.edgebox.v1.RenewResponse2\xb0\x02\n" +
+	"\x05Renew\x12\x18.edgebox.v1.RenewRequest\x1a\x19.edgebox.v1.RenewResponse2\xe5\x03\n" +
 	"\fAgentService\x129\n" +
 	"\x04Ping\x12\x17.edgebox.v1.PingRequest\x1a\x18.edgebox.v1.PingResponse\x124\n" +
 	"\x04Info\x12\x17.edgebox.v1.InfoRequest\x1a\x13.edgebox.v1.BoxInfo\x129\n" +
 	"\x04Logs\x12\x17.edgebox.v1.LogsRequest\x1a\x18.edgebox.v1.LogsResponse\x129\n" +
 	"\x04Wipe\x12\x17.edgebox.v1.WipeRequest\x1a\x18.edgebox.v1.WipeResponse\x129\n" +
-	"\x04Exec\x12\x15.edgebox.v1.ExecInput\x1a\x16.edgebox.v1.ExecOutput(\x010\x01B7Z5github.com/edgebox/edgebox/proto/edgebox/v1;edgeboxv1b\x06proto3"
+	"\x04Exec\x12\x15.edgebox.v1.ExecInput\x1a\x16.edgebox.v1.ExecOutput(\x010\x01\x129\n" +
+	"\bStatFile\x12\x17.edgebox.v1.FileRequest\x1a\x14.edgebox.v1.FileInfo\x12<\n" +
+	"\bReadFile\x12\x17.edgebox.v1.FileRequest\x1a\x15.edgebox.v1.FileChunk0\x01\x12:\n" +
+	"\tWriteFile\x12\x15.edgebox.v1.FileChunk\x1a\x14.edgebox.v1.FileInfo(\x01B7Z5github.com/edgebox/edgebox/proto/edgebox/v1;edgeboxv1b\x06proto3"
 
 var (
 	file_edgebox_v1_edgebox_proto_rawDescOnce sync.Once
@@ -1795,7 +2133,7 @@ func file_edgebox_v1_edgebox_proto_rawDescGZIP() []byte {
 	return file_edgebox_v1_edgebox_proto_rawDescData
 }
 
-var file_edgebox_v1_edgebox_proto_msgTypes = make([]protoimpl.MessageInfo, 23)
+var file_edgebox_v1_edgebox_proto_msgTypes = make([]protoimpl.MessageInfo, 27)
 var file_edgebox_v1_edgebox_proto_goTypes = []any{
 	(*BoxInfo)(nil),       // 0: edgebox.v1.BoxInfo
 	(*HelloRequest)(nil),  // 1: edgebox.v1.HelloRequest
@@ -1810,51 +2148,62 @@ var file_edgebox_v1_edgebox_proto_goTypes = []any{
 	(*SyncStatus)(nil),    // 10: edgebox.v1.SyncStatus
 	(*UsbDevice)(nil),     // 11: edgebox.v1.UsbDevice
 	(*SyncDown)(nil),      // 12: edgebox.v1.SyncDown
-	(*ExecStart)(nil),     // 13: edgebox.v1.ExecStart
-	(*ExecResize)(nil),    // 14: edgebox.v1.ExecResize
-	(*ExecInput)(nil),     // 15: edgebox.v1.ExecInput
-	(*ExecExit)(nil),      // 16: edgebox.v1.ExecExit
-	(*ExecOutput)(nil),    // 17: edgebox.v1.ExecOutput
-	(*InfoRequest)(nil),   // 18: edgebox.v1.InfoRequest
-	(*LogsRequest)(nil),   // 19: edgebox.v1.LogsRequest
-	(*LogsResponse)(nil),  // 20: edgebox.v1.LogsResponse
-	(*WipeRequest)(nil),   // 21: edgebox.v1.WipeRequest
-	(*WipeResponse)(nil),  // 22: edgebox.v1.WipeResponse
-	(*ObjectStatus)(nil),  // 23: edgebox.v1.ObjectStatus
-	(*Event)(nil),         // 24: edgebox.v1.Event
-	(*DesiredObject)(nil), // 25: edgebox.v1.DesiredObject
+	(*FileRequest)(nil),   // 13: edgebox.v1.FileRequest
+	(*FileInfo)(nil),      // 14: edgebox.v1.FileInfo
+	(*FileChunk)(nil),     // 15: edgebox.v1.FileChunk
+	(*FileHeader)(nil),    // 16: edgebox.v1.FileHeader
+	(*ExecStart)(nil),     // 17: edgebox.v1.ExecStart
+	(*ExecResize)(nil),    // 18: edgebox.v1.ExecResize
+	(*ExecInput)(nil),     // 19: edgebox.v1.ExecInput
+	(*ExecExit)(nil),      // 20: edgebox.v1.ExecExit
+	(*ExecOutput)(nil),    // 21: edgebox.v1.ExecOutput
+	(*InfoRequest)(nil),   // 22: edgebox.v1.InfoRequest
+	(*LogsRequest)(nil),   // 23: edgebox.v1.LogsRequest
+	(*LogsResponse)(nil),  // 24: edgebox.v1.LogsResponse
+	(*WipeRequest)(nil),   // 25: edgebox.v1.WipeRequest
+	(*WipeResponse)(nil),  // 26: edgebox.v1.WipeResponse
+	(*ObjectStatus)(nil),  // 27: edgebox.v1.ObjectStatus
+	(*Event)(nil),         // 28: edgebox.v1.Event
+	(*DesiredObject)(nil), // 29: edgebox.v1.DesiredObject
 }
 var file_edgebox_v1_edgebox_proto_depIdxs = []int32{
 	0,  // 0: edgebox.v1.HelloRequest.info:type_name -> edgebox.v1.BoxInfo
 	8,  // 1: edgebox.v1.SyncUp.hello:type_name -> edgebox.v1.SyncHello
 	9,  // 2: edgebox.v1.SyncUp.ack:type_name -> edgebox.v1.SyncAck
 	10, // 3: edgebox.v1.SyncUp.status:type_name -> edgebox.v1.SyncStatus
-	23, // 4: edgebox.v1.SyncStatus.objects:type_name -> edgebox.v1.ObjectStatus
-	24, // 5: edgebox.v1.SyncStatus.events:type_name -> edgebox.v1.Event
+	27, // 4: edgebox.v1.SyncStatus.objects:type_name -> edgebox.v1.ObjectStatus
+	28, // 5: edgebox.v1.SyncStatus.events:type_name -> edgebox.v1.Event
 	11, // 6: edgebox.v1.SyncStatus.usb:type_name -> edgebox.v1.UsbDevice
-	25, // 7: edgebox.v1.SyncDown.objects:type_name -> edgebox.v1.DesiredObject
-	13, // 8: edgebox.v1.ExecInput.start:type_name -> edgebox.v1.ExecStart
-	14, // 9: edgebox.v1.ExecInput.resize:type_name -> edgebox.v1.ExecResize
-	16, // 10: edgebox.v1.ExecOutput.exit:type_name -> edgebox.v1.ExecExit
-	1,  // 11: edgebox.v1.ConsoleService.Hello:input_type -> edgebox.v1.HelloRequest
-	3,  // 12: edgebox.v1.ConsoleService.Renew:input_type -> edgebox.v1.RenewRequest
-	5,  // 13: edgebox.v1.AgentService.Ping:input_type -> edgebox.v1.PingRequest
-	18, // 14: edgebox.v1.AgentService.Info:input_type -> edgebox.v1.InfoRequest
-	19, // 15: edgebox.v1.AgentService.Logs:input_type -> edgebox.v1.LogsRequest
-	21, // 16: edgebox.v1.AgentService.Wipe:input_type -> edgebox.v1.WipeRequest
-	15, // 17: edgebox.v1.AgentService.Exec:input_type -> edgebox.v1.ExecInput
-	2,  // 18: edgebox.v1.ConsoleService.Hello:output_type -> edgebox.v1.HelloResponse
-	4,  // 19: edgebox.v1.ConsoleService.Renew:output_type -> edgebox.v1.RenewResponse
-	6,  // 20: edgebox.v1.AgentService.Ping:output_type -> edgebox.v1.PingResponse
-	0,  // 21: edgebox.v1.AgentService.Info:output_type -> edgebox.v1.BoxInfo
-	20, // 22: edgebox.v1.AgentService.Logs:output_type -> edgebox.v1.LogsResponse
-	22, // 23: edgebox.v1.AgentService.Wipe:output_type -> edgebox.v1.WipeResponse
-	17, // 24: edgebox.v1.AgentService.Exec:output_type -> edgebox.v1.ExecOutput
-	18, // [18:25] is the sub-list for method output_type
-	11, // [11:18] is the sub-list for method input_type
-	11, // [11:11] is the sub-list for extension type_name
-	11, // [11:11] is the sub-list for extension extendee
-	0,  // [0:11] is the sub-list for field type_name
+	29, // 7: edgebox.v1.SyncDown.objects:type_name -> edgebox.v1.DesiredObject
+	16, // 8: edgebox.v1.FileChunk.header:type_name -> edgebox.v1.FileHeader
+	17, // 9: edgebox.v1.ExecInput.start:type_name -> edgebox.v1.ExecStart
+	18, // 10: edgebox.v1.ExecInput.resize:type_name -> edgebox.v1.ExecResize
+	20, // 11: edgebox.v1.ExecOutput.exit:type_name -> edgebox.v1.ExecExit
+	1,  // 12: edgebox.v1.ConsoleService.Hello:input_type -> edgebox.v1.HelloRequest
+	3,  // 13: edgebox.v1.ConsoleService.Renew:input_type -> edgebox.v1.RenewRequest
+	5,  // 14: edgebox.v1.AgentService.Ping:input_type -> edgebox.v1.PingRequest
+	22, // 15: edgebox.v1.AgentService.Info:input_type -> edgebox.v1.InfoRequest
+	23, // 16: edgebox.v1.AgentService.Logs:input_type -> edgebox.v1.LogsRequest
+	25, // 17: edgebox.v1.AgentService.Wipe:input_type -> edgebox.v1.WipeRequest
+	19, // 18: edgebox.v1.AgentService.Exec:input_type -> edgebox.v1.ExecInput
+	13, // 19: edgebox.v1.AgentService.StatFile:input_type -> edgebox.v1.FileRequest
+	13, // 20: edgebox.v1.AgentService.ReadFile:input_type -> edgebox.v1.FileRequest
+	15, // 21: edgebox.v1.AgentService.WriteFile:input_type -> edgebox.v1.FileChunk
+	2,  // 22: edgebox.v1.ConsoleService.Hello:output_type -> edgebox.v1.HelloResponse
+	4,  // 23: edgebox.v1.ConsoleService.Renew:output_type -> edgebox.v1.RenewResponse
+	6,  // 24: edgebox.v1.AgentService.Ping:output_type -> edgebox.v1.PingResponse
+	0,  // 25: edgebox.v1.AgentService.Info:output_type -> edgebox.v1.BoxInfo
+	24, // 26: edgebox.v1.AgentService.Logs:output_type -> edgebox.v1.LogsResponse
+	26, // 27: edgebox.v1.AgentService.Wipe:output_type -> edgebox.v1.WipeResponse
+	21, // 28: edgebox.v1.AgentService.Exec:output_type -> edgebox.v1.ExecOutput
+	14, // 29: edgebox.v1.AgentService.StatFile:output_type -> edgebox.v1.FileInfo
+	15, // 30: edgebox.v1.AgentService.ReadFile:output_type -> edgebox.v1.FileChunk
+	14, // 31: edgebox.v1.AgentService.WriteFile:output_type -> edgebox.v1.FileInfo
+	22, // [22:32] is the sub-list for method output_type
+	12, // [12:22] is the sub-list for method input_type
+	12, // [12:12] is the sub-list for extension type_name
+	12, // [12:12] is the sub-list for extension extendee
+	0,  // [0:12] is the sub-list for field type_name
 }
 
 func init() { file_edgebox_v1_edgebox_proto_init() }
@@ -1868,14 +2217,14 @@ func file_edgebox_v1_edgebox_proto_init() {
 		(*SyncUp_Ack)(nil),
 		(*SyncUp_Status)(nil),
 	}
-	file_edgebox_v1_edgebox_proto_msgTypes[15].OneofWrappers = []any{
+	file_edgebox_v1_edgebox_proto_msgTypes[19].OneofWrappers = []any{
 		(*ExecInput_Start)(nil),
 		(*ExecInput_Stdin)(nil),
 		(*ExecInput_Resize)(nil),
 		(*ExecInput_Signal)(nil),
 		(*ExecInput_CloseStdin)(nil),
 	}
-	file_edgebox_v1_edgebox_proto_msgTypes[17].OneofWrappers = []any{
+	file_edgebox_v1_edgebox_proto_msgTypes[21].OneofWrappers = []any{
 		(*ExecOutput_Stdout)(nil),
 		(*ExecOutput_Stderr)(nil),
 		(*ExecOutput_Exit)(nil),
@@ -1887,7 +2236,7 @@ func file_edgebox_v1_edgebox_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_edgebox_v1_edgebox_proto_rawDesc), len(file_edgebox_v1_edgebox_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   23,
+			NumMessages:   27,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

@@ -170,11 +170,14 @@ var ConsoleService_ServiceDesc = grpc.ServiceDesc{
 }
 
 const (
-	AgentService_Ping_FullMethodName = "/edgebox.v1.AgentService/Ping"
-	AgentService_Info_FullMethodName = "/edgebox.v1.AgentService/Info"
-	AgentService_Logs_FullMethodName = "/edgebox.v1.AgentService/Logs"
-	AgentService_Wipe_FullMethodName = "/edgebox.v1.AgentService/Wipe"
-	AgentService_Exec_FullMethodName = "/edgebox.v1.AgentService/Exec"
+	AgentService_Ping_FullMethodName      = "/edgebox.v1.AgentService/Ping"
+	AgentService_Info_FullMethodName      = "/edgebox.v1.AgentService/Info"
+	AgentService_Logs_FullMethodName      = "/edgebox.v1.AgentService/Logs"
+	AgentService_Wipe_FullMethodName      = "/edgebox.v1.AgentService/Wipe"
+	AgentService_Exec_FullMethodName      = "/edgebox.v1.AgentService/Exec"
+	AgentService_StatFile_FullMethodName  = "/edgebox.v1.AgentService/StatFile"
+	AgentService_ReadFile_FullMethodName  = "/edgebox.v1.AgentService/ReadFile"
+	AgentService_WriteFile_FullMethodName = "/edgebox.v1.AgentService/WriteFile"
 )
 
 // AgentServiceClient is the client API for AgentService service.
@@ -201,6 +204,17 @@ type AgentServiceClient interface {
 	// resizes and signals. The output ends with exit, after all stdout and
 	// stderr; gRPC's flow control bounds what either side holds.
 	Exec(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[ExecInput, ExecOutput], error)
+	// StatFile says what a file copy finds at a path: the file, and the
+	// part of an upload to it that stopped half way.
+	StatFile(ctx context.Context, in *FileRequest, opts ...grpc.CallOption) (*FileInfo, error)
+	// ReadFile sends a file's bytes from offset, in chunks of at most
+	// 64 KiB.
+	ReadFile(ctx context.Context, in *FileRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[FileChunk], error)
+	// WriteFile appends to a file being uploaded: the first message is
+	// the header, the rest data. Bytes go to "<path>.edgebox-part" from the
+	// header's offset, which must be that part's size; once the part holds
+	// size bytes whose SHA-256 is sha256, it is synced and renamed to path.
+	WriteFile(ctx context.Context, opts ...grpc.CallOption) (grpc.ClientStreamingClient[FileChunk, FileInfo], error)
 }
 
 type agentServiceClient struct {
@@ -264,6 +278,48 @@ func (c *agentServiceClient) Exec(ctx context.Context, opts ...grpc.CallOption) 
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type AgentService_ExecClient = grpc.BidiStreamingClient[ExecInput, ExecOutput]
 
+func (c *agentServiceClient) StatFile(ctx context.Context, in *FileRequest, opts ...grpc.CallOption) (*FileInfo, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(FileInfo)
+	err := c.cc.Invoke(ctx, AgentService_StatFile_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *agentServiceClient) ReadFile(ctx context.Context, in *FileRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[FileChunk], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &AgentService_ServiceDesc.Streams[1], AgentService_ReadFile_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[FileRequest, FileChunk]{ClientStream: stream}
+	if err := x.ClientStream.SendMsg(in); err != nil {
+		return nil, err
+	}
+	if err := x.ClientStream.CloseSend(); err != nil {
+		return nil, err
+	}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type AgentService_ReadFileClient = grpc.ServerStreamingClient[FileChunk]
+
+func (c *agentServiceClient) WriteFile(ctx context.Context, opts ...grpc.CallOption) (grpc.ClientStreamingClient[FileChunk, FileInfo], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &AgentService_ServiceDesc.Streams[2], AgentService_WriteFile_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[FileChunk, FileInfo]{ClientStream: stream}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type AgentService_WriteFileClient = grpc.ClientStreamingClient[FileChunk, FileInfo]
+
 // AgentServiceServer is the server API for AgentService service.
 // All implementations must embed UnimplementedAgentServiceServer
 // for forward compatibility.
@@ -288,6 +344,17 @@ type AgentServiceServer interface {
 	// resizes and signals. The output ends with exit, after all stdout and
 	// stderr; gRPC's flow control bounds what either side holds.
 	Exec(grpc.BidiStreamingServer[ExecInput, ExecOutput]) error
+	// StatFile says what a file copy finds at a path: the file, and the
+	// part of an upload to it that stopped half way.
+	StatFile(context.Context, *FileRequest) (*FileInfo, error)
+	// ReadFile sends a file's bytes from offset, in chunks of at most
+	// 64 KiB.
+	ReadFile(*FileRequest, grpc.ServerStreamingServer[FileChunk]) error
+	// WriteFile appends to a file being uploaded: the first message is
+	// the header, the rest data. Bytes go to "<path>.edgebox-part" from the
+	// header's offset, which must be that part's size; once the part holds
+	// size bytes whose SHA-256 is sha256, it is synced and renamed to path.
+	WriteFile(grpc.ClientStreamingServer[FileChunk, FileInfo]) error
 	mustEmbedUnimplementedAgentServiceServer()
 }
 
@@ -312,6 +379,15 @@ func (UnimplementedAgentServiceServer) Wipe(context.Context, *WipeRequest) (*Wip
 }
 func (UnimplementedAgentServiceServer) Exec(grpc.BidiStreamingServer[ExecInput, ExecOutput]) error {
 	return status.Error(codes.Unimplemented, "method Exec not implemented")
+}
+func (UnimplementedAgentServiceServer) StatFile(context.Context, *FileRequest) (*FileInfo, error) {
+	return nil, status.Error(codes.Unimplemented, "method StatFile not implemented")
+}
+func (UnimplementedAgentServiceServer) ReadFile(*FileRequest, grpc.ServerStreamingServer[FileChunk]) error {
+	return status.Error(codes.Unimplemented, "method ReadFile not implemented")
+}
+func (UnimplementedAgentServiceServer) WriteFile(grpc.ClientStreamingServer[FileChunk, FileInfo]) error {
+	return status.Error(codes.Unimplemented, "method WriteFile not implemented")
 }
 func (UnimplementedAgentServiceServer) mustEmbedUnimplementedAgentServiceServer() {}
 func (UnimplementedAgentServiceServer) testEmbeddedByValue()                      {}
@@ -413,6 +489,42 @@ func _AgentService_Exec_Handler(srv interface{}, stream grpc.ServerStream) error
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type AgentService_ExecServer = grpc.BidiStreamingServer[ExecInput, ExecOutput]
 
+func _AgentService_StatFile_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(FileRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AgentServiceServer).StatFile(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: AgentService_StatFile_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AgentServiceServer).StatFile(ctx, req.(*FileRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _AgentService_ReadFile_Handler(srv interface{}, stream grpc.ServerStream) error {
+	m := new(FileRequest)
+	if err := stream.RecvMsg(m); err != nil {
+		return err
+	}
+	return srv.(AgentServiceServer).ReadFile(m, &grpc.GenericServerStream[FileRequest, FileChunk]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type AgentService_ReadFileServer = grpc.ServerStreamingServer[FileChunk]
+
+func _AgentService_WriteFile_Handler(srv interface{}, stream grpc.ServerStream) error {
+	return srv.(AgentServiceServer).WriteFile(&grpc.GenericServerStream[FileChunk, FileInfo]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type AgentService_WriteFileServer = grpc.ClientStreamingServer[FileChunk, FileInfo]
+
 // AgentService_ServiceDesc is the grpc.ServiceDesc for AgentService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -436,12 +548,26 @@ var AgentService_ServiceDesc = grpc.ServiceDesc{
 			MethodName: "Wipe",
 			Handler:    _AgentService_Wipe_Handler,
 		},
+		{
+			MethodName: "StatFile",
+			Handler:    _AgentService_StatFile_Handler,
+		},
 	},
 	Streams: []grpc.StreamDesc{
 		{
 			StreamName:    "Exec",
 			Handler:       _AgentService_Exec_Handler,
 			ServerStreams: true,
+			ClientStreams: true,
+		},
+		{
+			StreamName:    "ReadFile",
+			Handler:       _AgentService_ReadFile_Handler,
+			ServerStreams: true,
+		},
+		{
+			StreamName:    "WriteFile",
+			Handler:       _AgentService_WriteFile_Handler,
 			ClientStreams: true,
 		},
 	},
