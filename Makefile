@@ -62,6 +62,7 @@ bench: ## run the benchmarks, a few minutes (figures go in docs/benchmarks.md)
 	$(GO) test -run '^$$' -bench 'Pull|Deploy' -benchtime 1x -timeout 20m ./internal/test/bench/
 	$(GO) test -run '^$$' -bench 'BenchmarkRollout$$|AgentSwap' -benchtime 1x -timeout 20m ./internal/test/bench/
 	$(GO) test -run '^$$' -bench NationalPush -benchtime 1x -timeout 20m ./console/rollout/
+	$(GO) test -run '^$$' -bench 'KeystrokeEcho|Shells|BenchmarkForward$$' -benchtime 1x -timeout 20m ./internal/test/bench/
 
 fuzz: ## run each fuzz target for 30 s
 	$(GO) test -run '^$$' -fuzz FuzzReadHeader -fuzztime 30s ./tunnel/
