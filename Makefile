@@ -81,6 +81,7 @@ fuzz: ## run each fuzz target for 30 s
 	$(GO) test -run '^$$' -fuzz FuzzParseUevent -fuzztime 30s ./usbhub/
 	$(GO) test -run '^$$' -fuzz FuzzDecodeInputFrame -fuzztime 30s ./api/
 	$(GO) test -run '^$$' -fuzz FuzzReadForwardReply -fuzztime 30s ./tunnel/
+	$(GO) test -run '^$$' -fuzz FuzzViewOnly -fuzztime 30s ./console/sessions/
 	$(GO) test -run '^$$' -fuzz FuzzVerifyRecording -fuzztime 30s ./console/recording/
 
 soak: ## 500 randomized sync histories with faults (make test runs 50), about 10 minutes

@@ -35,6 +35,7 @@ import (
 	"github.com/edgebox/edgebox/agent/runtime"
 	"github.com/edgebox/edgebox/agent/session"
 	"github.com/edgebox/edgebox/enroll"
+	"github.com/edgebox/edgebox/errdefs"
 	"github.com/edgebox/edgebox/errdefs/errgrpc"
 	"github.com/edgebox/edgebox/images/pull"
 	"github.com/edgebox/edgebox/internal/atomicfile"
@@ -412,6 +413,11 @@ func (a *Agent) Run(ctx context.Context) error {
 			a.log.Warn("port forwards stopped", "err", err)
 		}
 	})
+	runWork(func(ctx context.Context) {
+		if err := forward.ServeScreens(ctx, a.tc.Listen(tunnel.KindVNC), a.screen, forward.Config{Log: a.log}); err != nil {
+			a.log.Warn("VM screens stopped", "err", err)
+		}
+	})
 	runWork(func(ctx context.Context) { a.helloLoop(ctx, client) })
 	runWork(func(ctx context.Context) { a.renewLoop(ctx, client) })
 	runWork(a.syncLoop)
@@ -618,4 +624,22 @@ func (s *agentService) Ping(ctx context.Context, r *edgeboxv1.PingRequest) (*edg
 
 func (s *agentService) Info(ctx context.Context, _ *edgeboxv1.InfoRequest) (*edgeboxv1.BoxInfo, error) {
 	return hostFacts(s.version), nil
+}
+
+// screen finds a running VM's VNC socket among the box's drivers.
+func (a *Agent) screen(workload string) (string, error) {
+	for _, d := range a.cfg.Drivers {
+		sc, ok := d.(interface {
+			Consoles(name string) (vnc, serial string, err error)
+		})
+		if !ok {
+			continue
+		}
+		if _, err := d.Inspect(context.Background(), workload); err != nil {
+			continue
+		}
+		vnc, _, err := sc.Consoles(workload)
+		return vnc, err
+	}
+	return "", errdefs.NotFound("no VM %q runs on this box", workload)
 }

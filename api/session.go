@@ -219,6 +219,8 @@ type SessionRecord struct {
 	// how many connections it carried.
 	Target string `json:"target,omitempty"`
 	Conns  int64  `json:"conns,omitempty"`
+	// ViewOnly: a VM screen that passed no key, pointer or clipboard.
+	ViewOnly bool `json:"view_only,omitempty"`
 	// FourEyes: the session waited for a second user's approval;
 	// ApprovedBy is who gave it.
 	FourEyes   bool       `json:"four_eyes,omitempty"`
@@ -337,7 +339,7 @@ func (c *Client) OpenForward(ctx context.Context, box, target string) (net.Conn,
 		return nil, err
 	}
 	s.ws.SetReadLimit(1 << 20)
-	return WebSocketConn(s.ws), nil
+	return MuxWebSocketConn(s.ws), nil
 }
 
 // FileInfo is what a box has at a path.
@@ -432,4 +434,20 @@ func (c *Client) DownloadFile(ctx context.Context, box, path, volume string, off
 		return nil, 0, errors.New("the console did not resume the download where asked")
 	}
 	return resp.Body, resp.ContentLength, nil
+}
+
+// OpenScreen opens a VM workload's screen: RFB (VNC) bytes both ways,
+// as a VNC viewer speaks them; viewOnly passes no key, pointer or
+// clipboard to the VM.
+func (c *Client) OpenScreen(ctx context.Context, box, workload string, viewOnly bool) (net.Conn, error) {
+	q := url.Values{}
+	if viewOnly {
+		q.Set("view_only", "1")
+	}
+	s, err := c.openSocket(ctx, "/api/v1/boxes/"+url.PathEscape(box)+"/workloads/"+url.PathEscape(workload)+"/screen?"+q.Encode(), 64<<10)
+	if err != nil {
+		return nil, err
+	}
+	s.ws.SetReadLimit(16 << 20)
+	return WebSocketConn(s.ws), nil
 }

@@ -10,15 +10,19 @@ import (
 	"github.com/gorilla/websocket"
 )
 
-// WebSocketConn makes a WebSocket a stream of bytes, for a multiplexer
-// (a port forward runs yamux over it): each Write is one binary message,
-// and Read returns the messages' bytes in order. Text messages are
-// skipped. A multiplexer's frame header (12 bytes, yamux writes it on its
-// own) is held and sent in one message with the frame's body.
+// WebSocketConn makes a WebSocket a stream of bytes (a VM screen's RFB
+// runs over it): each Write is one binary message, and Read returns the
+// messages' bytes in order. Text messages are skipped.
 func WebSocketConn(ws *websocket.Conn) net.Conn { return &wsConn{ws: ws} }
+
+// MuxWebSocketConn is WebSocketConn for a yamux multiplexer (a port
+// forward): a frame's header, which yamux writes on its own, is held and
+// sent in one message with the frame's body.
+func MuxWebSocketConn(ws *websocket.Conn) net.Conn { return &wsConn{ws: ws, mux: true} }
 
 type wsConn struct {
 	ws   *websocket.Conn
+	mux  bool
 	rmu  sync.Mutex
 	r    io.Reader // the message being read
 	wmu  sync.Mutex
@@ -63,7 +67,7 @@ func (c *wsConn) Write(p []byte) (int, error) {
 	defer c.wmu.Unlock()
 	// A data frame's header announces a body: hold it for that body's
 	// write, so the frame goes as one message.
-	if c.held == nil && len(p) == muxHeader && p[1] == muxData && binary.BigEndian.Uint32(p[8:]) > 0 {
+	if c.mux && c.held == nil && len(p) == muxHeader && p[1] == muxData && binary.BigEndian.Uint32(p[8:]) > 0 {
 		c.held = append(make([]byte, 0, muxHeader), p...)
 		return len(p), nil
 	}

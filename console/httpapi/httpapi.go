@@ -169,6 +169,7 @@ func (s *server) routes() []route {
 		{"GET", v1 + "/boxes/:id/workloads/:name/logs", auth.Read, s.workloadLogs},
 		{"GET", v1 + "/boxes/:id/exec", auth.Maintain, s.openSession},
 		{"GET", v1 + "/boxes/:id/forward", auth.Maintain, s.openForward},
+		{"GET", v1 + "/boxes/:id/workloads/:name/screen", auth.Maintain, s.openScreen},
 		{"GET", v1 + "/boxes/:id/files", auth.Maintain, s.readFile},
 		{"GET", v1 + "/boxes/:id/files/stat", auth.Maintain, s.statFile},
 		{"PUT", v1 + "/boxes/:id/files", auth.Maintain, s.writeFile},

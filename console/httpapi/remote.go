@@ -347,5 +347,44 @@ func (s *server) openForward(c *gin.Context) {
 	}
 	ws.SetReadLimit(1 << 20)
 	s.RemoteSessions.Forward(c.Request.Context(), sessions.ForwardRequest{TenantID: who.TenantID, Box: b.ID, BoxName: b.Name,
-		Target: target, User: who.Name, Remote: who.Remote}, api.WebSocketConn(ws))
+		Target: target, User: who.Name, Remote: who.Remote}, api.MuxWebSocketConn(ws))
+}
+
+// openScreen shows a VM workload's screen (GET with a WebSocket upgrade,
+// RFB as noVNC speaks it); ?view_only=1 passes no key, pointer or
+// clipboard to the VM.
+func (s *server) openScreen(c *gin.Context) {
+	b, ok := s.findBox(c)
+	if !ok {
+		return
+	}
+	name := c.Param("name")
+	if !edgeboxv1.ValidObjectName(name) {
+		fail(c, errdefs.Invalid("workload name %q is not valid", truncate(name, 64)))
+		return
+	}
+	who := caller(c)
+	if needs, err := s.RemoteSessions.NeedsApproval(c.Request.Context(), sessions.Request{TenantID: who.TenantID,
+		BoxLabels: b.Labels, Region: b.Region, Site: b.Site}); err != nil {
+		s.fail(c, err)
+		return
+	} else if needs {
+		fail(c, errdefs.Permission("box %s needs a second maintainer's approval for sessions; its screens are not offered that way yet: open a shell instead", b.Name))
+		return
+	}
+	if !s.Sessions.Presence(b.ID).Online {
+		fail(c, errdefs.Unavailable("box %s is offline; a screen needs it online", b.Name))
+		return
+	}
+	if !websocket.IsWebSocketUpgrade(c.Request) {
+		fail(c, errdefs.Invalid("a screen is a WebSocket: open it in the web console"))
+		return
+	}
+	ws, err := forwardUpgrader.Upgrade(c.Writer, c.Request, nil)
+	if err != nil {
+		return
+	}
+	ws.SetReadLimit(1 << 20)
+	s.RemoteSessions.Screen(c.Request.Context(), sessions.ScreenRequest{TenantID: who.TenantID, Box: b.ID, BoxName: b.Name,
+		Workload: name, User: who.Name, Remote: who.Remote, ViewOnly: c.Query("view_only") == "1"}, api.WebSocketConn(ws))
 }

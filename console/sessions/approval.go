@@ -31,11 +31,18 @@ func (b *Broker) Approve(ctx context.Context, who audit.Actor, id string) error 
 	}
 	l.approved = who.Name
 	l.mu.Unlock()
-	l.approve <- who.Name // buffered: the session takes it when it can
+	// The record says who approved it from now on, with the audit entry.
+	rec := l.rec
+	now := b.cfg.Now()
+	rec.ApprovedBy, rec.ApprovedAt = who.Name, &now
 	e := who.Did("session.approve", target(l.rec), fmt.Sprintf("approved %s's session %s", l.rec.User, id))
-	if err := audit.New(b.cfg.Store, b.cfg.Now).Append(ctx, e); err != nil {
-		b.cfg.Log.Error("a session's approval could not be audited", "session", id, "err", err)
+	if err := b.put(ctx, rec, e); err != nil {
+		l.mu.Lock()
+		l.approved = ""
+		l.mu.Unlock()
+		return fmt.Errorf("recording the approval: %w", err)
 	}
+	l.approve <- who.Name // buffered: the session takes it when it can
 	return nil
 }
 

@@ -16,8 +16,11 @@ import (
 //go:embed all:dist
 var dist embed.FS
 
-// CSP is the Content-Security-Policy of the web console.
-const CSP = "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; font-src 'self'; " +
+// CSP is the Content-Security-Policy of the web console. Scripts come
+// from the console alone; 'wasm-unsafe-eval' lets them compile
+// WebAssembly (the recording player's core is), and allows no eval of
+// JavaScript.
+const CSP = "default-src 'self'; script-src 'self' 'wasm-unsafe-eval'; style-src 'self'; img-src 'self' data:; font-src 'self'; " +
 	"connect-src 'self'; object-src 'none'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'"
 
 // Handler serves the app: files under /assets/ (named by their content's

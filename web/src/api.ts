@@ -479,3 +479,75 @@ export const createRollout = (s: Session, req: RolloutRequest) => call<Rollout>(
 export const rolloutAction = (s: Session, id: string, action: 'pause' | 'resume' | 'abort' | 'approve', body: { reason?: string; revert?: boolean } = {}) =>
   call<Rollout>(s, 'POST', `${rolloutPath(id)}/${action}`, body);
 export const rolloutRules = (s: Session) => call<RolloutRules>(s, 'GET', '/api/v1/rollout-rules');
+
+/** SessionRecord is a remote session (a shell, a command) as the console records it. */
+export interface SessionRecord {
+  id: string;
+  tenant_id: string;
+  box: string;
+  box_name?: string;
+  workload?: string;
+  kind: 'shell' | 'exec' | string;
+  command?: string[];
+  tty: boolean;
+  user: string;
+  remote?: string;
+  started: string;
+  /** ended is absent while the session is live. */
+  ended?: string;
+  /** ended_by: exit, idle, time limit, user:<name>, box, operator left, bad input, refused, console stopped, not approved. */
+  ended_by?: string;
+  exit_code?: number;
+  signal?: string;
+  error?: string;
+  bytes_in: number;
+  bytes_out: number;
+  recording?: { chunks: number; bytes: number; head: string; truncated?: boolean };
+  target?: string;
+  four_eyes?: boolean;
+  approved_by?: string;
+  approved_at?: string;
+}
+
+/** RecordingReport is what checking a recording against its hash chain found. */
+export interface RecordingReport {
+  chunks: number;
+  ok: boolean;
+  problem?: string;
+  bad_chunk: number;
+  unchained_bytes?: number;
+  head: string;
+}
+
+const sessionPath = (id: string) => `/api/v1/sessions/${encodeURIComponent(id)}`;
+
+export const sessions = (s: Session, q: { live?: boolean; box?: string; limit?: number }) => {
+  const p = new URLSearchParams();
+  if (q.live) p.set('live', '1');
+  if (q.box) p.set('box', q.box);
+  if (q.limit) p.set('limit', String(q.limit));
+  return call<SessionRecord[]>(s, 'GET', '/api/v1/sessions?' + p.toString());
+};
+export const sessionRecord = (s: Session, id: string) => call<SessionRecord>(s, 'GET', sessionPath(id));
+export const endSession = (s: Session, id: string) => call<void>(s, 'POST', `${sessionPath(id)}/end`);
+export const approveSession = (s: Session, id: string) => call<void>(s, 'POST', `${sessionPath(id)}/approve`);
+export const verifyRecording = (s: Session, id: string) => call<RecordingReport>(s, 'GET', `${sessionPath(id)}/recording/verify`);
+
+/**
+ * withTenant adds the tenant to a path the browser opens by itself (a
+ * WebSocket, a download, the player's fetch), which sends no header of
+ * the page's.
+ */
+export function withTenant(s: Session, path: string): string {
+  if (!s.tenant) return path;
+  return path + (path.includes('?') ? '&' : '?') + 'tenant=' + encodeURIComponent(s.tenant);
+}
+
+/** execPath is the WebSocket of an interactive shell on box, or in one of its workloads. */
+export function execPath(s: Session, box: string, workload: string): string {
+  const q = new URLSearchParams({ tty: '1', term: 'xterm-256color' });
+  if (workload) q.set('workload', workload);
+  return withTenant(s, `/api/v1/boxes/${encodeURIComponent(box)}/exec?${q.toString()}`);
+}
+export const watchPath = (s: Session, id: string) => withTenant(s, `${sessionPath(id)}/watch`);
+export const recordingPath = (s: Session, id: string) => withTenant(s, `${sessionPath(id)}/recording`);

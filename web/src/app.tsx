@@ -15,6 +15,7 @@ import { Rollouts, RolloutPage } from './pages/rollouts';
 import { Matrix } from './pages/matrix';
 import { APITokens } from './pages/tokens';
 import { Audit } from './pages/audit';
+import { Sessions, SessionPage } from './pages/sessions';
 
 /** Ctx is what every page reads: who is logged in, where, and in which language. */
 export interface Ctx {
@@ -143,6 +144,7 @@ export function App() {
           <NavLink to="/rollouts" label={t('nav.rollouts')} />
           <NavLink to="/matrix" label={t('nav.matrix')} />
           <NavLink to="/keys" label={t('nav.keys')} />
+          <NavLink to="/sessions" label={t('nav.sessions')} />
           {api.can(me.role, 'operate') && <NavLink to="/waiting" label={t('nav.waiting')} />}
           {api.can(me.role, 'administer') && <NavLink to="/enroll" label={t('nav.enroll')} />}
           {api.can(me.role, 'audit') && <NavLink to="/audit" label={t('nav.audit')} />}
@@ -222,5 +224,8 @@ function Route({ pathname }: { pathname: string }) {
   const rm = pathname.match(/^\/rollouts\/([^/]+)$/);
   if (rm) return <RolloutPage id={decodeURIComponent(rm[1])} />;
   if (pathname === '/audit') return <Audit />;
+  if (pathname === '/sessions') return <Sessions />;
+  const sm = pathname.match(/^\/sessions\/([^/]+)$/);
+  if (sm) return <SessionPage id={decodeURIComponent(sm[1])} />;
   return <h1>{t('notfound.title')}</h1>;
 }

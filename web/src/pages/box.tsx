@@ -3,18 +3,25 @@ import * as api from '../api';
 import { useApp } from '../app';
 import { formatTime } from '../i18n';
 import { usePoll } from '../ui/poll';
+import { SessionTerminal } from '../ui/terminal';
 
 export function BoxPage({ id }: { id: string }) {
-  const { session, t, lang } = useApp();
+  const { session, t, lang, me, navigate } = useApp();
   const box = usePoll(() => api.box(session, id), [id, session.tenant], ['boxes']);
   const state = usePoll(() => api.boxState(session, id), [id, session.tenant], ['state']);
   const keys = usePoll(() => api.keys(session, id), [id, session.tenant], ['keys']);
   const [logsOf, setLogsOf] = useState('');
+  // shell is where the open terminal runs: '' the box itself, else a
+  // workload's name; null when none is open.
+  const [shell, setShell] = useState<string | null>(null);
   const b = box.data;
   if (box.error && !b) return <p class="error">{t('common.error', { msg: box.error })}</p>;
   if (!b) return <p class="loading">{t('common.loading')}</p>;
   const st = state.data;
   const workloads = (st?.statuses ?? []).filter((s) => s.kind === 'Workload');
+  // A shell needs the maintainer's role, or the admin's.
+  const mayShell = api.can(me.role, 'maintain');
+  const sessionsOf = `/sessions?box=${encodeURIComponent(id)}`;
   const facts: [string, string][] = [
     [t('box.os'), [b.os, b.os_version].filter(Boolean).join(' ')],
     [t('box.arch'), b.arch ?? ''],
@@ -31,8 +38,23 @@ export function BoxPage({ id }: { id: string }) {
         {b.name} <span class={'state ' + (b.online ? 'on' : 'off')}>{b.online ? t('state.online') : t('state.offline')}</span>
       </h1>
       <p class="muted">
-        {b.id} · {b.region} / {b.site}
+        {b.id} · {b.region} / {b.site} ·{' '}
+        <a href={sessionsOf} onClick={(e) => { e.preventDefault(); navigate(sessionsOf); }}>{t('box.sessions')}</a>
       </p>
+      {mayShell && shell === null && (
+        <p class="rollout-actions">
+          <button data-testid="open-shell" disabled={!b.online} onClick={() => setShell('')}>{t('box.openShell')}</button>
+          {!b.online && <span class="muted">{t('box.offlineNoShell')}</span>}
+        </p>
+      )}
+      {shell !== null && (
+        <SessionTerminal
+          key={shell}
+          path={api.execPath(session, id, shell)}
+          title={t('term.title', { target: shell ? `${b.name} / ${shell}` : b.name })}
+          onClose={() => setShell(null)}
+        />
+      )}
       <h2>{t('box.facts')}</h2>
       <dl class="facts">
         {facts.map(([k, v]) => (
@@ -72,6 +94,11 @@ export function BoxPage({ id }: { id: string }) {
               <td>{w.message ?? ''}</td>
               <td>
                 <button class="quiet" onClick={() => setLogsOf(w.name)}>{t('box.logs')}</button>
+                {mayShell && (
+                  <button class="quiet" data-testid="workload-shell" disabled={!b.online || shell !== null} onClick={() => setShell(w.name)}>
+                    {t('box.openShell')}
+                  </button>
+                )}
               </td>
             </tr>
           ))}

@@ -1,0 +1,80 @@
+package forward
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"sync"
+	"time"
+
+	"github.com/edgebox/edgebox/errdefs"
+	edgeboxv1 "github.com/edgebox/edgebox/proto/edgebox/v1"
+	"github.com/edgebox/edgebox/tunnel"
+)
+
+// MetaWorkload names the VM whose screen a vnc stream wants.
+const MetaWorkload = "workload"
+
+// Screens finds a running VM's VNC socket (the qemu driver's Consoles).
+type Screens func(workload string) (socket string, err error)
+
+// ServeScreens answers the vnc streams ln accepts until it closes: each
+// is joined to its VM's VNC socket, after the same reply a forward gets.
+func ServeScreens(ctx context.Context, ln net.Listener, screens Screens, cfg Config) error {
+	if cfg.MaxConns <= 0 {
+		cfg.MaxConns = 32
+	}
+	slots := make(chan struct{}, cfg.MaxConns)
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	go func() { <-ctx.Done(); ln.Close() }()
+	for {
+		c, err := ln.Accept()
+		if err != nil {
+			if ctx.Err() != nil || errors.Is(err, net.ErrClosed) {
+				return nil
+			}
+			return err
+		}
+		select {
+		case slots <- struct{}{}:
+		default:
+			tunnel.WriteForwardReply(c, fmt.Errorf("this box shows %d screens already", cfg.MaxConns))
+			c.Close()
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer func() { <-slots }()
+			defer c.Close()
+			name := ""
+			if tc, ok := c.(*tunnel.Conn); ok {
+				name = tc.Header().Meta[MetaWorkload]
+			}
+			if !edgeboxv1.ValidObjectName(name) {
+				tunnel.WriteForwardReply(c, errdefs.Invalid("workload name %q is not valid", name))
+				return
+			}
+			sock, err := screens(name)
+			if err != nil {
+				tunnel.WriteForwardReply(c, err)
+				return
+			}
+			var d net.Dialer
+			dctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+			vm, err := d.DialContext(dctx, "unix", sock)
+			cancel()
+			if err != nil {
+				tunnel.WriteForwardReply(c, fmt.Errorf("the screen of VM %s: %v", name, err))
+				return
+			}
+			defer vm.Close()
+			if tunnel.WriteForwardReply(c, nil) != nil {
+				return
+			}
+			tunnel.Join(ctx, c, vm)
+		}()
+	}
+}

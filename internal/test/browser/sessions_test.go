@@ -1,0 +1,127 @@
+package browser
+
+import (
+	"bytes"
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/edgebox/edgebox/api"
+	"github.com/edgebox/edgebox/internal/test/testenv"
+)
+
+// TestWebSessions runs a remote session from the web console, in
+// Chromium, on a real agent (the process runtime: a shell on the box
+// itself is a shell on this machine): an admin opens a shell on the box's
+// page, types a command and sees its output, narrows the window and the
+// box hears the new size, sees the shell live on the Sessions page, and
+// leaves the shell; the Sessions page shows how it ended; a shell whose
+// page is left ends; on a box kept to four eyes a shell waits until a
+// maintainer approves it, who then watches it and ends it; an auditor
+// finds the recording intact and plays it; a viewer is offered no shell. web/tests/sessions.mjs says each step.
+func TestWebSessions(t *testing.T) {
+	t.Parallel()
+	h := testenv.NewBinaries(t)
+	ctx := context.Background()
+	admin := h.Admin()
+
+	box, err := h.Enroll(t, h.Token(t, api.TokenRequest{Region: "east", Site: "shop-1"}), "shell-box")
+	if err != nil {
+		t.Fatal(err)
+	}
+	testenv.StartAgentArgs(t, box)
+	// A second box, where money is: the tenant keeps its sessions to
+	// four eyes.
+	money, err := h.Enroll(t, h.Token(t, api.TokenRequest{Region: "east", Site: "shop-1"}), "money-box")
+	if err != nil {
+		t.Fatal(err)
+	}
+	testenv.StartAgentArgs(t, money)
+	if _, err := admin.Label(ctx, money.ID(), map[string]string{"money": "yes"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := admin.SetSessionRules(ctx, api.SessionRules{FourEyes: []api.BoxMatch{{Labels: map[string]string{"money": "yes"}}}}); err != nil {
+		t.Fatal(err)
+	}
+	for _, u := range []api.UserRequest{
+		{Name: "vera", Password: "vera's long password", Role: "viewer"},
+		{Name: "audrey", Password: "audrey's long password", Role: "auditor"},
+		{Name: "max", Password: "max's long password", Role: "maintainer"},
+	} {
+		if _, err := admin.CreateUser(ctx, u); err != nil {
+			t.Fatal(err)
+		}
+	}
+	testenv.WaitFor(t, 30*time.Second, "the boxes online", func() bool {
+		for _, id := range []string{box.ID(), money.ID()} {
+			if b, err := admin.Box(ctx, id); err != nil || !b.Online {
+				return false
+			}
+		}
+		return true
+	})
+
+	t.Cleanup(func() { // what the sessions recorded, when a step failed
+		if !t.Failed() {
+			return
+		}
+		recs, err := admin.Sessions(context.Background(), false, "")
+		if err != nil {
+			t.Logf("sessions: %v", err)
+		}
+		for _, r := range recs {
+			var cast bytes.Buffer
+			err := admin.SessionRecording(context.Background(), r.ID, &cast)
+			t.Logf("session %s on %s by %s, ended by %q (%v): recording %v\n%s", r.ID, r.BoxName, r.User, r.EndedBy, r.Error, err, cast.String())
+		}
+	})
+	runScript(t, "sessions.mjs",
+		"EDGEBOX_URL="+h.URL(),
+		"EDGEBOX_ADMIN_PASSWORD="+h.AdminPassword(),
+		"EDGEBOX_BOX="+box.ID(),
+		"EDGEBOX_VIEWER=vera",
+		"EDGEBOX_VIEWER_PASSWORD=vera's long password",
+		"EDGEBOX_AUDITOR=audrey",
+		"EDGEBOX_AUDITOR_PASSWORD=audrey's long password",
+		"EDGEBOX_MAINTAINER=max",
+		"EDGEBOX_MAINTAINER_PASSWORD=max's long password",
+		"EDGEBOX_FOUR_EYES_BOX="+money.ID(),
+		"EDGEBOX_SCREENSHOTS="+screenshots(t))
+
+	// What the page did, the console recorded: a shell by admin that
+	// exited with 0, whose recording holds what was typed and shown, and
+	// then one that ended when its page was left.
+	recs, err := admin.Sessions(ctx, false, box.ID())
+	if err != nil || len(recs) != 2 {
+		t.Fatalf("sessions on the box: %+v %v", recs, err)
+	}
+	left, r := recs[0], recs[1] // newest first
+	if r.Kind != "shell" || !r.TTY || r.User != "admin" || r.Workload != "" || r.EndedBy != "exit" || r.ExitCode == nil || *r.ExitCode != 0 {
+		t.Errorf("the session the page opened: %+v", r)
+	}
+	if left.EndedBy != "operator left" {
+		t.Errorf("the session whose page was left: %+v", left)
+	}
+	// On the money box: approved by max, who then ended it.
+	recs, err = admin.Sessions(ctx, false, money.ID())
+	if err != nil || len(recs) != 1 {
+		t.Fatalf("sessions on the four-eyes box: %+v %v", recs, err)
+	}
+	if m := recs[0]; !m.FourEyes || m.ApprovedBy != "max" || m.EndedBy != "user:max" || m.User != "admin" {
+		t.Errorf("the four-eyes session: %+v", m)
+	}
+	rep, err := admin.VerifySession(ctx, r.ID)
+	if err != nil || !rep.OK {
+		t.Errorf("its recording: %+v %v", rep, err)
+	}
+	var cast bytes.Buffer
+	if err := admin.SessionRecording(ctx, r.ID, &cast); err != nil {
+		t.Fatal(err)
+	}
+	// The command's output, and the terminal's sizes: fitted, then
+	// narrowed with the window.
+	if !strings.Contains(cast.String(), `hello\r\n`) || strings.Count(cast.String(), `, "r", "`) < 2 {
+		t.Errorf("the recording has no hello, or fewer than two resizes:\n%s", cast.String())
+	}
+}

@@ -1,0 +1,173 @@
+//go:build linux
+
+package integration
+
+import (
+	"bytes"
+	"encoding/binary"
+	"io"
+	"net"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-containerregistry/pkg/authn"
+	"github.com/google/go-containerregistry/pkg/name"
+	"github.com/google/go-containerregistry/pkg/v1/remote"
+
+	"github.com/edgebox/edgebox/agent"
+	"github.com/edgebox/edgebox/agent/runtime"
+	"github.com/edgebox/edgebox/api"
+	"github.com/edgebox/edgebox/images/vm"
+	"github.com/edgebox/edgebox/internal/test/testenv"
+	"github.com/edgebox/edgebox/internal/test/vmtest"
+)
+
+// TestVMSerialAndScreenThroughTheConsole: a real QEMU guest deployed on a
+// box answers a command on its serial console through a remote session,
+// and its screen comes through the console as RFB: the handshake, and a
+// full framebuffer update with pixels painted; the same view only.
+func TestVMSerialAndScreenThroughTheConsole(t *testing.T) {
+	vmtest.Require(t)
+	h := testenv.NewInProcess(t, testenv.Options{})
+	d := vmtest.Driver(t)
+	box := enrollOne(t, h, "vm-host")
+	testenv.StartAgent(t, box, func(c *agent.Config) { c.Drivers = []runtime.Driver{d}; c.Reconcile = time.Second })
+	ref, _ := name.ParseReference(testenv.RegistryHost(h) + "/robots/guest:1")
+	if _, err := vm.Push(ref, vmtest.Files(t, t.TempDir(), 16), vm.Config{Cmdline: vmtest.Cmdline},
+		remote.WithTransport(testenv.RegistryTransport(h)), remote.WithAuth(&authn.Basic{Username: "x", Password: h.AdminToken()})); err != nil {
+		t.Fatal(err)
+	}
+	admin := h.Admin()
+	admin.CreateApp(ctx(t), "guest", "")
+	if _, err := admin.CreateRelease(ctx(t), "guest", api.ReleaseSpec{Version: "1", Runtime: "qemu", Image: "robots/guest:1", MemoryBytes: 128 << 20}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := admin.Deploy(ctx(t), "guest", "1", "box", box.ID()); err != nil {
+		t.Fatal(err)
+	}
+	testenv.WaitFor(t, 120*time.Second, "the VM booted", func() bool {
+		l, err := admin.Logs(ctx(t), box.ID(), "guest", 50)
+		return err == nil && strings.Contains(l.Text, vmtest.Up)
+	})
+
+	// The serial console.
+	s, err := admin.OpenSession(ctx(t), box.ID(), api.SessionOptions{Workload: "guest", TTY: true, Cols: 80, Rows: 24})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var seen bytes.Buffer
+	deadline := time.Now().Add(30 * time.Second)
+	until := func(want string) {
+		for !strings.Contains(seen.String(), want) {
+			f, err := s.Recv()
+			if err != nil || time.Now().After(deadline) {
+				t.Fatalf("the guest's serial console: %v; %q", err, seen.String())
+			}
+			if f.Type == api.FrameOutput {
+				seen.Write(f.Payload)
+			}
+		}
+	}
+	until("# ") // its shell's prompt: typing before it may be lost
+	s.Write([]byte("echo serial-$((40+2))\n"))
+	until("serial-42")
+	s.Close()
+
+	// The screen, interactive and view only.
+	for _, viewOnly := range []bool{false, true} {
+		conn, err := admin.OpenScreen(ctx(t), box.ID(), "guest", viewOnly)
+		if err != nil {
+			t.Fatal(err)
+		}
+		w, hgt, painted := rfbFrame(t, conn, viewOnly)
+		conn.Close()
+		if w == 0 || hgt == 0 || painted == 0 {
+			t.Fatalf("view only %v: a %dx%d screen with %d painted pixels", viewOnly, w, hgt, painted)
+		}
+		t.Logf("view only %v: a %dx%d screen, %d pixels painted", viewOnly, w, hgt, painted)
+	}
+	testenv.WaitFor(t, 10*time.Second, "the screens' records", func() bool {
+		ss, _ := admin.Sessions(ctx(t), false, "")
+		n := 0
+		for _, r := range ss {
+			if r.Kind == "screen" && !r.Live() && r.BytesOut > 0 {
+				n++
+			}
+		}
+		return n == 2
+	})
+}
+
+// rfbFrame speaks RFB 3.8 as a viewer: the handshake with no security,
+// then one full framebuffer update in raw encoding. It returns the
+// screen's size and how many of its pixels are not black.
+func rfbFrame(t *testing.T, c net.Conn, sendKey bool) (int, int, int) {
+	t.Helper()
+	c.SetDeadline(time.Now().Add(60 * time.Second))
+	read := func(n int) []byte {
+		b := make([]byte, n)
+		if _, err := io.ReadFull(c, b); err != nil {
+			t.Fatalf("RFB: %v", err)
+		}
+		return b
+	}
+	if v := read(12); string(v) != "RFB 003.008\n" {
+		t.Fatalf("the VM speaks %q", v)
+	}
+	c.Write([]byte("RFB 003.008\n"))
+	n := int(read(1)[0])
+	types := read(n)
+	if !bytes.Contains(types, []byte{1}) {
+		t.Fatalf("no None security among %v", types)
+	}
+	c.Write([]byte{1})
+	if r := binary.BigEndian.Uint32(read(4)); r != 0 {
+		t.Fatalf("security result %d", r)
+	}
+	c.Write([]byte{1}) // shared
+	init := read(24)
+	w, hgt := int(binary.BigEndian.Uint16(init[0:])), int(binary.BigEndian.Uint16(init[2:]))
+	read(int(binary.BigEndian.Uint32(init[20:])))
+	// 32 bits a pixel, raw encoding only.
+	pf := []byte{0, 0, 0, 0, 32, 24, 0, 1, 0, 255, 0, 255, 0, 255, 16, 8, 0, 0, 0, 0}
+	c.Write(pf)
+	c.Write([]byte{2, 0, 0, 1, 0, 0, 0, 0})
+	if sendKey { // dropped by a view-only screen; harmless to the guest either way
+		c.Write([]byte{4, 1, 0, 0, 0, 0, 0, 'x'})
+	}
+	req := []byte{3, 0, 0, 0, 0, 0, 0, 0, 0, 0}
+	binary.BigEndian.PutUint16(req[6:], uint16(w))
+	binary.BigEndian.PutUint16(req[8:], uint16(hgt))
+	c.Write(req)
+	painted := 0
+	for {
+		hdr := read(1)
+		switch hdr[0] {
+		case 0: // FramebufferUpdate
+			rest := read(3)
+			rects := int(binary.BigEndian.Uint16(rest[1:]))
+			for range rects {
+				rh := read(12)
+				rw, rhh := int(binary.BigEndian.Uint16(rh[4:])), int(binary.BigEndian.Uint16(rh[6:]))
+				enc := int32(binary.BigEndian.Uint32(rh[8:]))
+				if enc != 0 {
+					continue // a pseudo-encoding the server sends unasked: no pixels
+				}
+				px := read(rw * rhh * 4)
+				for i := 0; i < len(px); i += 4 {
+					if px[i]|px[i+1]|px[i+2] != 0 {
+						painted++
+					}
+				}
+			}
+			return w, hgt, painted
+		case 2: // Bell
+		case 3: // ServerCutText
+			read(3)
+			read(int(binary.BigEndian.Uint32(read(4))))
+		default:
+			t.Fatalf("server message %d", hdr[0])
+		}
+	}
+}

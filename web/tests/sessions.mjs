@@ -1,0 +1,275 @@
+// Remote sessions in Chromium, against a real console and a real agent
+// that internal/test/browser started: an admin opens a shell on the box
+// from its page, types in it and leaves it; the Sessions page shows how
+// it ended; an auditor plays its recording and sees it intact; a viewer
+// is offered no shell. Each step logs "ok <step>" or fails the run, and
+// saves a screenshot of the page it ends on.
+import { chromium } from 'playwright-core';
+import { join } from 'node:path';
+
+const env = (k) => {
+  const v = process.env[k];
+  if (!v) throw new Error(`${k} is not set`);
+  return v;
+};
+const url = env('EDGEBOX_URL');
+const shots = env('EDGEBOX_SCREENSHOTS');
+const boxID = env('EDGEBOX_BOX');
+
+const browser = await chromium.launch({
+  executablePath: process.env.EDGEBOX_CHROMIUM || '/usr/bin/chromium',
+  args: ['--no-sandbox', '--disable-gpu', '--disable-background-networking', '--disable-component-update', '--disable-sync', '--no-first-run'],
+});
+
+let n = 0;
+const problems = [];
+
+/** newPage opens a page in a fresh browser context (its own cookies). */
+async function newPage() {
+  const ctx = await browser.newContext({ ignoreHTTPSErrors: true, locale: 'en-US', timezoneId: 'Asia/Shanghai', viewport: { width: 1280, height: 900 } });
+  return watched(await ctx.newPage());
+}
+
+/** watched makes every dialog, CSP refusal and uncaught error on page a problem of the step. */
+function watched(page) {
+  page.on('dialog', (d) => {
+    problems.push(`a dialog opened: ${d.message()}`);
+    d.dismiss();
+  });
+  page.on('console', (m) => {
+    if (m.type() === 'error' && /Content Security Policy|Refused to/.test(m.text())) problems.push(`CSP: ${m.text()}`);
+  });
+  page.on('pageerror', (e) => problems.push(`page error: ${e.message}`));
+  return page;
+}
+
+async function step(page, name, fn) {
+  n++;
+  const file = join(shots, `${String(n).padStart(2, '0')}-${name.replace(/[^a-z0-9]+/gi, '-')}.png`);
+  let failed = false;
+  try {
+    await fn();
+    if (problems.length) throw new Error(problems.splice(0).join('; '));
+    console.log(`ok ${name}`);
+  } catch (e) {
+    failed = true;
+    console.log(`FAIL ${name}: ${[e.message, ...problems.splice(0)].join('; ')}`);
+  } finally {
+    await page.screenshot({ path: file, fullPage: true }).catch(() => {});
+  }
+  if (failed) {
+    await browser.close();
+    process.exit(1);
+  }
+}
+
+const expect = (cond, msg) => {
+  if (!cond) throw new Error(msg);
+};
+
+async function login(page, user, password) {
+  await page.goto(`${url}/`);
+  await page.fill('input[name=user]', user);
+  await page.fill('input[name=password]', password);
+  await page.click('button[type=submit]');
+  await page.waitForSelector('[data-testid=whoami]');
+}
+
+/** termRows is the text of each row the terminal draws. */
+const termRows = (page) =>
+  page.$$eval('[data-testid=terminal] .xterm-rows > div', (rows) => rows.map((r) => r.textContent.replace(/\u00a0/g, ' ')));
+
+/** waitRow waits until the terminal draws a row that test accepts, and returns the rows. */
+async function waitRow(page, what, test, timeout = 20000) {
+  const end = Date.now() + timeout;
+  for (;;) {
+    const rows = await termRows(page);
+    if (rows.some(test)) return rows;
+    if (Date.now() > end) throw new Error(`no row ${what} in the terminal: ${JSON.stringify(rows.filter((r) => r.trim()))}`);
+    await page.waitForTimeout(200);
+  }
+}
+
+/** sttySize has the shell say its terminal's size, tagged, and returns it: [rows, cols]. */
+let sizes = 0;
+async function sttySize(page) {
+  const tag = `size${++sizes}:`;
+  await page.keyboard.type(`echo ${tag} $(stty size)`);
+  await page.keyboard.press('Enter');
+  const re = new RegExp(`^${tag} (\\d+) (\\d+)$`);
+  const rows = await waitRow(page, `saying ${tag}`, (r) => re.test(r.trim()));
+  return rows
+    .map((r) => r.trim().match(re))
+    .filter(Boolean)
+    .pop()
+    .slice(1)
+    .map(Number);
+}
+
+const admin = await newPage();
+
+await step(admin, 'an admin opens a shell on the box from its page and runs a command in it', async () => {
+  await login(admin, 'admin', env('EDGEBOX_ADMIN_PASSWORD'));
+  await admin.goto(`${url}/boxes/${boxID}`);
+  await admin.waitForSelector('[data-testid=open-shell]:not([disabled])');
+  const early = await admin.evaluate(() => performance.getEntriesByType('resource').filter((e) => /\/assets\/terminal-/.test(e.name)).length);
+  expect(early === 0, 'the terminal code loaded before a shell was opened');
+  await admin.click('[data-testid=open-shell]');
+  await admin.waitForSelector('[data-testid=terminal] .xterm-rows');
+  await admin.waitForSelector('[data-testid=term-status][data-state=running]', { timeout: 20000 });
+  // The shell's prompt first, then the command, typed key by key.
+  await waitRow(admin, 'with a prompt', (r) => /[#$]\s*$/.test(r));
+  await admin.click('[data-testid=terminal] .xterm-screen');
+  await admin.keyboard.type('echo hello');
+  await admin.keyboard.press('Enter');
+  await waitRow(admin, '"hello" alone', (r) => r.trim() === 'hello');
+});
+
+await step(admin, 'the terminal fills its box and follows the window: the box hears each new size', async () => {
+  const [rows, cols] = await sttySize(admin);
+  expect(cols > 100 && rows > 10, `the box's terminal is ${rows}x${cols}, not the page's`);
+  await admin.setViewportSize({ width: 800, height: 900 });
+  await admin.waitForTimeout(300);
+  const [rows2, cols2] = await sttySize(admin);
+  expect(cols2 < cols - 20 && rows2 === rows, `after a narrower window the box's terminal is ${rows2}x${cols2}, before ${rows}x${cols}`);
+  await admin.setViewportSize({ width: 1280, height: 900 });
+});
+
+await step(admin, 'the Sessions page shows the open shell, in another tab, with its End button', async () => {
+  const tab = watched(await admin.context().newPage());
+  try {
+    await tab.goto(`${url}/sessions`);
+    const row = await tab.waitForSelector('[data-testid=live-sessions] tr[data-user=admin]');
+    const text = await row.textContent();
+    expect(text.includes('shell-box') && text.includes('the box itself') && text.includes('shell'), `live row ${text}`);
+    expect((await row.$('[data-testid=end]')) && !(await row.$('[data-testid=approve]')), 'an admin sees no End, or an Approve, on their own shell');
+    await tab.screenshot({ path: join(shots, `${String(n).padStart(2, '0')}b-live-session.png`), fullPage: true });
+  } finally {
+    await tab.close();
+  }
+});
+
+await step(admin, 'leaving the shell ends the session, and the terminal says how', async () => {
+  await admin.keyboard.type('exit');
+  await admin.keyboard.press('Enter');
+  await admin.waitForSelector('[data-testid=term-status][data-state=ended]', { timeout: 20000 });
+  const status = await admin.textContent('[data-testid=term-status]');
+  expect(status.includes('exit code 0'), `status ${status}`);
+  await waitRow(admin, 'saying the session ended', (r) => r.includes('session ended: exit code 0'));
+});
+
+let sessionID = '';
+await step(admin, 'the Sessions page shows the ended session and how it ended', async () => {
+  await admin.click('nav a[href="/sessions"]');
+  await admin.waitForSelector('[data-testid=past-sessions] tr[data-session]');
+  const row = await admin.$('[data-testid=past-sessions] tr[data-user=admin][data-ended-by=exit]');
+  expect(row, 'no past session of admin that exited');
+  sessionID = await row.getAttribute('data-session');
+  const text = await row.textContent();
+  expect(text.includes('shell-box') && text.includes('the box itself') && text.includes('shell') && text.includes('exited with code 0'), `row ${text}`);
+  const live = await admin.textContent('[data-testid=live-sessions] tbody');
+  expect(live.includes('No session is open'), `live sessions: ${live}`);
+  // In Chinese too.
+  await admin.selectOption('[data-testid=lang]', 'zh-CN');
+  await admin.waitForFunction(() => document.querySelector('h1')?.textContent === '远程会话');
+  expect((await row.textContent()).includes('退出码 0'), 'the row in Chinese');
+  await admin.selectOption('[data-testid=lang]', 'en');
+});
+
+await step(admin, 'a shell left open ends when its page is left', async () => {
+  await admin.goto(`${url}/boxes/${boxID}`);
+  await admin.click('[data-testid=open-shell]');
+  await admin.waitForSelector('[data-testid=term-status][data-state=running]', { timeout: 20000 });
+  // Left at its prompt: a shell killed while its login scripts run may
+  // leave their locks behind on this machine.
+  await waitRow(admin, 'with a prompt', (r) => /[#$]\s*$/.test(r));
+  await admin.click('nav a[href="/sessions"]');
+  await admin.waitForSelector('[data-testid=past-sessions] tr[data-ended-by="operator left"]', { timeout: 20000 });
+  const text = await admin.textContent('[data-testid=past-sessions] tr[data-ended-by="operator left"]');
+  expect(text.includes('the user left'), `row ${text}`);
+});
+
+// A box kept to four eyes: the admin's shell there waits until a second
+// user, a maintainer, approves it; the maintainer then watches it and
+// ends it.
+const moneyBox = env('EDGEBOX_FOUR_EYES_BOX');
+const second = await newPage();
+await step(admin, 'a shell on a box kept to four eyes waits for a second user', async () => {
+  await admin.goto(`${url}/boxes/${moneyBox}`);
+  await admin.click('[data-testid=open-shell]');
+  await admin.waitForSelector('[data-testid=term-status][data-state=waiting]', { timeout: 20000 });
+  const msg = await admin.textContent('[data-testid=term-waiting]');
+  expect(msg.includes('approval'), `the waiting shell says ${msg}`);
+  await waitRow(admin, 'saying it waits', (r) => r.includes('approval'));
+});
+
+await step(second, 'the second user approves the shell and watches it, read only', async () => {
+  await login(second, env('EDGEBOX_MAINTAINER'), env('EDGEBOX_MAINTAINER_PASSWORD'));
+  await second.click('nav a[href="/sessions"]');
+  const row = '[data-testid=live-sessions] tr[data-user=admin]';
+  await second.waitForSelector(`${row} [data-testid=approve]`);
+  expect((await second.textContent(row)).includes('needs a second user'), 'the row does not say it waits');
+  await second.click(`${row} [data-testid=approve]`);
+  await admin.waitForSelector('[data-testid=term-status][data-state=running]', { timeout: 20000 });
+  await second.click(`${row} [data-testid=watch]`);
+  await second.waitForSelector('[data-testid=term-status][data-state=watching]', { timeout: 20000 });
+  await waitRow(admin, 'with a prompt', (r) => /[#$]\s*$/.test(r));
+  await admin.click('[data-testid=terminal] .xterm-screen');
+  await admin.keyboard.type('echo watched-by-two');
+  await admin.keyboard.press('Enter');
+  await waitRow(second, '"watched-by-two" alone', (r) => r.trim() === 'watched-by-two');
+});
+
+await step(admin, 'the second user ends the shell, and its terminal says who did', async () => {
+  await second.click('[data-testid=live-sessions] tr[data-user=admin] [data-testid=end]');
+  await admin.waitForSelector('[data-testid=term-status][data-state=ended]', { timeout: 20000 });
+  const status = await admin.textContent('[data-testid=term-status]');
+  expect(status.includes(`ended by ${env('EDGEBOX_MAINTAINER')}`), `status ${status}`);
+  await second.waitForSelector('[data-testid=term-status][data-state=ended]', { timeout: 20000 });
+});
+
+const viewer = await newPage();
+await step(viewer, 'a viewer is offered no shell, and sees sessions without their buttons', async () => {
+  await login(viewer, env('EDGEBOX_VIEWER'), env('EDGEBOX_VIEWER_PASSWORD'));
+  await viewer.goto(`${url}/boxes/${boxID}`);
+  await viewer.waitForSelector('[data-testid=box-name]');
+  await viewer.waitForSelector('[data-testid=revision]');
+  expect(!(await viewer.$('[data-testid=open-shell]')) && !(await viewer.$('[data-testid=workload-shell]')), 'a viewer sees an Open shell button');
+  await viewer.goto(`${url}/sessions/${sessionID}`);
+  await viewer.waitForSelector('[data-testid=session-facts]');
+  expect(!(await viewer.$('[data-testid=play]')), 'a viewer sees Play recording');
+  // The API refuses a viewer's shell before any WebSocket.
+  const status = await viewer.evaluate(async (id) => (await fetch(`/api/v1/boxes/${id}/exec?tty=1`)).status, boxID);
+  expect(status === 403, `a viewer's shell answered ${status}`);
+});
+
+const auditor = await newPage();
+await step(auditor, 'an auditor opens the session and sees its recording intact', async () => {
+  await login(auditor, env('EDGEBOX_AUDITOR'), env('EDGEBOX_AUDITOR_PASSWORD'));
+  await auditor.click('nav a[href="/sessions"]');
+  await auditor.click(`[data-testid=past-sessions] tr[data-session="${sessionID}"] [data-testid=session-link]`);
+  await auditor.waitForSelector(`[data-testid=session][data-session="${sessionID}"]`);
+  await auditor.waitForSelector('[data-testid=verify][data-ok=true]');
+  const v = await auditor.textContent('[data-testid=verify]');
+  expect(v.startsWith('Intact'), `verify says ${v}`);
+  const href = await auditor.getAttribute('[data-testid=download]', 'href');
+  expect(href === `/api/v1/sessions/${sessionID}/recording`, `download ${href}`);
+});
+
+await step(auditor, "the auditor plays the recording and sees the shell's output", async () => {
+  await auditor.click('[data-testid=play]');
+  // The player draws the recording's lines as it plays them; one that
+  // cannot play says why.
+  await auditor.waitForFunction(
+    () =>
+      document.querySelector('[data-testid=player] .error') ||
+      [...document.querySelectorAll('[data-testid=player] .ap-line')].some((l) => l.textContent.trim() === 'hello'),
+    null,
+    { timeout: 30000 },
+  );
+  const failed = await auditor.$('[data-testid=player] .error');
+  expect(!failed, `the player says: ${failed && (await failed.textContent())}`);
+});
+
+await browser.close();
+console.log(`${n} steps passed`);
