@@ -170,6 +170,8 @@ func (s *server) routes() []route {
 		{"GET", v1 + "/boxes/:id/exec", auth.Maintain, s.openSession},
 		{"GET", v1 + "/boxes/:id/forward", auth.Maintain, s.openForward},
 		{"GET", v1 + "/boxes/:id/workloads/:name/screen", auth.Maintain, s.openScreen},
+		{"GET", v1 + "/boxes/:id/web/:port/*path", auth.Maintain, s.boxWeb},
+		{"HEAD", v1 + "/boxes/:id/web/:port/*path", auth.Maintain, s.boxWeb},
 		{"GET", v1 + "/boxes/:id/files", auth.Maintain, s.readFile},
 		{"GET", v1 + "/boxes/:id/files/stat", auth.Maintain, s.statFile},
 		{"PUT", v1 + "/boxes/:id/files", auth.Maintain, s.writeFile},

@@ -149,3 +149,17 @@ func (b *Broker) Forward(ctx context.Context, req ForwardRequest, conn net.Conn)
 		b.cfg.Log.Error("a forward's end could not be recorded", "session", rec.ID, "err", err)
 	}
 }
+
+// DialForward opens a connection from box to target through its tunnel,
+// after the box's reply; the caller has checked the target.
+func (b *Broker) DialForward(ctx context.Context, box, target string) (net.Conn, error) {
+	tc, err := b.cfg.Tunnel.Open(ctx, box, tunnel.KindForward, map[string]string{tunnel.MetaTarget: target})
+	if err != nil {
+		return nil, err
+	}
+	if err := tunnel.ReadForwardReply(tc); err != nil {
+		tc.Close()
+		return nil, err
+	}
+	return tc, nil
+}

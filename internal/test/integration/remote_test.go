@@ -7,11 +7,14 @@ import (
 	"bytes"
 	"crypto/rand"
 	"crypto/sha256"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/hex"
 	"encoding/pem"
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -224,7 +227,16 @@ func TestRemoteSessions(t *testing.T) {
 		b, err := admin.Box(ctx(t), box.ID())
 		return err == nil && b.Online
 	})
-	page := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { io.WriteString(w, "the box's own page") }))
+	var leaked lockedBuffer // what the box's page was sent that it must not be
+	page := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		leaked.Write([]byte(r.Header.Get("Authorization") + r.Header.Get("Cookie")))
+		if r.URL.Path == "/old" {
+			http.Redirect(w, r, "/new", http.StatusFound)
+			return
+		}
+		http.SetCookie(w, &http.Cookie{Name: "router", Value: "x"})
+		io.WriteString(w, "the box's own page")
+	}))
 	defer page.Close()
 	lan := lanHost(t)
 	cli("session", "rules", "set", "--forward-site", "shop="+lan)
@@ -256,6 +268,33 @@ func TestRemoteSessions(t *testing.T) {
 		fw.Process.Signal(os.Interrupt)
 		fw.Wait()
 	}
+	// The box's own page in the browser, under the console's origin.
+	pool := x509.NewCertPool()
+	pool.AppendCertsFromPEM(h.CAPEM())
+	hc := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}},
+		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	_, port, _ := net.SplitHostPort(strings.TrimPrefix(page.URL, "http://"))
+	web := func(p string) *http.Response {
+		req, _ := http.NewRequest(http.MethodGet, h.URL()+"/api/v1/boxes/"+box.ID()+"/web/"+port+p, nil)
+		req.Header.Set("Authorization", "Bearer "+h.AdminToken())
+		resp, err := hc.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp
+	}
+	resp := web("/index.html")
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 200 || string(body) != "the box's own page" || !strings.HasPrefix(resp.Header.Get("Content-Security-Policy"), "sandbox") ||
+		resp.Header.Get("Set-Cookie") != "" || leaked.String() != "" {
+		t.Fatalf("the box's page: %d %q, CSP %q, Set-Cookie %q, the page was sent %q", resp.StatusCode, body,
+			resp.Header.Get("Content-Security-Policy"), resp.Header.Get("Set-Cookie"), leaked.String())
+	}
+	if resp := web("/old"); resp.StatusCode != http.StatusFound || resp.Header.Get("Location") != "/api/v1/boxes/"+box.ID()+"/web/"+port+"/new" {
+		t.Fatalf("a redirect on the box's page: %d to %q", resp.StatusCode, resp.Header.Get("Location"))
+	}
+
 	host, _, _ := strings.Cut(lan, ":")
 	out, err = h.CLI(t, "port-forward", box.ID(), "0:"+host+":8081")
 	if err == nil || !strings.Contains(out, "not on the forward allow list") {
