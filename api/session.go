@@ -333,8 +333,16 @@ func (c *Client) WatchSession(ctx context.Context, id string) (*Session, error) 
 // OpenForward opens a port forward from box to target ("host:port" as
 // the box sees it); the caller runs a multiplexer on the connection, a
 // stream per TCP connection.
-func (c *Client) OpenForward(ctx context.Context, box, target string) (net.Conn, error) {
-	s, err := c.openSocket(ctx, "/api/v1/boxes/"+url.PathEscape(box)+"/forward?"+url.Values{"target": {target}}.Encode(), 64<<10)
+//
+// On a box that needs a second maintainer's approval, request is the ID
+// of an approved request (AskSession); without one the console refuses
+// with a StatusError whose message starts with "approval needed".
+func (c *Client) OpenForward(ctx context.Context, box, target, request string) (net.Conn, error) {
+	q := url.Values{"target": {target}}
+	if request != "" {
+		q.Set("request", request)
+	}
+	s, err := c.openSocket(ctx, "/api/v1/boxes/"+url.PathEscape(box)+"/forward?"+q.Encode(), 64<<10)
 	if err != nil {
 		return nil, err
 	}
@@ -439,10 +447,13 @@ func (c *Client) DownloadFile(ctx context.Context, box, path, volume string, off
 // OpenScreen opens a VM workload's screen: RFB (VNC) bytes both ways,
 // as a VNC viewer speaks them; viewOnly passes no key, pointer or
 // clipboard to the VM.
-func (c *Client) OpenScreen(ctx context.Context, box, workload string, viewOnly bool) (net.Conn, error) {
+func (c *Client) OpenScreen(ctx context.Context, box, workload string, viewOnly bool, request string) (net.Conn, error) {
 	q := url.Values{}
 	if viewOnly {
 		q.Set("view_only", "1")
+	}
+	if request != "" {
+		q.Set("request", request)
 	}
 	s, err := c.openSocket(ctx, "/api/v1/boxes/"+url.PathEscape(box)+"/workloads/"+url.PathEscape(workload)+"/screen?"+q.Encode(), 64<<10)
 	if err != nil {
@@ -450,4 +461,27 @@ func (c *Client) OpenScreen(ctx context.Context, box, workload string, viewOnly 
 	}
 	s.ws.SetReadLimit(16 << 20)
 	return WebSocketConn(s.ws), nil
+}
+
+// NeedsApproval reports whether err is a console's refusal of a screen or
+// forward that needs a second maintainer's approval first.
+func NeedsApproval(err error) bool {
+	var se *StatusError
+	return errors.As(err, &se) && se.Status == http.StatusForbidden && strings.HasPrefix(se.Message, "approval needed")
+}
+
+// AskSession asks for the approval a screen (kind "screen", workload)
+// or a forward ("forward", target) needs on a four-eyes box.
+func (c *Client) AskSession(ctx context.Context, box, kind, workload, target string, viewOnly bool) (SessionRecord, error) {
+	var out SessionRecord
+	err := c.do(ctx, http.MethodPost, "/api/v1/boxes/"+url.PathEscape(box)+"/session-requests",
+		map[string]any{"kind": kind, "workload": workload, "target": target, "view_only": viewOnly}, &out)
+	return out, err
+}
+
+// Session returns one session's record.
+func (c *Client) Session(ctx context.Context, id string) (SessionRecord, error) {
+	var out SessionRecord
+	err := c.do(ctx, http.MethodGet, "/api/v1/sessions/"+url.PathEscape(id), nil, &out)
+	return out, err
 }

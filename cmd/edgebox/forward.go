@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net"
@@ -9,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -44,7 +46,15 @@ bytes. It needs the maintainer or admin role in the box's tenant.`,
 			}
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt)
 			defer stop()
-			conn, err := cl.OpenForward(ctx, args[0], target)
+			conn, err := cl.OpenForward(ctx, args[0], target, "")
+			if api.NeedsApproval(err) {
+				// A four-eyes box: ask, wait for the second maintainer.
+				var id string
+				if id, err = awaitApproval(ctx, cmd, cl, args[0], target); err != nil {
+					return err
+				}
+				conn, err = cl.OpenForward(ctx, args[0], target, id)
+			}
 			if err != nil {
 				return err
 			}
@@ -117,4 +127,31 @@ func splitForward(s string) (local, target string, err error) {
 		return "", "", bad
 	}
 	return local, target, nil
+}
+
+// awaitApproval asks for a forward's four-eyes approval and waits for it.
+func awaitApproval(ctx context.Context, cmd *cobra.Command, cl *api.Client, box, target string) (string, error) {
+	r, err := cl.AskSession(ctx, box, "forward", "", target, false)
+	if err != nil {
+		return "", err
+	}
+	fmt.Fprintf(cmd.ErrOrStderr(), "box %s needs a second maintainer's approval: they run 'edgebox session approve %s' or approve it in the web console\n", box, r.ID)
+	for {
+		select {
+		case <-ctx.Done():
+			return "", ctx.Err()
+		case <-time.After(time.Second):
+		}
+		r, err = cl.Session(ctx, r.ID)
+		if err != nil {
+			return "", err
+		}
+		switch {
+		case r.ApprovedBy != "":
+			fmt.Fprintf(cmd.ErrOrStderr(), "approved by %s\n", r.ApprovedBy)
+			return r.ID, nil
+		case !r.Live():
+			return "", fmt.Errorf("the request ended without an approval (%s)", r.EndedBy)
+		}
+	}
 }

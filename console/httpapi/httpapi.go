@@ -170,6 +170,7 @@ func (s *server) routes() []route {
 		{"GET", v1 + "/boxes/:id/exec", auth.Maintain, s.openSession},
 		{"GET", v1 + "/boxes/:id/forward", auth.Maintain, s.openForward},
 		{"GET", v1 + "/boxes/:id/workloads/:name/screen", auth.Maintain, s.openScreen},
+		{"POST", v1 + "/boxes/:id/session-requests", auth.Maintain, s.askSession},
 		{"GET", v1 + "/boxes/:id/web/:port/*path", auth.Maintain, s.boxWeb},
 		{"HEAD", v1 + "/boxes/:id/web/:port/*path", auth.Maintain, s.boxWeb},
 		{"GET", v1 + "/boxes/:id/files", auth.Maintain, s.readFile},

@@ -11,6 +11,7 @@ import (
 
 	"github.com/edgebox/edgebox/api"
 	"github.com/edgebox/edgebox/console/auth"
+	"github.com/edgebox/edgebox/console/fleet"
 	"github.com/edgebox/edgebox/console/sessions"
 	"github.com/edgebox/edgebox/errdefs"
 	edgeboxv1 "github.com/edgebox/edgebox/proto/edgebox/v1"
@@ -325,12 +326,8 @@ func (s *server) openForward(c *gin.Context) {
 		fail(c, err)
 		return
 	}
-	if needs, err := s.RemoteSessions.NeedsApproval(c.Request.Context(), sessions.Request{TenantID: who.TenantID,
-		BoxLabels: b.Labels, Region: b.Region, Site: b.Site}); err != nil {
-		s.fail(c, err)
-		return
-	} else if needs {
-		fail(c, errdefs.Permission("box %s needs a second maintainer's approval for sessions; port forwards to it are not offered yet: open a shell instead", b.Name))
+	approved, ok := s.approvedRequest(c, b, sessions.Record{TenantID: who.TenantID, Box: b.ID, User: who.Name, Kind: sessions.KindForward, Target: target})
+	if !ok {
 		return
 	}
 	if !s.Sessions.Presence(b.ID).Online {
@@ -347,7 +344,7 @@ func (s *server) openForward(c *gin.Context) {
 	}
 	ws.SetReadLimit(1 << 20)
 	s.RemoteSessions.Forward(c.Request.Context(), sessions.ForwardRequest{TenantID: who.TenantID, Box: b.ID, BoxName: b.Name,
-		Target: target, User: who.Name, Remote: who.Remote}, api.MuxWebSocketConn(ws))
+		Target: target, User: who.Name, Remote: who.Remote, Approved: approved}, api.MuxWebSocketConn(ws))
 }
 
 // openScreen shows a VM workload's screen (GET with a WebSocket upgrade,
@@ -364,12 +361,10 @@ func (s *server) openScreen(c *gin.Context) {
 		return
 	}
 	who := caller(c)
-	if needs, err := s.RemoteSessions.NeedsApproval(c.Request.Context(), sessions.Request{TenantID: who.TenantID,
-		BoxLabels: b.Labels, Region: b.Region, Site: b.Site}); err != nil {
-		s.fail(c, err)
-		return
-	} else if needs {
-		fail(c, errdefs.Permission("box %s needs a second maintainer's approval for sessions; its screens are not offered that way yet: open a shell instead", b.Name))
+	viewOnly := c.Query("view_only") == "1"
+	approved, ok := s.approvedRequest(c, b, sessions.Record{TenantID: who.TenantID, Box: b.ID, User: who.Name, Kind: sessions.KindScreen,
+		Workload: name, ViewOnly: viewOnly})
+	if !ok {
 		return
 	}
 	if !s.Sessions.Presence(b.ID).Online {
@@ -386,5 +381,84 @@ func (s *server) openScreen(c *gin.Context) {
 	}
 	ws.SetReadLimit(1 << 20)
 	s.RemoteSessions.Screen(c.Request.Context(), sessions.ScreenRequest{TenantID: who.TenantID, Box: b.ID, BoxName: b.Name,
-		Workload: name, User: who.Name, Remote: who.Remote, ViewOnly: c.Query("view_only") == "1"}, api.WebSocketConn(ws))
+		Workload: name, User: who.Name, Remote: who.Remote, ViewOnly: viewOnly, Approved: approved}, api.WebSocketConn(ws))
+}
+
+// approvedRequest finds, for a screen or forward on a four-eyes box, the
+// approved request it opens with (?request=ID), and answers the call when
+// there is none. On other boxes it asks nothing.
+func (s *server) approvedRequest(c *gin.Context, b fleet.Box, want sessions.Record) (*sessions.Record, bool) {
+	needs, err := s.RemoteSessions.NeedsApproval(c.Request.Context(), sessions.Request{TenantID: want.TenantID,
+		BoxLabels: b.Labels, Region: b.Region, Site: b.Site})
+	if err != nil {
+		s.fail(c, err)
+		return nil, false
+	}
+	if !needs {
+		return nil, true
+	}
+	id := c.Query("request")
+	if id == "" {
+		fail(c, errdefs.Permission("%s: box %s needs a second maintainer's approval; ask with POST /api/v1/boxes/%s/session-requests, then open with ?request=ID once approved", NeedsApprovalCode, b.Name, b.ID))
+		return nil, false
+	}
+	r, err := s.RemoteSessions.Take(id, want)
+	if err != nil {
+		fail(c, err)
+		return nil, false
+	}
+	return &r, true
+}
+
+// NeedsApprovalCode starts the message of a screen or forward refused for
+// want of a four-eyes approval, so a client knows to ask.
+const NeedsApprovalCode = "approval needed"
+
+// askSession asks for the approval a screen or forward needs on a
+// four-eyes box: {"kind":"screen","workload":W,"view_only":B} or
+// {"kind":"forward","target":"HOST:PORT"}.
+func (s *server) askSession(c *gin.Context) {
+	b, ok := s.findBox(c)
+	if !ok {
+		return
+	}
+	var req struct {
+		Kind     string `json:"kind"`
+		Workload string `json:"workload"`
+		Target   string `json:"target"`
+		ViewOnly bool   `json:"view_only"`
+	}
+	if !bindJSON(c, &req) {
+		return
+	}
+	who := caller(c)
+	switch req.Kind {
+	case sessions.KindScreen:
+		if !edgeboxv1.ValidObjectName(req.Workload) {
+			fail(c, errdefs.Invalid("workload name %q is not valid", truncate(req.Workload, 64)))
+			return
+		}
+		req.Target = ""
+	case sessions.KindForward:
+		rules, err := s.RemoteSessions.GetRules(c.Request.Context(), who.TenantID)
+		if err != nil {
+			s.fail(c, err)
+			return
+		}
+		if err := s.RemoteSessions.ForwardAllowed(rules, b.ID, b.Name, b.Site, req.Target); err != nil {
+			fail(c, err)
+			return
+		}
+		req.Workload, req.ViewOnly = "", false
+	default:
+		fail(c, errdefs.Invalid("kind %q: screen or forward (a shell asks in its own session)", truncate(req.Kind, 32)))
+		return
+	}
+	rec, err := s.RemoteSessions.Ask(c.Request.Context(), sessions.Asking{TenantID: who.TenantID, Box: b.ID, BoxName: b.Name,
+		User: who.Name, Remote: who.Remote, Kind: req.Kind, Workload: req.Workload, Target: req.Target, ViewOnly: req.ViewOnly})
+	if err != nil {
+		s.fail(c, err)
+		return
+	}
+	c.JSON(http.StatusCreated, rec)
 }

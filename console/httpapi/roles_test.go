@@ -265,6 +265,7 @@ func routeTable() map[string]routeCase {
 		"GET /api/v1/boxes/:id/exec":                   {perm: auth.Maintain, path: box("/exec?cmd=true"), objects: true},
 		"GET /api/v1/boxes/:id/forward":                {perm: auth.Maintain, path: box("/forward?target=127.0.0.1:80"), objects: true},
 		"GET /api/v1/boxes/:id/workloads/:name/screen": {perm: auth.Maintain, path: box("/workloads/robot/screen"), objects: true},
+		"POST /api/v1/boxes/:id/session-requests":      {perm: auth.Maintain, path: box("/session-requests"), body: `{"kind":"screen","workload":"robot"}`, objects: true},
 		"GET /api/v1/boxes/:id/web/:port/*path":        {perm: auth.Maintain, path: box("/web/80/index.html"), objects: true},
 		"HEAD /api/v1/boxes/:id/web/:port/*path":       {perm: auth.Maintain, path: box("/web/80/index.html"), objects: true},
 		"GET /api/v1/boxes/:id/files":                  {perm: auth.Maintain, path: box("/files?path=/etc/hostname"), objects: true},

@@ -31,6 +31,9 @@ type Tunnel interface {
 // checked the role, the box and the target against the allow lists.
 type ForwardRequest struct {
 	TenantID, Box, BoxName, Target, User, Remote string
+	// Approved is the approved request it opens with (Take), on a
+	// four-eyes box.
+	Approved *Record
 }
 
 // Forward carries a port forward over conn, the operator's WebSocket,
@@ -42,6 +45,10 @@ func (b *Broker) Forward(ctx context.Context, req ForwardRequest, conn net.Conn)
 	now := b.cfg.Now()
 	rec := Record{ID: newID(now), TenantID: req.TenantID, Box: req.Box, BoxName: req.BoxName, Kind: KindForward,
 		Target: req.Target, User: req.User, Remote: req.Remote, Started: now}
+	if req.Approved != nil {
+		rec = *req.Approved
+		rec.Started = now
+	}
 	fctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	l := &live{rec: rec, cancel: cancel, watchers: map[*watcher]struct{}{}}

@@ -26,6 +26,9 @@ type ScreenRequest struct {
 	TenantID, Box, BoxName, Workload, User, Remote string
 	// ViewOnly passes no key, pointer or clipboard to the VM.
 	ViewOnly bool
+	// Approved is the approved request it opens with (Take), on a
+	// four-eyes box.
+	Approved *Record
 }
 
 // Screen carries a VM's screen between the operator's viewer (conn: RFB
@@ -37,6 +40,10 @@ func (b *Broker) Screen(ctx context.Context, req ScreenRequest, conn net.Conn) {
 	now := b.cfg.Now()
 	rec := Record{ID: newID(now), TenantID: req.TenantID, Box: req.Box, BoxName: req.BoxName, Workload: req.Workload,
 		Kind: KindScreen, User: req.User, Remote: req.Remote, Started: now, ViewOnly: req.ViewOnly}
+	if req.Approved != nil {
+		rec = *req.Approved
+		rec.Started = now
+	}
 	sctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	l := &live{rec: rec, cancel: cancel, watchers: map[*watcher]struct{}{}}

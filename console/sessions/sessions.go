@@ -104,6 +104,10 @@ type live struct {
 	mu       sync.Mutex
 	approved string // who approved it
 	watchers map[*watcher]struct{}
+	// asking: a screen's or forward's request for approval, not a session
+	// yet; taken closes when it opens.
+	asking bool
+	taken  chan struct{}
 }
 
 // New returns a Broker.

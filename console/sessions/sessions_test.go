@@ -415,3 +415,64 @@ func TestAFourEyesSessionNobodyApprovesEnds(t *testing.T) {
 		t.Fatalf("output %q exit %+v record %+v", out, exit, recs[0])
 	}
 }
+
+// TestAScreenOrForwardAsksFirst: on a four-eyes box a screen or forward
+// asks for approval ahead; only its own user opens it, once, and only
+// once another user approved it; one nobody approves ends.
+func TestAScreenOrForwardAsksFirst(t *testing.T) {
+	st := newStore(t)
+	b := newBroker(t, st, Config{ApprovalWait: 2 * time.Second})
+	ask := Asking{TenantID: "default", Box: "bx-1", User: "alice", Kind: KindScreen, Workload: "robot", ViewOnly: true}
+	rec, err := b.Ask(t.Context(), ask)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := Record{TenantID: "default", Box: "bx-1", User: "alice", Kind: KindScreen, Workload: "robot", ViewOnly: true}
+	if _, err := b.Take(rec.ID, want); err == nil {
+		t.Fatal("taken before any approval")
+	}
+	if err := b.Approve(t.Context(), audit.Actor{TenantID: "default", Name: "alice"}, rec.ID); err == nil {
+		t.Fatal("approved by its own user")
+	}
+	if err := b.Approve(t.Context(), audit.Actor{TenantID: "default", Name: "bob"}, rec.ID); err != nil {
+		t.Fatal(err)
+	}
+	if r, _ := b.Get(t.Context(), "default", rec.ID); r.ApprovedBy != "bob" || !r.Live() {
+		t.Fatalf("the record while it waits to open: %+v", r)
+	}
+	other := want
+	other.ViewOnly = false // an interactive screen was not what was approved
+	if _, err := b.Take(rec.ID, other); err == nil {
+		t.Fatal("taken for another session than asked")
+	}
+	mallory := want
+	mallory.User = "mallory"
+	if _, err := b.Take(rec.ID, mallory); err == nil {
+		t.Fatal("taken by another user")
+	}
+	got, err := b.Take(rec.ID, want)
+	if err != nil || got.ApprovedBy != "bob" || got.ID != rec.ID {
+		t.Fatalf("take: %+v %v", got, err)
+	}
+	if _, err := b.Take(rec.ID, want); err == nil {
+		t.Fatal("taken twice")
+	}
+
+	// One nobody approves ends as such.
+	rec, _ = b.Ask(t.Context(), Asking{TenantID: "default", Box: "bx-1", User: "alice", Kind: KindForward, Target: "10.0.0.5:80"})
+	testWait(t, 10*time.Second, func() bool {
+		r, _ := b.Get(t.Context(), "default", rec.ID)
+		return !r.Live() && r.EndedBy == "not approved"
+	})
+}
+
+func testWait(t *testing.T, d time.Duration, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatal("timed out")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}

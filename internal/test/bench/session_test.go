@@ -214,7 +214,7 @@ func BenchmarkForward(b *testing.B) {
 		direct = append(direct, mbps(push(tc)))
 		tc.Close()
 
-		conn, err := h.Admin().OpenForward(context.Background(), box.ID(), target)
+		conn, err := h.Admin().OpenForward(context.Background(), box.ID(), target, "")
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -76,7 +76,7 @@ func TestVMSerialAndScreenThroughTheConsole(t *testing.T) {
 
 	// The screen, interactive and view only.
 	for _, viewOnly := range []bool{false, true} {
-		conn, err := admin.OpenScreen(ctx(t), box.ID(), "guest", viewOnly)
+		conn, err := admin.OpenScreen(ctx(t), box.ID(), "guest", viewOnly, "")
 		if err != nil {
 			t.Fatal(err)
 		}
