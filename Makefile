@@ -79,8 +79,8 @@ fuzz: ## run each fuzz target for 30 s
 	$(GO) test -run '^$$' -fuzz FuzzParseReferrer -fuzztime 30s ./images/registry/
 	$(GO) test -run '^$$' -fuzz FuzzFetch -fuzztime 30s ./images/vm/
 	$(GO) test -run '^$$' -fuzz FuzzParseUevent -fuzztime 30s ./usbhub/
-	$(GO) test -run '^$$' -fuzz FuzzDecodeInputFrame -fuzztime 30s ./api/
-	$(GO) test -run '^$$' -fuzz FuzzReadForwardReply -fuzztime 30s ./tunnel/
+	$(GO) test -run '^$$' -fuzz FuzzDecodeInputFrame -fuzztime 30s ./sessionwire/
+	$(GO) test -run '^$$' -fuzz FuzzReadReply -fuzztime 30s ./tunnel/forwarding/
 	$(GO) test -run '^$$' -fuzz FuzzViewOnly -fuzztime 30s ./console/sessions/
 	$(GO) test -run '^$$' -fuzz FuzzVerifyRecording -fuzztime 30s ./console/recording/
 

@@ -591,8 +591,8 @@ type agentService struct {
 }
 
 // StatFile serves a file copy's look at a path.
-func (s *agentService) StatFile(_ context.Context, r *edgeboxv1.FileRequest) (*edgeboxv1.FileInfo, error) {
-	return s.files.Stat(r)
+func (s *agentService) StatFile(ctx context.Context, r *edgeboxv1.FileRequest) (*edgeboxv1.FileInfo, error) {
+	return s.files.Stat(ctx, r)
 }
 
 // ReadFile serves a file copy from the box.

@@ -11,6 +11,7 @@
 package files
 
 import (
+	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
@@ -135,7 +136,7 @@ func (s *Server) resolve(p, volume string) (place, error) {
 
 // Stat says what is at a request's path, and how much of an upload to it
 // is there.
-func (s *Server) Stat(r *edgeboxv1.FileRequest) (*edgeboxv1.FileInfo, error) {
+func (s *Server) Stat(ctx context.Context, r *edgeboxv1.FileRequest) (*edgeboxv1.FileInfo, error) {
 	pl, err := s.resolve(r.GetPath(), r.GetVolume())
 	if err != nil {
 		return nil, errgrpc.ToGRPC(err)
@@ -150,7 +151,8 @@ func (s *Server) Stat(r *edgeboxv1.FileRequest) (*edgeboxv1.FileInfo, error) {
 				return nil, errgrpc.ToGRPC(errdefs.Unavailable("%s: %v", r.GetPath(), err))
 			}
 			h := sha256.New()
-			_, err = io.Copy(h, f)
+			// Hashing a huge file stops when the call does.
+			_, err = io.Copy(h, ctxReader{ctx, f})
 			f.Close()
 			if err != nil {
 				return nil, errgrpc.ToGRPC(errdefs.Unavailable("%s: %v", r.GetPath(), err))
@@ -312,6 +314,19 @@ func (s *Server) Write(recv func() (*edgeboxv1.FileChunk, error)) (*edgeboxv1.Fi
 	pl.syncDir(pl.name)
 	out.Complete, out.Exists, out.Size, out.Sha256, out.PartSize = true, true, have, strings.ToLower(h.GetSha256()), 0
 	return out, nil
+}
+
+// ctxReader reads r until ctx ends.
+type ctxReader struct {
+	ctx context.Context
+	r   io.Reader
+}
+
+func (c ctxReader) Read(p []byte) (int, error) {
+	if err := c.ctx.Err(); err != nil {
+		return 0, err
+	}
+	return c.r.Read(p)
 }
 
 func truncate(s string) string {

@@ -54,7 +54,7 @@ func TestAnUploadResumesAndLandsWhole(t *testing.T) {
 	if _, err := os.Stat(path); !os.IsNotExist(err) {
 		t.Fatal("a part upload is in place")
 	}
-	st, err := s.Stat(&edgeboxv1.FileRequest{Path: path})
+	st, err := s.Stat(t.Context(), &edgeboxv1.FileRequest{Path: path})
 	if err != nil || st.GetExists() || st.GetPartSize() != 100000 {
 		t.Fatalf("stat after the cut: %v %v", st, err)
 	}
@@ -76,7 +76,7 @@ func TestAnUploadResumesAndLandsWhole(t *testing.T) {
 	if _, err := os.Stat(path + PartSuffix); !os.IsNotExist(err) {
 		t.Fatal("the part is left")
 	}
-	st, err = s.Stat(&edgeboxv1.FileRequest{Path: path, Sha256: true})
+	st, err = s.Stat(t.Context(), &edgeboxv1.FileRequest{Path: path, Sha256: true})
 	if err != nil || st.GetSha256() != h.Sha256 || st.GetSize() != int64(len(data)) {
 		t.Fatalf("stat: %v %v", st, err)
 	}
@@ -155,7 +155,7 @@ func TestAVolumeKeepsItsFilesIn(t *testing.T) {
 			t.Fatalf("read %s through a link out of the volume", p)
 		}
 	}
-	if _, err := s.Stat(&edgeboxv1.FileRequest{Path: "x", Volume: "robot/nope"}); status.Code(err) != codes.NotFound {
+	if _, err := s.Stat(t.Context(), &edgeboxv1.FileRequest{Path: "x", Volume: "robot/nope"}); status.Code(err) != codes.NotFound {
 		t.Fatalf("no such volume: %v", err)
 	}
 }

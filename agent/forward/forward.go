@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/edgebox/edgebox/tunnel"
+	"github.com/edgebox/edgebox/tunnel/forwarding"
 )
 
 // Config tunes a Server.
@@ -60,7 +61,7 @@ func Serve(ctx context.Context, ln net.Listener, cfg Config) error {
 		select {
 		case slots <- struct{}{}:
 		default:
-			tunnel.WriteForwardReply(c, fmt.Errorf("this box runs %d forwards already", cfg.MaxConns))
+			forwarding.WriteReply(c, fmt.Errorf("this box runs %d forwards already", cfg.MaxConns))
 			c.Close()
 			continue
 		}
@@ -78,10 +79,10 @@ func serve(ctx context.Context, c net.Conn, cfg Config) {
 	defer c.Close()
 	target := ""
 	if tc, ok := c.(*tunnel.Conn); ok {
-		target = tc.Header().Meta[tunnel.MetaTarget]
+		target = tc.Header().Meta[forwarding.MetaTarget]
 	}
-	if _, _, err := tunnel.ParseTarget(target); err != nil {
-		tunnel.WriteForwardReply(c, err)
+	if _, _, err := forwarding.ParseTarget(target); err != nil {
+		forwarding.WriteReply(c, err)
 		return
 	}
 	dctx, cancel := context.WithTimeout(ctx, cfg.DialTimeout)
@@ -89,12 +90,12 @@ func serve(ctx context.Context, c net.Conn, cfg Config) {
 	cancel()
 	if err != nil {
 		cfg.Log.Info("a forward's target did not answer", "target", target, "err", err)
-		tunnel.WriteForwardReply(c, fmt.Errorf("connecting to %s from the box: %v", target, err))
+		forwarding.WriteReply(c, fmt.Errorf("connecting to %s from the box: %v", target, err))
 		return
 	}
 	defer t.Close()
-	if err := tunnel.WriteForwardReply(c, nil); err != nil {
+	if err := forwarding.WriteReply(c, nil); err != nil {
 		return
 	}
-	tunnel.Join(ctx, c, t)
+	forwarding.Join(ctx, c, t)
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/edgebox/edgebox/errdefs"
 	edgeboxv1 "github.com/edgebox/edgebox/proto/edgebox/v1"
 	"github.com/edgebox/edgebox/tunnel"
+	"github.com/edgebox/edgebox/tunnel/forwarding"
 )
 
 // MetaWorkload names the VM whose screen a vnc stream wants.
@@ -40,7 +41,7 @@ func ServeScreens(ctx context.Context, ln net.Listener, screens Screens, cfg Con
 		select {
 		case slots <- struct{}{}:
 		default:
-			tunnel.WriteForwardReply(c, fmt.Errorf("this box shows %d screens already", cfg.MaxConns))
+			forwarding.WriteReply(c, fmt.Errorf("this box shows %d screens already", cfg.MaxConns))
 			c.Close()
 			continue
 		}
@@ -54,12 +55,12 @@ func ServeScreens(ctx context.Context, ln net.Listener, screens Screens, cfg Con
 				name = tc.Header().Meta[MetaWorkload]
 			}
 			if !edgeboxv1.ValidObjectName(name) {
-				tunnel.WriteForwardReply(c, errdefs.Invalid("workload name %q is not valid", name))
+				forwarding.WriteReply(c, errdefs.Invalid("workload name %q is not valid", name))
 				return
 			}
 			sock, err := screens(name)
 			if err != nil {
-				tunnel.WriteForwardReply(c, err)
+				forwarding.WriteReply(c, err)
 				return
 			}
 			var d net.Dialer
@@ -67,14 +68,14 @@ func ServeScreens(ctx context.Context, ln net.Listener, screens Screens, cfg Con
 			vm, err := d.DialContext(dctx, "unix", sock)
 			cancel()
 			if err != nil {
-				tunnel.WriteForwardReply(c, fmt.Errorf("the screen of VM %s: %v", name, err))
+				forwarding.WriteReply(c, fmt.Errorf("the screen of VM %s: %v", name, err))
 				return
 			}
 			defer vm.Close()
-			if tunnel.WriteForwardReply(c, nil) != nil {
+			if forwarding.WriteReply(c, nil) != nil {
 				return
 			}
-			tunnel.Join(ctx, c, vm)
+			forwarding.Join(ctx, c, vm)
 		}()
 	}
 }

@@ -66,6 +66,9 @@ func StartCommand(cmd *exec.Cmd, s SessionSpec) (SessionProcess, error) {
 		return nil, err
 	}
 	cmd.Stdout, cmd.Stderr = s.Stdout, s.Stderr
+	// A child left running in the background may hold the output open:
+	// Wait waits for it only so long.
+	cmd.WaitDelay = drainAfterExit
 	setProcessGroup(cmd)
 	if err := cmd.Start(); err != nil {
 		return nil, errdefs.Invalid("starting %s: %v", cmd.Path, err)
@@ -74,6 +77,9 @@ func StartCommand(cmd *exec.Cmd, s SessionSpec) (SessionProcess, error) {
 	go func() {
 		io.Copy(in, s.Stdin)
 		in.Close() // the process sees EOF
+		// Input after the process closed its own goes nowhere, and
+		// does not hold up its sender.
+		io.Copy(io.Discard, s.Stdin)
 	}()
 	close(p.copied) // exec.Cmd copies output itself, and Wait waits for it
 	return p, nil
@@ -99,6 +105,10 @@ func (p *cmdSession) Resize(cols, rows uint16) error {
 func (p *cmdSession) Signal(name string) error {
 	if !slices.Contains(SessionSignals, name) {
 		return errdefs.Invalid("no signal %q: use one of %v", name, SessionSignals)
+	}
+	if name == "KILL" {
+		killGroup(p.cmd)
+		return nil
 	}
 	if p.term != nil {
 		return p.term.signal(name)

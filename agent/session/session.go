@@ -105,6 +105,13 @@ func (s *Server) Exec(stream Stream) error {
 		return errgrpc.ToGRPC(err)
 	}
 	defer p.Close()
+	// Whatever ends the call (the console ending the session, or going)
+	// ends the process, even while its input is blocked.
+	go func() {
+		<-ctx.Done()
+		p.Close()
+		inR.CloseWithError(errors.New("the session ended"))
+	}()
 	where := cmpOr(start.GetWorkload(), "the box")
 	s.cfg.Log.Info("remote session started", "in", where, "command", start.GetCommand(), "tty", start.GetTty())
 	if err := out.send(&edgeboxv1.ExecOutput{Output: &edgeboxv1.ExecOutput_Started{Started: true}}); err != nil {
@@ -141,7 +148,8 @@ func (s *Server) Exec(stream Stream) error {
 	}
 	s.cfg.Log.Info("remote session ended", "in", where, "code", code, "signal", sig)
 	// The input goroutine ends when the call does, which returning ends.
-	return out.send(&edgeboxv1.ExecOutput{Output: &edgeboxv1.ExecOutput_Exit{Exit: exit}})
+	// Output still being copied after the drain goes nowhere.
+	return out.last(&edgeboxv1.ExecOutput{Output: &edgeboxv1.ExecOutput_Exit{Exit: exit}})
 }
 
 // input moves the console's input to the process until its stream ends.
@@ -244,11 +252,23 @@ type sender struct {
 	mu     sync.Mutex
 	stream Stream
 	ready  chan struct{}
+	done   bool // the exit is sent: nothing may follow
 }
 
 func (o *sender) send(m *edgeboxv1.ExecOutput) error {
 	o.mu.Lock()
 	defer o.mu.Unlock()
+	if o.done {
+		return errors.New("the session has ended")
+	}
+	return o.stream.Send(m)
+}
+
+// last sends the exit, after which nothing is sent.
+func (o *sender) last(m *edgeboxv1.ExecOutput) error {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.done = true
 	return o.stream.Send(m)
 }
 

@@ -127,9 +127,9 @@ func upload(ctx context.Context, cmd *cobra.Command, cl *api.Client, local, box,
 			p.done(fmt.Sprintf("copied %s to %s:%s (%s, SHA-256 %s)", local, box, path, size(fi.Size()), sum[:16]))
 			return nil
 		}
-		if err != nil && (!retryable(err) || try >= copyRetries) {
+		if (err != nil && !retryable(err)) || try >= copyRetries {
 			p.stop()
-			return err
+			return orBody(err)
 		}
 		p.note(fmt.Sprintf("the copy stopped (%v); going on", orBody(err)))
 		if err := backoff(ctx, try); err != nil {
@@ -146,8 +146,8 @@ func download(ctx context.Context, cmd *cobra.Command, cl *api.Client, box, path
 	if err != nil {
 		return err
 	}
-	if !st.Exists || st.IsDir {
-		return fmt.Errorf("no file %s on box %s", path, box)
+	if !st.Exists || st.IsDir || len(st.SHA256) != 64 {
+		return fmt.Errorf("no file %s on box %s (a regular file is copied, not a directory or a device)", path, box)
 	}
 	part := local + ".edgebox-part"
 	f, err := os.OpenFile(part, os.O_RDWR|os.O_CREATE, 0o600)

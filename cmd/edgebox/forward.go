@@ -15,7 +15,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/edgebox/edgebox/api"
-	"github.com/edgebox/edgebox/tunnel"
+	"github.com/edgebox/edgebox/tunnel/forwarding"
 )
 
 func portForwardCmd() *cobra.Command {
@@ -50,7 +50,7 @@ bytes. It needs the maintainer or admin role in the box's tenant.`,
 			if api.NeedsApproval(err) {
 				// A four-eyes box: ask, wait for the second maintainer.
 				var id string
-				if id, err = awaitApproval(ctx, cmd, cl, args[0], target); err != nil {
+				if id, err = awaitApproval(ctx, cmd, cl, args[0], "forward", "", target, false); err != nil {
 					return err
 				}
 				conn, err = cl.OpenForward(ctx, args[0], target, id)
@@ -58,7 +58,7 @@ bytes. It needs the maintainer or admin role in the box's tenant.`,
 			if err != nil {
 				return err
 			}
-			mux, err := api.ForwardClient(conn)
+			mux, err := forwarding.Client(conn)
 			if err != nil {
 				return err
 			}
@@ -95,11 +95,11 @@ bytes. It needs the maintainer or admin role in the box's tenant.`,
 						return
 					}
 					defer st.Close()
-					if err := tunnel.ReadForwardReply(st); err != nil {
+					if err := forwarding.ReadReply(st); err != nil {
 						fmt.Fprintf(cmd.ErrOrStderr(), "edgebox: a connection from %s: %v\n", lc.RemoteAddr(), err)
 						return
 					}
-					tunnel.Join(ctx, lc, st)
+					forwarding.Join(ctx, lc, st)
 				}()
 			}
 		},
@@ -117,7 +117,7 @@ func splitForward(s string) (local, target string, err error) {
 			local, target = first, rest
 		}
 	}
-	if _, _, err := tunnel.ParseTarget(target); err != nil {
+	if _, _, err := forwarding.ParseTarget(target); err != nil {
 		return "", "", bad
 	}
 	if local == "" {
@@ -129,9 +129,10 @@ func splitForward(s string) (local, target string, err error) {
 	return local, target, nil
 }
 
-// awaitApproval asks for a forward's four-eyes approval and waits for it.
-func awaitApproval(ctx context.Context, cmd *cobra.Command, cl *api.Client, box, target string) (string, error) {
-	r, err := cl.AskSession(ctx, box, "forward", "", target, false)
+// awaitApproval asks for a screen's or forward's four-eyes approval and
+// waits for it.
+func awaitApproval(ctx context.Context, cmd *cobra.Command, cl *api.Client, box, kind, workload, target string, viewOnly bool) (string, error) {
+	r, err := cl.AskSession(ctx, box, kind, workload, target, viewOnly)
 	if err != nil {
 		return "", err
 	}
@@ -154,4 +155,70 @@ func awaitApproval(ctx context.Context, cmd *cobra.Command, cl *api.Client, box,
 			return "", fmt.Errorf("the request ended without an approval (%s)", r.EndedBy)
 		}
 	}
+}
+
+func screenCmd() *cobra.Command {
+	var listen string
+	var viewOnly bool
+	c := &cobra.Command{
+		Use:   "screen BOX WORKLOAD [--view-only] [--listen ADDRESS]",
+		Short: "Show a VM workload's screen in your VNC viewer, through the box's tunnel",
+		Long: `Listen on a local address (127.0.0.1:5900 unless --listen says
+otherwise) and carry each VNC viewer that connects to the screen of the VM
+workload on the box, through its tunnel: point any VNC viewer at it (no
+password). --view-only passes no key, pointer or clipboard to the VM. The
+web console shows the same screen on the box's page. ^C ends it.
+
+Every screen is audited. On a box that needs a second maintainer's
+approval, the CLI asks for it and waits. Needs the maintainer or admin
+role.`,
+		Example: `  edgebox screen box-17 robot            # then: vncviewer 127.0.0.1:5900
+  edgebox screen box-17 robot --view-only --listen 127.0.0.1:5901`,
+		Args: cobra.ExactArgs(2),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			cl, err := client()
+			if err != nil {
+				return err
+			}
+			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt)
+			defer stop()
+			box, workload := args[0], args[1]
+			ln, err := net.Listen("tcp", listen)
+			if err != nil {
+				return fmt.Errorf("listening on %s: %w", listen, err)
+			}
+			defer ln.Close()
+			fmt.Fprintf(cmd.OutOrStdout(), "the screen of %s on box %s is at %s (VNC, no password); ^C ends it\n", workload, box, ln.Addr())
+			go func() { <-ctx.Done(); ln.Close() }()
+			var wg sync.WaitGroup
+			defer wg.Wait()
+			for {
+				lc, err := ln.Accept()
+				if err != nil {
+					return nil
+				}
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					defer lc.Close()
+					sc, err := cl.OpenScreen(ctx, box, workload, viewOnly, "")
+					if api.NeedsApproval(err) {
+						var request string
+						if request, err = awaitApproval(ctx, cmd, cl, box, "screen", workload, "", viewOnly); err == nil {
+							sc, err = cl.OpenScreen(ctx, box, workload, viewOnly, request)
+						}
+					}
+					if err != nil {
+						fmt.Fprintf(cmd.ErrOrStderr(), "edgebox: a viewer from %s: %v\n", lc.RemoteAddr(), err)
+						return
+					}
+					defer sc.Close()
+					forwarding.Join(ctx, lc, sc)
+				}()
+			}
+		},
+	}
+	c.Flags().StringVar(&listen, "listen", "127.0.0.1:5900", "the local address VNC viewers connect to")
+	c.Flags().BoolVar(&viewOnly, "view-only", false, "pass no key, pointer or clipboard to the VM")
+	return c
 }

@@ -13,6 +13,7 @@ import (
 
 	"github.com/gin-gonic/gin"
 
+	"github.com/edgebox/edgebox/console/sessions"
 	"github.com/edgebox/edgebox/errdefs"
 )
 
@@ -36,11 +37,19 @@ func (s *server) boxWeb(c *gin.Context) {
 		fail(c, errdefs.Invalid("port %q: 1 to 65535", truncate(c.Param("port"), 16)))
 		return
 	}
+	who := caller(c)
+	if needs, err := s.RemoteSessions.NeedsApproval(c.Request.Context(), sessions.Request{TenantID: who.TenantID,
+		BoxLabels: b.Labels, Region: b.Region, Site: b.Site}); err != nil {
+		s.fail(c, err)
+		return
+	} else if needs {
+		fail(c, errdefs.Permission("box %s needs a second maintainer's approval for sessions; reach its pages through an approved port forward", b.Name))
+		return
+	}
 	if !s.Sessions.Presence(b.ID).Online {
 		fail(c, errdefs.Unavailable("box %s is offline", b.Name))
 		return
 	}
-	who := caller(c)
 	target := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
 	prefix := fmt.Sprintf("/api/v1/boxes/%s/web/%d", url.PathEscape(c.Param("id")), port)
 	status, size := 0, 0

@@ -338,6 +338,10 @@ func (s *server) openForward(c *gin.Context) {
 		fail(c, errdefs.Invalid("a forward is a WebSocket: use 'edgebox port-forward'"))
 		return
 	}
+	if s.RemoteSessions.Full() {
+		fail(c, errdefs.Unavailable("the console runs as many sessions as it may; try again later"))
+		return
+	}
 	ws, err := forwardUpgrader.Upgrade(c.Writer, c.Request, nil)
 	if err != nil {
 		return
@@ -373,6 +377,10 @@ func (s *server) openScreen(c *gin.Context) {
 	}
 	if !websocket.IsWebSocketUpgrade(c.Request) {
 		fail(c, errdefs.Invalid("a screen is a WebSocket: open it in the web console"))
+		return
+	}
+	if s.RemoteSessions.Full() {
+		fail(c, errdefs.Unavailable("the console runs as many sessions as it may; try again later"))
 		return
 	}
 	ws, err := forwardUpgrader.Upgrade(c.Writer, c.Request, nil)

@@ -7,7 +7,7 @@ import (
 	"strings"
 
 	"github.com/edgebox/edgebox/errdefs"
-	"github.com/edgebox/edgebox/tunnel"
+	"github.com/edgebox/edgebox/tunnel/forwarding"
 )
 
 // maxAllowEntries bounds one site's or box's forward allow list, and
@@ -53,7 +53,7 @@ func parseAllowEntry(s string) (allowEntry, error) {
 		e.prefix = p.Masked()
 	} else if a, err := netip.ParseAddr(where); err == nil {
 		e.prefix = netip.PrefixFrom(a, a.BitLen())
-	} else if _, _, err := tunnel.ParseTarget(where + ":1"); err == nil && !strings.Contains(where, ":") {
+	} else if _, _, err := forwarding.ParseTarget(where + ":1"); err == nil && !strings.Contains(where, ":") {
 		e.host = strings.ToLower(where)
 	} else {
 		return allowEntry{}, fmt.Errorf("%q: %q is not an address, a range or a host name", s, where)
@@ -107,7 +107,7 @@ func local(host string) bool {
 // ForwardAllowed says whether a forward from the box (its ID and site)
 // to target is allowed by the tenant's rules, and if not, why.
 func (b *Broker) ForwardAllowed(r Rules, box, boxName, site, target string) error {
-	host, port, err := tunnel.ParseTarget(target)
+	host, port, err := forwarding.ParseTarget(target)
 	if err != nil {
 		return errdefs.Invalid("%v", err)
 	}

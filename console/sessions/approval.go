@@ -2,11 +2,13 @@ package sessions
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 
-	"github.com/edgebox/edgebox/api"
 	"github.com/edgebox/edgebox/console/audit"
+	"github.com/edgebox/edgebox/console/store"
 	"github.com/edgebox/edgebox/errdefs"
+	"github.com/edgebox/edgebox/sessionwire"
 )
 
 // Approve lets a four-eyes session that waits run, on behalf of who: a
@@ -31,16 +33,38 @@ func (b *Broker) Approve(ctx context.Context, who audit.Actor, id string) error 
 	}
 	l.approved = who.Name
 	l.mu.Unlock()
-	// The record says who approved it from now on, with the audit entry.
-	rec := l.rec
-	now := b.cfg.Now()
-	rec.ApprovedBy, rec.ApprovedAt = who.Name, &now
-	e := who.Did("session.approve", target(l.rec), fmt.Sprintf("approved %s's session %s", l.rec.User, id))
-	if err := b.put(ctx, rec, e); err != nil {
+	// The record says who approved it from now on, with the audit entry;
+	// only while it has not ended, which the session may write meanwhile.
+	undo := func() {
 		l.mu.Lock()
 		l.approved = ""
 		l.mu.Unlock()
+	}
+	kv, err := b.cfg.Store.Get(ctx, key(l.rec.TenantID, id))
+	var rec Record
+	if err == nil {
+		err = json.Unmarshal(kv.Value, &rec)
+	}
+	if err != nil {
+		undo()
 		return fmt.Errorf("recording the approval: %w", err)
+	}
+	if !rec.Live() {
+		undo()
+		return errdefs.Conflict("session %s ended already (%s)", id, rec.EndedBy)
+	}
+	now := b.cfg.Now()
+	rec.ApprovedBy, rec.ApprovedAt = who.Name, &now
+	raw, _ := json.Marshal(rec)
+	e := who.Did("session.approve", target(l.rec), fmt.Sprintf("approved %s's session %s", l.rec.User, id))
+	res, err := b.cfg.Store.Txn(ctx, store.Txn{If: []store.Cmp{{Key: kv.Key, ModRevision: kv.ModRevision}},
+		Then: []store.Op{{Key: kv.Key, Value: raw}, audit.Op(now, e)}})
+	if err == nil && !res.Succeeded {
+		err = errdefs.Conflict("session %s changed while it was approved; look again", id)
+	}
+	if err != nil {
+		undo()
+		return err
 	}
 	l.approve <- who.Name // buffered: the session takes it when it can
 	return nil
@@ -87,10 +111,12 @@ func (l *live) broadcast(msg []byte) {
 	}
 }
 
-// closeWatchers lets every watcher go once the session has ended.
+// closeWatchers lets every watcher go once the session has ended, and
+// takes no more.
 func (l *live) closeWatchers() {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	l.closed = true
 	for w := range l.watchers {
 		delete(l.watchers, w)
 		close(w.ch)
@@ -105,12 +131,17 @@ func (b *Broker) Watch(ctx context.Context, tenant, id, user string, op Operator
 	b.mu.Lock()
 	l, ok := b.live[id]
 	b.mu.Unlock()
-	if !ok || l.rec.TenantID != tenant {
-		op.WriteMessage(api.EncodeJSONFrame(api.FrameExit, api.SessionExit{Code: -1, Error: fmt.Sprintf("no live session %q", id)}))
+	if !ok || l.rec.TenantID != tenant || (l.rec.Kind != KindShell && l.rec.Kind != KindExec) || l.asking {
+		op.WriteMessage(sessionwire.EncodeJSONFrame(sessionwire.FrameExit, sessionwire.SessionExit{Code: -1, Error: fmt.Sprintf("no live shell or command %q to watch", id)}))
 		return
 	}
 	w := &watcher{ch: make(chan []byte, watchBuffer), gone: make(chan struct{})}
 	l.mu.Lock()
+	if l.closed {
+		l.mu.Unlock()
+		op.WriteMessage(sessionwire.EncodeJSONFrame(sessionwire.FrameExit, sessionwire.SessionExit{Code: -1, Error: "the session has ended"}))
+		return
+	}
 	l.watchers[w] = struct{}{}
 	l.mu.Unlock()
 	b.cfg.Log.Info("a user watches a session", "session", id, "user", user)
@@ -135,7 +166,7 @@ func (b *Broker) Watch(ctx context.Context, tenant, id, user string, op Operator
 		}
 		l.mu.Unlock()
 	}()
-	op.WriteMessage(api.EncodeJSONFrame(api.FrameStatus, api.SessionStatus{Session: id, State: "watching",
+	op.WriteMessage(sessionwire.EncodeJSONFrame(sessionwire.FrameStatus, sessionwire.SessionStatus{Session: id, State: "watching",
 		Message: fmt.Sprintf("watching %s's session on %s, read only", l.rec.User, cmpOr(l.rec.BoxName, l.rec.Box))}))
 	for {
 		select {
@@ -145,7 +176,7 @@ func (b *Broker) Watch(ctx context.Context, tenant, id, user string, op Operator
 			}
 			op.WriteMessage(msg)
 		case <-w.gone:
-			op.WriteMessage(api.EncodeJSONFrame(api.FrameExit, api.SessionExit{Code: -1, Error: "this watch fell too far behind the session and was dropped"}))
+			op.WriteMessage(sessionwire.EncodeJSONFrame(sessionwire.FrameExit, sessionwire.SessionExit{Code: -1, Error: "this watch fell too far behind the session and was dropped"}))
 			return
 		case <-left:
 			return

@@ -9,18 +9,16 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/hashicorp/yamux"
-
-	"github.com/edgebox/edgebox/api"
 	"github.com/edgebox/edgebox/console/audit"
 	"github.com/edgebox/edgebox/tunnel"
+	"github.com/edgebox/edgebox/tunnel/forwarding"
 )
 
 // KindForward is a port forward: one target, any number of connections.
 const KindForward = "forward"
 
 // maxForwardConns bounds the connections one forward carries at once.
-const maxForwardConns = api.MaxForwardConns
+const maxForwardConns = forwarding.MaxConns
 
 // Tunnel opens streams to boxes.
 type Tunnel interface {
@@ -39,7 +37,7 @@ type ForwardRequest struct {
 // Forward carries a port forward over conn, the operator's WebSocket,
 // until the operator leaves, it sits idle, it runs too long, or a user
 // ends it. The operator opens a stream per connection; each gets the
-// box's reply (tunnel.ReadForwardReply) and then the target's bytes.
+// box's reply (forwarding.ReadReply) and then the target's bytes.
 func (b *Broker) Forward(ctx context.Context, req ForwardRequest, conn net.Conn) {
 	defer conn.Close()
 	now := b.cfg.Now()
@@ -71,7 +69,7 @@ func (b *Broker) Forward(ctx context.Context, req ForwardRequest, conn net.Conn)
 		b.cfg.Log.Error("a forward could not be recorded; it does not run", "box", rec.Box, "err", err)
 		return
 	}
-	ys, err := yamux.Server(conn, api.ForwardMux())
+	ys, err := forwarding.Server(conn)
 	if err != nil {
 		return
 	}
@@ -112,7 +110,7 @@ func (b *Broker) Forward(ctx context.Context, req ForwardRequest, conn net.Conn)
 			break
 		}
 		if active.Load() >= maxForwardConns {
-			tunnel.WriteForwardReply(st, fmt.Errorf("this forward carries %d connections already", maxForwardConns))
+			forwarding.WriteReply(st, fmt.Errorf("this forward carries %d connections already", maxForwardConns))
 			st.Close()
 			continue
 		}
@@ -123,20 +121,20 @@ func (b *Broker) Forward(ctx context.Context, req ForwardRequest, conn net.Conn)
 			defer wg.Done()
 			defer active.Add(-1)
 			defer st.Close()
-			tc, err := b.cfg.Tunnel.Open(fctx, rec.Box, tunnel.KindForward, map[string]string{tunnel.MetaTarget: rec.Target})
+			tc, err := b.cfg.Tunnel.Open(fctx, rec.Box, tunnel.KindForward, map[string]string{forwarding.MetaTarget: rec.Target})
 			if err != nil {
-				tunnel.WriteForwardReply(st, fmt.Errorf("box %s: %v", cmpOr(rec.BoxName, rec.Box), err))
+				forwarding.WriteReply(st, fmt.Errorf("box %s: %v", cmpOr(rec.BoxName, rec.Box), err))
 				return
 			}
 			defer tc.Close()
-			err = tunnel.ReadForwardReply(tc)
-			if err != nil && !errors.Is(err, tunnel.ErrForwardRefused) {
+			err = forwarding.ReadReply(tc)
+			if err != nil && !errors.Is(err, forwarding.ErrRefused) {
 				err = fmt.Errorf("box %s: %v", cmpOr(rec.BoxName, rec.Box), err)
 			}
-			if tunnel.WriteForwardReply(st, err) != nil || err != nil {
+			if forwarding.WriteReply(st, err) != nil || err != nil {
 				return
 			}
-			a, c := tunnel.Join(fctx, st, tc)
+			a, c := forwarding.Join(fctx, st, tc)
 			in.Add(a)
 			out.Add(c)
 			last.Store(b.cfg.Now().UnixNano())
@@ -160,11 +158,11 @@ func (b *Broker) Forward(ctx context.Context, req ForwardRequest, conn net.Conn)
 // DialForward opens a connection from box to target through its tunnel,
 // after the box's reply; the caller has checked the target.
 func (b *Broker) DialForward(ctx context.Context, box, target string) (net.Conn, error) {
-	tc, err := b.cfg.Tunnel.Open(ctx, box, tunnel.KindForward, map[string]string{tunnel.MetaTarget: target})
+	tc, err := b.cfg.Tunnel.Open(ctx, box, tunnel.KindForward, map[string]string{forwarding.MetaTarget: target})
 	if err != nil {
 		return nil, err
 	}
-	if err := tunnel.ReadForwardReply(tc); err != nil {
+	if err := forwarding.ReadReply(tc); err != nil {
 		tc.Close()
 		return nil, err
 	}

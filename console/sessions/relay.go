@@ -4,13 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"sync"
 	"sync/atomic"
 	"time"
 
-	"github.com/edgebox/edgebox/api"
 	"github.com/edgebox/edgebox/console/recording"
 	edgeboxv1 "github.com/edgebox/edgebox/proto/edgebox/v1"
+	"github.com/edgebox/edgebox/sessionwire"
 )
 
 // relay carries one session between its operator and its box.
@@ -20,14 +21,14 @@ type relay struct {
 	rec     Record
 	op      Operator
 	cancel  context.CancelCauseFunc // ends the session, saying why
-	frames  chan api.Frame          // the operator's, decoded; closed when the operator's side ends
+	frames  chan sessionwire.Frame  // the operator's, decoded; closed when the operator's side ends
 	inputs  sync.WaitGroup          // the goroutine reading the operator
 	in, out atomic.Int64
 	last    atomic.Int64 // unix nanoseconds of the last byte either way
 }
 
 // run carries the session until it ends and returns how.
-func (s *relay) run(ctx context.Context, req Request) api.SessionExit {
+func (s *relay) run(ctx context.Context, req Request) sessionwire.SessionExit {
 	cfg := s.b.cfg
 	// The operator's frames, from the start: a session waiting for its
 	// approval still hears its operator leave.
@@ -51,14 +52,14 @@ func (s *relay) run(ctx context.Context, req Request) api.SessionExit {
 	if err != nil {
 		cfg.Log.Error("a session's recording could not start; the session does not run", "err", err)
 		s.rec.EndedBy = "refused"
-		return api.SessionExit{Code: -1, Error: "the console could not start the session's recording"}
+		return sessionwire.SessionExit{Code: -1, Error: "the console could not start the session's recording"}
 	}
 	defer func() {
 		sum, err := w.Close()
 		if err != nil {
 			cfg.Log.Error("a session's recording failed", "session", s.rec.ID, "err", err)
 		}
-		s.rec.Recording = &api.RecordingSummary{Chunks: sum.Chunks, Bytes: sum.Bytes, Head: sum.Head, Truncated: sum.Truncated}
+		s.rec.Recording = &RecordingSummary{Chunks: sum.Chunks, Bytes: sum.Bytes, Head: sum.Head, Truncated: sum.Truncated}
 	}()
 	if s.rec.ApprovedBy != "" {
 		w.Mark(cfg.Now(), "approved by "+s.rec.ApprovedBy)
@@ -67,7 +68,7 @@ func (s *relay) run(ctx context.Context, req Request) api.SessionExit {
 	conn, err := cfg.Agents.Conn(s.rec.Box)
 	if err != nil {
 		s.rec.EndedBy = "refused"
-		return api.SessionExit{Code: -1, Error: fmt.Sprintf("box %s: %v", s.rec.Box, err)}
+		return sessionwire.SessionExit{Code: -1, Error: fmt.Sprintf("box %s: %v", s.rec.Box, err)}
 	}
 	defer conn.Close()
 	actx, acancel := context.WithCancel(ctx)
@@ -78,7 +79,9 @@ func (s *relay) run(ctx context.Context, req Request) api.SessionExit {
 			Workload: req.Workload, Command: req.Command, Tty: req.TTY, Cols: uint32(req.Cols), Rows: uint32(req.Rows), Term: req.Term}}})
 	}
 	var first *edgeboxv1.ExecOutput
-	if err == nil {
+	if err == nil || errors.Is(err, io.EOF) {
+		// A box that refused the stream says why in its status, which
+		// Recv returns (Send only sees that the stream ended).
 		first, err = stream.Recv()
 	}
 	if err != nil || !first.GetStarted() {
@@ -89,9 +92,9 @@ func (s *relay) run(ctx context.Context, req Request) api.SessionExit {
 		if err == nil {
 			err = errors.New("the box answered with no start")
 		}
-		return api.SessionExit{Code: -1, Error: boxError(s.rec.Box, err)}
+		return sessionwire.SessionExit{Code: -1, Error: boxError(s.rec.Box, err)}
 	}
-	started := api.EncodeJSONFrame(api.FrameStatus, api.SessionStatus{Session: s.rec.ID, State: "started"})
+	started := sessionwire.EncodeJSONFrame(sessionwire.FrameStatus, sessionwire.SessionStatus{Session: s.rec.ID, State: "started"})
 	s.op.WriteMessage(started)
 	s.live.broadcast(started)
 	s.last.Store(cfg.Now().UnixNano())
@@ -119,7 +122,9 @@ func (s *relay) run(ctx context.Context, req Request) api.SessionExit {
 			case <-t.C:
 			}
 			if err := w.Flush(); err != nil {
-				cfg.Log.Error("a session's recording failed", "session", s.rec.ID, "err", err)
+				// No session runs unrecorded.
+				cfg.Log.Error("a session's recording failed; the session ends", "session", s.rec.ID, "err", err)
+				s.cancel(errRecorder)
 			}
 			now := cfg.Now()
 			switch {
@@ -139,22 +144,22 @@ func (s *relay) run(ctx context.Context, req Request) api.SessionExit {
 		}
 		switch o := m.GetOutput().(type) {
 		case *edgeboxv1.ExecOutput_Stdout:
-			s.output(w, api.FrameOutput, o.Stdout)
+			s.output(w, sessionwire.FrameOutput, o.Stdout)
 		case *edgeboxv1.ExecOutput_Stderr:
-			s.output(w, api.FrameStderr, o.Stderr)
+			s.output(w, sessionwire.FrameStderr, o.Stderr)
 		case *edgeboxv1.ExecOutput_Exit:
 			code := int(o.Exit.GetCode())
 			s.rec.ExitCode, s.rec.Signal, s.rec.Error, s.rec.EndedBy = &code, o.Exit.GetSignal(), o.Exit.GetError(), "exit"
-			return api.SessionExit{Code: code, Signal: o.Exit.GetSignal(), Error: o.Exit.GetError()}
+			return sessionwire.SessionExit{Code: code, Signal: o.Exit.GetSignal(), Error: o.Exit.GetError()}
 		}
 	}
 }
 
 // awaitApproval holds a four-eyes session until a second user approves
 // it, and reports whether one did.
-func (s *relay) awaitApproval(ctx context.Context) (api.SessionExit, bool) {
+func (s *relay) awaitApproval(ctx context.Context) (sessionwire.SessionExit, bool) {
 	cfg := s.b.cfg
-	s.op.WriteMessage(api.EncodeJSONFrame(api.FrameStatus, api.SessionStatus{Session: s.rec.ID, State: "waiting_approval",
+	s.op.WriteMessage(sessionwire.EncodeJSONFrame(sessionwire.FrameStatus, sessionwire.SessionStatus{Session: s.rec.ID, State: "waiting_approval",
 		Message: fmt.Sprintf("box %s needs a second maintainer's approval for this session: they run 'edgebox session approve %s' or approve it in the web console (waiting up to %v)",
 			cmpOr(s.rec.BoxName, s.rec.Box), s.rec.ID, cfg.ApprovalWait)}))
 	t := time.NewTimer(cfg.ApprovalWait)
@@ -164,10 +169,10 @@ func (s *relay) awaitApproval(ctx context.Context) (api.SessionExit, bool) {
 		case who := <-s.live.approve:
 			now := cfg.Now()
 			s.rec.ApprovedBy, s.rec.ApprovedAt = who, &now
-			return api.SessionExit{}, true
+			return sessionwire.SessionExit{}, true
 		case <-t.C:
 			s.rec.EndedBy = "not approved"
-			return api.SessionExit{Code: -1, Error: fmt.Sprintf("no second maintainer approved the session within %v", cfg.ApprovalWait)}, false
+			return sessionwire.SessionExit{Code: -1, Error: fmt.Sprintf("no second maintainer approved the session within %v", cfg.ApprovalWait)}, false
 		case <-ctx.Done():
 			exit := s.ended(ctx, ctx.Err())
 			if s.rec.EndedBy == "operator left" {
@@ -191,7 +196,7 @@ func (s *relay) read(ctx context.Context) error {
 		if err != nil {
 			return errOpGone
 		}
-		f, err := api.DecodeInputFrame(msg)
+		f, err := sessionwire.DecodeInputFrame(msg)
 		if err != nil {
 			return err
 		}
@@ -206,7 +211,7 @@ func (s *relay) read(ctx context.Context) error {
 // forward passes the operator's frames to the box.
 func (s *relay) forward(ctx context.Context, stream edgeboxv1.AgentService_ExecClient, w *recording.Writer) {
 	for {
-		var f api.Frame
+		var f sessionwire.Frame
 		var ok bool
 		select {
 		case f, ok = <-s.frames:
@@ -220,15 +225,15 @@ func (s *relay) forward(ctx context.Context, stream edgeboxv1.AgentService_ExecC
 		s.last.Store(now.UnixNano())
 		var in *edgeboxv1.ExecInput
 		switch f.Type {
-		case api.FrameInput:
+		case sessionwire.FrameInput:
 			s.in.Add(int64(len(f.Payload)))
 			in = &edgeboxv1.ExecInput{Input: &edgeboxv1.ExecInput_Stdin{Stdin: f.Payload}}
-		case api.FrameResize:
+		case sessionwire.FrameResize:
 			w.Resize(now, f.Resize.Cols, f.Resize.Rows)
 			in = &edgeboxv1.ExecInput{Input: &edgeboxv1.ExecInput_Resize{Resize: &edgeboxv1.ExecResize{Cols: uint32(f.Resize.Cols), Rows: uint32(f.Resize.Rows)}}}
-		case api.FrameSignal:
+		case sessionwire.FrameSignal:
 			in = &edgeboxv1.ExecInput{Input: &edgeboxv1.ExecInput_Signal{Signal: f.Signal}}
-		case api.FrameEOF:
+		case sessionwire.FrameEOF:
 			in = &edgeboxv1.ExecInput{Input: &edgeboxv1.ExecInput_CloseStdin{CloseStdin: true}}
 		}
 		if err := stream.Send(in); err != nil {
@@ -244,8 +249,8 @@ func (s *relay) output(w *recording.Writer, t byte, p []byte) {
 	s.last.Store(now.UnixNano())
 	w.Output(now, p)
 	for len(p) > 0 {
-		c := p[:min(len(p), api.MaxFramePayload)]
-		msg := api.EncodeFrame(t, c)
+		c := p[:min(len(p), sessionwire.MaxFramePayload)]
+		msg := sessionwire.EncodeFrame(t, c)
 		s.live.broadcast(msg)
 		if s.op.WriteMessage(msg) != nil {
 			return // the operator left; reading its side ends the session
@@ -256,32 +261,35 @@ func (s *relay) output(w *recording.Writer, t byte, p []byte) {
 
 // ended says how a session whose box stream broke ended: by its cause
 // (a user, idle, time, the operator, the console stopping), or the box.
-func (s *relay) ended(ctx context.Context, err error) api.SessionExit {
+func (s *relay) ended(ctx context.Context, err error) sessionwire.SessionExit {
 	cause := context.Cause(ctx)
 	var by endedBy
 	switch {
 	case errors.As(cause, &by):
 		s.rec.EndedBy = cause.Error()
-		return api.SessionExit{Code: -1, Error: "ended by " + by.user}
+		return sessionwire.SessionExit{Code: -1, Error: "ended by " + by.user}
 	case errors.Is(cause, errIdle):
 		s.rec.EndedBy = "idle"
-		return api.SessionExit{Code: -1, Error: fmt.Sprintf("ended after %v without a keystroke or output", s.b.cfg.IdleTimeout)}
+		return sessionwire.SessionExit{Code: -1, Error: fmt.Sprintf("ended after %v without a keystroke or output", s.b.cfg.IdleTimeout)}
 	case errors.Is(cause, errTooLong):
 		s.rec.EndedBy = "time limit"
-		return api.SessionExit{Code: -1, Error: fmt.Sprintf("ended at the session time limit of %v", s.b.cfg.MaxDuration)}
-	case errors.Is(cause, api.ErrBadFrame):
+		return sessionwire.SessionExit{Code: -1, Error: fmt.Sprintf("ended at the session time limit of %v", s.b.cfg.MaxDuration)}
+	case errors.Is(cause, sessionwire.ErrBadFrame):
 		s.rec.EndedBy = "bad input"
-		return api.SessionExit{Code: -1, Error: cause.Error()}
+		return sessionwire.SessionExit{Code: -1, Error: cause.Error()}
 	case errors.Is(cause, errOpGone):
 		s.rec.EndedBy = "operator left"
-		return api.SessionExit{Code: -1, Error: "the operator left"}
+		return sessionwire.SessionExit{Code: -1, Error: "the operator left"}
 	case errors.Is(cause, errShutdown):
 		s.rec.EndedBy = "console stopped"
-		return api.SessionExit{Code: -1, Error: "the console is stopping"}
+		return sessionwire.SessionExit{Code: -1, Error: "the console is stopping"}
+	case errors.Is(cause, errRecorder):
+		s.rec.EndedBy = "recording failed"
+		return sessionwire.SessionExit{Code: -1, Error: "the console could not go on recording the session, so it ended"}
 	}
 	s.rec.EndedBy = "box"
 	s.rec.Error = boxError(s.rec.Box, err)
-	return api.SessionExit{Code: -1, Error: s.rec.Error}
+	return sessionwire.SessionExit{Code: -1, Error: s.rec.Error}
 }
 
 // causeName is how a session's end is recorded, from the cause its
@@ -295,12 +303,16 @@ func causeName(cause error) string {
 		return "idle"
 	case errors.Is(cause, errTooLong):
 		return "time limit"
-	case errors.Is(cause, api.ErrBadFrame):
+	case errors.Is(cause, sessionwire.ErrBadFrame):
 		return "bad input"
 	case errors.Is(cause, errOpGone):
 		return "operator left"
 	case errors.Is(cause, errShutdown):
 		return "console stopped"
+	case errors.Is(cause, errRecorder):
+		return "recording failed"
+	case errors.Is(cause, errBoxGone):
+		return "box"
 	}
 	return ""
 }

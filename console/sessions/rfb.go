@@ -64,6 +64,9 @@ func (v *viewOnly) copy(w io.Writer) error {
 		if ver := string(b); i == 0 && ver != "RFB 003.008\n" && ver != "RFB 003.007\n" {
 			return fmt.Errorf("%w: protocol version %q; a view-only screen takes 3.7 or 3.8", ErrRFB, ver)
 		}
+		if i == 2 {
+			b[0] = 1 // shared: one viewer never shuts out the others
+		}
 		if _, err := w.Write(b); err != nil {
 			return err
 		}

@@ -5,8 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"time"
 
-	"github.com/edgebox/edgebox/api"
 	"github.com/edgebox/edgebox/console/audit"
 	"github.com/edgebox/edgebox/console/fleet"
 	"github.com/edgebox/edgebox/console/store"
@@ -14,7 +14,25 @@ import (
 )
 
 // Rules are a tenant's rules for remote sessions.
-type Rules = api.SessionRules
+type Rules struct {
+	// FourEyes: a session on a box any of these match needs a second
+	// user's approval.
+	FourEyes []BoxMatch `json:"four_eyes,omitempty"`
+	// ForwardSites and ForwardBoxes allow port forwards from a site's
+	// boxes, or one box's, to LAN hosts (see parseAllowEntry).
+	ForwardSites map[string][]string `json:"forward_sites,omitempty"`
+	ForwardBoxes map[string][]string `json:"forward_boxes,omitempty"`
+	UpdatedAt    time.Time           `json:"updated_at,omitzero"`
+	UpdatedBy    string              `json:"updated_by,omitempty"`
+}
+
+// BoxMatch picks boxes: those with every label it names, in its region
+// and site when it names them.
+type BoxMatch struct {
+	Labels map[string]string `json:"labels,omitempty"`
+	Region string            `json:"region,omitempty"`
+	Site   string            `json:"site,omitempty"`
+}
 
 // maxMatches bounds a tenant's four-eyes matches.
 const maxMatches = 100
@@ -52,7 +70,7 @@ func validateRules(r Rules) error {
 
 // matches reports whether m picks the box with these labels, region and
 // site.
-func matches(m api.BoxMatch, labels map[string]string, region, site string) bool {
+func matches(m BoxMatch, labels map[string]string, region, site string) bool {
 	if (m.Region != "" && m.Region != region) || (m.Site != "" && m.Site != site) {
 		return false
 	}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/edgebox/edgebox/console/audit"
 	"github.com/edgebox/edgebox/tunnel"
+	"github.com/edgebox/edgebox/tunnel/forwarding"
 )
 
 // KindScreen is a VM's screen over VNC.
@@ -76,7 +77,7 @@ func (b *Broker) Screen(ctx context.Context, req ScreenRequest, conn net.Conn) {
 	result := "ok"
 	vm, err := b.cfg.Tunnel.Open(sctx, rec.Box, tunnel.KindVNC, map[string]string{metaWorkload: rec.Workload})
 	if err == nil {
-		if err = tunnel.ReadForwardReply(vm); err != nil {
+		if err = forwarding.ReadReply(vm); err != nil {
 			vm.Close()
 		}
 	}
@@ -110,6 +111,7 @@ func (b *Broker) Screen(ctx context.Context, req ScreenRequest, conn net.Conn) {
 		go func() {
 			// The VM's screen to the viewer.
 			_, err := io.Copy(countingWriter{conn, &out}, vm)
+			cancel(errBoxGone) // the VM or its box went: the viewer's side ends too
 			done <- err
 		}()
 		// The viewer's input to the VM, read message by message: keys and

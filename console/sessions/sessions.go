@@ -36,12 +36,12 @@ import (
 
 	"google.golang.org/grpc"
 
-	"github.com/edgebox/edgebox/api"
 	"github.com/edgebox/edgebox/console/audit"
 	"github.com/edgebox/edgebox/console/recording"
 	"github.com/edgebox/edgebox/console/store"
 	"github.com/edgebox/edgebox/errdefs"
 	"github.com/edgebox/edgebox/errdefs/errgrpc"
+	"github.com/edgebox/edgebox/sessionwire"
 )
 
 // Prefix is where session records live on the store.
@@ -53,8 +53,55 @@ const (
 	KindExec  = "exec"  // a command, its output and exit code
 )
 
-// Record is a session as the store keeps it.
-type Record = api.SessionRecord
+// Record is a session as the store keeps it. EndedBy says what ended
+// it: "exit", "idle", "time limit", "user:<name>", "box", "operator
+// left", "bad input", "refused", "not approved", "recording failed",
+// "console stopped".
+type Record struct {
+	ID       string     `json:"id"`
+	TenantID string     `json:"tenant_id"`
+	Box      string     `json:"box"`
+	BoxName  string     `json:"box_name,omitempty"`
+	Workload string     `json:"workload,omitempty"`
+	Kind     string     `json:"kind"`
+	Command  []string   `json:"command,omitempty"`
+	TTY      bool       `json:"tty"`
+	User     string     `json:"user"`
+	Remote   string     `json:"remote,omitempty"`
+	Started  time.Time  `json:"started"`
+	Ended    *time.Time `json:"ended,omitempty"`
+	EndedBy  string     `json:"ended_by,omitempty"`
+	ExitCode *int       `json:"exit_code,omitempty"`
+	Signal   string     `json:"signal,omitempty"`
+	Error    string     `json:"error,omitempty"`
+	BytesIn  int64      `json:"bytes_in"`
+	BytesOut int64      `json:"bytes_out"`
+	// Recording is what the session's recording held when it ended.
+	Recording *RecordingSummary `json:"recording,omitempty"`
+	// Target is a forward's "host:port", as the box sees it; Conns how
+	// many connections it carried.
+	Target string `json:"target,omitempty"`
+	Conns  int64  `json:"conns,omitempty"`
+	// ViewOnly: a VM screen that passed no key, pointer or clipboard.
+	ViewOnly bool `json:"view_only,omitempty"`
+	// FourEyes: the session needed a second user's approval; ApprovedBy
+	// gave it.
+	FourEyes   bool       `json:"four_eyes,omitempty"`
+	ApprovedBy string     `json:"approved_by,omitempty"`
+	ApprovedAt *time.Time `json:"approved_at,omitempty"`
+}
+
+// Live reports whether the session has not ended.
+func (r Record) Live() bool { return r.Ended == nil }
+
+// RecordingSummary is a recording's state when its session ended: its
+// chunks, bytes, and the last chunk's hash, which the chain must end on.
+type RecordingSummary struct {
+	Chunks    int    `json:"chunks"`
+	Bytes     int64  `json:"bytes"`
+	Head      string `json:"head"`
+	Truncated bool   `json:"truncated,omitempty"`
+}
 
 // Agents reaches a box's AgentService.
 type Agents interface {
@@ -108,6 +155,7 @@ type live struct {
 	// yet; taken closes when it opens.
 	asking bool
 	taken  chan struct{}
+	closed bool // the session ended: no more watchers
 }
 
 // New returns a Broker.
@@ -169,6 +217,9 @@ var (
 	errTooLong  = errors.New("time limit")
 	errOpGone   = errors.New("operator left")
 	errShutdown = errors.New("console stopped")
+	errOver     = errors.New("session over")
+	errRecorder = errors.New("recording failed")
+	errBoxGone  = errors.New("box")
 )
 
 // endedBy is a user who ended a session.
@@ -207,7 +258,7 @@ func (b *Broker) Serve(ctx context.Context, req Request, op Operator) {
 	rec := Record{ID: newID(now), TenantID: req.TenantID, Box: req.Box, BoxName: req.BoxName, Workload: req.Workload,
 		Kind: kind, Command: req.Command, TTY: req.TTY, User: req.User, Remote: req.Remote, Started: now}
 	refuse := func(msg string) {
-		op.WriteMessage(api.EncodeJSONFrame(api.FrameExit, api.SessionExit{Code: -1, Error: msg}))
+		op.WriteMessage(sessionwire.EncodeJSONFrame(sessionwire.FrameExit, sessionwire.SessionExit{Code: -1, Error: msg}))
 	}
 	fourEyes, err := b.NeedsApproval(ctx, req)
 	if err != nil {
@@ -245,14 +296,15 @@ func (b *Broker) Serve(ctx context.Context, req Request, op Operator) {
 		refuse("the console could not record the session; it does not run")
 		return
 	}
-	s := &relay{b: b, live: l, rec: rec, op: op, cancel: cancel, frames: make(chan api.Frame, 32)}
+	s := &relay{b: b, live: l, rec: rec, op: op, cancel: cancel, frames: make(chan sessionwire.Frame, 32)}
 	exit := s.run(sctx, req)
 	ended := b.cfg.Now()
 	s.rec.Ended = &ended
-	exitMsg := api.EncodeJSONFrame(api.FrameExit, exit)
+	exitMsg := sessionwire.EncodeJSONFrame(sessionwire.FrameExit, exit)
 	op.WriteMessage(exitMsg)
 	l.broadcast(exitMsg)
-	op.Close() // ends the operator's input
+	cancel(errOver) // a reader waiting to hand on a frame lets go
+	op.Close()      // ends the operator's input
 	s.inputs.Wait()
 	s.rec.BytesIn, s.rec.BytesOut = s.in.Load(), s.out.Load()
 	result := "ok"
@@ -332,6 +384,13 @@ func cmpOr(a, b string) string {
 		return a
 	}
 	return b
+}
+
+// Full reports whether the console runs as many sessions as it may.
+func (b *Broker) Full() bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return len(b.live) >= b.cfg.MaxLive
 }
 
 // End ends a live session on behalf of user. The caller has checked that
@@ -449,7 +508,7 @@ func (b *Broker) Recover(ctx context.Context) error {
 			ended := r.Started
 			rep, verr := recording.Verify(b.recordingDir(r.TenantID), r.ID, "")
 			if verr == nil {
-				r.Recording = &api.RecordingSummary{Chunks: rep.Chunks, Head: rep.Head}
+				r.Recording = &RecordingSummary{Chunks: rep.Chunks, Head: rep.Head}
 				if cast, _ := recording.Paths(b.recordingDir(r.TenantID), r.ID); cast != "" {
 					if t, ok := modTime(cast); ok && t.After(ended) {
 						ended = t
@@ -506,7 +565,7 @@ func (b *Broker) OpenRecording(r Record) (*os.File, error) {
 // a session that ended, that it ends on the chunk the console recorded.
 func (b *Broker) VerifyRecording(r Record) (recording.Report, error) {
 	head := ""
-	if r.Recording != nil && !r.Live() && r.EndedBy != errShutdown.Error() {
+	if r.Recording != nil && !r.Live() {
 		head = r.Recording.Head
 	}
 	rep, err := recording.Verify(b.recordingDir(r.TenantID), r.ID, head)

@@ -19,12 +19,12 @@ import (
 	"google.golang.org/grpc/test/bufconn"
 
 	"github.com/edgebox/edgebox/agent/session"
-	"github.com/edgebox/edgebox/api"
 	"github.com/edgebox/edgebox/console/audit"
 	"github.com/edgebox/edgebox/console/audit/audittest"
 	"github.com/edgebox/edgebox/console/recording"
 	"github.com/edgebox/edgebox/console/store"
 	edgeboxv1 "github.com/edgebox/edgebox/proto/edgebox/v1"
+	"github.com/edgebox/edgebox/sessionwire"
 )
 
 // agentService serves the box's real session server.
@@ -70,7 +70,7 @@ func newStore(t *testing.T) store.Store {
 type operator struct {
 	in     chan []byte
 	mu     sync.Mutex
-	out    []api.Frame
+	out    []sessionwire.Frame
 	got    chan struct{}
 	closed chan struct{}
 	once   sync.Once
@@ -91,7 +91,7 @@ func (o *operator) ReadMessage() ([]byte, error) {
 
 func (o *operator) WriteMessage(m []byte) error {
 	o.mu.Lock()
-	o.out = append(o.out, api.Frame{Type: m[0], Payload: append([]byte(nil), m[1:]...)})
+	o.out = append(o.out, sessionwire.Frame{Type: m[0], Payload: append([]byte(nil), m[1:]...)})
 	o.mu.Unlock()
 	select {
 	case o.got <- struct{}{}:
@@ -103,17 +103,17 @@ func (o *operator) WriteMessage(m []byte) error {
 func (o *operator) Close() error { o.once.Do(func() { close(o.closed) }); return nil }
 
 // output is everything printed so far, and the exit if there is one.
-func (o *operator) output() (string, *api.SessionExit) {
+func (o *operator) output() (string, *sessionwire.SessionExit) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	var b strings.Builder
-	var exit *api.SessionExit
+	var exit *sessionwire.SessionExit
 	for _, f := range o.out {
 		switch f.Type {
-		case api.FrameOutput, api.FrameStderr:
+		case sessionwire.FrameOutput, sessionwire.FrameStderr:
 			b.Write(f.Payload)
-		case api.FrameExit:
-			exit = &api.SessionExit{}
+		case sessionwire.FrameExit:
+			exit = &sessionwire.SessionExit{}
 			json.Unmarshal(f.Payload, exit)
 		}
 	}
@@ -229,15 +229,15 @@ func TestTheOperatorsInputAndABadFrame(t *testing.T) {
 	st := newStore(t)
 	b := newBroker(t, st, Config{})
 	op := newOperator()
-	op.in <- api.EncodeFrame(api.FrameInput, []byte("one two three\n"))
-	op.in <- api.EncodeFrame(api.FrameEOF, nil)
+	op.in <- sessionwire.EncodeFrame(sessionwire.FrameInput, []byte("one two three\n"))
+	op.in <- sessionwire.EncodeFrame(sessionwire.FrameEOF, nil)
 	b.Serve(t.Context(), req("wc", "-w"), op)
 	if out, exit := op.output(); strings.TrimSpace(out) != "3" || exit.Code != 0 {
 		t.Fatalf("wc -w said %q, exit %+v", out, exit)
 	}
 
 	op = newOperator()
-	op.in <- api.EncodeFrame(api.FrameResize, []byte(`{"cols":0,"rows":99999}`))
+	op.in <- sessionwire.EncodeFrame(sessionwire.FrameResize, []byte(`{"cols":0,"rows":99999}`))
 	b.Serve(t.Context(), req("sleep", "30"), op)
 	recs, _ := b.List(t.Context(), "default", Query{Limit: 1})
 	if _, exit := op.output(); exit == nil || recs[0].EndedBy != "bad input" || !strings.Contains(exit.Error, "bad session frame") {
@@ -310,10 +310,10 @@ func TestAFourEyesSessionWaitsForASecondUser(t *testing.T) {
 	st := newStore(t)
 	b := newBroker(t, st, Config{})
 	admin := audit.Actor{TenantID: "default", Name: "root"}
-	if _, err := b.SetRules(t.Context(), admin, Rules{FourEyes: []api.BoxMatch{{}}}); err == nil {
+	if _, err := b.SetRules(t.Context(), admin, Rules{FourEyes: []BoxMatch{{}}}); err == nil {
 		t.Fatal("a rule that matches every box was taken")
 	}
-	if _, err := b.SetRules(t.Context(), admin, Rules{FourEyes: []api.BoxMatch{{Labels: map[string]string{"money": "yes"}}}}); err != nil {
+	if _, err := b.SetRules(t.Context(), admin, Rules{FourEyes: []BoxMatch{{Labels: map[string]string{"money": "yes"}}}}); err != nil {
 		t.Fatal(err)
 	}
 	// A box without the label: no wait.
@@ -333,8 +333,8 @@ func TestAFourEyesSessionWaitsForASecondUser(t *testing.T) {
 		<-op.got
 		op.mu.Lock()
 		for _, f := range op.out {
-			var st api.SessionStatus
-			if f.Type == api.FrameStatus && json.Unmarshal(f.Payload, &st) == nil && st.State == "waiting_approval" {
+			var st sessionwire.SessionStatus
+			if f.Type == sessionwire.FrameStatus && json.Unmarshal(f.Payload, &st) == nil && st.State == "waiting_approval" {
 				id = st.Session
 			}
 		}
@@ -405,7 +405,7 @@ func TestAFourEyesSessionWaitsForASecondUser(t *testing.T) {
 func TestAFourEyesSessionNobodyApprovesEnds(t *testing.T) {
 	st := newStore(t)
 	b := newBroker(t, st, Config{ApprovalWait: 500 * time.Millisecond})
-	b.SetRules(t.Context(), audit.Actor{TenantID: "default", Name: "root"}, Rules{FourEyes: []api.BoxMatch{{Site: "vault"}}})
+	b.SetRules(t.Context(), audit.Actor{TenantID: "default", Name: "root"}, Rules{FourEyes: []BoxMatch{{Site: "vault"}}})
 	r := req("echo", "never")
 	r.Site = "vault"
 	op := newOperator()

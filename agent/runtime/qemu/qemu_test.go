@@ -314,6 +314,15 @@ func TestSerialSession(t *testing.T) {
 		return p, inW, out
 	}
 	p, in, out := open()
+	// Type once the guest's shell shows its prompt: what comes before it
+	// may be lost while the shell starts.
+	deadline = time.Now().Add(30 * time.Second)
+	for !strings.Contains(out.String(), "# ") {
+		if time.Now().After(deadline) {
+			t.Fatalf("no prompt on the serial console: %q", out.String())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
 	in.Write([]byte("echo serial-$((40+2))\n"))
 	deadline = time.Now().Add(30 * time.Second)
 	for !strings.Contains(out.String(), "serial-42") {
@@ -330,6 +339,13 @@ func TestSerialSession(t *testing.T) {
 	p2, in2, out2 := open()
 	defer in2.Close()
 	defer p2.Close()
+	deadline = time.Now().Add(30 * time.Second)
+	for !strings.Contains(out2.String(), "# ") {
+		if time.Now().After(deadline) {
+			t.Fatalf("no prompt on the second session: %q", out2.String())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
 	in2.Write([]byte("echo again-$((1+1))\n"))
 	deadline = time.Now().Add(30 * time.Second)
 	for !strings.Contains(out2.String(), "again-2") {

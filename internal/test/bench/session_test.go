@@ -19,6 +19,7 @@ import (
 	"github.com/edgebox/edgebox/internal/test/testenv"
 	"github.com/edgebox/edgebox/internal/test/toxic"
 	"github.com/edgebox/edgebox/tunnel"
+	"github.com/edgebox/edgebox/tunnel/forwarding"
 )
 
 // sessionBox is a console and one box in this process, the box's tunnel
@@ -204,11 +205,11 @@ func BenchmarkForward(b *testing.B) {
 
 	var direct, forwarded []float64
 	for range max(b.N, 3) {
-		tc, err := h.Console().Tunnel().Open(context.Background(), box.ID(), tunnel.KindForward, map[string]string{tunnel.MetaTarget: target})
+		tc, err := h.Console().Tunnel().Open(context.Background(), box.ID(), tunnel.KindForward, map[string]string{forwarding.MetaTarget: target})
 		if err != nil {
 			b.Fatal(err)
 		}
-		if err := tunnel.ReadForwardReply(tc); err != nil {
+		if err := forwarding.ReadReply(tc); err != nil {
 			b.Fatal(err)
 		}
 		direct = append(direct, mbps(push(tc)))
@@ -218,7 +219,7 @@ func BenchmarkForward(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		mux, err := api.ForwardClient(conn)
+		mux, err := forwarding.Client(conn)
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -226,7 +227,7 @@ func BenchmarkForward(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		if err := tunnel.ReadForwardReply(st); err != nil {
+		if err := forwarding.ReadReply(st); err != nil {
 			b.Fatal(err)
 		}
 		forwarded = append(forwarded, mbps(push(st)))

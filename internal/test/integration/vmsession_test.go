@@ -87,6 +87,54 @@ func TestVMSerialAndScreenThroughTheConsole(t *testing.T) {
 		}
 		t.Logf("view only %v: a %dx%d screen, %d pixels painted", viewOnly, w, hgt, painted)
 	}
+	// On a four-eyes box a screen asks first; a second maintainer
+	// approves; then its user opens it, once.
+	if _, err := admin.SetSessionRules(ctx(t), api.SessionRules{FourEyes: []api.BoxMatch{{Region: "east"}}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := admin.OpenScreen(ctx(t), box.ID(), "guest", true, ""); !api.NeedsApproval(err) {
+		t.Fatalf("a screen on a four-eyes box without approval: %v", err)
+	}
+	asked, err := admin.AskSession(ctx(t), box.ID(), "screen", "guest", "", true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := admin.OpenScreen(ctx(t), box.ID(), "guest", true, asked.ID); err == nil {
+		t.Fatal("a screen opened before its approval")
+	}
+	if err := admin.ApproveSession(ctx(t), asked.ID); err == nil {
+		t.Fatal("approved by the user who asked")
+	}
+	if _, err := admin.CreateUser(ctx(t), api.UserRequest{Name: "bob", Password: "a long enough password", Role: "maintainer"}); err != nil {
+		t.Fatal(err)
+	}
+	bobLogin, err := api.NewClient(h.URL(), "", h.CAPEM())
+	if err != nil {
+		t.Fatal(err)
+	}
+	me, err := bobLogin.Login(ctx(t), "bob", "a long enough password", "test", "1h")
+	if err != nil {
+		t.Fatal(err)
+	}
+	bob, _ := api.NewClient(h.URL(), me.Token, h.CAPEM())
+	if err := bob.ApproveSession(ctx(t), asked.ID); err != nil {
+		t.Fatal(err)
+	}
+	conn, err := admin.OpenScreen(ctx(t), box.ID(), "guest", true, asked.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if w, _, painted := rfbFrame(t, conn, true); w == 0 || painted == 0 {
+		t.Fatal("the approved screen showed nothing")
+	}
+	conn.Close()
+	if _, err := admin.OpenScreen(ctx(t), box.ID(), "guest", true, asked.ID); err == nil {
+		t.Fatal("an approval opened a second screen")
+	}
+	testenv.WaitFor(t, 10*time.Second, "the approved screen's record", func() bool {
+		r, err := admin.Session(ctx(t), asked.ID)
+		return err == nil && !r.Live() && r.ApprovedBy == "bob" && r.Kind == "screen" && r.BytesOut > 0
+	})
 	testenv.WaitFor(t, 10*time.Second, "the screens' records", func() bool {
 		ss, _ := admin.Sessions(ctx(t), false, "")
 		n := 0
@@ -95,7 +143,7 @@ func TestVMSerialAndScreenThroughTheConsole(t *testing.T) {
 				n++
 			}
 		}
-		return n == 2
+		return n == 3
 	})
 }
 

@@ -1,4 +1,4 @@
-package tunnel
+package forwarding
 
 import (
 	"bytes"
@@ -9,20 +9,20 @@ import (
 
 func TestForwardReply(t *testing.T) {
 	var b bytes.Buffer
-	WriteForwardReply(&b, nil)
-	if err := ReadForwardReply(&b); err != nil {
+	WriteReply(&b, nil)
+	if err := ReadReply(&b); err != nil {
 		t.Fatal(err)
 	}
-	WriteForwardReply(&b, errors.New("dial tcp 10.0.0.9:80: connection refused"))
-	if err := ReadForwardReply(&b); !errors.Is(err, ErrForwardRefused) || !strings.Contains(err.Error(), "connection refused") {
+	WriteReply(&b, errors.New("dial tcp 10.0.0.9:80: connection refused"))
+	if err := ReadReply(&b); !errors.Is(err, ErrRefused) || !strings.Contains(err.Error(), "connection refused") {
 		t.Fatalf("%v", err)
 	}
-	WriteForwardReply(&b, errors.New(strings.Repeat("x", 5000)))
-	if err := ReadForwardReply(&b); err == nil || len(err.Error()) > MaxForwardReason+100 {
+	WriteReply(&b, errors.New(strings.Repeat("x", 5000)))
+	if err := ReadReply(&b); err == nil || len(err.Error()) > MaxReason+100 {
 		t.Fatalf("a long reason: %v", err)
 	}
 	for _, bad := range [][]byte{{}, {2}, {1, 0xff, 0xff}, {1, 0, 5, 'a'}} {
-		if err := ReadForwardReply(bytes.NewReader(bad)); err == nil || errors.Is(err, ErrForwardRefused) {
+		if err := ReadReply(bytes.NewReader(bad)); err == nil || errors.Is(err, ErrRefused) {
 			t.Fatalf("%v read as %v", bad, err)
 		}
 	}
@@ -37,15 +37,15 @@ func TestParseTarget(t *testing.T) {
 	}
 }
 
-// FuzzReadForwardReply: whatever a box answers, the console reads a
+// FuzzReadReply: whatever a box answers, the console reads a
 // bounded reply or an error, never a panic.
-func FuzzReadForwardReply(f *testing.F) {
+func FuzzReadReply(f *testing.F) {
 	f.Add([]byte{0})
 	f.Add([]byte{1, 0, 3, 'a', 'b', 'c'})
 	f.Add([]byte{1, 0xff, 0xff})
 	f.Fuzz(func(t *testing.T, b []byte) {
-		err := ReadForwardReply(bytes.NewReader(b))
-		if err != nil && len(err.Error()) > MaxForwardReason+200 {
+		err := ReadReply(bytes.NewReader(b))
+		if err != nil && len(err.Error()) > MaxReason+200 {
 			t.Fatalf("an error of %d bytes", len(err.Error()))
 		}
 	})

@@ -1,4 +1,9 @@
-package tunnel
+// Package forwarding carries the bytes of port forwards and VM screens
+// through the tunnel: a stream's target, the box's one reply before any
+// data, joining two connections, and the multiplexer an operator's port
+// forward runs on its WebSocket. The CLI uses it without the tunnel's
+// machinery.
+package forwarding
 
 import (
 	"context"
@@ -12,31 +17,34 @@ import (
 	"sync"
 )
 
-// A forward stream (KindForward) names its TCP target in its header's
+// A forward stream (tunnel.KindForward) names its TCP target in its header's
 // MetaTarget, "host:port". The box dials it and answers with one reply
 // before any data: a byte 0 for connected, or a byte 1, a u16 length and
-// that many bytes of why not (at most MaxForwardReason). Then the stream
+// that many bytes of why not (at most MaxReason). Then the stream
 // carries the connection's bytes both ways.
 
 // MetaTarget is the header metadata key naming a forward's target.
 const MetaTarget = "target"
 
-// MaxForwardReason bounds the reason in a refused forward's reply.
-const MaxForwardReason = 512
+// MaxReason bounds the reason in a refused forward's reply.
+const MaxReason = 512
 
-// ErrForwardRefused is wrapped by the error ReadForwardReply returns when
+// ErrBadReply is wrapped by the errors of a reply that is not one.
+var ErrBadReply = errors.New("bad forward reply")
+
+// ErrRefused is wrapped by the error ReadReply returns when
 // the box could not connect.
-var ErrForwardRefused = errors.New("the box could not connect")
+var ErrRefused = errors.New("the box could not connect")
 
-// WriteForwardReply writes the box's answer: connected when err is nil.
-func WriteForwardReply(w io.Writer, err error) error {
+// WriteReply writes the box's answer: connected when err is nil.
+func WriteReply(w io.Writer, err error) error {
 	if err == nil {
 		_, werr := w.Write([]byte{0})
 		return werr
 	}
 	msg := err.Error()
-	if len(msg) > MaxForwardReason {
-		msg = msg[:MaxForwardReason]
+	if len(msg) > MaxReason {
+		msg = msg[:MaxReason]
 	}
 	b := make([]byte, 3, 3+len(msg))
 	b[0] = 1
@@ -45,8 +53,8 @@ func WriteForwardReply(w io.Writer, err error) error {
 	return werr
 }
 
-// ReadForwardReply reads the box's answer: nil when it connected.
-func ReadForwardReply(r io.Reader) error {
+// ReadReply reads the box's answer: nil when it connected.
+func ReadReply(r io.Reader) error {
 	var b [3]byte
 	if _, err := io.ReadFull(r, b[:1]); err != nil {
 		return fmt.Errorf("reading the box's answer to a forward: %w", err)
@@ -56,20 +64,20 @@ func ReadForwardReply(r io.Reader) error {
 		return nil
 	case 1:
 	default:
-		return fmt.Errorf("%w: a forward answer of kind %d", ErrBadHeader, b[0])
+		return fmt.Errorf("%w: a forward answer of kind %d", ErrBadReply, b[0])
 	}
 	if _, err := io.ReadFull(r, b[1:]); err != nil {
 		return fmt.Errorf("reading the box's answer to a forward: %w", err)
 	}
 	n := int(binary.BigEndian.Uint16(b[1:]))
-	if n > MaxForwardReason {
-		return fmt.Errorf("%w: a forward's reason of %d bytes", ErrBadHeader, n)
+	if n > MaxReason {
+		return fmt.Errorf("%w: a forward's reason of %d bytes", ErrBadReply, n)
 	}
 	msg := make([]byte, n)
 	if _, err := io.ReadFull(r, msg); err != nil {
 		return fmt.Errorf("reading the box's answer to a forward: %w", err)
 	}
-	return fmt.Errorf("%w: %s", ErrForwardRefused, strings.ToValidUTF8(string(msg), "?"))
+	return fmt.Errorf("%w: %s", ErrRefused, strings.ToValidUTF8(string(msg), "?"))
 }
 
 // ParseTarget checks a forward's "host:port": a host name or address,
