@@ -46,7 +46,14 @@ func Serve(ctx context.Context, ln net.Listener, cfg Config) error {
 	if cfg.Log == nil {
 		cfg.Log = slog.New(slog.DiscardHandler)
 	}
-	slots := make(chan struct{}, cfg.MaxConns)
+	return acceptEach(ctx, ln, cfg.MaxConns, "forwards", func(c net.Conn) { serve(ctx, c, cfg) })
+}
+
+// acceptEach runs handle for each stream ln accepts, at most max at once
+// (past it, a stream is refused with why), until ln closes or ctx ends;
+// it waits for the handlers.
+func acceptEach(ctx context.Context, ln net.Listener, max int, what string, handle func(net.Conn)) error {
+	slots := make(chan struct{}, max)
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	go func() { <-ctx.Done(); ln.Close() }()
@@ -61,7 +68,7 @@ func Serve(ctx context.Context, ln net.Listener, cfg Config) error {
 		select {
 		case slots <- struct{}{}:
 		default:
-			forwarding.WriteReply(c, fmt.Errorf("this box runs %d forwards already", cfg.MaxConns))
+			forwarding.WriteReply(c, fmt.Errorf("this box runs %d %s already", max, what))
 			c.Close()
 			continue
 		}
@@ -69,7 +76,7 @@ func Serve(ctx context.Context, ln net.Listener, cfg Config) error {
 		go func() {
 			defer wg.Done()
 			defer func() { <-slots }()
-			serve(ctx, c, cfg)
+			handle(c)
 		}()
 	}
 }

@@ -2,10 +2,8 @@ package forward
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net"
-	"sync"
 	"time"
 
 	"github.com/edgebox/edgebox/errdefs"
@@ -26,56 +24,33 @@ func ServeScreens(ctx context.Context, ln net.Listener, screens Screens, cfg Con
 	if cfg.MaxConns <= 0 {
 		cfg.MaxConns = 32
 	}
-	slots := make(chan struct{}, cfg.MaxConns)
-	var wg sync.WaitGroup
-	defer wg.Wait()
-	go func() { <-ctx.Done(); ln.Close() }()
-	for {
-		c, err := ln.Accept()
+	return acceptEach(ctx, ln, cfg.MaxConns, "screens", func(c net.Conn) {
+		defer c.Close()
+		name := ""
+		if tc, ok := c.(*tunnel.Conn); ok {
+			name = tc.Header().Meta[MetaWorkload]
+		}
+		if !edgeboxv1.ValidObjectName(name) {
+			forwarding.WriteReply(c, errdefs.Invalid("workload name %q is not valid", name))
+			return
+		}
+		sock, err := screens(name)
 		if err != nil {
-			if ctx.Err() != nil || errors.Is(err, net.ErrClosed) {
-				return nil
-			}
-			return err
+			forwarding.WriteReply(c, err)
+			return
 		}
-		select {
-		case slots <- struct{}{}:
-		default:
-			forwarding.WriteReply(c, fmt.Errorf("this box shows %d screens already", cfg.MaxConns))
-			c.Close()
-			continue
+		var d net.Dialer
+		dctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		vm, err := d.DialContext(dctx, "unix", sock)
+		cancel()
+		if err != nil {
+			forwarding.WriteReply(c, fmt.Errorf("the screen of VM %s: %v", name, err))
+			return
 		}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			defer func() { <-slots }()
-			defer c.Close()
-			name := ""
-			if tc, ok := c.(*tunnel.Conn); ok {
-				name = tc.Header().Meta[MetaWorkload]
-			}
-			if !edgeboxv1.ValidObjectName(name) {
-				forwarding.WriteReply(c, errdefs.Invalid("workload name %q is not valid", name))
-				return
-			}
-			sock, err := screens(name)
-			if err != nil {
-				forwarding.WriteReply(c, err)
-				return
-			}
-			var d net.Dialer
-			dctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-			vm, err := d.DialContext(dctx, "unix", sock)
-			cancel()
-			if err != nil {
-				forwarding.WriteReply(c, fmt.Errorf("the screen of VM %s: %v", name, err))
-				return
-			}
-			defer vm.Close()
-			if forwarding.WriteReply(c, nil) != nil {
-				return
-			}
-			forwarding.Join(ctx, c, vm)
-		}()
-	}
+		defer vm.Close()
+		if forwarding.WriteReply(c, nil) != nil {
+			return
+		}
+		forwarding.Join(ctx, c, vm)
+	})
 }

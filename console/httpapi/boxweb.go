@@ -13,7 +13,6 @@ import (
 
 	"github.com/gin-gonic/gin"
 
-	"github.com/edgebox/edgebox/console/sessions"
 	"github.com/edgebox/edgebox/errdefs"
 )
 
@@ -38,12 +37,7 @@ func (s *server) boxWeb(c *gin.Context) {
 		return
 	}
 	who := caller(c)
-	if needs, err := s.RemoteSessions.NeedsApproval(c.Request.Context(), sessions.Request{TenantID: who.TenantID,
-		BoxLabels: b.Labels, Region: b.Region, Site: b.Site}); err != nil {
-		s.fail(c, err)
-		return
-	} else if needs {
-		fail(c, errdefs.Permission("box %s needs a second maintainer's approval for sessions; reach its pages through an approved port forward", b.Name))
+	if s.refuseFourEyes(c, b, "reach its pages through an approved port forward") {
 		return
 	}
 	if !s.Sessions.Presence(b.ID).Online {

@@ -15,7 +15,6 @@ import (
 	"github.com/edgebox/edgebox/api"
 	"github.com/edgebox/edgebox/console/audit"
 	"github.com/edgebox/edgebox/console/fleet"
-	"github.com/edgebox/edgebox/console/sessions"
 	"github.com/edgebox/edgebox/errdefs"
 	"github.com/edgebox/edgebox/errdefs/errgrpc"
 	edgeboxv1 "github.com/edgebox/edgebox/proto/edgebox/v1"
@@ -35,13 +34,7 @@ func (s *server) fileRequest(c *gin.Context) (fleet.Box, *edgeboxv1.FileRequest,
 		fail(c, errdefs.Invalid("path: give the file's path on the box (absolute, or within --volume APP/VOLUME)"))
 		return b, nil, nil, nil, false
 	}
-	who := caller(c)
-	if needs, err := s.RemoteSessions.NeedsApproval(c.Request.Context(), sessions.Request{TenantID: who.TenantID,
-		BoxLabels: b.Labels, Region: b.Region, Site: b.Site}); err != nil {
-		s.fail(c, err)
-		return b, nil, nil, nil, false
-	} else if needs {
-		fail(c, errdefs.Permission("box %s needs a second maintainer's approval for sessions; copy files there from an approved shell", b.Name))
+	if s.refuseFourEyes(c, b, "copy files there from an approved shell") {
 		return b, nil, nil, nil, false
 	}
 	if !s.Sessions.Presence(b.ID).Online {

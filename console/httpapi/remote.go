@@ -330,23 +330,10 @@ func (s *server) openForward(c *gin.Context) {
 	if !ok {
 		return
 	}
-	if !s.Sessions.Presence(b.ID).Online {
-		fail(c, errdefs.Unavailable("box %s is offline; a forward needs it online", b.Name))
+	ws, ok := s.upgradeBulk(c, b, "a forward", "use 'edgebox port-forward'")
+	if !ok {
 		return
 	}
-	if !websocket.IsWebSocketUpgrade(c.Request) {
-		fail(c, errdefs.Invalid("a forward is a WebSocket: use 'edgebox port-forward'"))
-		return
-	}
-	if s.RemoteSessions.Full() {
-		fail(c, errdefs.Unavailable("the console runs as many sessions as it may; try again later"))
-		return
-	}
-	ws, err := forwardUpgrader.Upgrade(c.Writer, c.Request, nil)
-	if err != nil {
-		return
-	}
-	ws.SetReadLimit(1 << 20)
 	s.RemoteSessions.Forward(c.Request.Context(), sessions.ForwardRequest{TenantID: who.TenantID, Box: b.ID, BoxName: b.Name,
 		Target: target, User: who.Name, Remote: who.Remote, Approved: approved}, api.MuxWebSocketConn(ws))
 }
@@ -371,33 +358,64 @@ func (s *server) openScreen(c *gin.Context) {
 	if !ok {
 		return
 	}
-	if !s.Sessions.Presence(b.ID).Online {
-		fail(c, errdefs.Unavailable("box %s is offline; a screen needs it online", b.Name))
+	ws, ok := s.upgradeBulk(c, b, "a screen", "open it in the web console or with 'edgebox screen'")
+	if !ok {
 		return
 	}
-	if !websocket.IsWebSocketUpgrade(c.Request) {
-		fail(c, errdefs.Invalid("a screen is a WebSocket: open it in the web console"))
-		return
-	}
-	if s.RemoteSessions.Full() {
+	s.RemoteSessions.Screen(c.Request.Context(), sessions.ScreenRequest{TenantID: who.TenantID, Box: b.ID, BoxName: b.Name,
+		Workload: name, User: who.Name, Remote: who.Remote, ViewOnly: viewOnly, Approved: approved}, api.WebSocketConn(ws))
+}
+
+// upgradeBulk checks that box b is online, the call a WebSocket and the
+// console not full, then upgrades it for bulk bytes (a forward, a screen),
+// answering the call when it cannot.
+func (s *server) upgradeBulk(c *gin.Context, b fleet.Box, what, how string) (*websocket.Conn, bool) {
+	switch {
+	case !s.Sessions.Presence(b.ID).Online:
+		fail(c, errdefs.Unavailable("box %s is offline; %s needs it online", b.Name, what))
+		return nil, false
+	case !websocket.IsWebSocketUpgrade(c.Request):
+		fail(c, errdefs.Invalid("%s is a WebSocket: %s", what, how))
+		return nil, false
+	case s.RemoteSessions.Full():
 		fail(c, errdefs.Unavailable("the console runs as many sessions as it may; try again later"))
-		return
+		return nil, false
 	}
 	ws, err := forwardUpgrader.Upgrade(c.Writer, c.Request, nil)
 	if err != nil {
-		return
+		return nil, false // the upgrader answered
 	}
 	ws.SetReadLimit(1 << 20)
-	s.RemoteSessions.Screen(c.Request.Context(), sessions.ScreenRequest{TenantID: who.TenantID, Box: b.ID, BoxName: b.Name,
-		Workload: name, User: who.Name, Remote: who.Remote, ViewOnly: viewOnly, Approved: approved}, api.WebSocketConn(ws))
+	return ws, true
+}
+
+// refuseFourEyes answers the call, saying why, when box b needs a second
+// maintainer's approval for what the call would do (a copy, a web page),
+// which has no way to wait for it; it reports whether it answered.
+func (s *server) refuseFourEyes(c *gin.Context, b fleet.Box, instead string) bool {
+	needs, err := s.fourEyes(c, b)
+	switch {
+	case err != nil:
+		s.fail(c, err)
+		return true
+	case needs:
+		fail(c, errdefs.Permission("box %s needs a second maintainer's approval for sessions; %s", b.Name, instead))
+		return true
+	}
+	return false
+}
+
+// fourEyes reports whether the caller's tenant keeps box b to four eyes.
+func (s *server) fourEyes(c *gin.Context, b fleet.Box) (bool, error) {
+	return s.RemoteSessions.NeedsApproval(c.Request.Context(), sessions.Request{TenantID: caller(c).TenantID,
+		BoxLabels: b.Labels, Region: b.Region, Site: b.Site})
 }
 
 // approvedRequest finds, for a screen or forward on a four-eyes box, the
 // approved request it opens with (?request=ID), and answers the call when
 // there is none. On other boxes it asks nothing.
 func (s *server) approvedRequest(c *gin.Context, b fleet.Box, want sessions.Record) (*sessions.Record, bool) {
-	needs, err := s.RemoteSessions.NeedsApproval(c.Request.Context(), sessions.Request{TenantID: want.TenantID,
-		BoxLabels: b.Labels, Region: b.Region, Site: b.Site})
+	needs, err := s.fourEyes(c, b)
 	if err != nil {
 		s.fail(c, err)
 		return nil, false

@@ -49,26 +49,11 @@ func (b *Broker) Forward(ctx context.Context, req ForwardRequest, conn net.Conn)
 	}
 	fctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
-	l := &live{rec: rec, cancel: cancel, watchers: map[*watcher]struct{}{}}
-	b.mu.Lock()
-	if len(b.live) >= b.cfg.MaxLive {
-		b.mu.Unlock()
+	done, ok := b.begin(ctx, rec, cancel, "forward.open", fmt.Sprintf("forward %s to %s", rec.ID, rec.Target))
+	if !ok {
 		return
 	}
-	b.live[rec.ID] = l
-	b.wg.Add(1)
-	b.mu.Unlock()
-	defer func() {
-		b.mu.Lock()
-		delete(b.live, rec.ID)
-		b.mu.Unlock()
-		b.wg.Done()
-	}()
-	if err := b.put(ctx, rec, audit.Entry{TenantID: rec.TenantID, Actor: rec.User, Remote: rec.Remote,
-		Action: "forward.open", Target: target(rec), Result: "ok", Detail: fmt.Sprintf("forward %s to %s", rec.ID, rec.Target)}); err != nil {
-		b.cfg.Log.Error("a forward could not be recorded; it does not run", "box", rec.Box, "err", err)
-		return
-	}
+	defer done()
 	ys, err := forwarding.Server(conn)
 	if err != nil {
 		return

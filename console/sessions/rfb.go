@@ -160,7 +160,12 @@ func (v *viewOnly) next() ([]byte, bool, error) {
 		if err != nil {
 			return nil, false, err
 		}
-		n := binary.BigEndian.Uint32(m[4:8])
+		// A negative length is the extended clipboard's (noVNC sends it
+		// to a QEMU that offers it): -n bytes follow all the same.
+		n := int64(int32(binary.BigEndian.Uint32(m[4:8])))
+		if n < 0 {
+			n = -n
+		}
 		if n > maxRFBMessage-8 {
 			return nil, false, fmt.Errorf("%w: cut text of %d bytes", ErrRFB, n)
 		}

@@ -21,10 +21,11 @@ func rfbMsgs() (all, kept []byte) {
 	enc := []byte{rfbSetEncodings, 0, 0, 2, 0, 0, 0, 0, 0xff, 0xff, 0xff, 0x21}
 	add(enc, true)
 	add([]byte{rfbUpdateRequest, 0, 0, 0, 0, 0, 3, 0x20, 2, 0x58}, true)
-	add([]byte{rfbKeyEvent, 1, 0, 0, 0, 0, 0xff, 0x0d}, false)               // Enter
-	add([]byte{rfbPointerEvent, 1, 0, 10, 0, 20}, false)                     // a click
-	add([]byte{rfbClientCutText, 0, 0, 0, 0, 0, 0, 3, 'r', 'm', '!'}, false) // the clipboard
-	add([]byte{rfbQEMU, 0, 0, 1, 0, 0, 0, 0x0d, 0, 0, 0, 0x1c}, false)       // an extended key
+	add([]byte{rfbKeyEvent, 1, 0, 0, 0, 0, 0xff, 0x0d}, false)                        // Enter
+	add([]byte{rfbPointerEvent, 1, 0, 10, 0, 20}, false)                              // a click
+	add([]byte{rfbClientCutText, 0, 0, 0, 0, 0, 0, 3, 'r', 'm', '!'}, false)          // the clipboard
+	add([]byte{rfbClientCutText, 0, 0, 0, 0xff, 0xff, 0xff, 0xfc, 0, 0, 0, 1}, false) // the extended clipboard: -4
+	add([]byte{rfbQEMU, 0, 0, 1, 0, 0, 0, 0x0d, 0, 0, 0, 0x1c}, false)                // an extended key
 	add([]byte{rfbContinuousUpdates, 1, 0, 0, 0, 0, 3, 0x20, 2, 0x58}, true)
 	add([]byte{rfbClientFence, 0, 0, 0, 0, 0, 0, 0, 2, 'a', 'b'}, true)
 	add([]byte{rfbUpdateRequest, 1, 0, 0, 0, 0, 3, 0x20, 2, 0x58}, true)
@@ -44,15 +45,15 @@ func TestViewOnlyPassesTheScreenAndNothingElse(t *testing.T) {
 	if want := append(append([]byte{}, rfbHandshake...), kept...); !bytes.Equal(out.Bytes(), want) {
 		t.Fatalf("passed %x\nwant   %x", out.Bytes(), want)
 	}
-	if f.dropped != 4 || inputs != 4 {
-		t.Fatalf("dropped %d, inputs %d; want 4 each", f.dropped, inputs)
+	if f.dropped != 5 || inputs != 5 {
+		t.Fatalf("dropped %d, inputs %d; want 5 each", f.dropped, inputs)
 	}
 	// Interactive: everything passes, and the inputs are counted.
 	out.Reset()
 	inputs = 0
 	f = &viewOnly{r: bytes.NewReader(append(append([]byte{}, rfbHandshake...), all...)), interactive: true, onInput: func() { inputs++ }}
 	f.copy(&out)
-	if !bytes.Equal(out.Bytes(), append(append([]byte{}, rfbHandshake...), all...)) || inputs != 4 {
+	if !bytes.Equal(out.Bytes(), append(append([]byte{}, rfbHandshake...), all...)) || inputs != 5 {
 		t.Fatalf("interactive: passed %d of %d bytes, %d inputs", out.Len(), len(rfbHandshake)+len(all), inputs)
 	}
 }
@@ -84,6 +85,8 @@ func FuzzViewOnly(f *testing.F) {
 	f.Add(append(append([]byte{}, rfbHandshake...), all...))
 	f.Add(append(append([]byte{}, rfbHandshake...), rfbQEMU, 1, 0, 2, 1, 2, 3, 4, 5, 6))
 	f.Add(append(append([]byte{}, rfbHandshake...), rfbSetDesktopSize, 0, 0, 0, 0, 0, 1, 0))
+	// noVNC's extended clipboard: a negative length, -8 here.
+	f.Add(append(append([]byte{}, rfbHandshake...), rfbClientCutText, 0, 0, 0, 0xff, 0xff, 0xff, 0xf8, 1, 2, 3, 4, 5, 6, 7, 8))
 	f.Fuzz(func(t *testing.T, in []byte) {
 		var out bytes.Buffer
 		v := &viewOnly{r: bytes.NewReader(in)}

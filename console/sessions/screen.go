@@ -47,30 +47,15 @@ func (b *Broker) Screen(ctx context.Context, req ScreenRequest, conn net.Conn) {
 	}
 	sctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
-	l := &live{rec: rec, cancel: cancel, watchers: map[*watcher]struct{}{}}
-	b.mu.Lock()
-	if len(b.live) >= b.cfg.MaxLive {
-		b.mu.Unlock()
-		return
-	}
-	b.live[rec.ID] = l
-	b.wg.Add(1)
-	b.mu.Unlock()
-	defer func() {
-		b.mu.Lock()
-		delete(b.live, rec.ID)
-		b.mu.Unlock()
-		b.wg.Done()
-	}()
 	mode := "interactive"
 	if rec.ViewOnly {
 		mode = "view only"
 	}
-	if err := b.put(ctx, rec, audit.Entry{TenantID: rec.TenantID, Actor: rec.User, Remote: rec.Remote,
-		Action: "screen.open", Target: target(rec), Result: "ok", Detail: fmt.Sprintf("screen %s of VM %s, %s", rec.ID, rec.Workload, mode)}); err != nil {
-		b.cfg.Log.Error("a screen could not be recorded; it does not open", "box", rec.Box, "err", err)
+	done, ok := b.begin(ctx, rec, cancel, "screen.open", fmt.Sprintf("screen %s of VM %s, %s", rec.ID, rec.Workload, mode))
+	if !ok {
 		return
 	}
+	defer done()
 	var in, out atomic.Int64
 	var last atomic.Int64
 	last.Store(now.UnixNano())

@@ -320,6 +320,36 @@ func (b *Broker) Serve(ctx context.Context, req Request, op Operator) {
 	}
 }
 
+// begin makes rec a live session (a forward's, a screen's) and writes
+// its record with the audit entry action; done takes it off the live ones.
+// It reports false, having done nothing, when the console is full or the
+// record could not be written.
+func (b *Broker) begin(ctx context.Context, rec Record, cancel context.CancelCauseFunc, action, detail string) (done func(), ok bool) {
+	l := &live{rec: rec, cancel: cancel, watchers: map[*watcher]struct{}{}}
+	b.mu.Lock()
+	if len(b.live) >= b.cfg.MaxLive {
+		b.mu.Unlock()
+		return nil, false
+	}
+	b.live[rec.ID] = l
+	b.wg.Add(1)
+	b.mu.Unlock()
+	done = func() {
+		b.mu.Lock()
+		delete(b.live, rec.ID)
+		b.mu.Unlock()
+		l.closeWatchers()
+		b.wg.Done()
+	}
+	if err := b.put(ctx, rec, audit.Entry{TenantID: rec.TenantID, Actor: rec.User, Remote: rec.Remote,
+		Action: action, Target: target(rec), Result: "ok", Detail: detail}); err != nil {
+		b.cfg.Log.Error("a session could not be recorded; it does not run", "box", rec.Box, "kind", rec.Kind, "err", err)
+		done()
+		return nil, false
+	}
+	return done, true
+}
+
 // put writes rec with its audit entry, in one transaction.
 func (b *Broker) put(ctx context.Context, rec Record, e audit.Entry) error {
 	raw, err := json.Marshal(rec)

@@ -507,6 +507,8 @@ export interface SessionRecord {
   four_eyes?: boolean;
   approved_by?: string;
   approved_at?: string;
+  /** view_only: a VM's screen that passed the VM no input. */
+  view_only?: boolean;
 }
 
 /** RecordingReport is what checking a recording against its hash chain found. */
@@ -548,6 +550,11 @@ export function execPath(s: Session, box: string, workload: string): string {
   const q = new URLSearchParams({ tty: '1', term: 'xterm-256color' });
   if (workload) q.set('workload', workload);
   return withTenant(s, `/api/v1/boxes/${encodeURIComponent(box)}/exec?${q.toString()}`);
+}
+/** screenPath is the WebSocket of a VM workload's screen (RFB); viewOnly passes the VM no input. */
+export function screenPath(s: Session, box: string, workload: string, viewOnly: boolean): string {
+  const p = `/api/v1/boxes/${encodeURIComponent(box)}/workloads/${encodeURIComponent(workload)}/screen`;
+  return withTenant(s, viewOnly ? `${p}?view_only=1` : p);
 }
 export const watchPath = (s: Session, id: string) => withTenant(s, `${sessionPath(id)}/watch`);
 export const recordingPath = (s: Session, id: string) => withTenant(s, `${sessionPath(id)}/recording`);

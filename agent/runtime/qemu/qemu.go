@@ -461,6 +461,9 @@ func (d *Driver) args(name, dir, img, overlay string, hasDisk bool, w *edgeboxv1
 		"-smp", strconv.Itoa(cpus),
 		"-qmp", "unix:" + sock(dir, "qmp") + ",server=on,wait=off",
 		"-vnc", "unix:" + sock(dir, "vnc"),
+		// A display the VNC socket shows: the guest's own screen (a
+		// Windows robot's desktop), for remote sessions.
+		"-vga", "std",
 		// The first serial port is the log; the second is for interactive
 		// serial sessions (nothing is lost while nobody is connected).
 		"-chardev", "file,id=serial0,path=" + filepath.Join(dir, "serial.log") + ",append=on",

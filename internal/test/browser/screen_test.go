@@ -86,6 +86,10 @@ func TestWebVMScreen(t *testing.T) {
 		for _, r := range recs {
 			t.Logf("session %s: %s of %s by %s, view only %v, ended by %q, %d bytes in, %d out", r.ID, r.Kind, r.Workload, r.User, r.ViewOnly, r.EndedBy, r.BytesIn, r.BytesOut)
 		}
+		ends, _ := admin.AuditQuery(context.Background(), api.AuditQuery{Action: "screen.", Limit: 20})
+		for _, e := range ends {
+			t.Logf("audit: %s %s %s: %s", e.Action, e.Actor, e.Result, e.Detail)
+		}
 	})
 	runScript(t, "screen.mjs",
 		"EDGEBOX_URL="+h.URL(),

@@ -3,6 +3,7 @@ import * as api from '../api';
 import { useApp } from '../app';
 import { formatTime } from '../i18n';
 import { usePoll } from '../ui/poll';
+import { VMScreen } from '../ui/screen';
 import { SessionTerminal } from '../ui/terminal';
 
 export function BoxPage({ id }: { id: string }) {
@@ -14,12 +15,18 @@ export function BoxPage({ id }: { id: string }) {
   // shell is where the open terminal runs: '' the box itself, else a
   // workload's name; null when none is open.
   const [shell, setShell] = useState<string | null>(null);
+  // screen is the VM whose screen is open, and whether only to watch it.
+  const [screen, setScreen] = useState<{ workload: string; viewOnly: boolean } | null>(null);
   const b = box.data;
   if (box.error && !b) return <p class="error">{t('common.error', { msg: box.error })}</p>;
   if (!b) return <p class="loading">{t('common.loading')}</p>;
   const st = state.data;
   const workloads = (st?.statuses ?? []).filter((s) => s.kind === 'Workload');
-  // A shell needs the maintainer's role, or the admin's.
+  // A workload's runtime is in what the box was told to run: VMs have a screen.
+  const isVM = new Set(
+    (st?.objects ?? []).filter((o) => o.kind === 'Workload' && (o.spec as { runtime?: string } | null)?.runtime === 'qemu').map((o) => o.name),
+  );
+  // A shell or a VM's screen needs the maintainer's role, or the admin's.
   const mayShell = api.can(me.role, 'maintain');
   const sessionsOf = `/sessions?box=${encodeURIComponent(id)}`;
   const facts: [string, string][] = [
@@ -53,6 +60,16 @@ export function BoxPage({ id }: { id: string }) {
           path={api.execPath(session, id, shell)}
           title={t('term.title', { target: shell ? `${b.name} / ${shell}` : b.name })}
           onClose={() => setShell(null)}
+        />
+      )}
+      {screen !== null && (
+        <VMScreen
+          key={`${screen.workload}/${screen.viewOnly}`}
+          box={id}
+          workload={screen.workload}
+          viewOnly={screen.viewOnly}
+          title={t(screen.viewOnly ? 'screen.watchTitle' : 'screen.title', { target: `${b.name} / ${screen.workload}` })}
+          onClose={() => setScreen(null)}
         />
       )}
       <h2>{t('box.facts')}</h2>
@@ -98,6 +115,16 @@ export function BoxPage({ id }: { id: string }) {
                   <button class="quiet" data-testid="workload-shell" disabled={!b.online || shell !== null} onClick={() => setShell(w.name)}>
                     {t('box.openShell')}
                   </button>
+                )}
+                {mayShell && isVM.has(w.name) && (
+                  <>
+                    <button class="quiet" data-testid="workload-screen" disabled={!b.online || screen !== null} onClick={() => setScreen({ workload: w.name, viewOnly: false })}>
+                      {t('box.screen')}
+                    </button>
+                    <button class="quiet" data-testid="workload-watch-screen" disabled={!b.online || screen !== null} onClick={() => setScreen({ workload: w.name, viewOnly: true })}>
+                      {t('box.watchScreen')}
+                    </button>
+                  </>
                 )}
               </td>
             </tr>

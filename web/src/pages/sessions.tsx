@@ -57,6 +57,7 @@ function kindOf(t: T, r: api.SessionRecord) {
         {t('sessions.kind.forward')} <code class="mono">{r.target ?? ''}</code>
       </>
     );
+  if (r.kind === 'screen') return <>{t(r.view_only ? 'sessions.kind.screenViewOnly' : 'sessions.kind.screen')}</>;
   return <>{r.kind}</>;
 }
 
@@ -287,7 +288,7 @@ export function SessionPage({ id }: { id: string }) {
       </dl>
       {!r.ended && <p class="rollout-actions">{acts.buttons(r)}</p>}
       {acts.panel}
-      {r.ended && r.kind !== 'forward' && (
+      {r.ended && r.kind !== 'forward' && r.kind !== 'screen' && (
         <>
           <h2>{t('sessions.recording')}</h2>
           {api.can(me.role, 'audit') ? <Recording id={r.id} /> : <p class="muted">{t('sessions.auditOnly')}</p>}
