@@ -546,8 +546,16 @@ func TestEgressPolicy(t *testing.T) {
 // inBox is a namespace path for the box's own network namespace.
 func inBox(t *testing.T) string {
 	t.Helper()
-	return "/proc/self/ns/net"
+	if boxNetns == nil {
+		t.Fatal("the box's own network namespace was not opened")
+	}
+	return fmt.Sprintf("/proc/self/fd/%d", boxNetns.Fd())
 }
+
+// boxNetns is the box's own network namespace, opened before any test
+// runs. "/proc/self/ns/net" is the main thread's namespace, and a
+// parallel test's InNetns may be running on the main thread just then.
+var boxNetns, _ = os.Open("/proc/thread-self/ns/net")
 
 // TestEgressSweep is a restart of the agent: two workloads had policies;
 // one is gone. Sweep in the new process removes the gone one's rules, and

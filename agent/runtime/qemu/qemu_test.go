@@ -185,18 +185,7 @@ func TestGracefulStop(t *testing.T) {
 	d, ref := guest(t)
 	ctx := context.Background()
 	boot(t, d, runtime.NewSpec("polite", &edgeboxv1.Workload{Runtime: "qemu", Image: ref}))
-	logs := func() string {
-		var b strings.Builder
-		d.Logs(ctx, "polite", 0, &b)
-		return b.String()
-	}
-	deadline := time.Now().Add(60 * time.Second)
-	for !strings.Contains(logs(), vmtest.Up) {
-		if time.Now().After(deadline) {
-			t.Fatalf("guest not up:\n%s", logs())
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+	logs := waitUp(t, d, "polite")
 	t0 := time.Now()
 	if err := d.Stop(ctx, "polite", 30*time.Second); err != nil {
 		t.Fatal(err)
@@ -289,18 +278,7 @@ func TestSerialSession(t *testing.T) {
 	d, ref := guest(t)
 	ctx := context.Background()
 	boot(t, d, runtime.NewSpec("serial", &edgeboxv1.Workload{Runtime: "qemu", Image: ref}))
-	logs := func() string {
-		var b strings.Builder
-		d.Logs(ctx, "serial", 0, &b)
-		return b.String()
-	}
-	deadline := time.Now().Add(60 * time.Second)
-	for !strings.Contains(logs(), vmtest.Up) {
-		if time.Now().After(deadline) {
-			t.Fatalf("guest not up:\n%s", logs())
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+	waitUp(t, d, "serial")
 	if _, err := d.Session(ctx, "serial", runtime.SessionSpec{Command: []string{"ls"}}); err == nil {
 		t.Fatal("a command on a serial console was taken")
 	}
@@ -316,7 +294,7 @@ func TestSerialSession(t *testing.T) {
 	p, in, out := open()
 	// Type once the guest's shell shows its prompt: what comes before it
 	// may be lost while the shell starts.
-	deadline = time.Now().Add(30 * time.Second)
+	deadline := time.Now().Add(30 * time.Second)
 	for !strings.Contains(out.String(), "# ") {
 		if time.Now().After(deadline) {
 			t.Fatalf("no prompt on the serial console: %q", out.String())
@@ -371,4 +349,23 @@ func (l *lockedBuf) String() string {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.b.String()
+}
+
+// waitUp waits until VM name's guest says it is up, and returns a reader
+// of its serial log.
+func waitUp(t *testing.T, d *qemu.Driver, name string) (logs func() string) {
+	t.Helper()
+	logs = func() string {
+		var b strings.Builder
+		d.Logs(context.Background(), name, 0, &b)
+		return b.String()
+	}
+	deadline := time.Now().Add(60 * time.Second)
+	for !strings.Contains(logs(), vmtest.Up) {
+		if time.Now().After(deadline) {
+			t.Fatalf("guest not up:\n%s", logs())
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	return logs
 }

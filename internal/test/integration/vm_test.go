@@ -32,22 +32,8 @@ func TestVMDeployedFromTheRegistry(t *testing.T) {
 	box := enrollOne(t, h, "vm-host")
 	testenv.StartAgent(t, box, func(c *agent.Config) { c.Drivers = []runtime.Driver{d}; c.Reconcile = time.Second })
 
-	ref, _ := name.ParseReference(testenv.RegistryHost(h) + "/robots/guest:1")
-	if _, err := vm.Push(ref, vmtest.Files(t, t.TempDir(), 16), vm.Config{Cmdline: vmtest.Cmdline},
-		remote.WithTransport(testenv.RegistryTransport(h)), remote.WithAuth(&authn.Basic{Username: "x", Password: h.AdminToken()})); err != nil {
-		t.Fatal(err)
-	}
+	deployGuest(t, h, box, []string{"GREETING=from-the-console"})
 	admin := h.Admin()
-	if _, err := admin.CreateApp(ctx(t), "guest", "a tiny Linux VM"); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := admin.CreateRelease(ctx(t), "guest", api.ReleaseSpec{Version: "1", Runtime: "qemu",
-		Image: "robots/guest:1", Env: []string{"GREETING=from-the-console"}, MemoryBytes: 128 << 20}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := admin.Deploy(ctx(t), "guest", "1", "box", box.ID()); err != nil {
-		t.Fatal(err)
-	}
 	testenv.WaitFor(t, 120*time.Second, "the VM booted", func() bool {
 		s, err := admin.AppStatus(ctx(t), "guest")
 		if err != nil || len(s.Boxes) != 1 || s.Boxes[0].Phase != "Running" {
@@ -82,4 +68,26 @@ func TestVMDeployedFromTheRegistry(t *testing.T) {
 		list, err := d.List(context.Background())
 		return err == nil && len(list) == 0
 	})
+}
+
+// deployGuest pushes the test guest to the console's registry as the
+// app guest's release 1 (runtime qemu, 128 MiB, env) and deploys it to box.
+func deployGuest(t *testing.T, h *testenv.InProcess, box testenv.Box, env []string) {
+	t.Helper()
+	ref, _ := name.ParseReference(testenv.RegistryHost(h) + "/robots/guest:1")
+	if _, err := vm.Push(ref, vmtest.Files(t, t.TempDir(), 16), vm.Config{Cmdline: vmtest.Cmdline},
+		remote.WithTransport(testenv.RegistryTransport(h)), remote.WithAuth(&authn.Basic{Username: "x", Password: h.AdminToken()})); err != nil {
+		t.Fatal(err)
+	}
+	admin := h.Admin()
+	if _, err := admin.CreateApp(ctx(t), "guest", "a tiny Linux VM"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := admin.CreateRelease(ctx(t), "guest", api.ReleaseSpec{Version: "1", Runtime: "qemu",
+		Image: "robots/guest:1", Env: env, MemoryBytes: 128 << 20}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := admin.Deploy(ctx(t), "guest", "1", "box", box.ID()); err != nil {
+		t.Fatal(err)
+	}
 }

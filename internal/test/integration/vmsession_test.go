@@ -11,14 +11,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/google/go-containerregistry/pkg/authn"
-	"github.com/google/go-containerregistry/pkg/name"
-	"github.com/google/go-containerregistry/pkg/v1/remote"
-
 	"github.com/edgebox/edgebox/agent"
 	"github.com/edgebox/edgebox/agent/runtime"
 	"github.com/edgebox/edgebox/api"
-	"github.com/edgebox/edgebox/images/vm"
 	"github.com/edgebox/edgebox/internal/test/testenv"
 	"github.com/edgebox/edgebox/internal/test/vmtest"
 )
@@ -33,19 +28,8 @@ func TestVMSerialAndScreenThroughTheConsole(t *testing.T) {
 	d := vmtest.Driver(t)
 	box := enrollOne(t, h, "vm-host")
 	testenv.StartAgent(t, box, func(c *agent.Config) { c.Drivers = []runtime.Driver{d}; c.Reconcile = time.Second })
-	ref, _ := name.ParseReference(testenv.RegistryHost(h) + "/robots/guest:1")
-	if _, err := vm.Push(ref, vmtest.Files(t, t.TempDir(), 16), vm.Config{Cmdline: vmtest.Cmdline},
-		remote.WithTransport(testenv.RegistryTransport(h)), remote.WithAuth(&authn.Basic{Username: "x", Password: h.AdminToken()})); err != nil {
-		t.Fatal(err)
-	}
+	deployGuest(t, h, box, nil)
 	admin := h.Admin()
-	admin.CreateApp(ctx(t), "guest", "")
-	if _, err := admin.CreateRelease(ctx(t), "guest", api.ReleaseSpec{Version: "1", Runtime: "qemu", Image: "robots/guest:1", MemoryBytes: 128 << 20}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := admin.Deploy(ctx(t), "guest", "1", "box", box.ID()); err != nil {
-		t.Fatal(err)
-	}
 	testenv.WaitFor(t, 120*time.Second, "the VM booted", func() bool {
 		l, err := admin.Logs(ctx(t), box.ID(), "guest", 50)
 		return err == nil && strings.Contains(l.Text, vmtest.Up)
