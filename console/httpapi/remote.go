@@ -184,20 +184,32 @@ func (s *server) getSession(c *gin.Context) {
 	c.JSON(http.StatusOK, r)
 }
 
-// endSession ends a live session: its own user's, or any, for an admin.
-func (s *server) endSession(c *gin.Context) {
+// liveSessionFor finds the live session the call names, which the caller
+// may act on (verb: end, watch): their own, the one they approved, or any
+// for an admin; it answers the call when there is none.
+func (s *server) liveSessionFor(c *gin.Context, verb string) (sessions.Record, bool) {
 	who := caller(c)
 	r, err := s.RemoteSessions.Get(c.Request.Context(), who.TenantID, c.Param("sid"))
 	if err != nil {
 		s.fail(c, err)
-		return
+		return r, false
 	}
 	if !r.Live() {
-		fail(c, errdefs.Conflict("session %s ended already (%s)", r.ID, r.EndedBy))
-		return
+		fail(c, errdefs.Conflict("session %s ended already (%s); its recording shows what happened", r.ID, r.EndedBy))
+		return r, false
 	}
 	if !s.RemoteSessions.CanEnd(r, who.Name) && !accessOf(c).Role.Can(auth.Administer) {
-		fail(c, errdefs.Permission("only an admin, or the user who approved it, may end another user's session"))
+		fail(c, errdefs.Permission("only an admin, or the user who approved it, may %s another user's session", verb))
+		return r, false
+	}
+	return r, true
+}
+
+// endSession ends a live session: its own user's, or any, for an admin.
+func (s *server) endSession(c *gin.Context) {
+	who := caller(c)
+	r, ok := s.liveSessionFor(c, "end")
+	if !ok {
 		return
 	}
 	if err := s.RemoteSessions.End(who.TenantID, r.ID, who.Name); err != nil {
@@ -260,17 +272,8 @@ func (s *server) approveSession(c *gin.Context) {
 // WebSocket upgrade): to the user who approved it, or an admin.
 func (s *server) watchSession(c *gin.Context) {
 	who := caller(c)
-	r, err := s.RemoteSessions.Get(c.Request.Context(), who.TenantID, c.Param("sid"))
-	if err != nil {
-		s.fail(c, err)
-		return
-	}
-	if !r.Live() {
-		fail(c, errdefs.Conflict("session %s ended already (%s); its recording shows what happened", r.ID, r.EndedBy))
-		return
-	}
-	if !s.RemoteSessions.CanEnd(r, who.Name) && !accessOf(c).Role.Can(auth.Administer) {
-		fail(c, errdefs.Permission("only an admin, or the user who approved it, may watch another user's session"))
+	r, ok := s.liveSessionFor(c, "watch")
+	if !ok {
 		return
 	}
 	if !websocket.IsWebSocketUpgrade(c.Request) {
