@@ -20,8 +20,12 @@ import (
 	edgeboxv1 "github.com/edgebox/edgebox/proto/edgebox/v1"
 )
 
-// maxCopySize bounds one file copied to a box.
-const maxCopySize = 4 << 30
+// maxCopySize bounds one file copied to a box; copyStall how long a copy
+// may move no byte before its connection is given up.
+const (
+	maxCopySize = 4 << 30
+	copyStall   = time.Minute
+)
 
 // fileRequest reads ?path=&volume= and finds the box, online.
 func (s *server) fileRequest(c *gin.Context) (fleet.Box, *edgeboxv1.FileRequest, edgeboxv1.AgentServiceClient, func(), bool) {
@@ -128,7 +132,9 @@ func (s *server) readFile(c *gin.Context) {
 	c.Header("Accept-Ranges", "bytes")
 	c.Status(status)
 	var sent int64
+	rc := http.NewResponseController(c.Writer)
 	for chunk := first; chunk != nil; {
+		rc.SetWriteDeadline(time.Now().Add(copyStall)) // a reader that takes nothing has gone
 		n, werr := c.Writer.Write(chunk.GetData())
 		sent += int64(n)
 		if werr != nil {
@@ -192,7 +198,11 @@ func (s *server) writeFile(c *gin.Context) {
 	body := http.MaxBytesReader(c.Writer, c.Request.Body, size-offset)
 	buf := make([]byte, 64<<10)
 	var sent int64
+	rc := http.NewResponseController(c.Writer)
 	for {
+		// An uploader that sends nothing for copyStall has gone: what came
+		// stays in the box's part for the next try.
+		rc.SetReadDeadline(time.Now().Add(copyStall))
 		n, rerr := io.ReadFull(body, buf)
 		if n > 0 {
 			if err := stream.Send(&edgeboxv1.FileChunk{Data: buf[:n]}); err != nil {
