@@ -26,7 +26,8 @@ import (
 //
 //	FrameOutput    bytes the process wrote (with a terminal, all of them)
 //	FrameStderr    bytes it wrote to stderr, without a terminal
-//	FrameStatus    JSON SessionStatus: waiting for approval, started
+//	FrameStatus    JSON SessionStatus: waiting for approval, started; to
+//	               a watcher, the watched terminal's size
 //	FrameExit      JSON SessionExit, the last frame
 const (
 	FrameInput  byte = 0
@@ -52,13 +53,18 @@ type Resize struct {
 }
 
 // SessionStatus tells the operator how the session stands before it
-// runs.
+// runs, and a watcher what it watches.
 type SessionStatus struct {
 	Session string `json:"session"`
 	// State is "waiting_approval" (a second maintainer must approve;
-	// Message says how) or "started".
+	// Message says how) or "started"; to a watcher, "watching" first,
+	// then "resized" whenever the operator's terminal changes size.
 	State   string `json:"state"`
 	Message string `json:"message,omitempty"`
+	// Cols and Rows are the watched terminal's size ("watching",
+	// "resized"); zero for a session without a terminal.
+	Cols int `json:"cols,omitempty"`
+	Rows int `json:"rows,omitempty"`
 }
 
 // SessionExit is how a session ended.

@@ -308,7 +308,14 @@ func sessionsCmd(out printer) *cobra.Command {
 			}
 			defer s.Close()
 			exit, err := s.Run(cmd.OutOrStdout(), cmd.ErrOrStderr(), func(st api.SessionStatus) {
-				fmt.Fprintln(cmd.ErrOrStderr(), st.Message)
+				switch {
+				case st.State == "resized":
+					// The watched screen is drawn for this size: a terminal
+					// of another size shows it wrapped or cut.
+					fmt.Fprintf(cmd.ErrOrStderr(), "\r\n[the session's terminal is now %dx%d]\r\n", st.Cols, st.Rows)
+				case st.Message != "":
+					fmt.Fprintln(cmd.ErrOrStderr(), st.Message)
+				}
 			})
 			if err != nil {
 				return err

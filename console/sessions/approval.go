@@ -111,6 +111,18 @@ func (l *live) broadcast(msg []byte) {
 	}
 }
 
+// resized tells every watcher the terminal's new size, so a watching
+// terminal draws what the operator's does.
+func (l *live) resized(id string, size sessionwire.Resize) {
+	l.mu.Lock()
+	same := l.size == size
+	l.size = size
+	l.mu.Unlock()
+	if !same {
+		l.broadcast(sessionwire.EncodeJSONFrame(sessionwire.FrameStatus, sessionwire.SessionStatus{Session: id, State: "resized", Cols: size.Cols, Rows: size.Rows}))
+	}
+}
+
 // closeWatchers lets every watcher go once the session has ended, and
 // takes no more.
 func (l *live) closeWatchers() {
@@ -143,6 +155,7 @@ func (b *Broker) Watch(ctx context.Context, tenant, id, user string, op Operator
 		return
 	}
 	l.watchers[w] = struct{}{}
+	size := l.size
 	l.mu.Unlock()
 	b.cfg.Log.Info("a user watches a session", "session", id, "user", user)
 	e := audit.Entry{TenantID: tenant, Actor: user, Action: "session.watch", Target: target(l.rec), Result: "ok",
@@ -166,8 +179,12 @@ func (b *Broker) Watch(ctx context.Context, tenant, id, user string, op Operator
 		}
 		l.mu.Unlock()
 	}()
+	msg := fmt.Sprintf("watching %s's session on %s, read only", l.rec.User, cmpOr(l.rec.BoxName, l.rec.Box))
+	if size.Cols > 0 {
+		msg += fmt.Sprintf(", in a terminal of %dx%d", size.Cols, size.Rows)
+	}
 	op.WriteMessage(sessionwire.EncodeJSONFrame(sessionwire.FrameStatus, sessionwire.SessionStatus{Session: id, State: "watching",
-		Message: fmt.Sprintf("watching %s's session on %s, read only", l.rec.User, cmpOr(l.rec.BoxName, l.rec.Box))}))
+		Message: msg, Cols: size.Cols, Rows: size.Rows}))
 	for {
 		select {
 		case msg, ok := <-w.ch:

@@ -230,6 +230,9 @@ func (s *relay) forward(ctx context.Context, stream edgeboxv1.AgentService_ExecC
 			in = &edgeboxv1.ExecInput{Input: &edgeboxv1.ExecInput_Stdin{Stdin: f.Payload}}
 		case sessionwire.FrameResize:
 			w.Resize(now, f.Resize.Cols, f.Resize.Rows)
+			if s.rec.TTY {
+				s.live.resized(s.rec.ID, f.Resize)
+			}
 			in = &edgeboxv1.ExecInput{Input: &edgeboxv1.ExecInput_Resize{Resize: &edgeboxv1.ExecResize{Cols: uint32(f.Resize.Cols), Rows: uint32(f.Resize.Rows)}}}
 		case sessionwire.FrameSignal:
 			in = &edgeboxv1.ExecInput{Input: &edgeboxv1.ExecInput_Signal{Signal: f.Signal}}

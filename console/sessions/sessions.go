@@ -156,6 +156,9 @@ type live struct {
 	asking bool
 	taken  chan struct{}
 	closed bool // the session ended: no more watchers
+	// size is the terminal's, which watchers are shown at; zero without
+	// a terminal.
+	size sessionwire.Resize
 }
 
 // New returns a Broker.
@@ -270,6 +273,9 @@ func (b *Broker) Serve(ctx context.Context, req Request, op Operator) {
 	sctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	l := &live{rec: rec, cancel: cancel, watchers: map[*watcher]struct{}{}}
+	if req.TTY {
+		l.size = sessionwire.Resize{Cols: max(req.Cols, 1), Rows: max(req.Rows, 1)}
+	}
 	if fourEyes {
 		l.approve = make(chan string, 1)
 	}

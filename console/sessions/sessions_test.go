@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net"
 	"os"
 	"path/filepath"
@@ -475,4 +476,54 @@ func testWait(t *testing.T, d time.Duration, cond func() bool) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+}
+
+func TestAWatcherIsToldTheTerminalsSize(t *testing.T) {
+	b := newBroker(t, newStore(t), Config{})
+	r := req("sh", "-c", "echo ready; sleep 30")
+	r.TTY, r.Cols, r.Rows = true, 100, 30
+	op := newOperator()
+	done := make(chan struct{})
+	go func() { defer close(done); b.Serve(t.Context(), r, op) }()
+	for !strings.Contains(func() string { o, _ := op.output(); return o }(), "ready") {
+		<-op.got
+	}
+	recs, _ := b.List(t.Context(), "default", Query{Limit: 1})
+	watch := newOperator()
+	watched := make(chan struct{})
+	go func() { defer close(watched); b.Watch(t.Context(), "default", recs[0].ID, "root", watch) }()
+	// The sizes the watcher is told, in order, until the one wanted.
+	sizes := func(want string) string {
+		t.Helper()
+		deadline := time.After(10 * time.Second)
+		for {
+			var got []string
+			watch.mu.Lock()
+			for _, f := range watch.out {
+				var st sessionwire.SessionStatus
+				if f.Type == sessionwire.FrameStatus && json.Unmarshal(f.Payload, &st) == nil {
+					got = append(got, fmt.Sprintf("%s %dx%d", st.State, st.Cols, st.Rows))
+				}
+			}
+			watch.mu.Unlock()
+			if s := strings.Join(got, ", "); strings.HasSuffix(s, want) {
+				return s
+			}
+			select {
+			case <-watch.got:
+			case <-deadline:
+				t.Fatalf("the watcher was told %q, not %q", got, want)
+			}
+		}
+	}
+	sizes("watching 100x30")
+	op.in <- sessionwire.EncodeJSONFrame(sessionwire.FrameResize, sessionwire.Resize{Cols: 132, Rows: 43})
+	if got := sizes("resized 132x43"); got != "watching 100x30, resized 132x43" {
+		t.Fatalf("told %s", got)
+	}
+	if err := b.End("default", recs[0].ID, "root"); err != nil {
+		t.Fatal(err)
+	}
+	<-done
+	<-watched
 }
