@@ -4,7 +4,9 @@ package containerd
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io"
 	"sync"
 	"syscall"
 	"time"
@@ -48,7 +50,22 @@ func (d *Driver) Session(ctx context.Context, name string, s runtime.SessionSpec
 		ps.Args = []string{"/bin/sh"}
 	}
 	ps.Terminal = s.TTY
-	opts := []cio.Opt{cio.WithStreams(s.Stdin, s.Stdout, s.Stderr)}
+	stdin := s.Stdin
+	var typed *io.PipeWriter
+	if s.TTY {
+		// The container's terminal is the shim's, out of the agent's
+		// reach: a signal is typed into it (typeSignal) through this
+		// pipe, beside the operator's input, which ends when the
+		// session's own input does.
+		var pr *io.PipeReader
+		pr, typed = io.Pipe()
+		go func() {
+			_, err := io.Copy(typed, s.Stdin)
+			typed.CloseWithError(err)
+		}()
+		stdin = pr
+	}
+	opts := []cio.Opt{cio.WithStreams(stdin, s.Stdout, s.Stderr)}
 	if s.TTY {
 		cols, rows := s.Cols, s.Rows
 		if cols == 0 || rows == 0 {
@@ -74,7 +91,7 @@ func (d *Driver) Session(ctx context.Context, name string, s runtime.SessionSpec
 		p.Delete(ctx)
 		return nil, errdefs.Invalid("starting %v in %s: %v", ps.Args, name, err)
 	}
-	return &ctrSession{ctx: ctx, p: p, exited: exited, tty: s.TTY}, nil
+	return &ctrSession{ctx: ctx, p: p, exited: exited, tty: s.TTY, typed: typed}, nil
 }
 
 // ctrSession is a session's process in a container.
@@ -83,6 +100,7 @@ type ctrSession struct {
 	p      client.Process
 	exited <-chan client.ExitStatus
 	tty    bool
+	typed  *io.PipeWriter // the terminal's input, with a terminal
 
 	once sync.Once
 	code int
@@ -102,7 +120,29 @@ func (p *ctrSession) Signal(name string) error {
 	if !ok {
 		return errdefs.Invalid("no signal %q: use one of %v", name, runtime.SessionSignals)
 	}
+	if p.typed != nil && p.typeSignal(name) {
+		return nil
+	}
 	return p.p.Kill(p.ctx, sig)
+}
+
+// typeSignal types INT or QUIT into the session's terminal as ^C or ^\,
+// so that, as at a terminal of one's own, the foreground job gets it
+// rather than the shell that started it; a program that reads keys raw
+// gets the key. It reports whether it did: not for another signal, nor
+// once the input has ended.
+func (p *ctrSession) typeSignal(name string) bool {
+	var key byte
+	switch name {
+	case "INT":
+		key = 0x03
+	case "QUIT":
+		key = 0x1c
+	default:
+		return false
+	}
+	_, err := p.typed.Write([]byte{key})
+	return err == nil
 }
 
 func (p *ctrSession) Wait() (int, string, error) {
@@ -110,10 +150,10 @@ func (p *ctrSession) Wait() (int, string, error) {
 		st := <-p.exited
 		// All output written; a child left in the background may hold
 		// the streams open, so not for ever.
-		io := make(chan struct{})
-		go func() { p.p.IO().Wait(); close(io) }()
+		drained := make(chan struct{})
+		go func() { p.p.IO().Wait(); close(drained) }()
 		select {
-		case <-io:
+		case <-drained:
 		case <-time.After(time.Second):
 			p.p.IO().Cancel()
 		}
@@ -135,5 +175,8 @@ func (p *ctrSession) Close() error {
 	p.Wait()
 	_, err := p.p.Delete(p.ctx, client.WithProcessKill)
 	p.p.IO().Close()
+	if p.typed != nil {
+		p.typed.CloseWithError(errors.New("the session ended"))
+	}
 	return err
 }

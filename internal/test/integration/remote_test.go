@@ -142,6 +142,37 @@ func TestRemoteSessions(t *testing.T) {
 		t.Fatalf("the shell did not end; screen:\n%s", screen.String())
 	}
 
+	// An interrupt sent to a shell in the container reaches its
+	// foreground job, as ^C at the terminal would: the shell itself
+	// ignores it, and lives on.
+	sig, err := admin.OpenSession(ctx(t), box.ID(), api.SessionOptions{Workload: "robot", TTY: true, Cols: 80, Rows: 24, Command: []string{"sh"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sigOut lockedBuffer
+	go func() {
+		for {
+			f, err := sig.Recv()
+			if err != nil {
+				return
+			}
+			sigOut.Write(f.Payload)
+		}
+	}()
+	sig.Write([]byte("sleep 300\n"))
+	time.Sleep(time.Second) // the sleep in the foreground
+	if err := sig.Signal("INT"); err != nil {
+		t.Fatal(err)
+	}
+	// The shell lives on, and says how its job ended.
+	sig.Write([]byte("echo alive-$((6*7))-$?\n"))
+	for deadline := time.Now().Add(15 * time.Second); !strings.Contains(sigOut.String(), "alive-42-130"); time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("after an interrupt, the shell in the container printed:\n%q", sigOut.String())
+		}
+	}
+	sig.Close()
+
 	// The console dies in the middle of a session.
 	s, err := admin.OpenSession(ctx(t), box.ID(), api.SessionOptions{TTY: true, Cols: 80, Rows: 24, Command: []string{"sh"}})
 	if err != nil {
