@@ -554,15 +554,40 @@ func fleet(b *testing.B, n int) {
 	}
 	b.ReportMetric(float64(storm.Dropped), "storm-sessions-dropped")
 	var lat []time.Duration
+	// Each call's latency by when it began, in spans of 5 s from the
+	// restart: where in the storm the slow ones were.
+	const span = 5 * time.Second
+	var spans [][]time.Duration
 	for _, line := range strings.Split(probeOut.String(), "\n") {
-		if v, ok := strings.CutPrefix(line, "lat "); ok {
-			d, _ := time.ParseDuration(v)
-			lat = append(lat, d)
+		v, ok := strings.CutPrefix(line, "lat ")
+		if !ok {
+			continue
+		}
+		dur, at, _ := strings.Cut(v, " ")
+		d, _ := time.ParseDuration(dur)
+		lat = append(lat, d)
+		if ms, err := strconv.ParseInt(at, 10, 64); err == nil {
+			if i := int(time.UnixMilli(ms).Sub(restart) / span); i >= 0 {
+				for len(spans) <= i {
+					spans = append(spans, nil)
+				}
+				spans[i] = append(spans[i], d)
+			}
 		}
 	}
 	if len(lat) == 0 {
 		b.Fatalf("the prober measured nothing: %s", probeOut.String())
 	}
+	var bySpan []string
+	for i, ds := range spans {
+		if len(ds) == 0 {
+			continue
+		}
+		sort.Slice(ds, func(i, j int) bool { return ds[i] < ds[j] })
+		bySpan = append(bySpan, fmt.Sprintf("+%ds:%d/%v", i*int(span/time.Second), len(ds),
+			ds[min(len(ds)-1, int(0.99*float64(len(ds))))].Round(time.Millisecond)))
+	}
+	b.Logf("storm: API calls/p99 by when they began, in 5 s from the restart: %s", strings.Join(bySpan, " "))
 	sort.Slice(lat, func(i, j int) bool { return lat[i] < lat[j] })
 	p := func(q float64) time.Duration { return lat[min(len(lat)-1, int(q*float64(len(lat))))] }
 	if shed, err := c.metricSum("edgebox_port_shed_total"); err == nil {
@@ -834,7 +859,7 @@ func probeAPI(url string) {
 					d = 10 * time.Second // a failure counts as the worst case
 				}
 				mu.Lock()
-				fmt.Printf("lat %s\n", d)
+				fmt.Printf("lat %s %d\n", d, t0.UnixMilli())
 				mu.Unlock()
 				time.Sleep(10 * time.Millisecond)
 			}
