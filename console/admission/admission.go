@@ -65,13 +65,21 @@ type Config struct {
 	// LogEvery is how often the rates are logged while boxes are held
 	// back.
 	LogEvery time.Duration
+	// SchedTarget bounds how long the console's runnable goroutines wait
+	// for the CPU (the Go scheduler's latency, at its 99th percentile
+	// over a Window): past it, the limit shrinks as for slow sessions,
+	// and grows no more. Work queued for the CPU is the wait every
+	// caller shares, an operator's API call as much as a box's hello;
+	// admitting fewer sessions at once shortens it while the CPU stays
+	// busy. 0 leaves it out.
+	SchedTarget time.Duration
 }
 
 // DefaultConfig returns the defaults.
 func DefaultConfig() Config {
 	return Config{Initial: 256, Min: 8, Max: 4096, Target: 5 * time.Second, Patience: time.Minute,
 		Window: 250 * time.Millisecond, MinWait: 200 * time.Millisecond, MaxWait: 60 * time.Second, LogEvery: 5 * time.Second,
-		InitialRate: 200, QueueWait: 15 * time.Second, QueueMax: 3072}
+		InitialRate: 200, QueueWait: 15 * time.Second, QueueMax: 3072, SchedTarget: 100 * time.Millisecond}
 }
 
 // Validate reports what is wrong with c.
@@ -87,6 +95,8 @@ func (c Config) Validate() error {
 		return errors.New("admission: QueueWait and QueueMax must not be negative")
 	case c.InitialRate < 1:
 		return errors.New("admission: InitialRate must be at least 1")
+	case c.SchedTarget < 0:
+		return errors.New("admission: SchedTarget must not be negative")
 	}
 	return nil
 }
@@ -99,6 +109,9 @@ type Controller struct {
 	now  func() time.Time
 	rand func() float64
 	m    metrics
+	// sched returns the scheduler's latency at its 99th percentile since
+	// it was last called, false with nothing scheduled.
+	sched func() (time.Duration, bool)
 
 	mu       sync.Mutex
 	limit    float64
@@ -119,6 +132,7 @@ type Controller struct {
 	win      window               // what happened since the last adapt
 	period   window               // since the last log line
 	shedding bool                 // boxes were held back in the last log period
+	busiest  time.Duration        // the scheduler's worst window latency in the log period
 }
 
 // window counts what happened in one adapt or log period.
@@ -140,6 +154,10 @@ func New(cfg Config, reg prometheus.Registerer, log *slog.Logger) (*Controller, 
 	c := &Controller{cfg: cfg, log: log.With("component", "admission"), now: time.Now, rand: rand.Float64,
 		m: newMetrics(reg), limit: float64(cfg.Initial), inflight: make(map[string]time.Time),
 		rate: cfg.InitialRate}
+	if cfg.SchedTarget > 0 {
+		l := newSchedLatency()
+		c.sched = func() (time.Duration, bool) { return l.quantile(0.99) }
+	}
 	c.win.start = c.now()
 	c.born = c.win.start
 	c.m.limit.Set(c.limit)
@@ -498,6 +516,13 @@ func (c *Controller) adapt() {
 	}
 
 	slow := w.abandoned > 0
+	if c.sched != nil {
+		if d, ok := c.sched(); ok {
+			c.m.sched.Set(d.Seconds())
+			c.busiest = max(c.busiest, d)
+			slow = slow || d > c.cfg.SchedTarget
+		}
+	}
 	if n := len(w.latencies); n > 0 {
 		sort.Slice(w.latencies, func(i, j int) bool { return w.latencies[i] < w.latencies[j] })
 		slow = slow || w.latencies[n*9/10] > c.cfg.Target
@@ -522,8 +547,9 @@ func (c *Controller) adapt() {
 // back, and one when that stops.
 func (c *Controller) logRates() {
 	c.mu.Lock()
-	p, limit, inflight, rate, queued := c.period, int(c.limit), len(c.inflight), c.rate, c.queue.Len()
+	p, limit, inflight, rate, queued, busiest := c.period, int(c.limit), len(c.inflight), c.rate, c.queue.Len(), c.busiest
 	c.period = window{}
+	c.busiest = 0
 	was := c.shedding
 	c.shedding = p.deferred > 0 || p.queued > 0
 	c.mu.Unlock()
@@ -535,7 +561,7 @@ func (c *Controller) logRates() {
 			"deferred_per_s", round(float64(p.deferred)/secs), "queue", queued,
 			"caught_up_per_s", round(float64(p.caughtUp)/secs), "abandoned", p.abandoned,
 			"handshakes_failed", p.failed, "limit", limit, "in_flight", inflight,
-			"completion_rate_per_s", round(rate))
+			"completion_rate_per_s", round(rate), "cpu_wait_p99_max", busiest.Round(time.Millisecond))
 	case was:
 		c.log.Info("box sessions admitted without waiting again", "limit", limit, "in_flight", inflight)
 	}
@@ -660,6 +686,7 @@ type metrics struct {
 	reserved  prometheus.Gauge
 	queued    prometheus.Gauge
 	rate      prometheus.Gauge
+	sched     prometheus.Gauge
 	latency   prometheus.Histogram
 }
 
@@ -679,11 +706,13 @@ func newMetrics(reg prometheus.Registerer) metrics {
 			Help: "Boxes waiting in the queue for a place, their ClientHello in."}),
 		rate: prometheus.NewGauge(prometheus.GaugeOpts{Name: "edgebox_admission_completion_rate",
 			Help: "Box sessions caught up per second while boxes found no room: the pace queued and deferred boxes are given."}),
+		sched: prometheus.NewGauge(prometheus.GaugeOpts{Name: "edgebox_admission_cpu_wait_seconds",
+			Help: "How long the console's runnable goroutines waited for the CPU in the last window, at the 99th percentile (the Go scheduler's latency)."}),
 		latency: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "edgebox_admission_catch_up_seconds",
 			Help: "Time from a box session's admission until its Sync stream caught up.", Buckets: prometheus.ExponentialBuckets(0.01, 2, 14)}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.sessions, m.abandoned, m.limit, m.inflight, m.reserved, m.queued, m.rate, m.latency)
+		reg.MustRegister(m.sessions, m.abandoned, m.limit, m.inflight, m.reserved, m.queued, m.rate, m.sched, m.latency)
 	}
 	return m
 }

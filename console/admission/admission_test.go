@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -35,6 +36,7 @@ func newTest(t *testing.T, cfg Config, reg prometheus.Registerer, c *clock) *Con
 		t.Fatal(err)
 	}
 	ctl.now, ctl.rand = c.now, fixed(0.5)
+	ctl.sched = nil // the model has no CPU of its own; tests that need one set it
 	ctl.win.start = c.now()
 	return ctl
 }
@@ -690,5 +692,96 @@ func TestASlowerConsoleIsNotPacedByItsPast(t *testing.T) {
 	t.Logf("%d boxes at %d/s remembering 400/s: %v (%.1f/s), %.2f dials per box", n, capacity, took, rate, perBox)
 	if best := time.Duration(n/capacity) * time.Second; took > best*12/10 || perBox > 4 {
 		t.Fatalf("took %v, %.2f dials per box; want within 1.2 × %v and at most 4", took, perBox, best)
+	}
+}
+
+// TestACPUQueueShrinksTheLimit: sessions that catch up quickly would
+// grow the limit, but while the console's goroutines wait past
+// SchedTarget for the CPU it shrinks instead, at most once per Target,
+// and grows again once the wait is short.
+func TestACPUQueueShrinksTheLimit(t *testing.T) {
+	c := newClock()
+	cfg := DefaultConfig()
+	cfg.Initial, cfg.Min, cfg.QueueWait = 100, 1, 0
+	ctl := newTest(t, cfg, prometheus.NewRegistry(), c)
+	wait := 400 * time.Millisecond
+	ctl.sched = func() (time.Duration, bool) { return wait, true }
+	// One window: every place taken, a box turned away, every session
+	// caught up in 10 ms.
+	round := 0
+	window := func() {
+		round++
+		for i := range int(ctl.limit) + 1 {
+			ctl.Admit(bg, fmt.Sprint(round, "-", i))
+		}
+		c.add(10 * time.Millisecond)
+		for i := range int(ctl.limit) + 1 {
+			ctl.CaughtUp(fmt.Sprint(round, "-", i))
+		}
+		c.add(cfg.Window - 10*time.Millisecond)
+		ctl.adapt()
+	}
+	window()
+	if ctl.limit != 75 {
+		t.Fatalf("with the CPU's queue at %v the limit is %v, want 75", wait, ctl.limit)
+	}
+	for range int(cfg.Target/cfg.Window) - 1 {
+		window()
+	}
+	if ctl.limit != 75 {
+		t.Fatalf("the limit moved to %v within Target of its cut", ctl.limit)
+	}
+	window()
+	if ctl.limit != 56.25 {
+		t.Fatalf("a Target after the cut, the limit is %v, want 56.25", ctl.limit)
+	}
+	if got := value(t, ctl.m.sched); got != wait.Seconds() {
+		t.Fatalf("the gauge says %v", got)
+	}
+	wait = 20 * time.Millisecond
+	window()
+	if ctl.limit <= 56.25 {
+		t.Fatalf("with a short queue the limit stayed at %v", ctl.limit)
+	}
+}
+
+func TestHistogramQuantile(t *testing.T) {
+	buckets := []float64{0, 0.001, 0.01, 0.1, 1, math.Inf(1)}
+	for _, tc := range []struct {
+		counts []uint64
+		q      float64
+		want   time.Duration
+		ok     bool
+	}{
+		{[]uint64{0, 0, 0, 0, 0}, 0.99, 0, false},
+		{[]uint64{100, 0, 0, 0, 0}, 0.99, time.Millisecond, true},
+		{[]uint64{98, 1, 1, 0, 0}, 0.99, 10 * time.Millisecond, true},
+		{[]uint64{98, 0, 1, 1, 0}, 0.99, 100 * time.Millisecond, true},
+		{[]uint64{98, 0, 0, 1, 1}, 0.99, time.Second, true},
+		{[]uint64{0, 0, 0, 0, 5}, 0.99, time.Second, true}, // the last bucket has no upper bound: its lower
+		{[]uint64{50, 50, 0, 0, 0}, 0.5, time.Millisecond, true},
+	} {
+		got, ok := histogramQuantile(tc.counts, buckets, tc.q)
+		if got != tc.want || ok != tc.ok {
+			t.Errorf("%v at %v: %v %v, want %v %v", tc.counts, tc.q, got, ok, tc.want, tc.ok)
+		}
+	}
+	if _, ok := histogramQuantile([]uint64{1}, buckets, 0.5); ok {
+		t.Error("counts and buckets that do not match gave a quantile")
+	}
+}
+
+// TestTheSchedulersLatencyIsRead: this runtime has the metric, and a
+// window in which goroutines ran has a latency.
+func TestTheSchedulersLatencyIsRead(t *testing.T) {
+	l := newSchedLatency()
+	var wg sync.WaitGroup
+	for range 100 {
+		wg.Add(1)
+		go func() { defer wg.Done(); time.Sleep(time.Millisecond) }()
+	}
+	wg.Wait()
+	if _, ok := l.quantile(0.99); !ok {
+		t.Fatal("no scheduler latency after 100 goroutines ran")
 	}
 }
