@@ -535,6 +535,48 @@ export const endSession = (s: Session, id: string) => call<void>(s, 'POST', `${s
 export const approveSession = (s: Session, id: string) => call<void>(s, 'POST', `${sessionPath(id)}/approve`);
 export const verifyRecording = (s: Session, id: string) => call<RecordingReport>(s, 'GET', `${sessionPath(id)}/recording/verify`);
 
+/** Asking is what a screen or forward on a box kept to four eyes asks approval for. */
+export type Asking = { kind: 'screen'; workload: string; view_only: boolean } | { kind: 'forward'; target: string };
+
+/**
+ * askSession asks for the approval a screen or forward needs on a box kept
+ * to four eyes. A second maintainer approves the request's record (its
+ * approved_by is set then) and the screen or forward opens with its ID
+ * (screenPath's request); one nobody approves ends (ended, ended_by).
+ */
+export const askSession = (s: Session, box: string, a: Asking) =>
+  call<SessionRecord>(s, 'POST', `/api/v1/boxes/${encodeURIComponent(box)}/session-requests`, a);
+
+/**
+ * needsApproval reports whether the console refused a screen or forward
+ * for want of a four-eyes approval, which askSession asks for: its message
+ * starts with the console's NeedsApprovalCode.
+ */
+export const needsApproval = (e: unknown) => e instanceof ApiError && e.status === 403 && e.message.startsWith('approval needed');
+
+/** BoxMatch picks boxes: those with every label it names, in its region and site when it names them. */
+export interface BoxMatch {
+  labels?: Record<string, string>;
+  region?: string;
+  site?: string;
+}
+
+/**
+ * SessionRules are a tenant's rules for remote sessions: which boxes keep
+ * them to four eyes, and the LAN hosts port forwards from a site's boxes,
+ * or one box's (by ID), may reach (ADDRESS[/BITS]:PORTS or HOSTNAME:PORTS).
+ */
+export interface SessionRules {
+  four_eyes?: BoxMatch[];
+  forward_sites?: Record<string, string[]>;
+  forward_boxes?: Record<string, string[]>;
+  updated_at?: string;
+  updated_by?: string;
+}
+export const sessionRules = (s: Session) => call<SessionRules>(s, 'GET', '/api/v1/session-rules');
+/** setSessionRules replaces the tenant's session rules (admins); the console refuses invalid ones, saying why. */
+export const setSessionRules = (s: Session, r: SessionRules) => call<SessionRules>(s, 'PUT', '/api/v1/session-rules', r);
+
 /**
  * withTenant adds the tenant to a path the browser opens by itself (a
  * WebSocket, a download, the player's fetch), which sends no header of
@@ -551,10 +593,20 @@ export function execPath(s: Session, box: string, workload: string): string {
   if (workload) q.set('workload', workload);
   return withTenant(s, `/api/v1/boxes/${encodeURIComponent(box)}/exec?${q.toString()}`);
 }
-/** screenPath is the WebSocket of a VM workload's screen (RFB); viewOnly passes the VM no input. */
-export function screenPath(s: Session, box: string, workload: string, viewOnly: boolean): string {
+/**
+ * screenPath is the WebSocket of a VM workload's screen (RFB); viewOnly
+ * passes the VM no input; request is the approved request (askSession) it
+ * opens with on a box kept to four eyes.
+ */
+export function screenPath(s: Session, box: string, workload: string, viewOnly: boolean, request = ''): string {
+  const q = new URLSearchParams();
+  if (viewOnly) q.set('view_only', '1');
+  if (request) q.set('request', request);
   const p = `/api/v1/boxes/${encodeURIComponent(box)}/workloads/${encodeURIComponent(workload)}/screen`;
-  return withTenant(s, viewOnly ? `${p}?view_only=1` : p);
+  return withTenant(s, q.toString() ? `${p}?${q.toString()}` : p);
 }
+
+/** boxWebPath is a page of the box's own web server (127.0.0.1:port on the box), which the console serves sandboxed. */
+export const boxWebPath = (s: Session, box: string, port: number) => withTenant(s, `/api/v1/boxes/${encodeURIComponent(box)}/web/${port}/`);
 export const watchPath = (s: Session, id: string) => withTenant(s, `${sessionPath(id)}/watch`);
 export const recordingPath = (s: Session, id: string) => withTenant(s, `${sessionPath(id)}/recording`);

@@ -2,9 +2,11 @@
 // internal/test/browser started, the box running a real QEMU guest: an
 // admin opens the guest's screen from the box's page and finds it painted,
 // then watches it view only and finds the same; the Sessions page lists
-// both; on a box kept to four eyes the page says why the console refuses
-// a screen; a viewer is offered no screen. Each step logs "ok <step>" or
-// fails the run, and saves a screenshot of the page it ends on.
+// both; on a box kept to four eyes the page offers to ask for approval,
+// a second maintainer approves the request on the Sessions page, and the
+// screen opens and paints; a viewer is offered no screen. Each step logs
+// "ok <step>" or fails the run, and saves a screenshot of the page it ends
+// on.
 import { chromium } from 'playwright-core';
 import { join } from 'node:path';
 
@@ -183,7 +185,8 @@ await step(admin, 'the Sessions page lists both screens, the second view only, i
   await admin.selectOption('[data-testid=lang]', 'en');
 });
 
-await step(admin, "on a box kept to four eyes the page says why the console refuses the screen", async () => {
+let request = '';
+await step(admin, 'on a box kept to four eyes the page offers to ask for approval, and the admin asks', async () => {
   // The tenant keeps the box's site to four eyes: through the API, as the
   // page's own session.
   const status = await admin.evaluate(async (site) => {
@@ -198,17 +201,38 @@ await step(admin, "on a box kept to four eyes the page says why the console refu
   expect(status === 200, `setting the session rules answered ${status}`);
   await admin.goto(`${url}/boxes/${boxID}`);
   await admin.click(`${row} [data-testid=workload-screen]:not([disabled])`);
-  await admin.waitForFunction(
-    () => {
-      const s = document.querySelector('[data-testid=screen-status][data-state=failed]');
-      return s && s.textContent.includes('approval');
-    },
-    null,
-    { timeout: 20000 },
-  );
-  const text = await admin.textContent('[data-testid=screen-status]');
+  const st = await admin.waitForSelector('[data-testid=screen-status]:is([data-state=approval], [data-state=failed])', { timeout: 20000 });
+  const text = await st.textContent();
   console.log(`  the page says: ${text}`);
+  expect((await st.getAttribute('data-state')) === 'approval' && text.includes('approval'), `the refused screen is ${await st.getAttribute('data-state')}: ${text}`);
   expect(!(await admin.$('[data-testid=screen] canvas')), 'a refused screen shows a canvas');
+  await admin.click('[data-testid=screen-ask]');
+  const asking = await admin.waitForSelector('[data-testid=screen-asking]', { timeout: 10000 });
+  request = await asking.getAttribute('data-request');
+  const said = await asking.textContent();
+  expect(/^s[0-9a-f]{15}$/.test(request) && said.includes(`request ${request}`) && said.includes(`edgebox session approve ${request}`), `the page waits with: ${said}`);
+  expect((await admin.getAttribute('[data-testid=screen-status]', 'data-state')) === 'asking', 'the screen does not say it waits');
+});
+
+const second = await newPage();
+await step(second, 'a second maintainer approves the request on the Sessions page, and the screen opens and paints', async () => {
+  await login(second, env('EDGEBOX_MAINTAINER'), env('EDGEBOX_MAINTAINER_PASSWORD'));
+  await second.click('nav a[href="/sessions"]');
+  const live = `[data-testid=live-sessions] tr[data-session="${request}"]`;
+  await second.waitForSelector(`${live} [data-testid=approve]`, { timeout: 20000 });
+  const text = await second.textContent(live);
+  expect(text.includes('screen') && text.includes('needs a second user') && text.includes(env('EDGEBOX_ADMIN')), `the request's row: ${text}`);
+  // Until it is approved the page waits, asking every 2 s, and opens nothing.
+  await admin.waitForTimeout(4500);
+  expect((await admin.getAttribute('[data-testid=screen-status]', 'data-state')) === 'asking', 'the screen did not wait for its approval');
+  await second.click(`${live} [data-testid=approve]`);
+  await second.waitForSelector('[data-testid=done]');
+  await shown(admin, 'running');
+  const p = await waitPainted(admin);
+  console.log(`  the approved screen: ${p.w}x${p.h}, ${p.lit} pixels lit, ${p.top} in its top eighth`);
+  expect(!(await admin.$('[data-testid=screen-asking]')) && !(await admin.$('[data-testid=screen-approval]')), 'the open screen still says it waits');
+  await admin.click('[data-testid=screen-close]');
+  await admin.waitForSelector('[data-testid=screen]', { state: 'detached' });
 });
 
 const viewer = await newPage();

@@ -1,9 +1,12 @@
 // Remote sessions in Chromium, against a real console and a real agent
 // that internal/test/browser started: an admin opens a shell on the box
 // from its page, types in it and leaves it; the Sessions page shows how
-// it ended; an auditor plays its recording and sees it intact; a viewer
-// is offered no shell. Each step logs "ok <step>" or fails the run, and
-// saves a screenshot of the page it ends on.
+// it ended; on a box kept to four eyes a maintainer approves a shell and
+// watches it at the admin's terminal's size; the admin edits the session
+// rules, which the maintainer only reads; the box page opens the box's
+// own web page in a new tab; an auditor plays the recording and sees it
+// intact; a viewer is offered no shell. Each step logs "ok <step>" or
+// fails the run, and saves a screenshot of the page it ends on.
 import { chromium } from 'playwright-core';
 import { join } from 'node:path';
 
@@ -220,12 +223,123 @@ await step(second, 'the second user approves the shell and watches it, read only
   await waitRow(second, '"watched-by-two" alone', (r) => r.trim() === 'watched-by-two');
 });
 
+/** termSize is what a page's terminal says its size is, and how many rows it draws: [rows, cols, drawn]. */
+const termSize = (page) =>
+  page.$eval('[data-testid=terminal]', (el) => [Number(el.dataset.rows), Number(el.dataset.cols), el.querySelectorAll('.xterm-rows > div').length]);
+
+await step(second, "the watching terminal has the operator's size, follows it, and not its own window", async () => {
+  // The admin's window narrows: the box hears the new size, and so does
+  // the watcher, whose own window stays wide.
+  await admin.setViewportSize({ width: 800, height: 900 });
+  await admin.waitForTimeout(300);
+  const [rows, cols] = await sttySize(admin);
+  const same = async (when) => {
+    const end = Date.now() + 10000;
+    let got;
+    while (Date.now() < end) {
+      got = await termSize(second);
+      if (got[0] === rows && got[1] === cols && got[2] === rows) return;
+      await second.waitForTimeout(200);
+    }
+    throw new Error(`${when} the watcher's terminal is ${got[0]}x${got[1]} (${got[2]} rows drawn), the operator's ${rows}x${cols}`);
+  };
+  await same('after the operator narrowed theirs');
+  // A new size does not end the watch (the terminal takes it itself).
+  const state = await second.getAttribute('[data-testid=term-status]', 'data-state');
+  expect(state === 'watching', `after a resize the watcher's terminal is ${state}`);
+  // The watcher's window changing does not fit it to its box again.
+  await second.setViewportSize({ width: 1100, height: 700 });
+  await second.waitForTimeout(500);
+  await same("after the watcher's window changed");
+  await second.setViewportSize({ width: 1280, height: 900 });
+  await admin.setViewportSize({ width: 1280, height: 900 });
+});
+
 await step(admin, 'the second user ends the shell, and its terminal says who did', async () => {
   await second.click('[data-testid=live-sessions] tr[data-user=admin] [data-testid=end]');
   await admin.waitForSelector('[data-testid=term-status][data-state=ended]', { timeout: 20000 });
   const status = await admin.textContent('[data-testid=term-status]');
   expect(status.includes(`ended by ${env('EDGEBOX_MAINTAINER')}`), `status ${status}`);
   await second.waitForSelector('[data-testid=term-status][data-state=ended]', { timeout: 20000 });
+});
+
+const rulesBox = '[data-testid=session-rules]';
+const fourEyesField = '[data-testid=rules-editor] textarea[name=four_eyes]';
+const forwardsField = '[data-testid=rules-editor] textarea[name=forwards]';
+await step(admin, 'an admin edits the session rules on the Sessions page; a line that is wrong saves nothing', async () => {
+  await admin.goto(`${url}/sessions`);
+  await admin.waitForSelector(`${rulesBox} [data-testid=four-eyes]`);
+  const before = await admin.textContent(`${rulesBox} [data-testid=four-eyes]`);
+  expect(before.includes('money=yes'), `the rules shown: ${before}`);
+  const saved = () => admin.evaluate(async () => (await fetch('/api/v1/session-rules')).text());
+  const was = await saved();
+  await admin.click('[data-testid=rules-edit]');
+  expect((await admin.inputValue(fourEyesField)) === 'money=yes', `the editor starts with ${await admin.inputValue(fourEyesField)}`);
+  // A line the page cannot read: named by its number, nothing sent.
+  await admin.fill(fourEyesField, 'money=yes\nshop-9');
+  await admin.click('[data-testid=rules-save]');
+  let err = await (await admin.waitForSelector('[data-testid=rules-error]')).textContent();
+  expect(err.includes('line 2') && err.includes('"shop-9"'), `the error says ${err}`);
+  // A target only the console knows is wrong: its message, nothing saved.
+  await admin.fill(fourEyesField, 'money=yes\nsite:shop-9 city="new york"');
+  await admin.fill(forwardsField, 'site shop-1: bad_host!:80');
+  await admin.click('[data-testid=rules-save]');
+  await admin.waitForFunction(() => /bad_host!/.test(document.querySelector('[data-testid=rules-error]')?.textContent ?? ''), null, { timeout: 10000 });
+  err = await admin.textContent('[data-testid=rules-error]');
+  expect(!err.includes('line'), `the page, not the console, refused: ${err}`);
+  expect((await saved()) === was, 'a refused edit changed the rules');
+  // Then right: saved, and shown with who saved them.
+  await admin.fill(forwardsField, `site shop-1: 192.168.1.0/24:80, printer.lan:631\n\n# the box's own LAN\nbox ${boxID}: 10.1.2.3:8000-8080`);
+  await admin.click('[data-testid=rules-save]');
+  await admin.waitForSelector('[data-testid=rules-saved]');
+  expect(!(await admin.$('[data-testid=rules-editor]')), 'the editor stays open after saving');
+  await admin.waitForFunction(() => /by admin/.test(document.querySelector('[data-testid=rules-by]')?.textContent ?? ''), null, { timeout: 10000 });
+  const shown = await admin.textContent(rulesBox);
+  expect(shown.includes('city=new york, site shop-9') && shown.includes('192.168.1.0/24:80, printer.lan:631') && shown.includes('10.1.2.3:8000-8080'), `the rules shown: ${shown}`);
+  // Edited again, they read as they were written (a value with a space quoted).
+  await admin.click('[data-testid=rules-edit]');
+  const again = [await admin.inputValue(fourEyesField), await admin.inputValue(forwardsField)];
+  const want = ['money=yes\ncity="new york" site:shop-9', `site shop-1: 192.168.1.0/24:80, printer.lan:631\nbox ${boxID}: 10.1.2.3:8000-8080`];
+  expect(JSON.stringify(again) === JSON.stringify(want), `the editor reads ${JSON.stringify(again)}`);
+  await admin.click('[data-testid=rules-cancel]');
+});
+
+await step(second, 'a maintainer reads the session rules, with no editor', async () => {
+  await second.goto(`${url}/sessions`);
+  await second.waitForFunction((sel) => document.querySelector(sel)?.textContent.includes('site shop-9'), rulesBox, { timeout: 10000 });
+  expect(!(await second.$('[data-testid=rules-edit]')) && !(await second.$(`${rulesBox} textarea`)), 'a maintainer may edit the rules');
+});
+
+await step(admin, "the box page opens a web page the box serves itself, in a new tab", async () => {
+  const port = env('EDGEBOX_BOX_WEB_PORT');
+  await admin.goto(`${url}/boxes/${boxID}`);
+  await admin.waitForSelector('[data-testid=open-web]:not([disabled])');
+  expect((await admin.inputValue('[data-testid=web-port]')) === '80', 'the port is not 80 at first');
+  // A port that cannot be opens nothing, and says why.
+  let tabs = 0;
+  const count = () => tabs++;
+  admin.context().on('page', count);
+  await admin.fill('[data-testid=web-port]', '70000');
+  await admin.click('[data-testid=open-web]');
+  const err = await (await admin.waitForSelector('[data-testid=web-error]')).textContent();
+  expect(err.includes('1 to 65535'), `the error says ${err}`);
+  await admin.waitForTimeout(500);
+  admin.context().off('page', count);
+  expect(tabs === 0, 'a port out of range opened a tab');
+  await admin.fill('[data-testid=web-port]', port);
+  const [tab] = await Promise.all([admin.context().waitForEvent('page'), admin.click('[data-testid=open-web]')]);
+  try {
+    await tab.waitForLoadState();
+    const path = new URL(tab.url()).pathname;
+    expect(path === `/api/v1/boxes/${boxID}/web/${port}/`, `the tab opened ${tab.url()}`);
+    const text = await tab.textContent('#greeting', { timeout: 10000 });
+    expect(text === env('EDGEBOX_BOX_WEB_TEXT'), `the tab shows ${text}`);
+    expect(await tab.evaluate(() => window.opener === null), "the box's page has a handle on the console's");
+    await tab.screenshot({ path: join(shots, `${String(n).padStart(2, '0')}b-box-web-page.png`), fullPage: true });
+  } finally {
+    await tab.close();
+  }
+  expect(!(await admin.$('[data-testid=web-error]')), 'the error stays after a good port');
 });
 
 const viewer = await newPage();
@@ -235,6 +349,7 @@ await step(viewer, 'a viewer is offered no shell, and sees sessions without thei
   await viewer.waitForSelector('[data-testid=box-name]');
   await viewer.waitForSelector('[data-testid=revision]');
   expect(!(await viewer.$('[data-testid=open-shell]')) && !(await viewer.$('[data-testid=workload-shell]')), 'a viewer sees an Open shell button');
+  expect(!(await viewer.$('[data-testid=open-web]')), "a viewer sees an Open web page button");
   await viewer.goto(`${url}/sessions/${sessionID}`);
   await viewer.waitForSelector('[data-testid=session-facts]');
   expect(!(await viewer.$('[data-testid=play]')), 'a viewer sees Play recording');

@@ -26,8 +26,10 @@ import (
 // console's registry and deployed as a VM. An admin opens the VM's screen
 // from the box's page and sees it painted, then watches it view only and
 // sees the same; the Sessions page lists both screens; on a box kept to
-// four eyes the page says why the console refuses a screen; a viewer is
-// offered no screen. web/tests/screen.mjs says each step.
+// four eyes the page offers to ask for approval, a second maintainer
+// approves the request on the Sessions page, and the screen opens and
+// paints; a viewer is offered no screen. web/tests/screen.mjs says each
+// step.
 func TestWebVMScreen(t *testing.T) {
 	vmtest.Require(t)
 	t.Parallel()
@@ -58,10 +60,12 @@ func TestWebVMScreen(t *testing.T) {
 	if _, err := admin.Deploy(ctx, "guest", "1", "box", box.ID()); err != nil {
 		t.Fatal(err)
 	}
-	// The page logs in with a password: an admin and a viewer of the
-	// test's, the console's own admin having only its token here.
+	// The page logs in with a password: an admin, a maintainer who
+	// approves and a viewer of the test's, the console's own admin having
+	// only its token here.
 	for _, u := range []api.UserRequest{
 		{Name: "ada", Password: "ada's long password", Role: "admin"},
+		{Name: "max", Password: "max's long password", Role: "maintainer"},
 		{Name: "vera", Password: "vera's long password", Role: "viewer"},
 	} {
 		if _, err := admin.CreateUser(ctx, u); err != nil {
@@ -95,6 +99,8 @@ func TestWebVMScreen(t *testing.T) {
 		"EDGEBOX_URL="+h.URL(),
 		"EDGEBOX_ADMIN=ada",
 		"EDGEBOX_ADMIN_PASSWORD=ada's long password",
+		"EDGEBOX_MAINTAINER=max",
+		"EDGEBOX_MAINTAINER_PASSWORD=max's long password",
 		"EDGEBOX_VIEWER=vera",
 		"EDGEBOX_VIEWER_PASSWORD=vera's long password",
 		"EDGEBOX_BOX="+box.ID(),
@@ -102,15 +108,18 @@ func TestWebVMScreen(t *testing.T) {
 		"EDGEBOX_WORKLOAD=guest",
 		"EDGEBOX_SCREENSHOTS="+screenshots(t))
 
-	// What the page opened, the console recorded: two screens of the VM
-	// by ada, ended, that showed the screen; the second view only. The
-	// one refused under four eyes never opened.
+	// What the page opened, the console recorded: three screens of the VM
+	// by ada, ended, that showed the screen; the second view only; the
+	// third asked for under four eyes and approved by max.
 	recs, err := admin.Sessions(ctx, false, box.ID())
-	if err != nil || len(recs) != 2 {
+	if err != nil || len(recs) != 3 {
 		t.Fatalf("sessions on the box: %+v %v", recs, err)
 	}
-	watched, interactive := recs[0], recs[1] // newest first
-	for _, r := range []api.SessionRecord{interactive, watched} {
+	approved, watched, interactive := recs[0], recs[1], recs[2] // newest first
+	if !approved.FourEyes || approved.ApprovedBy != "max" || approved.ViewOnly {
+		t.Errorf("the screen asked for under four eyes: %+v", approved)
+	}
+	for _, r := range []api.SessionRecord{interactive, watched, approved} {
 		if r.Kind != "screen" || r.Workload != "guest" || r.User != "ada" || r.Live() || r.BytesOut == 0 {
 			t.Errorf("a screen the page opened: %+v", r)
 		}

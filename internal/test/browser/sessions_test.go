@@ -3,7 +3,14 @@ package browser
 import (
 	"bytes"
 	"context"
+	"fmt"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"reflect"
+	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -18,8 +25,11 @@ import (
 // box hears the new size, sees the shell live on the Sessions page, and
 // leaves the shell; the Sessions page shows how it ended; a shell whose
 // page is left ends; on a box kept to four eyes a shell waits until a
-// maintainer approves it, who then watches it and ends it; an auditor
-// finds the recording intact and plays it; a viewer is offered no shell. web/tests/sessions.mjs says each step.
+// maintainer approves it, who then watches it at the admin's terminal's
+// size and ends it; an admin edits the session rules on the Sessions page
+// (a bad line saves nothing), which a maintainer only reads; the box page
+// opens a web page the box serves itself in a new tab; an auditor finds
+// the recording intact and plays it; a viewer is offered no shell. web/tests/sessions.mjs says each step.
 func TestWebSessions(t *testing.T) {
 	t.Parallel()
 	h := testenv.NewBinaries(t)
@@ -53,6 +63,24 @@ func TestWebSessions(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	// A web page the box serves itself, on its loopback: the agent runs
+	// on this machine, whose 127.0.0.1 is the box's. It notes what each
+	// request carried, which must be none of the console's secrets.
+	const boxPage = "hello from the box's own page"
+	var (
+		pageMu   sync.Mutex
+		pageGets []string
+	)
+	web := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		pageMu.Lock()
+		pageGets = append(pageGets, fmt.Sprintf("%s %s cookie=%q csrf=%q", r.Method, r.URL.Path, r.Header.Get("Cookie"), r.Header.Get("X-CSRF-Token")))
+		pageMu.Unlock()
+		w.Header().Set("Content-Type", "text/html; charset=utf-8")
+		fmt.Fprintf(w, "<!doctype html><title>box page</title><h1 id=greeting>%s</h1>", boxPage)
+	}))
+	t.Cleanup(web.Close)
+	webPort := web.Listener.Addr().(*net.TCPAddr).Port
+
 	testenv.WaitFor(t, 30*time.Second, "the boxes online", func() bool {
 		for _, id := range []string{box.ID(), money.ID()} {
 			if b, err := admin.Box(ctx, id); err != nil || !b.Online {
@@ -87,7 +115,40 @@ func TestWebSessions(t *testing.T) {
 		"EDGEBOX_MAINTAINER=max",
 		"EDGEBOX_MAINTAINER_PASSWORD=max's long password",
 		"EDGEBOX_FOUR_EYES_BOX="+money.ID(),
+		"EDGEBOX_BOX_WEB_PORT="+strconv.Itoa(webPort),
+		"EDGEBOX_BOX_WEB_TEXT="+boxPage,
 		"EDGEBOX_SCREENSHOTS="+screenshots(t))
+
+	// The rules the admin saved on the page: the four-eyes rule kept, the
+	// one added, and the forward allow lists, in that order.
+	rules, err := admin.GetSessionRules(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantRules := api.SessionRules{
+		FourEyes:     []api.BoxMatch{{Labels: map[string]string{"money": "yes"}}, {Labels: map[string]string{"city": "new york"}, Site: "shop-9"}},
+		ForwardSites: map[string][]string{"shop-1": {"192.168.1.0/24:80", "printer.lan:631"}},
+		ForwardBoxes: map[string][]string{box.ID(): {"10.1.2.3:8000-8080"}},
+	}
+	if got := (api.SessionRules{FourEyes: rules.FourEyes, ForwardSites: rules.ForwardSites, ForwardBoxes: rules.ForwardBoxes}); !reflect.DeepEqual(got, wantRules) {
+		t.Errorf("the session rules the page saved:\n got %+v\nwant %+v", got, wantRules)
+	}
+	if rules.UpdatedBy != "admin" {
+		t.Errorf("the session rules were saved by %q, not admin", rules.UpdatedBy)
+	}
+	// The box's page was asked for through the console, which passed on
+	// none of the browser's cookies or the console's CSRF token.
+	pageMu.Lock()
+	gets := pageGets
+	pageMu.Unlock()
+	if len(gets) == 0 {
+		t.Error("the box's own web page was never asked for")
+	}
+	for _, g := range gets {
+		if !strings.HasSuffix(g, `cookie="" csrf=""`) {
+			t.Errorf("the box's page got the console's secrets: %s", g)
+		}
+	}
 
 	// What the page did, the console recorded: a shell by admin that
 	// exited with 0, whose recording holds what was typed and shown, and

@@ -54,6 +54,7 @@ export function BoxPage({ id }: { id: string }) {
           {!b.online && <span class="muted">{t('box.offlineNoShell')}</span>}
         </p>
       )}
+      {mayShell && <BoxWeb id={id} online={b.online} />}
       {shell !== null && (
         <SessionTerminal
           key={shell}
@@ -164,6 +165,41 @@ export function BoxPage({ id }: { id: string }) {
         ))}
       </ul>
     </section>
+  );
+}
+
+/**
+ * BoxWeb opens a web page the box serves itself (127.0.0.1:PORT on the
+ * box: a router's or a robot's admin page) in a new tab: the console
+ * serves it under its own origin, sandboxed, to maintainers and admins.
+ */
+function BoxWeb({ id, online }: { id: string; online: boolean }) {
+  const { session, t } = useApp();
+  const [port, setPort] = useState('80');
+  const [error, setError] = useState('');
+  const open = (e: Event) => {
+    e.preventDefault();
+    const p = port.trim();
+    const n = Number(p);
+    if (!/^[0-9]+$/.test(p) || n < 1 || n > 65535) {
+      setError(t('box.webPortBad', { port: p }));
+      return;
+    }
+    setError('');
+    // noopener: the box's page gets no handle on the console's.
+    window.open(api.boxWebPath(session, id, n), '_blank', 'noopener');
+  };
+  return (
+    <form class="inline box-web" noValidate onSubmit={open} data-testid="box-web">
+      <label>
+        {t('box.webPort')}{' '}
+        <input name="port" type="number" min={1} max={65535} value={port} data-testid="web-port"
+          onInput={(e) => setPort((e.target as HTMLInputElement).value)} />
+      </label>
+      <button type="submit" data-testid="open-web" disabled={!online}>{t('box.openWeb')}</button>
+      <span class="muted">{online ? t('box.webHint') : t('box.offlineNoWeb')}</span>
+      {error && <span class="error" role="alert" data-testid="web-error">{error}</span>}
+    </form>
   );
 }
 

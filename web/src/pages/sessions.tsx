@@ -5,6 +5,7 @@ import { useApp, type Ctx } from '../app';
 import { formatTime, type MessageKey, type T } from '../i18n';
 import { usePoll } from '../ui/poll';
 import { RecordingPlayer, SessionTerminal } from '../ui/terminal';
+import { SessionRules } from './sessionrules';
 
 // Remote sessions: those open now, with what a user may do to them, and
 // those that ended, with how; a session's own page plays its recording.
@@ -245,6 +246,7 @@ export function Sessions() {
           ))}
         </tbody>
       </table>
+      <SessionRules />
     </section>
   );
 }

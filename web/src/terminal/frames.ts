@@ -19,11 +19,18 @@ export const maxPayload = 32 << 10;
 /** maxSize bounds a terminal's columns and rows. */
 export const maxSize = 1000;
 
-/** Status says how a session stands before it runs, or that one watches it. */
+/**
+ * Status says how a session stands before it runs, or that one watches
+ * it: a watcher is told the watched terminal's size ("watching"), and
+ * again whenever it changes ("resized").
+ */
 export interface Status {
   session: string;
-  state: 'waiting_approval' | 'started' | 'watching' | string;
+  state: 'waiting_approval' | 'started' | 'watching' | 'resized' | string;
   message?: string;
+  /** cols and rows: the watched terminal's size; absent for a session without a terminal. */
+  cols?: number;
+  rows?: number;
 }
 
 /** Exit is how a session ended: the last frame. */

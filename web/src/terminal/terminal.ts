@@ -21,7 +21,13 @@ export interface Options {
   /** readOnly: a watch, which sends nothing. */
   readOnly?: boolean;
   words: Words;
+  /** onStatus runs on how the session stands; a watcher's "resized" the terminal takes itself. */
   onStatus: (s: frames.Status) => void;
+  /**
+   * onSize runs with the terminal's size whenever it changes; fixed: it
+   * keeps the watched terminal's size instead of fitting its box.
+   */
+  onSize?: (cols: number, rows: number, fixed: boolean) => void;
   /** onEnd runs once: with the exit, or null when the connection closed without one. */
   onEnd: (e: frames.Exit | null, opened: boolean) => void;
 }
@@ -54,6 +60,9 @@ export function open(host: HTMLElement, o: Options): Handle {
   const fit = new FitAddon();
   term.loadAddon(fit);
   term.open(host);
+  // fixed: a watch draws at the watched terminal's size, once the console
+  // says it, and no longer fits its box.
+  let fixed = false;
   fitNow();
 
   const url = new URL(o.path, location.href);
@@ -96,7 +105,8 @@ export function open(host: HTMLElement, o: Options): Handle {
         // A session that waited for its approval runs at the size the
         // terminal has now.
         if (f.status.state === 'started') sendSize();
-        o.onStatus(f.status);
+        if (o.readOnly) watchedSize(f.status);
+        if (f.status.state !== 'resized') o.onStatus(f.status);
         break;
       case frames.Frame.exit:
         end(f.exit);
@@ -115,10 +125,24 @@ export function open(host: HTMLElement, o: Options): Handle {
         term.onBinary((d) => frames.input(Uint8Array.from(d, (c) => c.charCodeAt(0) & 0xff)).forEach(send)),
       ];
   subs.push(term.onResize(sendSize));
+  subs.push(term.onResize(({ cols, rows }) => o.onSize?.(cols, rows, fixed)));
+  o.onSize?.(term.cols, term.rows, fixed);
+
+  // A watch takes the watched terminal's size, whose output is drawn for
+  // it: lines wrap where the operator's do.
+  function watchedSize(s: frames.Status) {
+    const ok = (n?: number): n is number => typeof n === 'number' && Number.isInteger(n) && n >= 1 && n <= frames.maxSize;
+    if (!ok(s.cols) || !ok(s.rows)) return;
+    fixed = true;
+    term.resize(s.cols, s.rows);
+    o.onSize?.(term.cols, term.rows, fixed);
+  }
 
   // The terminal fills its box: fitted again when the window changes, and
-  // the box told its new size (onResize above).
+  // the box told its new size (onResize above). A watch at the watched
+  // terminal's size stays at it.
   function fitNow() {
+    if (fixed) return;
     try {
       fit.fit();
     } catch {

@@ -29,10 +29,13 @@ export function SessionTerminal({ path, title, readOnly, onClose }: { path: stri
   const { session, t } = useApp();
   const host = useRef<HTMLDivElement>(null);
   const [state, setState] = useState<TermState>({ kind: 'loading' });
+  // size is the terminal's; fixed when it is the watched terminal's, not its box's.
+  const [size, setSize] = useState<{ cols: number; rows: number; fixed: boolean } | null>(null);
   useEffect(() => {
     let gone = false;
     let h: Handle | null = null;
     setState({ kind: 'loading' });
+    setSize(null);
     import('../terminal/terminal')
       .then((m) => {
         if (gone || !host.current) return;
@@ -46,6 +49,7 @@ export function SessionTerminal({ path, title, readOnly, onClose }: { path: stri
             if (st.state === 'waiting_approval') setState({ kind: 'waiting', text: st.message ?? '' });
             else setState({ kind: st.state === 'watching' ? 'watching' : 'running' });
           },
+          onSize: (cols, rows, fixed) => !gone && setSize({ cols, rows, fixed }),
           onEnd: (e, opened) => {
             if (gone) return;
             if (e) {
@@ -87,7 +91,7 @@ export function SessionTerminal({ path, title, readOnly, onClose }: { path: stri
     failed: 'text' in state ? t('common.error', { msg: state.text }) : '',
   };
   return (
-    <div class="session-term" data-testid="terminal">
+    <div class="session-term" data-testid="terminal" data-cols={size?.cols} data-rows={size?.rows}>
       <div class="termbar">
         <strong>{title}</strong>
         <span class={'termstate ' + state.kind} data-testid="term-status" data-state={state.kind}>
@@ -96,7 +100,7 @@ export function SessionTerminal({ path, title, readOnly, onClose }: { path: stri
         <button class="quiet" onClick={onClose} data-testid="term-close">{t('term.close')}</button>
       </div>
       {state.kind === 'waiting' && state.text && <p class="notice" data-testid="term-waiting">{state.text}</p>}
-      <div class="termhost" ref={host} />
+      <div class={size?.fixed ? 'termhost fixed' : 'termhost'} ref={host} />
     </div>
   );
 }
