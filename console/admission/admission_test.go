@@ -695,22 +695,19 @@ func TestASlowerConsoleIsNotPacedByItsPast(t *testing.T) {
 	}
 }
 
-// TestACPUQueueShrinksTheLimit: sessions that catch up quickly would
-// grow the limit, but while the console's goroutines wait past
-// SchedTarget for the CPU it shrinks instead, at most once per Target,
-// and grows again once the wait is short.
-func TestACPUQueueShrinksTheLimit(t *testing.T) {
+// TestTheCPUWaitIsShown: the scheduler's latency over each window is
+// the gauge's, and the worst of a log period is the log line's; it does
+// not move the limit.
+func TestTheCPUWaitIsShown(t *testing.T) {
 	c := newClock()
 	cfg := DefaultConfig()
 	cfg.Initial, cfg.Min, cfg.QueueWait = 100, 1, 0
 	ctl := newTest(t, cfg, prometheus.NewRegistry(), c)
-	wait := 400 * time.Millisecond
-	ctl.sched = func() (time.Duration, bool) { return wait, true }
-	// One window: every place taken, a box turned away, every session
-	// caught up in 10 ms.
-	round := 0
-	window := func() {
-		round++
+	waits := []time.Duration{400 * time.Millisecond, 20 * time.Millisecond}
+	ctl.sched = func() (time.Duration, bool) { d := waits[0]; waits = waits[1:]; return d, true }
+	for round := range 2 {
+		// Every place taken, a box turned away, every session caught up
+		// in 10 ms.
 		for i := range int(ctl.limit) + 1 {
 			ctl.Admit(bg, fmt.Sprint(round, "-", i))
 		}
@@ -719,29 +716,17 @@ func TestACPUQueueShrinksTheLimit(t *testing.T) {
 			ctl.CaughtUp(fmt.Sprint(round, "-", i))
 		}
 		c.add(cfg.Window - 10*time.Millisecond)
+		before := ctl.limit
 		ctl.adapt()
+		if ctl.limit <= before {
+			t.Fatalf("round %d: quick sessions left the limit at %v", round, ctl.limit)
+		}
 	}
-	window()
-	if ctl.limit != 75 {
-		t.Fatalf("with the CPU's queue at %v the limit is %v, want 75", wait, ctl.limit)
+	if got := value(t, ctl.m.sched); got != 0.02 {
+		t.Fatalf("the gauge says %v, want the last window's 0.02", got)
 	}
-	for range int(cfg.Target/cfg.Window) - 1 {
-		window()
-	}
-	if ctl.limit != 75 {
-		t.Fatalf("the limit moved to %v within Target of its cut", ctl.limit)
-	}
-	window()
-	if ctl.limit != 56.25 {
-		t.Fatalf("a Target after the cut, the limit is %v, want 56.25", ctl.limit)
-	}
-	if got := value(t, ctl.m.sched); got != wait.Seconds() {
-		t.Fatalf("the gauge says %v", got)
-	}
-	wait = 20 * time.Millisecond
-	window()
-	if ctl.limit <= 56.25 {
-		t.Fatalf("with a short queue the limit stayed at %v", ctl.limit)
+	if ctl.busiest != 400*time.Millisecond {
+		t.Fatalf("the log period's worst is %v", ctl.busiest)
 	}
 }
 

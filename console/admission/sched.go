@@ -8,10 +8,9 @@ import (
 
 // schedLatency reads, window by window, how long the Go scheduler kept
 // runnable goroutines waiting for a thread to run on
-// (/sched/latencies:seconds). A console whose goroutines queue for the
-// CPU keeps everything waiting alike, an operator's API call among the
-// box sessions; it is the measure of the CPU's own queue, which a
-// session's time to catch up mixes with the box's side.
+// (/sched/latencies:seconds): how far behind its CPU the console is, which
+// every caller waits alike, an operator's API call among the box
+// sessions.
 type schedLatency struct {
 	sample []rtmetrics.Sample
 	last   []uint64 // the histogram's counts at the previous read

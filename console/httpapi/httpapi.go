@@ -132,8 +132,12 @@ func (s *server) routes() []route {
 	return []route{
 		{"GET", "/metrics", manageConsole, gin.WrapH(s.Metrics)},
 		{"GET", "/debug/pprof/:name", manageConsole, func(c *gin.Context) {
-			if c.Param("name") == "profile" { // CPU, for ?seconds=N
+			switch c.Param("name") {
+			case "profile": // CPU, for ?seconds=N
 				pprof.Profile(c.Writer, c.Request)
+				return
+			case "trace": // the execution trace, for ?seconds=N
+				pprof.Trace(c.Writer, c.Request)
 				return
 			}
 			pprof.Handler(c.Param("name")).ServeHTTP(c.Writer, c.Request)

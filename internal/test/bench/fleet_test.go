@@ -505,6 +505,32 @@ func fleet(b *testing.B, n int) {
 			os.WriteFile(p, body, 0o644)
 		}()
 	}
+	if p := os.Getenv("EDGEBOX_BENCH_TRACE"); p != "" {
+		// The console's execution trace (go tool trace) over
+		// EDGEBOX_BENCH_TRACE_SECONDS (5 unless set), from
+		// EDGEBOX_BENCH_TRACE_AFTER (20 s unless set) after the restart:
+		// where its goroutines, an API call's among them, wait.
+		secs := cmp.Or(os.Getenv("EDGEBOX_BENCH_TRACE_SECONDS"), "5")
+		after, err := time.ParseDuration(cmp.Or(os.Getenv("EDGEBOX_BENCH_TRACE_AFTER"), "20s"))
+		if err != nil {
+			b.Fatal(err)
+		}
+		profiled.Add(1)
+		go func() {
+			defer profiled.Done()
+			time.Sleep(time.Until(restart.Add(after)))
+			req, _ := http.NewRequest(http.MethodGet, c.url+"/debug/pprof/trace?seconds="+secs, nil)
+			req.Header.Set("Authorization", "Bearer "+c.token)
+			resp, err := (&http.Client{Timeout: 10 * time.Minute, Transport: c.hc.Transport}).Do(req)
+			if err != nil {
+				b.Log(err)
+				return
+			}
+			defer resp.Body.Close()
+			body, _ := io.ReadAll(resp.Body)
+			os.WriteFile(p, body, 0o644)
+		}()
+	}
 	defer profiled.Wait()
 	// Online in the console, and by the boxes' own account caught up.
 	window := fleetsim.Window{Since: killed}
