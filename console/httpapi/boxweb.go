@@ -52,6 +52,11 @@ func (s *server) boxWeb(c *gin.Context) {
 			r.Out.URL.Scheme, r.Out.URL.Host, r.Out.Host = "http", target, target
 			r.Out.URL.Path = "/" + strings.TrimPrefix(c.Param("path"), "/")
 			r.Out.URL.RawPath = ""
+			if q := r.Out.URL.Query(); q.Has("tenant") {
+				// The console's own: which tenant the call acts in.
+				q.Del("tenant")
+				r.Out.URL.RawQuery = q.Encode()
+			}
 			for _, h := range []string{"Cookie", "Authorization", TenantHeader, CSRFHeader, "Origin", "Referer"} {
 				r.Out.Header.Del(h)
 			}

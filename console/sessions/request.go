@@ -31,11 +31,14 @@ func (b *Broker) Ask(ctx context.Context, a Asking) (Record, error) {
 	now := b.cfg.Now()
 	rec := Record{ID: newID(now), TenantID: a.TenantID, Box: a.Box, BoxName: a.BoxName, Kind: a.Kind, Workload: a.Workload,
 		Target: a.Target, ViewOnly: a.ViewOnly, User: a.User, Remote: a.Remote, Started: now, FourEyes: true}
-	l := &live{rec: rec, cancel: func(error) {}, approve: make(chan string, 1), watchers: map[*watcher]struct{}{}, asking: true,
+	// End ends a request as it ends a session: through its cancel.
+	ended, cancel := context.WithCancelCause(context.Background())
+	l := &live{rec: rec, cancel: cancel, approve: make(chan string, 1), watchers: map[*watcher]struct{}{}, asking: true,
 		taken: make(chan struct{})}
 	b.mu.Lock()
 	if len(b.live) >= b.cfg.MaxLive {
 		b.mu.Unlock()
+		cancel(nil)
 		return Record{}, errdefs.Unavailable("the console runs %d sessions, its most; try again later", b.cfg.MaxLive)
 	}
 	b.live[rec.ID] = l
@@ -49,16 +52,20 @@ func (b *Broker) Ask(ctx context.Context, a Asking) (Record, error) {
 		b.mu.Lock()
 		delete(b.live, rec.ID)
 		b.mu.Unlock()
+		cancel(nil)
 		return Record{}, err
 	}
-	// Unless it is taken in time, the request ends, approved or not.
+	// Unless it is taken in time, the request ends, approved or not; a
+	// user may end it sooner.
 	b.wg.Add(1)
 	go func() {
 		defer b.wg.Done()
+		defer cancel(nil)
 		t := time.NewTimer(b.cfg.ApprovalWait)
 		defer t.Stop()
 		select {
 		case <-t.C:
+		case <-ended.Done():
 		case <-l.taken:
 			return
 		}
@@ -79,6 +86,9 @@ func (b *Broker) Ask(ctx context.Context, a Asking) (Record, error) {
 		r.Ended, r.EndedBy = &end, "not approved"
 		if by != "" {
 			r.ApprovedBy, r.EndedBy = by, "not opened"
+		}
+		if name := causeName(context.Cause(ended)); name != "" {
+			r.EndedBy = name // ended by a user, or the console stopping
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()

@@ -260,7 +260,7 @@ func TestRemoteSessions(t *testing.T) {
 	})
 	var leaked lockedBuffer // what the box's page was sent that it must not be
 	page := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		leaked.Write([]byte(r.Header.Get("Authorization") + r.Header.Get("Cookie")))
+		leaked.Write([]byte(r.Header.Get("Authorization") + r.Header.Get("Cookie") + r.URL.Query().Get("tenant")))
 		if r.URL.Path == "/old" {
 			http.Redirect(w, r, "/new", http.StatusFound)
 			return
@@ -314,7 +314,7 @@ func TestRemoteSessions(t *testing.T) {
 		}
 		return resp
 	}
-	resp := web("/index.html")
+	resp := web("/index.html?tenant=default")
 	body, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
 	if resp.StatusCode != 200 || string(body) != "the box's own page" || !strings.HasPrefix(resp.Header.Get("Content-Security-Policy"), "sandbox") ||
