@@ -486,14 +486,14 @@ func fleet(b *testing.B, n int) {
 	c.waitHealthy(b, stormTimeout)
 	b.ReportMetric(time.Since(restart).Seconds(), "storm-s-healthz")
 	var profiled sync.WaitGroup
-	if p := os.Getenv("EDGEBOX_BENCH_CPU_PROFILE"); p != "" {
-		// The console's CPU during the storm's first
-		// EDGEBOX_BENCH_CPU_PROFILE_SECONDS (8 unless set).
-		secs := cmp.Or(os.Getenv("EDGEBOX_BENCH_CPU_PROFILE_SECONDS"), "8")
+	// debugFetch saves what the console's /debug/pprof/NAME?seconds=SECS
+	// answers to file, from at on.
+	debugFetch := func(name, secs, file string, at time.Time) {
 		profiled.Add(1)
 		go func() {
 			defer profiled.Done()
-			req, _ := http.NewRequest(http.MethodGet, c.url+"/debug/pprof/profile?seconds="+secs, nil)
+			time.Sleep(time.Until(at))
+			req, _ := http.NewRequest(http.MethodGet, c.url+"/debug/pprof/"+name+"?seconds="+secs, nil)
 			req.Header.Set("Authorization", "Bearer "+c.token)
 			resp, err := (&http.Client{Timeout: 10 * time.Minute, Transport: c.hc.Transport}).Do(req)
 			if err != nil {
@@ -502,34 +502,24 @@ func fleet(b *testing.B, n int) {
 			}
 			defer resp.Body.Close()
 			body, _ := io.ReadAll(resp.Body)
-			os.WriteFile(p, body, 0o644)
+			os.WriteFile(file, body, 0o644)
 		}()
+	}
+	if p := os.Getenv("EDGEBOX_BENCH_CPU_PROFILE"); p != "" {
+		// The console's CPU during the storm's first
+		// EDGEBOX_BENCH_CPU_PROFILE_SECONDS (8 unless set).
+		debugFetch("profile", cmp.Or(os.Getenv("EDGEBOX_BENCH_CPU_PROFILE_SECONDS"), "8"), p, time.Now())
 	}
 	if p := os.Getenv("EDGEBOX_BENCH_TRACE"); p != "" {
 		// The console's execution trace (go tool trace) over
 		// EDGEBOX_BENCH_TRACE_SECONDS (5 unless set), from
 		// EDGEBOX_BENCH_TRACE_AFTER (20 s unless set) after the restart:
 		// where its goroutines, an API call's among them, wait.
-		secs := cmp.Or(os.Getenv("EDGEBOX_BENCH_TRACE_SECONDS"), "5")
 		after, err := time.ParseDuration(cmp.Or(os.Getenv("EDGEBOX_BENCH_TRACE_AFTER"), "20s"))
 		if err != nil {
 			b.Fatal(err)
 		}
-		profiled.Add(1)
-		go func() {
-			defer profiled.Done()
-			time.Sleep(time.Until(restart.Add(after)))
-			req, _ := http.NewRequest(http.MethodGet, c.url+"/debug/pprof/trace?seconds="+secs, nil)
-			req.Header.Set("Authorization", "Bearer "+c.token)
-			resp, err := (&http.Client{Timeout: 10 * time.Minute, Transport: c.hc.Transport}).Do(req)
-			if err != nil {
-				b.Log(err)
-				return
-			}
-			defer resp.Body.Close()
-			body, _ := io.ReadAll(resp.Body)
-			os.WriteFile(p, body, 0o644)
-		}()
+		debugFetch("trace", cmp.Or(os.Getenv("EDGEBOX_BENCH_TRACE_SECONDS"), "5"), p, restart.Add(after))
 	}
 	defer profiled.Wait()
 	// Online in the console, and by the boxes' own account caught up.
