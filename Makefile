@@ -83,6 +83,8 @@ fuzz: ## run each fuzz target for 30 s
 	$(GO) test -run '^$$' -fuzz FuzzReadReply -fuzztime 30s ./tunnel/forwarding/
 	$(GO) test -run '^$$' -fuzz FuzzViewOnly -fuzztime 30s ./console/sessions/
 	$(GO) test -run '^$$' -fuzz FuzzVerifyRecording -fuzztime 30s ./console/recording/
+	$(GO) test -run '^$$' -fuzz FuzzServeConn -fuzztime 30s ./usbhub/usbip/
+	$(GO) test -run '^$$' -fuzz FuzzCommand -fuzztime 30s ./usbhub/ccid/
 
 soak: ## 500 randomized sync histories with faults (make test runs 50), about 10 minutes
 	$(GO) test -race -count=1 -timeout 60m -run TestSyncHistory ./internal/test/integration/ -history-runs=500
