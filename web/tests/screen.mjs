@@ -4,7 +4,8 @@
 // then watches it view only and finds the same; the Sessions page lists
 // both; on a box kept to four eyes the page offers to ask for approval,
 // a second maintainer approves the request on the Sessions page, and the
-// screen opens and paints; a viewer is offered no screen. Each step logs
+// screen opens and paints; a screen asked for and closed before its
+// approval ends its request; a viewer is offered no screen. Each step logs
 // "ok <step>" or fails the run, and saves a screenshot of the page it ends
 // on.
 import { chromium } from 'playwright-core';
@@ -233,6 +234,22 @@ await step(second, 'a second maintainer approves the request on the Sessions pag
   expect(!(await admin.$('[data-testid=screen-asking]')) && !(await admin.$('[data-testid=screen-approval]')), 'the open screen still says it waits');
   await admin.click('[data-testid=screen-close]');
   await admin.waitForSelector('[data-testid=screen]', { state: 'detached' });
+});
+
+await step(admin, 'a screen asked for and closed before its approval ends its request', async () => {
+  await admin.click(`${row} [data-testid=workload-screen]:not([disabled])`);
+  await admin.waitForSelector('[data-testid=screen-status][data-state=approval]', { timeout: 20000 });
+  await admin.click('[data-testid=screen-ask]');
+  const asking = await admin.waitForSelector('[data-testid=screen-asking]', { timeout: 10000 });
+  const id = await asking.getAttribute('data-request');
+  await admin.click('[data-testid=screen-close]');
+  await admin.waitForSelector('[data-testid=screen]', { state: 'detached' });
+  let r = {};
+  for (let i = 0; i < 50 && !r.ended; i++) {
+    await admin.waitForTimeout(100);
+    r = await admin.evaluate(async (id) => (await fetch(`/api/v1/sessions/${id}`)).json(), id);
+  }
+  expect(r.ended && r.ended_by === `user:${env('EDGEBOX_ADMIN')}` && !r.approved_by, `the closed request: ${JSON.stringify(r)}`);
 });
 
 const viewer = await newPage();

@@ -110,12 +110,16 @@ func TestWebVMScreen(t *testing.T) {
 
 	// What the page opened, the console recorded: three screens of the VM
 	// by ada, ended, that showed the screen; the second view only; the
-	// third asked for under four eyes and approved by max.
+	// third asked for under four eyes and approved by max. Then a request
+	// ada closed before anyone approved it.
 	recs, err := admin.Sessions(ctx, false, box.ID())
-	if err != nil || len(recs) != 3 {
+	if err != nil || len(recs) != 4 {
 		t.Fatalf("sessions on the box: %+v %v", recs, err)
 	}
-	approved, watched, interactive := recs[0], recs[1], recs[2] // newest first
+	closed, approved, watched, interactive := recs[0], recs[1], recs[2], recs[3] // newest first
+	if closed.Kind != "screen" || closed.EndedBy != "user:ada" || closed.ApprovedBy != "" || closed.BytesOut != 0 {
+		t.Errorf("the request closed before its approval: %+v", closed)
+	}
 	if !approved.FourEyes || approved.ApprovedBy != "max" || approved.ViewOnly {
 		t.Errorf("the screen asked for under four eyes: %+v", approved)
 	}

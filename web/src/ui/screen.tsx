@@ -49,6 +49,16 @@ export function VMScreen({ box, workload, title, viewOnly, onClose }: { box: str
   const [request, setRequest] = useState('');
   const [asked, setAsked] = useState(false);
   const [askError, setAskError] = useState('');
+  // pending is a request asked for and not yet approved or ended: closing
+  // the screen ends it, so it does not wait for a second maintainer in
+  // vain.
+  const pending = useRef('');
+  useEffect(
+    () => () => {
+      if (pending.current) api.endSession(session, pending.current).catch(() => {});
+    },
+    [],
+  );
   const path = api.screenPath(session, box, workload, !!viewOnly, request);
   useEffect(() => {
     let gone = false;
@@ -107,6 +117,7 @@ export function VMScreen({ box, workload, title, viewOnly, onClose }: { box: str
         (r) => {
           if (gone) return;
           setAskError('');
+          if (r.ended || r.approved_by) pending.current = '';
           if (r.ended) setState({ kind: 'failed', text: t('screen.askEnded', { id: r.id, why: endedHow(t, r) }) });
           else if (r.approved_by) setRequest(r.id);
           else timer = window.setTimeout(check, askPeriod);
@@ -129,7 +140,10 @@ export function VMScreen({ box, workload, title, viewOnly, onClose }: { box: str
     setAskError('');
     api
       .askSession(session, box, { kind: 'screen', workload, view_only: !!viewOnly })
-      .then((r) => setState({ kind: 'asking', request: r.id }))
+      .then((r) => {
+        pending.current = r.id;
+        setState({ kind: 'asking', request: r.id });
+      })
       .catch((e: Error) => setAskError(e.message))
       .finally(() => setAsked(false));
   };
