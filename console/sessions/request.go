@@ -34,7 +34,7 @@ func (b *Broker) Ask(ctx context.Context, a Asking) (Record, error) {
 	// End ends a request as it ends a session: through its cancel.
 	ended, cancel := context.WithCancelCause(context.Background())
 	l := &live{rec: rec, cancel: cancel, approve: make(chan string, 1), watchers: map[*watcher]struct{}{}, asking: true,
-		taken: make(chan struct{})}
+		taken: make(chan struct{}), askEnded: ended.Done()}
 	b.mu.Lock()
 	if len(b.live) >= b.cfg.MaxLive {
 		b.mu.Unlock()
@@ -109,6 +109,11 @@ func (b *Broker) Take(id string, want Record) (Record, error) {
 		return Record{}, errdefs.NotFound("no request %q waits to be opened; ask for approval again", id)
 	}
 	r := l.rec
+	select {
+	case <-l.askEnded:
+		return Record{}, errdefs.NotFound("request %s was ended; ask for approval again", id)
+	default:
+	}
 	if r.User != want.User || r.Box != want.Box || r.Kind != want.Kind || r.Workload != want.Workload || r.Target != want.Target || r.ViewOnly != want.ViewOnly {
 		return Record{}, errdefs.Permission("request %s was for another session", id)
 	}

@@ -153,9 +153,10 @@ type live struct {
 	watchers map[*watcher]struct{}
 	// asking: a screen's or forward's request for approval, not a session
 	// yet; taken closes when it opens.
-	asking bool
-	taken  chan struct{}
-	closed bool // the session ended: no more watchers
+	asking   bool
+	taken    chan struct{}
+	askEnded <-chan struct{} // closed when the request was ended
+	closed   bool            // the session ended: no more watchers
 	// size is the terminal's, which watchers are shown at; zero without
 	// a terminal.
 	size sessionwire.Resize

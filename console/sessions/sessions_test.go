@@ -466,18 +466,26 @@ func TestAScreenOrForwardAsksFirst(t *testing.T) {
 		return !r.Live() && r.EndedBy == "not approved"
 	})
 
-	// One its user ends before anyone approves it ends at once.
-	b = newBroker(t, st, Config{ApprovalWait: time.Hour})
-	rec, _ = b.Ask(t.Context(), Asking{TenantID: "default", Box: "bx-1", User: "alice", Kind: KindForward, Target: "10.0.0.5:80"})
-	if err := b.End("default", rec.ID, "alice"); err != nil {
-		t.Fatal(err)
-	}
-	testWait(t, 10*time.Second, func() bool {
-		r, _ := b.Get(t.Context(), "default", rec.ID)
-		return !r.Live() && r.EndedBy == "user:alice"
-	})
-	if _, err := b.Take(rec.ID, Record{TenantID: "default", Box: "bx-1", User: "alice", Kind: KindForward, Target: "10.0.0.5:80"}); err == nil {
-		t.Fatal("an ended request was taken")
+	// One its user ends before opening it ends at once, approved or not,
+	// and is not opened after.
+	for _, approve := range []bool{false, true} {
+		b = newBroker(t, st, Config{ApprovalWait: time.Hour})
+		rec, _ = b.Ask(t.Context(), Asking{TenantID: "default", Box: "bx-1", User: "alice", Kind: KindForward, Target: "10.0.0.5:80"})
+		if approve {
+			if err := b.Approve(t.Context(), audit.Actor{TenantID: "default", Name: "bob"}, rec.ID); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := b.End("default", rec.ID, "alice"); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := b.Take(rec.ID, Record{TenantID: "default", Box: "bx-1", User: "alice", Kind: KindForward, Target: "10.0.0.5:80"}); err == nil {
+			t.Fatalf("an ended request (approved %v) was taken", approve)
+		}
+		testWait(t, 10*time.Second, func() bool {
+			r, _ := b.Get(t.Context(), "default", rec.ID)
+			return !r.Live() && r.EndedBy == "user:alice"
+		})
 	}
 }
 
