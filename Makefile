@@ -85,6 +85,8 @@ fuzz: ## run each fuzz target for 30 s
 	$(GO) test -run '^$$' -fuzz FuzzVerifyRecording -fuzztime 30s ./console/recording/
 	$(GO) test -run '^$$' -fuzz FuzzServeConn -fuzztime 30s ./usbhub/usbip/
 	$(GO) test -run '^$$' -fuzz FuzzCommand -fuzztime 30s ./usbhub/ccid/
+	$(GO) test -run '^$$' -fuzz FuzzServe -fuzztime 30s ./usbhub/usbredir/
+	$(GO) test -run '^$$' -fuzz FuzzParseConfig -fuzztime 30s ./usbhub/usbdev/
 
 soak: ## 500 randomized sync histories with faults (make test runs 50), about 10 minutes
 	$(GO) test -race -count=1 -timeout 60m -run TestSyncHistory ./internal/test/integration/ -history-runs=500
