@@ -55,6 +55,24 @@ if [ ! -f "$KERNEL_DIR/vmlinuz" ] || [ ! -f "$KERNEL_DIR/qemu_fw_cfg.ko" ] || [ 
 	rm -rf "$tmp"
 fi
 
+# Debian's generic kernel, for the guests that need USB (the cloud kernel
+# has none): its vmlinuz and the modules of an xHCI bus, unpacked the
+# same way into $KERNEL_DIR/usb.
+if [ ! -f "$KERNEL_DIR/usb/vmlinuz" ] || [ ! -f "$KERNEL_DIR/usb/xhci-pci.ko" ]; then
+	pkg=$(apt-cache depends linux-image-amd64 | awk '/Depends: linux-image-/{print $2; exit}')
+	echo "test-deps: unpacking $pkg into $KERNEL_DIR/usb"
+	tmp=$(mktemp -d)
+	chmod 1777 "$tmp"
+	(cd "$tmp" && apt-get download -q "$pkg" >/dev/null && dpkg-deb --fsys-tarfile ./*.deb | tar -x --wildcards './boot/vmlinuz-*' \
+		'./lib/modules/*/kernel/drivers/usb/common/usb-common.ko' './lib/modules/*/kernel/drivers/usb/core/usbcore.ko' \
+		'./lib/modules/*/kernel/drivers/usb/host/xhci-hcd.ko' './lib/modules/*/kernel/drivers/usb/host/xhci-pci.ko')
+	mkdir -p "$KERNEL_DIR/usb"
+	cp "$tmp"/lib/modules/*/kernel/drivers/usb/common/usb-common.ko "$tmp"/lib/modules/*/kernel/drivers/usb/core/usbcore.ko \
+		"$tmp"/lib/modules/*/kernel/drivers/usb/host/xhci-hcd.ko "$tmp"/lib/modules/*/kernel/drivers/usb/host/xhci-pci.ko "$KERNEL_DIR/usb/"
+	cp "$tmp"/boot/vmlinuz-* "$KERNEL_DIR/usb/vmlinuz"
+	rm -rf "$tmp"
+fi
+
 GOBIN=$(go env GOPATH)/bin
 [ -x "$GOBIN/protoc-gen-go" ] && "$GOBIN/protoc-gen-go" --version 2>/dev/null | grep -q v1.36.12 || go install "$GO_PROTOC_GEN_GO"
 [ -x "$GOBIN/protoc-gen-go-grpc" ] && "$GOBIN/protoc-gen-go-grpc" --version 2>/dev/null | grep -q 1.6.2 || go install "$GO_PROTOC_GEN_GO_GRPC"

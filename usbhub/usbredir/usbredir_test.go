@@ -7,10 +7,12 @@ import (
 	"crypto/ecdsa"
 	"crypto/sha256"
 	"encoding/binary"
+	"encoding/hex"
 	"encoding/json"
 	"io"
 	"log/slog"
 	"net"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -18,6 +20,7 @@ import (
 	"time"
 
 	"github.com/edgebox/edgebox/internal/test/require"
+	"github.com/edgebox/edgebox/internal/test/vmtest"
 	"github.com/edgebox/edgebox/usbhub/ccid"
 	"github.com/edgebox/edgebox/usbhub/usbdev"
 )
@@ -319,4 +322,73 @@ func FuzzServe(f *testing.F) {
 			t.Fatal("the host did not let go of a guest that left")
 		}
 	})
+}
+
+// TestAGuestSeesTheKeyAndItSigns: a real guest (Debian's generic kernel
+// under TCG, its xHCI driver) on QEMU's usb-redir device sees the key on
+// its bus with its vendor, product and serial, and a static program in
+// it has the card sign through usbfs; the signature verifies against
+// the key on this side.
+func TestAGuestSeesTheKeyAndItSigns(t *testing.T) {
+	vmtest.RequireUSB(t)
+	dir := t.TempDir()
+	prog := filepath.Join(dir, "apdu")
+	build := exec.Command("go", "build", "-o", prog, "./testdata/apdu")
+	build.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS=linux", "GOARCH=amd64")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("building the guest's program: %v\n%s", err, out)
+	}
+	program, err := os.ReadFile(prog)
+	if err != nil {
+		t.Fatal(err)
+	}
+	files := vmtest.USBFiles(t, dir, program)
+	redir, serial := filepath.Join(dir, "redir.sock"), filepath.Join(dir, "serial.log")
+	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
+	defer cancel()
+	qemu := exec.CommandContext(ctx, "qemu-system-x86_64", "-nodefaults", "-display", "none", "-machine", "pc", "-m", "256",
+		"-no-reboot", "-kernel", files.Kernel, "-initrd", files.Initrd, "-append", "console=ttyS0 panic=-1 quiet",
+		"-serial", "file:"+serial,
+		"-device", "qemu-xhci,id=xhci",
+		"-chardev", "socket,id=ur,path="+redir+",server=on,wait=off",
+		"-device", "usb-redir,chardev=ur,bus=xhci.0")
+	var stderr bytes.Buffer
+	qemu.Stderr = &stderr
+	if err := qemu.Start(); err != nil {
+		t.Fatal(err)
+	}
+	var c net.Conn
+	for deadline := time.Now().Add(20 * time.Second); c == nil; time.Sleep(50 * time.Millisecond) {
+		if c, err = net.Dial("unix", redir); err != nil && time.Now().After(deadline) {
+			t.Fatalf("QEMU's usb-redir socket: %v; %s", err, stderr.String())
+		}
+	}
+	served := make(chan error, 1)
+	go func() { served <- Serve(ctx, c, ccid.New(0x1050, 0x0407, "UK-000123"), quiet()) }()
+	waitErr := qemu.Wait() // the guest powers off when done
+	c.Close()
+	<-served
+	out, _ := os.ReadFile(serial)
+	if waitErr != nil {
+		t.Fatalf("QEMU: %v; %s\nguest:\n%s", waitErr, stderr.String(), out)
+	}
+	var sigHex string
+	for _, line := range strings.Split(string(out), "\n") {
+		line = strings.TrimSpace(line)
+		if v, ok := strings.CutPrefix(line, vmtest.USBLine); ok && v != "GUEST DONE" && !strings.HasPrefix(v, "1050:0407 UK-000123 /dev/bus/usb/") {
+			t.Fatalf("the guest saw %q", line)
+		}
+		if v, ok := strings.CutPrefix(line, "APDU SIGNED "); ok {
+			sigHex = v
+		}
+	}
+	if !strings.Contains(string(out), "USB 1050:0407 UK-000123") || sigHex == "" {
+		t.Fatalf("the guest printed:\n%s", out)
+	}
+	sig, err := hex.DecodeString(sigHex)
+	digest := sha256.Sum256([]byte("statement 2026-11, signed in the guest"))
+	if err != nil || !ecdsa.VerifyASN1(&ccid.TestKey().PublicKey, digest[:], sig) {
+		t.Fatalf("the guest's signature %q does not verify: %v", sigHex, err)
+	}
+	t.Logf("the guest:\n%s", out)
 }

@@ -232,3 +232,93 @@ func DriverWith(t testing.TB, cfg qemu.Config) *qemu.Driver {
 	})
 	return d
 }
+
+// USBModules are the modules of an xHCI bus in Debian's generic kernel,
+// in load order.
+var USBModules = []string{"usb-common.ko", "usbcore.ko", "xhci-hcd.ko", "xhci-pci.ko"}
+
+// USBLine starts what a USB guest prints of each device on its bus that
+// is not a hub: "USB VID:PID SERIAL BUS/DEV".
+const USBLine = "USB "
+
+// usbInit is a USB guest's init: it loads the xHCI modules, waits for a
+// device on the bus, prints it, runs /run-usb with the device's usbfs
+// node when the test gave one, and powers off.
+const usbInit = `#!/bin/busybox sh
+/bin/busybox --install -s /bin
+mount -t proc proc /proc
+mount -t sysfs sysfs /sys
+mount -t devtmpfs devtmpfs /dev
+for m in usb-common usbcore xhci-hcd xhci-pci; do insmod /$m.ko; done
+for i in $(seq 1 200); do
+	for d in /sys/bus/usb/devices/*; do
+		[ -f $d/idVendor ] && [ "$(cat $d/bDeviceClass)" != "09" ] && found=$d
+	done
+	[ -n "$found" ] && break
+	sleep 0.1
+done
+if [ -n "$found" ]; then
+	node=$(printf '/dev/bus/usb/%03d/%03d' $(cat $found/busnum) $(cat $found/devnum))
+	echo "USB $(cat $found/idVendor):$(cat $found/idProduct) $(cat $found/serial) $node"
+	[ -x /run-usb ] && /run-usb $node
+else
+	echo "NO USB DEVICE"
+fi
+echo "USB GUEST DONE"
+poweroff -f
+`
+
+// RequireUSB is Require for a guest with a USB bus: Debian's generic
+// kernel and its xHCI modules (scripts/test-deps.sh unpacks them).
+func RequireUSB(t testing.TB) {
+	t.Helper()
+	Require(t)
+	require.File(t, filepath.Join(kernelDir(), "usb", "vmlinuz"), "Debian's generic kernel; scripts/test-deps.sh unpacks it")
+	for _, m := range USBModules {
+		require.File(t, filepath.Join(kernelDir(), "usb", m), "the generic kernel's USB modules; scripts/test-deps.sh unpacks them")
+	}
+}
+
+// USBFiles writes a guest with a USB bus into dir: the generic kernel and
+// an initramfs whose init prints the first device on the bus (USBLine),
+// and gives its usbfs node to program, when not nil, a static binary it
+// runs as /run-usb.
+func USBFiles(t testing.TB, dir string, program []byte) vm.Files {
+	t.Helper()
+	RequireUSB(t)
+	bb, err := os.ReadFile("/bin/busybox")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var buf bytes.Buffer
+	w := cpio.NewWriter(&buf)
+	for _, d := range []string{"bin", "dev", "proc", "sys", "tmp"} {
+		w.WriteHeader(&cpio.Header{Name: d, Mode: cpio.TypeDir | 0o755})
+	}
+	add := func(name string, mode cpio.FileMode, body []byte) {
+		if err := w.WriteHeader(&cpio.Header{Name: name, Mode: cpio.TypeReg | mode, Size: int64(len(body))}); err != nil {
+			t.Fatal(err)
+		}
+		w.Write(body)
+	}
+	add("init", 0o755, []byte(usbInit))
+	add("bin/busybox", 0o755, bb)
+	for _, m := range USBModules {
+		b, err := os.ReadFile(filepath.Join(kernelDir(), "usb", m))
+		if err != nil {
+			t.Fatal(err)
+		}
+		add(m, 0o644, b)
+	}
+	if program != nil {
+		add("run-usb", 0o755, program)
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	files := vm.Files{Kernel: filepath.Join(kernelDir(), "usb", "vmlinuz"), Initrd: filepath.Join(dir, "usb-initrd")}
+	if err := os.WriteFile(files.Initrd, buf.Bytes(), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return files
+}
