@@ -395,3 +395,70 @@ func FuzzServeConn(f *testing.F) {
 		}
 	})
 }
+
+// TestAClientDrivesTheKey: a key imported with Client works as the key
+// itself does: descriptors, the reader's commands, a read cancelled by
+// its context (unlinked) with the connection still in step after it;
+// the server's side ending ends the client's transfers.
+func TestAClientDrivesTheKey(t *testing.T) {
+	s, addr, _ := serve(t)
+	conn, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := Import(t.Context(), conn, "1-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if i := c.Info(); i.Vendor != 0x1050 || i.Product != 0x0407 || i.Speed != usbdev.SpeedFull {
+		t.Fatalf("info %+v", i)
+	}
+	if _, err := Import(t.Context(), dialConn(t, addr), "1-1"); err == nil {
+		t.Fatal("a key in use was imported twice")
+	}
+	d, err := c.Control(t.Context(), usbdev.Setup{RequestType: 0x80, Request: usbdev.RequestGetDescriptor, Value: usbdev.DescriptorDevice << 8, Length: 18}, nil)
+	if err != nil || len(d) != 18 || binary.LittleEndian.Uint16(d[8:]) != 0x1050 {
+		t.Fatalf("device descriptor %x %v", d, err)
+	}
+	if _, err := c.Control(t.Context(), usbdev.Setup{RequestType: 0x80, Request: usbdev.RequestGetDescriptor, Value: usbdev.DescriptorString<<8 | 9, Length: 255}, nil); !errors.Is(err, usbdev.ErrStall) {
+		t.Fatalf("a string the key has not: %v, want a stall", err)
+	}
+	// Nothing to read yet: the read is unlinked when its context ends.
+	ctx, cancel := context.WithTimeout(t.Context(), 100*time.Millisecond)
+	if _, err := c.Transfer(ctx, ccid.EndpointIn, nil, 64); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("a read with nothing to read: %v", err)
+	}
+	cancel()
+	for seq := byte(1); seq <= 20; seq++ { // in step after the unlink, and many times over
+		m := []byte{0x62, 0, 0, 0, 0, 0, seq, 0, 0, 0}
+		if _, err := c.Transfer(t.Context(), ccid.EndpointOut, m, 0); err != nil {
+			t.Fatal(err)
+		}
+		a, err := c.Transfer(t.Context(), ccid.EndpointIn, nil, 1024)
+		if err != nil || a[0] != 0x80 || a[6] != seq || !bytes.Contains(a, []byte("edgeboxkey")) {
+			t.Fatalf("power on %d: %x %v", seq, a, err)
+		}
+	}
+	// The key removed: a read waiting on it ends, and so does the client.
+	waiting := make(chan error, 1)
+	go func() { _, err := c.Transfer(t.Context(), ccid.EndpointInterrupt, nil, 8); waiting <- err }()
+	time.Sleep(50 * time.Millisecond)
+	s.Remove("1-1")
+	if err := <-waiting; !errors.Is(err, ErrClosed) {
+		t.Fatalf("a read when the key went: %v", err)
+	}
+	<-c.Done()
+	if _, err := c.Transfer(t.Context(), ccid.EndpointIn, nil, 64); !errors.Is(err, ErrClosed) {
+		t.Fatalf("a transfer after the end: %v", err)
+	}
+}
+
+func dialConn(t *testing.T, addr string) net.Conn {
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}

@@ -23,6 +23,7 @@ import (
 	"github.com/edgebox/edgebox/internal/test/vmtest"
 	"github.com/edgebox/edgebox/usbhub/ccid"
 	"github.com/edgebox/edgebox/usbhub/usbdev"
+	"github.com/edgebox/edgebox/usbhub/usbip"
 )
 
 func quiet() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
@@ -328,9 +329,38 @@ func FuzzServe(f *testing.F) {
 // under TCG, its xHCI driver) on QEMU's usb-redir device sees the key on
 // its bus with its vendor, product and serial, and a static program in
 // it has the card sign through usbfs; the signature verifies against
-// the key on this side.
+// the key on this side. Once with the key here, once with the key
+// served over USB/IP and imported, as a key on another box is.
 func TestAGuestSeesTheKeyAndItSigns(t *testing.T) {
 	vmtest.RequireUSB(t)
+	t.Run("here", func(t *testing.T) { guestSigns(t, ccid.New(0x1050, 0x0407, "UK-000123")) })
+	t.Run("over USB/IP", func(t *testing.T) {
+		srv := usbip.New(quiet())
+		if err := srv.Add("1-1", ccid.New(0x1050, 0x0407, "UK-000123")); err != nil {
+			t.Fatal(err)
+		}
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		go srv.Serve(ln)
+		defer func() { srv.Close(); ln.Close() }()
+		conn, err := net.Dial("tcp", ln.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		key, err := usbip.Import(t.Context(), conn, "1-1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer key.Close()
+		guestSigns(t, key)
+	})
+}
+
+// guestSigns boots the USB guest with key on its bus and checks what it
+// saw and had signed.
+func guestSigns(t *testing.T, key usbdev.Device) {
 	dir := t.TempDir()
 	prog := filepath.Join(dir, "apdu")
 	build := exec.Command("go", "build", "-o", prog, "./testdata/apdu")
@@ -364,7 +394,7 @@ func TestAGuestSeesTheKeyAndItSigns(t *testing.T) {
 		}
 	}
 	served := make(chan error, 1)
-	go func() { served <- Serve(ctx, c, ccid.New(0x1050, 0x0407, "UK-000123"), quiet()) }()
+	go func() { served <- Serve(ctx, c, key, quiet()) }()
 	waitErr := qemu.Wait() // the guest powers off when done
 	c.Close()
 	<-served
