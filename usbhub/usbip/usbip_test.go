@@ -462,3 +462,35 @@ func dialConn(t *testing.T, addr string) net.Conn {
 	t.Cleanup(func() { c.Close() })
 	return c
 }
+
+// FuzzClient: whatever a server sends after a good import, a client's
+// transfers end (with an answer, an error, or their context) and nothing
+// panics.
+func FuzzClient(f *testing.F) {
+	ret := binary.BigEndian.AppendUint32(nil, retSubmit)
+	ret = binary.BigEndian.AppendUint32(ret, 1)
+	ret = append(ret, make([]byte, 12)...)
+	ret = binary.BigEndian.AppendUint32(ret, 0)
+	ret = binary.BigEndian.AppendUint32(ret, 4)
+	f.Add(append(append(ret, make([]byte, 20)...), 1, 2, 3, 4))
+	f.Add(append(binary.BigEndian.AppendUint32(nil, retUnlink), make([]byte, 44)...))
+	f.Fuzz(func(t *testing.T, in []byte) {
+		a, b := net.Pipe()
+		defer b.Close()
+		go func() {
+			io.ReadFull(b, make([]byte, opHeaderSize+busIDSize))
+			reply := appendOpHeader(nil, opRepImport, stOK)
+			b.Write(appendDevice(reply, "1-1", busnum, 1, usbdev.Info{Vendor: 1, Product: 2}, false))
+			go io.Copy(io.Discard, b)
+			b.Write(in)
+		}()
+		c, err := Import(context.Background(), a, "1-1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+		defer cancel()
+		c.Transfer(ctx, 0x82, nil, 64)
+		c.Close()
+	})
+}
