@@ -49,10 +49,9 @@ func TestHubTellsEachTenantItsOwnTopics(t *testing.T) {
 	}
 	h := NewHub(st, lookup, 2, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { h.Run(ctx); close(done) }()
-	t.Cleanup(func() { cancel(); <-done })
 
+	// Both subscribe before the hub runs: a subscriber that comes once
+	// the watch runs is told of changes from then on, not All.
 	one, stop1, err := h.Subscribe("bank1", "alice")
 	if err != nil {
 		t.Fatal(err)
@@ -63,6 +62,9 @@ func TestHubTellsEachTenantItsOwnTopics(t *testing.T) {
 	if _, _, err := h.Subscribe("bank3", "carol"); !errors.Is(err, ErrFull) {
 		t.Fatalf("a third subscriber of two: %v", err)
 	}
+	done := make(chan struct{})
+	go func() { h.Run(ctx); close(done) }()
+	t.Cleanup(func() { cancel(); <-done })
 	waitTopics(t, one, All) // the watch began
 	waitTopics(t, two, All)
 
