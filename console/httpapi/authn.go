@@ -172,6 +172,9 @@ func checkOrigin(r *http.Request) error {
 // tell, unless it administers the console: then it is an admin there.
 func (s *server) pickTenant(c *gin.Context, a *access) error {
 	t := c.GetHeader(TenantHeader)
+	if t == "" {
+		t = c.Param("tenant") // a path that names it: a box's web pages, whose links carry no query
+	}
 	if t == "" && c.Request.Method == http.MethodGet {
 		t = c.Query("tenant") // a browser's EventSource sets no headers
 	}

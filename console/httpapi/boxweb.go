@@ -22,7 +22,8 @@ import (
 const boxWebCSP = "sandbox allow-scripts allow-forms allow-popups allow-downloads"
 
 // boxWeb serves a web page of the box itself (127.0.0.1:PORT on the box)
-// under /api/v1/boxes/:id/web/:port/, through the box's tunnel: a
+// under /api/v1/boxes/:id/web/:port/ (or /api/v1/tenants/:tenant/boxes/…,
+// for a tenant not the caller's first), through the box's tunnel: a
 // router's or a robot's local admin page. Reading only (GET, HEAD); the
 // console's cookies and tokens are never passed on, the page's cookies
 // never set, and each request is audited.
@@ -46,6 +47,9 @@ func (s *server) boxWeb(c *gin.Context) {
 	}
 	target := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
 	prefix := fmt.Sprintf("/api/v1/boxes/%s/web/%d", url.PathEscape(c.Param("id")), port)
+	if t := c.Param("tenant"); t != "" {
+		prefix = "/api/v1/tenants/" + url.PathEscape(t) + prefix[len("/api/v1"):]
+	}
 	status, size := 0, 0
 	proxy := &httputil.ReverseProxy{
 		Rewrite: func(r *httputil.ProxyRequest) {

@@ -177,6 +177,10 @@ func (s *server) routes() []route {
 		{"POST", v1 + "/boxes/:id/session-requests", auth.Maintain, s.askSession},
 		{"GET", v1 + "/boxes/:id/web/:port/*path", auth.Maintain, s.boxWeb},
 		{"HEAD", v1 + "/boxes/:id/web/:port/*path", auth.Maintain, s.boxWeb},
+		// The same, in a tenant the path names: a page's own links and
+		// subresources keep it, where a query would be lost.
+		{"GET", v1 + "/tenants/:tenant/boxes/:id/web/:port/*path", auth.Maintain, s.boxWeb},
+		{"HEAD", v1 + "/tenants/:tenant/boxes/:id/web/:port/*path", auth.Maintain, s.boxWeb},
 		{"GET", v1 + "/boxes/:id/files", auth.Maintain, s.readFile},
 		{"GET", v1 + "/boxes/:id/files/stat", auth.Maintain, s.statFile},
 		{"PUT", v1 + "/boxes/:id/files", auth.Maintain, s.writeFile},

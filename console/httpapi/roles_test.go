@@ -268,9 +268,15 @@ func routeTable() map[string]routeCase {
 		"POST /api/v1/boxes/:id/session-requests":      {perm: auth.Maintain, path: box("/session-requests"), body: `{"kind":"screen","workload":"robot"}`, objects: true},
 		"GET /api/v1/boxes/:id/web/:port/*path":        {perm: auth.Maintain, path: box("/web/80/index.html"), objects: true},
 		"HEAD /api/v1/boxes/:id/web/:port/*path":       {perm: auth.Maintain, path: box("/web/80/index.html"), objects: true},
-		"GET /api/v1/boxes/:id/files":                  {perm: auth.Maintain, path: box("/files?path=/etc/hostname"), objects: true},
-		"GET /api/v1/boxes/:id/files/stat":             {perm: auth.Maintain, path: box("/files/stat?path=/etc/hostname"), objects: true},
-		"PUT /api/v1/boxes/:id/files":                  {perm: auth.Maintain, path: box("/files?path=/tmp/x&size=1&offset=0&sha256=00"), body: "x", objects: true},
+		"GET /api/v1/tenants/:tenant/boxes/:id/web/:port/*path": {perm: auth.Maintain, path: func(f tenantFixture) string {
+			return "/api/v1/tenants/bank1/boxes/" + f.box + "/web/80/index.html"
+		}, objects: true},
+		"HEAD /api/v1/tenants/:tenant/boxes/:id/web/:port/*path": {perm: auth.Maintain, path: func(f tenantFixture) string {
+			return "/api/v1/tenants/bank1/boxes/" + f.box + "/web/80/index.html"
+		}, objects: true},
+		"GET /api/v1/boxes/:id/files":      {perm: auth.Maintain, path: box("/files?path=/etc/hostname"), objects: true},
+		"GET /api/v1/boxes/:id/files/stat": {perm: auth.Maintain, path: box("/files/stat?path=/etc/hostname"), objects: true},
+		"PUT /api/v1/boxes/:id/files":      {perm: auth.Maintain, path: box("/files?path=/tmp/x&size=1&offset=0&sha256=00"), body: "x", objects: true},
 
 		"GET /api/v1/sessions":                       {perm: auth.Read, path: fixed("/api/v1/sessions")},
 		"GET /api/v1/sessions/:sid":                  {perm: auth.Read, path: sess(""), objects: true},

@@ -606,7 +606,14 @@ export function screenPath(s: Session, box: string, workload: string, viewOnly: 
   return withTenant(s, q.toString() ? `${p}?${q.toString()}` : p);
 }
 
-/** boxWebPath is a page of the box's own web server (127.0.0.1:port on the box), which the console serves sandboxed. */
-export const boxWebPath = (s: Session, box: string, port: number) => withTenant(s, `/api/v1/boxes/${encodeURIComponent(box)}/web/${port}/`);
+/**
+ * boxWebPath is a page of the box's own web server (127.0.0.1:port on the
+ * box), which the console serves sandboxed. A tenant chosen in the page
+ * goes in the path, which the page's own links and subresources keep.
+ */
+export function boxWebPath(s: Session, box: string, port: number): string {
+  const p = `/boxes/${encodeURIComponent(box)}/web/${port}/`;
+  return s.tenant ? `/api/v1/tenants/${encodeURIComponent(s.tenant)}${p}` : `/api/v1${p}`;
+}
 export const watchPath = (s: Session, id: string) => withTenant(s, `${sessionPath(id)}/watch`);
 export const recordingPath = (s: Session, id: string) => withTenant(s, `${sessionPath(id)}/recording`);
