@@ -40,18 +40,36 @@ func startInTerminal(cmd *exec.Cmd, cols, rows uint16, term string) (terminal, e
 	return ptyTerminal{f}, nil
 }
 
+// control runs f on the terminal's descriptor, which a Close meanwhile
+// cannot take away (File.Fd could: the session's resize and its end race).
+func (t ptyTerminal) control(f func(fd int) error) error {
+	rc, err := t.SyscallConn()
+	if err != nil {
+		return err
+	}
+	var ferr error
+	if err := rc.Control(func(fd uintptr) { ferr = f(int(fd)) }); err != nil {
+		return fmt.Errorf("the terminal is closed: %w", err)
+	}
+	return ferr
+}
+
 func (t ptyTerminal) resize(cols, rows uint16) error {
-	return pty.Setsize(t.File, &pty.Winsize{Cols: cols, Rows: rows})
+	return t.control(func(fd int) error {
+		return unix.IoctlSetWinsize(fd, unix.TIOCSWINSZ, &unix.Winsize{Col: cols, Row: rows})
+	})
 }
 
 // signal sends the signal to the terminal's foreground process group, as
 // the terminal's own ^C or ^\ would.
 func (t ptyTerminal) signal(name string) error {
-	pgrp, err := unix.IoctlGetInt(int(t.Fd()), unix.TIOCGPGRP)
-	if err != nil {
-		return fmt.Errorf("finding the terminal's foreground processes: %w", err)
-	}
-	return syscall.Kill(-pgrp, signalNumbers[name])
+	return t.control(func(fd int) error {
+		pgrp, err := unix.IoctlGetInt(fd, unix.TIOCGPGRP)
+		if err != nil {
+			return fmt.Errorf("finding the terminal's foreground processes: %w", err)
+		}
+		return syscall.Kill(-pgrp, signalNumbers[name])
+	})
 }
 
 // setProcessGroup makes cmd the leader of a process group of its own, so
