@@ -363,8 +363,14 @@ func (c *Client) LabelKey(ctx context.Context, id string, labels map[string]stri
 
 // Lease leases a key to a workload on its box.
 func (c *Client) Lease(ctx context.Context, id, workload string) (Key, error) {
+	return c.Attach(ctx, id, workload, "")
+}
+
+// Attach leases a key to a workload on box (ID or name), which may be
+// another box than the key's: the key is then used from there.
+func (c *Client) Attach(ctx context.Context, id, workload, box string) (Key, error) {
 	var k Key
-	err := c.do(ctx, http.MethodPost, keyPath(id)+"/lease", LeaseRequest{Workload: workload}, &k)
+	err := c.do(ctx, http.MethodPost, keyPath(id)+"/lease", LeaseRequest{Workload: workload, Box: box}, &k)
 	return k, err
 }
 

@@ -388,9 +388,12 @@ type Key struct {
 	Broken       bool              `json:"broken,omitempty"`
 	Labels       map[string]string `json:"labels,omitempty"`
 	Holder       string            `json:"holder,omitempty"`
-	LeasedAt     time.Time         `json:"leased_at,omitzero"`
-	LeasedBy     string            `json:"leased_by,omitempty"`
-	LastChange   time.Time         `json:"last_change"`
+	// HolderBox is the holder's box when it is not the key's own: the
+	// key is used from there.
+	HolderBox  string    `json:"holder_box,omitempty"`
+	LeasedAt   time.Time `json:"leased_at,omitzero"`
+	LeasedBy   string    `json:"leased_by,omitempty"`
+	LastChange time.Time `json:"last_change"`
 }
 
 // KeyList is the answer to GET /api/v1/keys.
@@ -398,9 +401,11 @@ type KeyList struct {
 	Keys []Key `json:"keys"`
 }
 
-// LeaseRequest leases a key to a workload on its box.
+// LeaseRequest leases a key to a workload on its box, or on Box: a key
+// used from another box travels through the two boxes' tunnels.
 type LeaseRequest struct {
 	Workload string `json:"workload"`
+	Box      string `json:"box,omitempty"` // ID or name; the key's own box when empty
 }
 
 // KeyEvent is one line of a key's history.

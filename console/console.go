@@ -44,6 +44,7 @@ import (
 	"github.com/edgebox/edgebox/console/rollout"
 	"github.com/edgebox/edgebox/console/sessions"
 	"github.com/edgebox/edgebox/console/store"
+	"github.com/edgebox/edgebox/console/usbbroker"
 	"github.com/edgebox/edgebox/console/webui"
 	"github.com/edgebox/edgebox/enroll"
 	"github.com/edgebox/edgebox/images/registry"
@@ -74,6 +75,7 @@ type Console struct {
 	api       *http.Server
 	rpc       *agentrpc.Server
 	registry  *boxregistry.Server
+	usb       *usbbroker.Broker // UKEYs carried between boxes
 	sync      *boxsync.Server
 	fleet     *fleet.Fleet
 	presence  *presence.Tracker
@@ -241,6 +243,8 @@ func New(cfg Config, log *slog.Logger) (_ *Console, err error) {
 	c.rpc = agentrpc.NewServer(agentrpc.Config{Fleet: fl, PKI: authority, Apps: catalogue, Agents: agents, BoxCertTTL: cfg.BoxCertTTL,
 		Version: Version, CapabilityVersion: CapabilityVersion, BeforeHello: cfg.Hooks.BeforeHello}, srv.Listen(tunnel.KindRPC), c.log)
 	c.registry = boxregistry.New(reg, c.desired, registryHosts, agents, srv.Listen(tunnel.KindRegistry), c.log)
+	c.usb = usbbroker.New(usbbroker.Config{Keys: keyRegistry, Boxes: fl.BoxByID, Tunnel: srv, Listener: srv.Listen(tunnel.KindUSBIP),
+		Log: c.log.With("component", "usbbroker")})
 	if c.compactor, err = store.NewCompactor(st, cfg.CompactEvery, cfg.KeepRevisions, c.log); err != nil {
 		return nil, err
 	}
@@ -308,9 +312,10 @@ func (c *Console) Run(ctx context.Context) error {
 	//  1. the public port stops accepting and closes its listener, its
 	//     handshakes in progress end, and the HTTP API drains its
 	//     requests for up to 5 s;
-	//  2. the agent RPC, the box registry and the sync server stop
-	//     serving tunnel streams (the sync server closes every box's
-	//     stream, and its hub stops watching);
+	//  2. the agent RPC, the box registry, the UKEY broker and the sync
+	//     server stop serving tunnel streams (the sync server closes
+	//     every box's stream, and its hub stops watching; the broker
+	//     cuts the keys it carries);
 	//  3. the tunnel server says goodbye to every box and drops its
 	//     session;
 	//  4. the fleet's revocation watch, presence, compaction and app sync
@@ -344,6 +349,7 @@ func (c *Console) Run(ctx context.Context) error {
 	start(edge, "remote sessions", c.remote.Run)
 	start(streams, "agent RPC", c.rpc.Run)
 	start(streams, "box registry", c.registry.Run)
+	start(streams, "UKEY broker", c.usb.Run)
 	start(streams, "sync server", c.sync.Run)
 	start(loops, "fleet", c.fleet.Run)
 	start(loops, "presence", c.presence.Run)

@@ -10,7 +10,11 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+	"strconv"
 	"sync"
+
+	"github.com/edgebox/edgebox/usbhub/ccid"
+	"github.com/edgebox/edgebox/usbhub/usbdev"
 )
 
 // SimConfig describes a simulated box: its hubs and the keys in them. It
@@ -44,13 +48,25 @@ type Sim struct {
 	// mknod makes a character device node; tests replace it to act as a
 	// system where that is not allowed.
 	mknod func(path string) error
+	// opened are the simulated CCID keys Open gave out, by port; one
+	// unplugged is forgotten.
+	opened map[string]*simOpened
 }
 
-var _ NodeMaker = (*Sim)(nil)
+// simOpened is a key Open gave out, and the device it was opened as.
+type simOpened struct {
+	dev Device
+	key *ccid.Key
+}
+
+var (
+	_ NodeMaker = (*Sim)(nil)
+	_ Opener    = (*Sim)(nil)
+)
 
 // NewSim builds a simulation from cfg.
 func NewSim(cfg SimConfig) (*Sim, error) {
-	s := &Sim{hubs: map[string]bool{}, devs: map[string]Device{}, nextDev: 2, dead: map[string]bool{}, mknod: mknodNull}
+	s := &Sim{hubs: map[string]bool{}, devs: map[string]Device{}, nextDev: 2, dead: map[string]bool{}, mknod: mknodNull, opened: map[string]*simOpened{}}
 	for _, h := range cfg.Hubs {
 		if !devName.MatchString(h.Port) {
 			return nil, fmt.Errorf("usbhub: simulated hub port %q: use a path like 1-2", h.Port)
@@ -118,6 +134,7 @@ func (s *Sim) Plug(d Device) error {
 func (s *Sim) Unplug(port string) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	delete(s.opened, port)
 	d, ok := s.devs[port]
 	if !ok {
 		return ErrNoDevice
@@ -305,4 +322,31 @@ func (s *Sim) removeNode(d Device) error {
 		}
 	}
 	return nil
+}
+
+// Open returns the key at port as a simulated CCID smart-card key with
+// its vendor, product and serial (its card signs with ccid.TestKey). The
+// same key plugged in again at the same port is the same device until it
+// is unplugged.
+func (s *Sim) Open(_ context.Context, port string) (usbdev.Device, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	d, ok := s.devs[port]
+	switch {
+	case !ok:
+		return nil, fmt.Errorf("usbhub: no key at %s", port)
+	case d.Stuck:
+		return nil, fmt.Errorf("usbhub: the key at %s does not answer", port)
+	}
+	if o, ok := s.opened[port]; ok && o.dev.Serial == d.Serial && o.dev.VendorID == d.VendorID && o.dev.ProductID == d.ProductID {
+		return o.key, nil
+	}
+	vendor, err1 := strconv.ParseUint(d.VendorID, 16, 16)
+	product, err2 := strconv.ParseUint(d.ProductID, 16, 16)
+	if err := errors.Join(err1, err2); err != nil {
+		return nil, fmt.Errorf("usbhub: the key at %s: %w", port, err)
+	}
+	k := ccid.New(uint16(vendor), uint16(product), d.Serial)
+	s.opened[port] = &simOpened{dev: d, key: k}
+	return k, nil
 }

@@ -10,6 +10,8 @@ import (
 	"errors"
 	"sort"
 	"strings"
+
+	"github.com/edgebox/edgebox/usbhub/usbdev"
 )
 
 // Class is what a device presents itself as.
@@ -79,6 +81,15 @@ type Hub interface {
 	Devices(ctx context.Context) ([]Device, error)
 	// PowerCycle turns the port off and on again.
 	PowerCycle(ctx context.Context, port string) error
+}
+
+// Opener is a hub that opens its devices for an exporter of keys (the
+// USB/IP server a key on this box is used from another box through): the
+// simulated hub's keys are simulated CCID smart-card keys.
+type Opener interface {
+	// Open returns the device at port, to drive. Opening it again returns
+	// the same device while it stays plugged in.
+	Open(ctx context.Context, port string) (usbdev.Device, error)
 }
 
 // NodeMaker is a hub that makes its devices' nodes itself, in a directory

@@ -6,9 +6,11 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+
+	"github.com/edgebox/edgebox/api"
 )
 
-// keysCmd is 'edgebox keys ls|label|lease|release|history'.
+// keysCmd is 'edgebox keys ls|label|lease|attach|release|history'.
 func keysCmd(out printer) *cobra.Command {
 	c := &cobra.Command{Use: "keys", Short: "The UKEYs on every box: labels, leases, history"}
 	var box string
@@ -37,7 +39,7 @@ func keysCmd(out printer) *cobra.Command {
 						k.State += ", broken"
 					}
 					fmt.Fprintf(w, "%s\t%s\t%s\t%s:%s\t%s\t%s\t%s\t%s\t%s\n", k.ID, k.BoxID, k.Port, k.VendorID, k.ProductID,
-						dash(k.Serial), dash(k.Product), k.State, dash(k.Holder), labelText(k.Labels))
+						dash(k.Serial), dash(k.Product), k.State, dash(holderText(k)), labelText(k.Labels))
 				}
 			})
 		},
@@ -85,6 +87,42 @@ func keysCmd(out printer) *cobra.Command {
 		},
 	}
 	lease.Flags().StringVar(&workload, "workload", "", "the workload (an app's workload is named for the app)")
+	var onBox string
+	attach := &cobra.Command{
+		Use:   "attach KEY --workload W --box B",
+		Short: "Give a key to one workload on any box, exclusively: used from another box, it travels through the tunnels",
+		Long: `Give a key to one workload on box B, exclusively. When B is not the key's
+own box, the key is used from B: the console joins the two boxes' tunnels
+for it while the lease lasts, and cuts them the moment it ends. A VM
+workload on B sees the key on its own USB bus (no USB/IP driver in the
+guest); a network blip of up to 10 s is not an unplug.`,
+		Example: `  edgebox keys attach k-3f2a9c01d4e5 --workload robot --box shop-12-b
+  edgebox keys ls          # HOLDER shows robot@shop-12-b
+  edgebox keys release k-3f2a9c01d4e5`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if workload == "" || onBox == "" {
+				return fmt.Errorf("--workload and --box are required")
+			}
+			cl, err := client()
+			if err != nil {
+				return err
+			}
+			k, err := cl.Attach(cmd.Context(), args[0], workload, onBox)
+			if err != nil {
+				return err
+			}
+			return out(cmd, k, func(w io.Writer) {
+				if k.HolderBox != "" {
+					fmt.Fprintf(w, "key %s (on box %s) leased to %s on box %s\n", k.ID, k.BoxID, k.Holder, k.HolderBox)
+				} else {
+					fmt.Fprintf(w, "key %s leased to %s on box %s\n", k.ID, k.Holder, k.BoxID)
+				}
+			})
+		},
+	}
+	attach.Flags().StringVar(&workload, "workload", "", "the workload (an app's workload is named for the app)")
+	attach.Flags().StringVar(&onBox, "box", "", "the workload's box, ID or name")
 	release := &cobra.Command{
 		Use:   "release KEY",
 		Short: "End a key's lease",
@@ -122,8 +160,17 @@ func keysCmd(out printer) *cobra.Command {
 			})
 		},
 	}
-	c.AddCommand(ls, label, lease, release, history)
+	c.AddCommand(ls, label, lease, attach, release, history)
 	return c
 }
 
 func labelText(l map[string]string) string { return dash(labelString(l)) }
+
+// holderText is a key's holder: "robot", or "robot@BOX" when it is used
+// from another box.
+func holderText(k api.Key) string {
+	if k.HolderBox != "" {
+		return k.Holder + "@" + k.HolderBox
+	}
+	return k.Holder
+}

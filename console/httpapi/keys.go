@@ -14,7 +14,7 @@ import (
 func keyView(k keys.Key) api.Key {
 	return api.Key{ID: k.ID, BoxID: k.BoxID, Port: k.Port, VendorID: k.VendorID, ProductID: k.ProductID, Serial: k.Serial,
 		Manufacturer: k.Manufacturer, Product: k.Product, Class: k.Class, Switchable: k.Switchable, State: k.State, Broken: k.Broken,
-		Labels: k.Labels, Holder: k.Holder, LeasedAt: k.LeasedAt, LeasedBy: k.LeasedBy, LastChange: k.LastChange}
+		Labels: k.Labels, Holder: k.Holder, HolderBox: k.HolderBox, LeasedAt: k.LeasedAt, LeasedBy: k.LeasedBy, LastChange: k.LastChange}
 }
 
 func (s *server) listKeys(c *gin.Context) {
@@ -73,7 +73,15 @@ func (s *server) leaseKey(c *gin.Context) {
 	if !bindJSON(c, &req) {
 		return
 	}
-	k, err := s.Keys.Lease(c.Request.Context(), caller(c), c.Param("key"), req.Workload)
+	box := ""
+	if req.Box != "" {
+		b, ok := s.lookupBox(c, req.Box) // another tenant's box is not found
+		if !ok {
+			return
+		}
+		box = b.ID
+	}
+	k, err := s.Keys.Attach(c.Request.Context(), caller(c), c.Param("key"), req.Workload, box)
 	if err != nil {
 		s.fail(c, err)
 		return

@@ -59,13 +59,16 @@ type Key struct {
 	Switchable   bool   `json:"switchable"`
 	State        string `json:"state"`
 	// Broken: the box gave up power-cycling it; it needs a visit.
-	Broken     bool              `json:"broken,omitempty"`
-	Labels     map[string]string `json:"labels,omitempty"`
-	Holder     string            `json:"holder,omitempty"` // the workload with the lease
-	LeasedAt   time.Time         `json:"leased_at,omitzero"`
-	LeasedBy   string            `json:"leased_by,omitempty"`
-	FirstSeen  time.Time         `json:"first_seen"`
-	LastChange time.Time         `json:"last_change"`
+	Broken bool              `json:"broken,omitempty"`
+	Labels map[string]string `json:"labels,omitempty"`
+	Holder string            `json:"holder,omitempty"` // the workload with the lease
+	// HolderBox is the holder's box when it is not the key's own: the
+	// key is used from there, over the tunnels.
+	HolderBox  string    `json:"holder_box,omitempty"`
+	LeasedAt   time.Time `json:"leased_at,omitzero"`
+	LeasedBy   string    `json:"leased_by,omitempty"`
+	FirstSeen  time.Time `json:"first_seen"`
+	LastChange time.Time `json:"last_change"`
 }
 
 // Entry is one line of a key's history.
@@ -382,42 +385,109 @@ func assignmentName(id string) string { return "ukey-" + strings.TrimPrefix(id, 
 // Lease gives a key to one workload on the key's box: exclusively, or
 // not at all. The box gets a UsbAssignment object.
 func (r *Registry) Lease(ctx context.Context, who audit.Actor, id, workload string) (Key, error) {
+	return r.Attach(ctx, who, id, workload, "")
+}
+
+// Attach gives a key to one workload on box, or on the key's own box
+// when box is "" or that box: exclusively, or not at all. A key used
+// from another box becomes a UsbAssignment on both boxes (exported from
+// the key's, imported on the holder's), and travels between them on
+// usbip streams the console splices while the lease lasts. Attaching a
+// key to the holder it has already writes the boxes' assignments again
+// (what a console killed between the two left undone) and is no error.
+// The caller checks that box is a box of the caller's tenant.
+func (r *Registry) Attach(ctx context.Context, who audit.Actor, id, workload, box string) (Key, error) {
 	if !edgeboxv1.ValidObjectName(workload) {
 		return Key{}, errdefs.Invalid("workload %q is not a valid name", workload)
 	}
+	again := false
 	k, err := r.update(ctx, who.TenantID, id, func(k *Key) (Entry, error) {
+		to := box
+		if to == k.BoxID {
+			to = ""
+		}
 		switch {
-		case k.Holder == workload:
-			return Entry{}, errdefs.Conflict("key %s is leased to %s already", id, workload)
+		case k.Holder == workload && k.HolderBox == to:
+			again = true
+			return Entry{}, errAgain
 		case k.Holder != "":
 			return Entry{}, errdefs.Conflict("key %s is leased to workload %s (since %s, by %s); release it first",
-				id, k.Holder, k.LeasedAt.Format(time.RFC3339), k.LeasedBy)
+				id, holderText(*k), k.LeasedAt.Format(time.RFC3339), k.LeasedBy)
 		}
-		k.Holder, k.LeasedAt, k.LeasedBy = workload, r.now().UTC(), who.Name
-		return Entry{Event: "lease", Workload: workload, Actor: who.Name}, nil
-	}, func(k Key) audit.Entry { return who.Did("key.lease", k.ID, "to workload "+workload+" on box "+k.BoxID) })
+		k.Holder, k.HolderBox, k.LeasedAt, k.LeasedBy = workload, to, r.now().UTC(), who.Name
+		detail := ""
+		if to != "" {
+			detail = "used from box " + to + " (the key is on box " + k.BoxID + ")"
+		}
+		return Entry{Event: "lease", Workload: workload, Actor: who.Name, Detail: detail}, nil
+	}, func(k Key) audit.Entry {
+		if k.HolderBox != "" {
+			return who.Did("key.lease", k.ID, "to workload "+holderText(k)+", the key on box "+k.BoxID)
+		}
+		return who.Did("key.lease", k.ID, "to workload "+k.Holder+" on box "+k.BoxID)
+	})
+	if again {
+		k, _, err = r.Get(ctx, who.TenantID, id)
+	}
 	if err != nil {
 		return k, err
 	}
-	_, err = r.desired.Put(ctx, k.BoxID, &edgeboxv1.DesiredObject{Name: assignmentName(k.ID),
-		Spec: &edgeboxv1.DesiredObject_UsbAssignment{UsbAssignment: &edgeboxv1.UsbAssignment{
-			KeyId: k.ID, Workload: workload, PortPath: k.Port, Serial: k.Serial}}})
-	return k, err
+	return k, r.assign(ctx, k)
 }
 
-// Release ends a key's lease; the box drops the assignment.
+// errAgain stops an update that would change nothing.
+var errAgain = errors.New("keys: no change")
+
+// holderText names a key's holder: "robot", or "robot on box b-2" when
+// it is used from another box.
+func holderText(k Key) string {
+	if k.HolderBox != "" {
+		return k.Holder + " on box " + k.HolderBox
+	}
+	return k.Holder
+}
+
+// assign writes the UsbAssignment objects of k's lease: on the key's box,
+// and on the holder's box when it is another.
+func (r *Registry) assign(ctx context.Context, k Key) error {
+	u := &edgeboxv1.UsbAssignment{KeyId: k.ID, Workload: k.Holder, PortPath: k.Port, Serial: k.Serial, ExportTo: k.HolderBox}
+	if _, err := r.desired.Put(ctx, k.BoxID, &edgeboxv1.DesiredObject{Name: assignmentName(k.ID),
+		Spec: &edgeboxv1.DesiredObject_UsbAssignment{UsbAssignment: u}}); err != nil {
+		return err
+	}
+	if k.HolderBox == "" {
+		return nil
+	}
+	imp := &edgeboxv1.UsbAssignment{KeyId: k.ID, Workload: k.Holder, PortPath: k.Port, Serial: k.Serial, ImportFrom: k.BoxID}
+	_, err := r.desired.Put(ctx, k.HolderBox, &edgeboxv1.DesiredObject{Name: assignmentName(k.ID),
+		Spec: &edgeboxv1.DesiredObject_UsbAssignment{UsbAssignment: imp}})
+	return err
+}
+
+// Release ends a key's lease; the boxes drop their assignments, and a
+// stream carrying the key to another box is cut.
 func (r *Registry) Release(ctx context.Context, who audit.Actor, id string) (Key, error) {
-	var was string
+	var was Key
 	k, err := r.update(ctx, who.TenantID, id, func(k *Key) (Entry, error) {
 		if k.Holder == "" {
 			return Entry{}, errdefs.Conflict("key %s is not leased", id)
 		}
-		was = k.Holder
-		k.Holder, k.LeasedAt, k.LeasedBy = "", time.Time{}, ""
-		return Entry{Event: "release", Workload: was, Actor: who.Name}, nil
-	}, func(k Key) audit.Entry { return who.Did("key.release", k.ID, "on box "+k.BoxID) })
+		was = *k
+		k.Holder, k.HolderBox, k.LeasedAt, k.LeasedBy = "", "", time.Time{}, ""
+		return Entry{Event: "release", Workload: holderText(was), Actor: who.Name}, nil
+	}, func(k Key) audit.Entry {
+		if was.HolderBox != "" {
+			return who.Did("key.release", k.ID, "on box "+k.BoxID+", from workload "+holderText(was))
+		}
+		return who.Did("key.release", k.ID, "on box "+k.BoxID)
+	})
 	if err != nil {
 		return k, err
+	}
+	if was.HolderBox != "" {
+		if _, err := r.desired.Delete(ctx, was.HolderBox, edgeboxv1.KindUsbAssignment, assignmentName(k.ID)); err != nil {
+			return k, err
+		}
 	}
 	_, err = r.desired.Delete(ctx, k.BoxID, edgeboxv1.KindUsbAssignment, assignmentName(k.ID))
 	return k, err
@@ -486,7 +556,7 @@ func (r *Registry) EnsureLeases(ctx context.Context, who audit.Actor, box, workl
 		}
 	}
 	for _, k := range ks {
-		if k.Holder == workload && !used[k.ID] {
+		if k.Holder == workload && k.HolderBox == "" && !used[k.ID] {
 			if _, err := r.Release(ctx, who, k.ID); err != nil {
 				errs = append(errs, err)
 			}
@@ -511,7 +581,7 @@ func (r *Registry) MissingKeys(ctx context.Context, tenant, box, workload string
 	for _, need := range needs {
 		found := ""
 		for _, k := range ks {
-			if k.Holder == workload && !used[k.ID] && matches(k, need) {
+			if k.Holder == workload && k.HolderBox == "" && !used[k.ID] && matches(k, need) {
 				found = k.ID
 				break
 			}
@@ -537,7 +607,7 @@ func (r *Registry) MissingKeys(ctx context.Context, tenant, box, workload string
 // already, else a free one it leases. It returns "" when there is none.
 func (r *Registry) leaseFor(ctx context.Context, who audit.Actor, ks []Key, used map[string]bool, workload string, need map[string]string) (string, error) {
 	for _, k := range ks {
-		if k.Holder == workload && !used[k.ID] && matches(k, need) {
+		if k.Holder == workload && k.HolderBox == "" && !used[k.ID] && matches(k, need) {
 			return k.ID, nil
 		}
 	}
@@ -559,25 +629,83 @@ func (r *Registry) leaseFor(ctx context.Context, who audit.Actor, ks []Key, used
 
 // box events of keys, as the agent names them.
 var keyEvents = map[string]string{edgeboxv1.ReasonPowerCycled: "power-cycle", edgeboxv1.ReasonPowerCycleFailed: "power-cycle-failed",
-	edgeboxv1.ReasonBroken: "broken", edgeboxv1.ReasonAttached: "attach", edgeboxv1.ReasonDetached: "detach"}
+	edgeboxv1.ReasonBroken: "broken", edgeboxv1.ReasonAttached: "attach", edgeboxv1.ReasonDetached: "detach",
+	edgeboxv1.ReasonNotAttachable: "not-attachable"}
 
 // BoxEvent records what a box did with one of its own keys (attached to
-// or detached from a workload, power-cycled, given up on); events about
-// keys of other boxes are ignored.
+// or detached from a workload, power-cycled, given up on, or why it could
+// not give it), or with a key of another box that one of its workloads
+// holds; events about other keys are ignored.
 func (r *Registry) BoxEvent(ctx context.Context, b fleet.Box, e *edgeboxv1.Event) error {
 	event, ok := keyEvents[e.GetReason()]
 	if !ok {
 		return nil
 	}
 	k, _, err := r.Get(ctx, b.TenantID, e.GetName())
-	if err != nil || k.BoxID != b.ID {
+	if err != nil || (k.BoxID != b.ID && (k.HolderBox != b.ID || k.HolderBox == "")) {
 		return nil
 	}
 	_, err = r.update(ctx, b.TenantID, k.ID, func(k *Key) (Entry, error) {
-		if event == "broken" {
+		actor := "box"
+		if k.BoxID != b.ID {
+			actor = "box " + b.ID // the holder's box
+		} else if event == "broken" {
 			k.Broken = true
 		}
-		return Entry{Event: event, Actor: "box", Workload: k.Holder, Detail: clean(e.GetMessage())}, nil
+		return Entry{Event: event, Actor: actor, Workload: holderText(*k), Detail: clean(e.GetMessage())}, nil
+	}, nil)
+	return err
+}
+
+// Remote returns key id when a workload on box holds it from another box,
+// with the revision the key was read at; else why box may not use it.
+func (r *Registry) Remote(ctx context.Context, tenant, id, box string) (Key, int64, error) {
+	k, kv, err := r.Get(ctx, tenant, id)
+	switch {
+	case err != nil:
+		return k, 0, err
+	case k.Holder == "":
+		return k, 0, errdefs.Permission("key %s is not leased", id)
+	case k.HolderBox != box:
+		return k, 0, errdefs.Permission("key %s is leased to workload %s, not to a workload of box %s", id, holderText(k), box)
+	}
+	return k, kv.ModRevision, nil
+}
+
+// Watch sends key id of tenant each time it changes after revision from;
+// the channel closes when ctx ends, the key is deleted, or the watch fails.
+func (r *Registry) Watch(ctx context.Context, tenant, id string, from int64) <-chan Key {
+	out := make(chan Key)
+	go func() {
+		defer close(out)
+		for resp := range r.s.Watch(ctx, keyKey(tenant, id), from+1) {
+			if resp.Err != nil {
+				return
+			}
+			for _, ev := range resp.Events {
+				var k Key
+				if ev.KV.Key != keyKey(tenant, id) {
+					continue // another key whose ID begins with this one's
+				}
+				if ev.Type == store.EventDelete || json.Unmarshal(ev.KV.Value, &k) != nil {
+					return
+				}
+				select {
+				case out <- k:
+				case <-ctx.Done():
+					return
+				}
+			}
+		}
+	}()
+	return out
+}
+
+// RemoteEvent writes into a key's history what the console did carrying
+// it between two boxes ("remote-attach", "remote-detach").
+func (r *Registry) RemoteEvent(ctx context.Context, tenant, id, event, detail string) error {
+	_, err := r.update(ctx, tenant, id, func(k *Key) (Entry, error) {
+		return Entry{Event: event, Actor: "console", Workload: holderText(*k), Detail: clean(detail)}, nil
 	}, nil)
 	return err
 }

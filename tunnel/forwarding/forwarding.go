@@ -26,6 +26,12 @@ import (
 // MetaTarget is the header metadata key naming a forward's target.
 const MetaTarget = "target"
 
+// A usbip stream (tunnel.KindUSBIP) names the UKEY it carries in its
+// header's MetaKey. It is answered as a forward is, with one reply before
+// any data: by the console to the box whose workload holds the key's
+// lease, and by the key's box to the console. Then it carries USB/IP.
+const MetaKey = "key"
+
 // MaxReason bounds the reason in a refused forward's reply.
 const MaxReason = 512
 

@@ -74,6 +74,8 @@ export interface Key {
   labels?: Record<string, string>;
   state: string;
   holder?: string;
+  /** holder_box is the holder's box when the key is used from another box. */
+  holder_box?: string;
   product?: string;
 }
 
@@ -168,8 +170,9 @@ export const allKeys = (s: Session, labels: string[]) =>
   call<{ keys: Key[] }>(s, 'GET', '/api/v1/keys?' + labels.map((l) => 'label=' + encodeURIComponent(l)).join('&')).then((r) => r.keys);
 export const labelKey = (s: Session, id: string, labels: Record<string, string>) =>
   call<Key>(s, 'POST', `/api/v1/keys/${encodeURIComponent(id)}/labels`, { labels });
-export const leaseKey = (s: Session, id: string, workload: string) =>
-  call<Key>(s, 'POST', `/api/v1/keys/${encodeURIComponent(id)}/lease`, { workload });
+/** leaseKey gives a key to a workload on its own box, or on box (ID or name): then the key is used from there. */
+export const leaseKey = (s: Session, id: string, workload: string, box = '') =>
+  call<Key>(s, 'POST', `/api/v1/keys/${encodeURIComponent(id)}/lease`, box ? { workload, box } : { workload });
 export const releaseKey = (s: Session, id: string) => call<Key>(s, 'POST', `/api/v1/keys/${encodeURIComponent(id)}/release`);
 
 export interface KeyEvent {

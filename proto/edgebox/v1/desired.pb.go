@@ -450,13 +450,23 @@ func (x *Probe) GetInitialDelaySeconds() uint32 {
 	return 0
 }
 
-// UsbAssignment leases one UKEY to one workload.
+// UsbAssignment leases one UKEY to one workload. A key used from another
+// box (a remote lease) is an assignment on both boxes: on the key's box
+// with export_to naming the box whose workload holds it, and on that box
+// with import_from naming the key's box. The key travels between them
+// on the tunnel's usbip streams, which the console splices while the
+// lease lasts.
 type UsbAssignment struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	KeyId         string                 `protobuf:"bytes,1,opt,name=key_id,json=keyId,proto3" json:"key_id,omitempty"`
-	Workload      string                 `protobuf:"bytes,2,opt,name=workload,proto3" json:"workload,omitempty"`
-	PortPath      string                 `protobuf:"bytes,3,opt,name=port_path,json=portPath,proto3" json:"port_path,omitempty"`
-	Serial        string                 `protobuf:"bytes,4,opt,name=serial,proto3" json:"serial,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	KeyId string                 `protobuf:"bytes,1,opt,name=key_id,json=keyId,proto3" json:"key_id,omitempty"`
+	// workload holds the lease: on this box, or on export_to's.
+	Workload string `protobuf:"bytes,2,opt,name=workload,proto3" json:"workload,omitempty"`
+	PortPath string `protobuf:"bytes,3,opt,name=port_path,json=portPath,proto3" json:"port_path,omitempty"`
+	Serial   string `protobuf:"bytes,4,opt,name=serial,proto3" json:"serial,omitempty"`
+	// export_to, on the key's box: the box whose workload holds the key.
+	ExportTo string `protobuf:"bytes,5,opt,name=export_to,json=exportTo,proto3" json:"export_to,omitempty"`
+	// import_from, on the holder's box: the box the key sits on.
+	ImportFrom    string `protobuf:"bytes,6,opt,name=import_from,json=importFrom,proto3" json:"import_from,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -515,6 +525,20 @@ func (x *UsbAssignment) GetPortPath() string {
 func (x *UsbAssignment) GetSerial() string {
 	if x != nil {
 		return x.Serial
+	}
+	return ""
+}
+
+func (x *UsbAssignment) GetExportTo() string {
+	if x != nil {
+		return x.ExportTo
+	}
+	return ""
+}
+
+func (x *UsbAssignment) GetImportFrom() string {
+	if x != nil {
+		return x.ImportFrom
 	}
 	return ""
 }
@@ -1190,12 +1214,15 @@ const file_edgebox_v1_desired_proto_rawDesc = "" +
 	"\x0eperiod_seconds\x18\x04 \x01(\rR\rperiodSeconds\x12'\n" +
 	"\x0ftimeout_seconds\x18\x05 \x01(\rR\x0etimeoutSeconds\x12+\n" +
 	"\x11failure_threshold\x18\x06 \x01(\rR\x10failureThreshold\x122\n" +
-	"\x15initial_delay_seconds\x18\a \x01(\rR\x13initialDelaySeconds\"w\n" +
+	"\x15initial_delay_seconds\x18\a \x01(\rR\x13initialDelaySeconds\"\xb5\x01\n" +
 	"\rUsbAssignment\x12\x15\n" +
 	"\x06key_id\x18\x01 \x01(\tR\x05keyId\x12\x1a\n" +
 	"\bworkload\x18\x02 \x01(\tR\bworkload\x12\x1b\n" +
 	"\tport_path\x18\x03 \x01(\tR\bportPath\x12\x16\n" +
-	"\x06serial\x18\x04 \x01(\tR\x06serial\"\x8d\x01\n" +
+	"\x06serial\x18\x04 \x01(\tR\x06serial\x12\x1b\n" +
+	"\texport_to\x18\x05 \x01(\tR\bexportTo\x12\x1f\n" +
+	"\vimport_from\x18\x06 \x01(\tR\n" +
+	"importFrom\"\x8d\x01\n" +
 	"\vAgentConfig\x12A\n" +
 	"\bsettings\x18\x01 \x03(\v2%.edgebox.v1.AgentConfig.SettingsEntryR\bsettings\x1a;\n" +
 	"\rSettingsEntry\x12\x10\n" +

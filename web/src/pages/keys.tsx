@@ -57,6 +57,7 @@ function KeyRow(props: { k: api.Key; operate: boolean; run: (p: Promise<unknown>
   const { k, operate, run } = props;
   const [label, setLabel] = useState('');
   const [workload, setWorkload] = useState('');
+  const [onBox, setOnBox] = useState('');
   const labelText = api.formatLabels(k.labels);
   return (
     <>
@@ -68,7 +69,10 @@ function KeyRow(props: { k: api.Key; operate: boolean; run: (p: Promise<unknown>
         <td>{k.box_id}</td>
         <td>{k.port}</td>
         <td>{k.state}</td>
-        <td>{k.holder ?? ''}</td>
+        <td>
+          {k.holder ?? ''}
+          {k.holder_box && <div class="muted" data-testid="key-used-from">{t('keys.usedFrom')} {k.holder_box}</div>}
+        </td>
         <td>{labelText}</td>
         <td>
           {operate && (
@@ -85,8 +89,9 @@ function KeyRow(props: { k: api.Key; operate: boolean; run: (p: Promise<unknown>
               {k.holder ? (
                 <button class="danger" onClick={() => run(api.releaseKey(session, k.id))}>{t('keys.release')}</button>
               ) : (
-                <form class="inline" onSubmit={(e) => { e.preventDefault(); run(api.leaseKey(session, k.id, workload)); }}>
+                <form class="inline" onSubmit={(e) => { e.preventDefault(); run(api.leaseKey(session, k.id, workload, onBox.trim())); }}>
                   <input placeholder={t('keys.workload')} value={workload} onInput={(e) => setWorkload((e.target as HTMLInputElement).value)} data-testid="key-workload" />
+                  <input placeholder={t('keys.onBox')} title={t('keys.onBoxHelp')} value={onBox} onInput={(e) => setOnBox((e.target as HTMLInputElement).value)} data-testid="key-box" />
                   <button type="submit">{t('keys.lease')}</button>
                 </form>
               )}
