@@ -85,6 +85,8 @@ fuzz: ## run each fuzz target for 30 s
 	$(GO) test -run '^$$' -fuzz FuzzVerifyRecording -fuzztime 30s ./console/recording/
 	$(GO) test -run '^$$' -fuzz FuzzServeConn -fuzztime 30s ./usbhub/usbip/
 	$(GO) test -run '^$$' -fuzz FuzzClient -fuzztime 30s ./usbhub/usbip/
+	$(GO) test -run '^$$' -fuzz FuzzResumeServer -fuzztime 30s ./usbhub/usbip/
+	$(GO) test -run '^$$' -fuzz FuzzResumeClient -fuzztime 30s ./usbhub/usbip/
 	$(GO) test -run '^$$' -fuzz FuzzCommand -fuzztime 30s ./usbhub/ccid/
 	$(GO) test -run '^$$' -fuzz FuzzServe -fuzztime 30s ./usbhub/usbredir/
 	$(GO) test -run '^$$' -fuzz FuzzParseConfig -fuzztime 30s ./usbhub/usbdev/

@@ -154,6 +154,16 @@ type USBAttacher interface {
 	DetachUSB(name string, dev Device) error
 }
 
+// RedirAttacher is a driver that plugs a USB device served over usbredir into a running instance, and out.
+type RedirAttacher interface {
+	// AttachRedir adds a usb-redir device with id to the running instance name, on a chardev socket QEMU
+	// listens on, and returns that socket's path for the usbredir host side to dial. Attaching an id that is
+	// there already returns its socket (an agent restarted finds what it had plugged).
+	AttachRedir(name, id string) (socket string, err error)
+	// DetachRedir removes it; one not there is not an error.
+	DetachRedir(name, id string) error
+}
+
 // Consoler is a driver whose instances have a screen and a serial console
 // on unix sockets, for remote sessions.
 type Consoler interface {

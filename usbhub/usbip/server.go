@@ -30,14 +30,22 @@ const (
 // Server offers devices over USB/IP. Its zero value is not usable: use
 // New.
 type Server struct {
+	// ResumeWindow is how long a resumable session (resume.go) is held
+	// once its connection drops, for a resume; zero means
+	// DefaultResumeWindow. Set it before Serve or ServeConn, and not
+	// after.
+	ResumeWindow time.Duration
+
 	log *slog.Logger
 
-	mu      sync.Mutex
-	exports map[string]*export // by bus ID
-	nextDev uint32
-	conns   map[net.Conn]struct{}
-	closed  bool
-	wg      sync.WaitGroup
+	mu       sync.Mutex         // guards what follows
+	exports  map[string]*export // by bus ID
+	nextDev  uint32
+	conns    map[net.Conn]struct{}
+	sessions map[*session]struct{}  // every session not yet ended and done
+	byID     map[sessionID]*session // the resumable ones
+	closed   bool
+	wg       sync.WaitGroup // Serve's connections
 }
 
 // export is one device offered, and who has it.
@@ -45,8 +53,21 @@ type export struct {
 	busID  string
 	devnum uint32
 	dev    usbdev.Device
-	// release ends the connection that imported it; nil while free.
-	release context.CancelFunc
+	// release ends the session that imported it; nil while free.
+	release func()
+}
+
+// DefaultResumeWindow is how long a server holds a resumable session
+// whose connection dropped: a blip of the tunnel between two boxes lasts
+// up to 10 s.
+const DefaultResumeWindow = 10 * time.Second
+
+// resumeWindow is ResumeWindow, or its default.
+func (s *Server) resumeWindow() time.Duration {
+	if s.ResumeWindow > 0 {
+		return s.ResumeWindow
+	}
+	return DefaultResumeWindow
 }
 
 // busnum is the bus every exported device is said to be on.
@@ -54,7 +75,8 @@ const busnum = 1
 
 // New returns a server offering nothing yet.
 func New(log *slog.Logger) *Server {
-	return &Server{log: log.With("component", "usbip"), exports: map[string]*export{}, conns: map[net.Conn]struct{}{}}
+	return &Server{log: log.With("component", "usbip"), exports: map[string]*export{}, conns: map[net.Conn]struct{}{},
+		sessions: map[*session]struct{}{}, byID: map[sessionID]*session{}}
 }
 
 // Add offers d as busID ("1-1" and the like: what `usbip attach -b`
@@ -79,7 +101,8 @@ func (s *Server) Add(busID string, d usbdev.Device) error {
 }
 
 // Remove stops offering busID, and ends the session of the client that
-// imported it: to that client, the device is unplugged.
+// imported it, held for a resume or not: to that client, the device is
+// unplugged. It does not wait for the session's URBs to end.
 func (s *Server) Remove(busID string) {
 	s.mu.Lock()
 	e, ok := s.exports[busID]
@@ -137,26 +160,33 @@ func (s *Server) Serve(ln net.Listener) error {
 	}
 }
 
-// Close ends every client's connection and waits for them; the caller
-// closes the listener.
+// Close ends every client's connection and session, held ones too, and
+// waits for them and their URBs; the caller closes the listener. It is
+// idempotent.
 func (s *Server) Close() error {
 	s.mu.Lock()
 	s.closed = true
 	for c := range s.conns {
 		c.Close()
 	}
-	for _, e := range s.exports {
-		if e.release != nil {
-			e.release()
-		}
+	var sessions []*session
+	for ss := range s.sessions {
+		sessions = append(sessions, ss)
 	}
 	s.mu.Unlock()
+	for _, ss := range sessions {
+		ss.end(errServerClosed)
+	}
 	s.wg.Wait()
+	for _, ss := range sessions {
+		<-ss.done
+	}
 	return nil
 }
 
 // ServeConn serves one client until it leaves, it sends what the
-// protocol does not allow, or ctx ends; it closes c.
+// protocol does not allow, or ctx ends; it closes c. A resumable session
+// (resume.go) outlives it, held for a resume.
 func (s *Server) ServeConn(ctx context.Context, c net.Conn) {
 	defer c.Close()
 	c.SetReadDeadline(time.Now().Add(opTimeout))
@@ -177,6 +207,19 @@ func (s *Server) ServeConn(ctx context.Context, c net.Conn) {
 			return
 		}
 		s.importDevice(ctx, c, cString(b[:]))
+	case opReqImportResumable:
+		var b [busIDSize + sessionIDSize]byte
+		if _, err := io.ReadFull(c, b[:]); err != nil {
+			return
+		}
+		s.importResumable(ctx, c, cString(b[:busIDSize]), sessionID(b[busIDSize:]))
+	case opReqResume:
+		id, waiting, err := readResumeRequest(c)
+		if err != nil {
+			s.log.Info("a USB/IP client asked for a resume the protocol does not allow", "remote", c.RemoteAddr(), "err", err)
+			return
+		}
+		s.resume(ctx, c, id, waiting)
 	default:
 		s.log.Info("a USB/IP client asked for an unknown operation", "remote", c.RemoteAddr(), "code", fmt.Sprintf("%#x", h.Code))
 	}
@@ -204,171 +247,55 @@ func (s *Server) devlist(c net.Conn) {
 // importDevice answers OP_REQ_IMPORT and, when the device is free,
 // serves its URBs until the client or the device goes.
 func (s *Server) importDevice(ctx context.Context, c net.Conn, busID string) {
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	s.mu.Lock()
-	e, ok := s.exports[busID]
-	free := ok && e.release == nil
-	if free {
-		e.release = func() { cancel(); c.Close() }
-	}
-	s.mu.Unlock()
-	c.SetWriteDeadline(time.Now().Add(writeTimeout))
-	if !free {
-		s.log.Info("a USB/IP client asked for a device not offered, or in use", "remote", c.RemoteAddr(), "busid", busID, "offered", ok)
+	ss, _, why := s.take(busID, nil)
+	if ss == nil {
+		s.log.Info("a USB/IP client asked for a device not offered, or in use", "remote", c.RemoteAddr(), "busid", busID, "why", why)
+		c.SetWriteDeadline(time.Now().Add(writeTimeout))
 		c.Write(appendOpHeader(nil, opRepImport, stNA))
 		return
 	}
-	defer func() {
-		s.mu.Lock()
-		if cur, ok := s.exports[busID]; ok && cur == e {
-			e.release = nil
-		}
-		s.mu.Unlock()
-	}()
-	b := appendOpHeader(nil, opRepImport, stOK)
-	if _, err := c.Write(appendDevice(b, e.busID, busnum, e.devnum, e.dev.Info(), false)); err != nil {
-		return
-	}
 	s.log.Info("a USB/IP client imported a device", "remote", c.RemoteAddr(), "busid", busID)
-	err := (&session{dev: e.dev, conn: c, inflight: map[uint32]context.CancelFunc{}, slots: make(chan struct{}, maxInFlight)}).run(ctx)
-	s.log.Info("a USB/IP client let a device go", "remote", c.RemoteAddr(), "busid", busID, "why", err)
+	reply := appendDevice(appendOpHeader(nil, opRepImport, stOK), ss.e.busID, busnum, ss.e.devnum, ss.e.dev.Info(), false)
+	ss.serve(ctx, c, func() []byte { return reply }, appendOpHeader(nil, opRepImport, stNA))
+	<-ss.done
 }
 
-// session is one imported device's URBs.
-type session struct {
-	dev  usbdev.Device
-	conn net.Conn
-
-	mu       sync.Mutex // guards inflight and writes to conn
-	inflight map[uint32]context.CancelFunc
-	slots    chan struct{}
-	wg       sync.WaitGroup
-}
-
-// run reads URBs until the client goes or sends what it may not; it
-// returns why, once every URB it started has ended.
-func (s *session) run(ctx context.Context) error {
-	defer s.wg.Wait()
-	defer s.cancelAll()
-	s.conn.SetReadDeadline(time.Time{}) // a device may sit unused for hours
-	stop := context.AfterFunc(ctx, func() { s.conn.Close() })
-	defer stop()
-	for {
-		var hb [urbHeaderSize]byte
-		if _, err := io.ReadFull(s.conn, hb[:]); err != nil {
-			return err
-		}
-		u, err := parseURB(hb)
-		if err != nil {
-			return err
-		}
-		if u.command == cmdUnlink {
-			s.unlink(u)
-			continue
-		}
-		var out []byte
-		if u.direction == dirOut && u.length > 0 {
-			out = make([]byte, u.length)
-			if _, err := io.ReadFull(s.conn, out); err != nil {
-				return err
-			}
-		}
-		select {
-		case s.slots <- struct{}{}:
-		case <-ctx.Done():
-			return ctx.Err()
-		}
-		s.mu.Lock()
-		if _, dup := s.inflight[u.seqnum]; dup {
-			s.mu.Unlock()
-			<-s.slots
-			return fmt.Errorf("usbip: URB %d submitted twice", u.seqnum)
-		}
-		uctx, cancel := context.WithCancel(ctx)
-		s.inflight[u.seqnum] = cancel
-		s.mu.Unlock()
-		s.wg.Add(1)
-		go func() {
-			defer s.wg.Done()
-			defer func() { <-s.slots }()
-			in, status := s.do(uctx, u, out)
-			s.mu.Lock()
-			defer s.mu.Unlock()
-			if _, ok := s.inflight[u.seqnum]; !ok {
-				return // unlinked: its RET_UNLINK said so, and nothing more is sent
-			}
-			delete(s.inflight, u.seqnum)
-			cancel()
-			s.write(appendRetSubmit(nil, u.seqnum, status, in, len(out), u.packets))
-		}()
-	}
-}
-
-// unlink cancels a URB in flight; the client hears that it was
-// (-ECONNRESET), or that it had ended already (0).
-func (s *session) unlink(u urb) {
+// take starts a session on busID, resumable under id when id is not nil.
+// When the device is not offered or in use, the server is closed, or id
+// names a session already, it returns nil, the status to answer, and
+// why.
+func (s *Server) take(busID string, id *sessionID) (*session, uint32, string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	status := int32(0)
-	if cancel, ok := s.inflight[u.unlink]; ok {
-		delete(s.inflight, u.unlink)
-		cancel()
-		status = -errnoECONNRESET
+	e, ok := s.exports[busID]
+	switch {
+	case s.closed:
+		return nil, stNA, "the server is closing"
+	case !ok:
+		return nil, stNA, "not offered"
+	case e.release != nil:
+		return nil, stNA, "in use"
+	case id != nil && s.byID[*id] != nil:
+		return nil, stError, "the session ID is taken"
 	}
-	s.write(appendRetUnlink(nil, u.seqnum, status))
+	ss := newSession(s, e, id)
+	e.release = func() { ss.end(errRemoved) }
+	s.sessions[ss] = struct{}{}
+	if id != nil {
+		s.byID[*id] = ss
+	}
+	return ss, stOK, ""
 }
 
-// write sends one reply; hold s.mu. A client that does not read has the
-// connection closed on it.
-func (s *session) write(b []byte) {
-	s.conn.SetWriteDeadline(time.Now().Add(writeTimeout))
-	if _, err := s.conn.Write(b); err != nil {
-		s.conn.Close()
-	}
-}
-
-func (s *session) cancelAll() {
+// forget frees an ended session's device, once its URBs have ended.
+func (s *Server) forget(ss *session) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	for seq, cancel := range s.inflight {
-		cancel()
-		delete(s.inflight, seq)
+	if cur, ok := s.exports[ss.e.busID]; ok && cur == ss.e {
+		ss.e.release = nil
 	}
-}
-
-// do runs one URB on the device: its IN data, and its status as Linux
-// has it (0, or a negated errno).
-func (s *session) do(ctx context.Context, u urb, out []byte) ([]byte, int32) {
-	var in []byte
-	var err error
-	switch {
-	case u.ep == 0:
-		setup := usbdev.ParseSetup(u.setup)
-		if setup.In() {
-			in, err = s.dev.Control(ctx, setup, nil)
-		} else {
-			_, err = s.dev.Control(ctx, setup, out)
-		}
-	case u.direction == dirIn:
-		in, err = s.dev.Transfer(ctx, uint8(u.ep)|0x80, nil, int(u.length))
-	default:
-		_, err = s.dev.Transfer(ctx, uint8(u.ep), out, 0)
+	delete(s.sessions, ss)
+	if ss.resumable && s.byID[ss.id] == ss {
+		delete(s.byID, ss.id)
 	}
-	switch {
-	case errors.Is(err, usbdev.ErrStall):
-		return []byte{}, -errnoEPIPE
-	case err != nil:
-		return []byte{}, -errnoENOENT
-	}
-	if u.direction == dirIn {
-		if in == nil {
-			in = []byte{}
-		}
-		if len(in) > int(u.length) {
-			in = in[:u.length]
-		}
-		return in, 0
-	}
-	return nil, 0
 }

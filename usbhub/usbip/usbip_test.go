@@ -27,9 +27,18 @@ func quiet() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)
 // serve starts a server offering one simulated key as 1-1 on loopback.
 func serve(t *testing.T) (*Server, string, *ccid.Key) {
 	t.Helper()
-	s := New(quiet())
 	key := ccid.New(0x1050, 0x0407, "UK-000123")
-	if err := s.Add("1-1", key); err != nil {
+	s, addr := serveDevice(t, key, 0)
+	return s, addr, key
+}
+
+// serveDevice starts a server offering dev as 1-1 on loopback, holding
+// resumable sessions for window (0: the default).
+func serveDevice(t *testing.T, dev usbdev.Device, window time.Duration) (*Server, string) {
+	t.Helper()
+	s := New(quiet())
+	s.ResumeWindow = window
+	if err := s.Add("1-1", dev); err != nil {
 		t.Fatal(err)
 	}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -45,7 +54,7 @@ func serve(t *testing.T) (*Server, string, *ccid.Key) {
 			t.Errorf("serve: %v", err)
 		}
 	})
-	return s, ln.Addr().String(), key
+	return s, ln.Addr().String()
 }
 
 // client is a test's USB/IP client, as the kernel's vhci-hcd speaks it.
@@ -374,8 +383,10 @@ func FuzzServeConn(f *testing.F) {
 	f.Add(appendOpHeader(nil, opReqDevlist, 0))
 	f.Add(append(append([]byte{}, imp...), sub...))
 	f.Add(append(append([]byte{}, imp...), []byte{0, 0, 0, 2, 0, 0, 0, 9}...))
+	f.Add(append(appendFixed(appendOpHeader(nil, opReqImportResumable, 0), "1-1", busIDSize), make([]byte, sessionIDSize)...))
 	f.Fuzz(func(t *testing.T, in []byte) {
 		s := New(quiet())
+		defer s.Close() // and a session held for a resume
 		s.Add("1-1", ccid.New(1, 2, "x"))
 		a, b := net.Pipe()
 		done := make(chan struct{})

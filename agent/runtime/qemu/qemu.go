@@ -118,6 +118,10 @@ type Driver struct {
 	// session holds.
 	serialMu    sync.Mutex
 	serialInUse map[string]bool
+
+	// redirMu serialises AttachRedir and DetachRedir, whose QMP steps
+	// must not interleave.
+	redirMu sync.Mutex
 }
 
 // Defaults for a VM whose release and image say nothing.

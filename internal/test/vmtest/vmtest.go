@@ -10,6 +10,11 @@
 // VM, unless its DHCP variable is set) or by DHCP, prints it (AddrLine), serves HTTP on port 80
 // with the page Page, and fetches the URL in its FETCH variable, printing
 // what it got after FetchedLine.
+//
+// USBFiles and USBWatchFiles build guests on Debian's generic kernel,
+// which has USB: they print the devices on their xHCI bus (USBLine).
+// USBIPFiles builds one with the kernel's USB/IP client (vhci-hcd) and a
+// NIC on QEMU's user network, which runs a test's program once.
 package vmtest
 
 import (
@@ -285,6 +290,75 @@ func RequireUSB(t testing.TB) {
 // runs as /run-usb.
 func USBFiles(t testing.TB, dir string, program []byte) vm.Files {
 	t.Helper()
+	return usbGuest(t, dir, usbInit, program)
+}
+
+// What a USB watching guest (USBWatchFiles) prints. USBWatching once it
+// watches its bus; a device that goes is USBGoneLine and "VID:PID
+// SERIAL". A device that comes is USBLine as in USBFiles; USBGoneLine
+// starts with USBLine too, so look for it first.
+const (
+	USBWatching = "USB WATCHING"
+	USBGoneLine = "USB GONE "
+)
+
+// usbWatchInit is a USB watching guest's init: it loads the xHCI
+// modules, then looks at its bus every 0.2 s and prints each device that
+// is not a hub as it comes (starting /run-usb with its usbfs node, when
+// the test gave one, in the background: it may run as long as the
+// device does) and as it goes. A device is
+// known by its sysfs name and its device number, which every plug
+// changes. It never powers off by itself.
+const usbWatchInit = `#!/bin/busybox sh
+/bin/busybox --install -s /bin
+mount -t proc proc /proc
+mount -t sysfs sysfs /sys
+mount -t devtmpfs devtmpfs /dev
+for m in usb-common usbcore xhci-hcd xhci-pci; do insmod /$m.ko; done
+mkdir -p /tmp/seen
+echo "` + USBWatching + `"
+while :; do
+	now=" "
+	for d in /sys/bus/usb/devices/*; do
+		[ -f $d/idVendor ] || continue
+		[ "$(cat $d/bDeviceClass 2>/dev/null)" = "09" ] && continue
+		bus=$(cat $d/busnum 2>/dev/null)
+		dev=$(cat $d/devnum 2>/dev/null)
+		[ -n "$bus" ] && [ -n "$dev" ] || continue
+		key="${d##*/}_$dev"
+		now="$now$key "
+		[ -f /tmp/seen/$key ] && continue
+		desc="$(cat $d/idVendor 2>/dev/null):$(cat $d/idProduct 2>/dev/null) $(cat $d/serial 2>/dev/null)"
+		echo "$desc" >/tmp/seen/$key
+		node=$(printf '/dev/bus/usb/%03d/%03d' $bus $dev)
+		i=0
+		while [ ! -e $node ] && [ $i -lt 20 ]; do sleep 0.05; i=$((i+1)); done
+		echo "` + USBLine + `$desc $node"
+		[ -x /run-usb ] && (/run-usb $node &)
+	done
+	for f in /tmp/seen/*; do
+		[ -f "$f" ] || continue
+		case "$now" in
+		*" ${f##*/} "*) ;;
+		*) echo "` + USBGoneLine + `$(cat $f)"; rm -f "$f" ;;
+		esac
+	done
+	sleep 0.2
+done
+`
+
+// USBWatchFiles writes a USB guest into dir, as USBFiles, whose init
+// stays running: it prints every device that comes on its bus (USBLine)
+// and goes (USBGoneLine), and runs program, when not nil, on each that
+// comes. Its kernel command line is Cmdline; give it 256 MiB.
+func USBWatchFiles(t testing.TB, dir string, program []byte) vm.Files {
+	t.Helper()
+	return usbGuest(t, dir, usbWatchInit, program)
+}
+
+// usbGuest writes the generic kernel's guest with init into dir.
+func usbGuest(t testing.TB, dir, init string, program []byte) vm.Files {
+	t.Helper()
 	RequireUSB(t)
 	bb, err := os.ReadFile("/bin/busybox")
 	if err != nil {
@@ -301,7 +375,7 @@ func USBFiles(t testing.TB, dir string, program []byte) vm.Files {
 		}
 		w.Write(body)
 	}
-	add("init", 0o755, []byte(usbInit))
+	add("init", 0o755, []byte(init))
 	add("bin/busybox", 0o755, bb)
 	for _, m := range USBModules {
 		b, err := os.ReadFile(filepath.Join(kernelDir(), "usb", m))
@@ -317,6 +391,102 @@ func USBFiles(t testing.TB, dir string, program []byte) vm.Files {
 		t.Fatal(err)
 	}
 	files := vm.Files{Kernel: filepath.Join(kernelDir(), "usb", "vmlinuz"), Initrd: filepath.Join(dir, "usb-initrd")}
+	if err := os.WriteFile(files.Initrd, buf.Bytes(), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return files
+}
+
+// USBIPModules are the generic kernel's modules of its USB/IP client,
+// vhci-hcd, and of the e1000 NIC (QEMU's -device e1000) a USB/IP guest
+// reaches its server with, in load order (modinfo's depends: usbip-core
+// on usb-common, vhci-hcd on usbip-core and usbcore, e1000 on nothing).
+var USBIPModules = []string{"usb-common.ko", "usbcore.ko", "usbip-core.ko", "vhci-hcd.ko", "e1000.ko"}
+
+// HostFromGuest is the host as a guest on QEMU's user network (-netdev
+// user) sees it: a connection to it reaches the host's loopback.
+const HostFromGuest = "10.0.2.2"
+
+// USBIPGuestAddr is a USB/IP guest's address on QEMU's user network,
+// with its mask.
+const USBIPGuestAddr = "10.0.2.15/24"
+
+// USBIPDone starts what a USB/IP guest prints once its program has run,
+// followed by the program's exit status.
+const USBIPDone = "USBIP GUEST DONE "
+
+// usbipInit is a USB/IP guest's init: it loads vhci-hcd and the e1000
+// driver, brings its NIC up at USBIPGuestAddr with HostFromGuest as
+// gateway, runs /run-usbip (with the environment the kernel command line
+// gave init), prints USBIPDone and its status, and powers off.
+const usbipInit = `#!/bin/busybox sh
+/bin/busybox --install -s /bin
+mount -t proc proc /proc
+mount -t sysfs sysfs /sys
+mount -t devtmpfs devtmpfs /dev
+for m in usb-common usbcore usbip-core vhci-hcd e1000; do
+	insmod /$m.ko || echo "USBIP GUEST: insmod $m failed"
+done
+i=0
+while [ ! -e /sys/class/net/eth0 ] && [ $i -lt 100 ]; do sleep 0.1; i=$((i+1)); done
+ip link set lo up
+ip link set eth0 up
+ip addr add ` + USBIPGuestAddr + ` dev eth0
+ip route add default via ` + HostFromGuest + `
+/run-usbip
+echo "` + USBIPDone + `$?"
+poweroff -f
+`
+
+// RequireUSBIP is RequireUSB for a guest with the kernel's USB/IP client
+// and a NIC: the generic kernel's USBIPModules (scripts/test-deps.sh
+// unpacks them).
+func RequireUSBIP(t testing.TB) {
+	t.Helper()
+	RequireUSB(t)
+	for _, m := range USBIPModules {
+		require.File(t, filepath.Join(kernelDir(), "usb", m), "the generic kernel's vhci-hcd and e1000 modules; scripts/test-deps.sh unpacks them")
+	}
+}
+
+// USBIPFiles writes into dir a guest on the generic kernel with vhci-hcd
+// loaded and an e1000 NIC up at USBIPGuestAddr, routed through
+// HostFromGuest. Its init runs program, a static binary, once, with the
+// variables (NAME=value) of the kernel command line in its environment,
+// then prints USBIPDone and powers off. Boot it with 256 MiB and
+// "-netdev user,id=n -device e1000,netdev=n,romfile=".
+func USBIPFiles(t testing.TB, dir string, program []byte) vm.Files {
+	t.Helper()
+	RequireUSBIP(t)
+	bb, err := os.ReadFile("/bin/busybox")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var buf bytes.Buffer
+	w := cpio.NewWriter(&buf)
+	for _, d := range []string{"bin", "dev", "proc", "sys", "tmp"} {
+		w.WriteHeader(&cpio.Header{Name: d, Mode: cpio.TypeDir | 0o755})
+	}
+	add := func(name string, mode cpio.FileMode, body []byte) {
+		if err := w.WriteHeader(&cpio.Header{Name: name, Mode: cpio.TypeReg | mode, Size: int64(len(body))}); err != nil {
+			t.Fatal(err)
+		}
+		w.Write(body)
+	}
+	add("init", 0o755, []byte(usbipInit))
+	add("bin/busybox", 0o755, bb)
+	add("run-usbip", 0o755, program)
+	for _, m := range USBIPModules {
+		b, err := os.ReadFile(filepath.Join(kernelDir(), "usb", m))
+		if err != nil {
+			t.Fatal(err)
+		}
+		add(m, 0o644, b)
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	files := vm.Files{Kernel: filepath.Join(kernelDir(), "usb", "vmlinuz"), Initrd: filepath.Join(dir, "usbip-initrd")}
 	if err := os.WriteFile(files.Initrd, buf.Bytes(), 0o644); err != nil {
 		t.Fatal(err)
 	}
