@@ -404,7 +404,9 @@ func (a *Agent) Run(ctx context.Context) error {
 	runWork(a.reportLocks)
 	if a.cfg.USB != nil {
 		runWork(func(ctx context.Context) { a.watchKeyUse(ctx, 2*time.Second) })
+		runWork(func(ctx context.Context) { a.serveKeyExports(ctx, a.tc.Listen(tunnel.KindUSBIP)) })
 	}
+	runWork(a.importKeys)
 	runWork(func(ctx context.Context) { a.updateLoop(ctx, func() { restartFor(ErrRestart) }) })
 	g.Go(func() error { return failed("tunnel", a.tc.Run(gctx)) })
 	g.Go(func() error { return failed("serving the console's RPCs", rpc.Serve(a.tc.Listen(tunnel.KindRPC))) })

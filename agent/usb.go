@@ -113,6 +113,9 @@ func (a *Agent) devicesFor(workload string) []runtime.Device {
 	vm := a.workloadRuntimes()[workload] == edgeboxv1.RuntimeQEMU // given USB devices (QEMU's usb-host), not device nodes
 	var out []runtime.Device
 	for _, u := range mine {
+		if remote(u) {
+			continue // it travels through the console (ukeys.go)
+		}
 		d, ok := leasedDevice(u, devs)
 		if !ok || (vm && d.Simulated) {
 			continue
@@ -143,6 +146,10 @@ func (a *Agent) assignmentsOf(workload string) []*edgeboxv1.UsbAssignment {
 	}
 	return mine
 }
+
+// remote reports whether assignment u is of a key used from another box
+// (exported), or of another box's key used here (imported).
+func remote(u *edgeboxv1.UsbAssignment) bool { return u.GetExportTo() != "" || u.GetImportFrom() != "" }
 
 // leasedDevice finds the key of assignment u among devs.
 func leasedDevice(u *edgeboxv1.UsbAssignment, devs []usbhub.Device) (usbhub.Device, bool) {
@@ -177,7 +184,7 @@ func (a *Agent) refuseSimulatedToVMs(devs []usbhub.Device, told map[string]bool)
 	runtimes := a.workloadRuntimes()
 	for _, u := range leases {
 		d, ok := leasedDevice(u, devs)
-		if !ok || !d.Simulated || runtimes[u.GetWorkload()] != edgeboxv1.RuntimeQEMU {
+		if !ok || remote(u) || !d.Simulated || runtimes[u.GetWorkload()] != edgeboxv1.RuntimeQEMU {
 			continue
 		}
 		k := u.GetKeyId() + "/" + u.GetWorkload()
@@ -271,7 +278,7 @@ func (a *Agent) leasedKeys() map[string]string {
 	}
 	for _, o := range objs {
 		u := o.GetUsbAssignment()
-		if u == nil {
+		if u == nil || u.GetImportFrom() != "" { // another box's key
 			continue
 		}
 		if u.GetSerial() != "" {

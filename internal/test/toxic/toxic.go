@@ -49,3 +49,10 @@ func (p *Proxy) Add(name, kind, stream, attributes string) error {
 func (p *Proxy) Remove(name string) error {
 	return p.p.Toxics.RemoveToxic(context.Background(), name)
 }
+
+// Cut drops every connection through the proxy and takes no new one
+// until Heal: the link is down.
+func (p *Proxy) Cut() { p.p.Stop() }
+
+// Heal takes connections again, on the same address.
+func (p *Proxy) Heal() error { return p.p.Start() }

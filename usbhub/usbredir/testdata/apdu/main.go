@@ -2,6 +2,11 @@
 // first argument) it powers the simulated key's card, selects its
 // application and has it sign a message, then prints the signature
 // ("APDU SIGNED <hex>"). Built static for the guest by the test.
+//
+// With a second argument, a period such as 1s (or that period in
+// APDU_EVERY, which a guest's kernel command line sets), it goes on
+// signing each period, printing "APDU <n> SIGNED <hex>", until the key
+// fails it.
 package main
 
 import (
@@ -10,6 +15,7 @@ import (
 	"os"
 	"runtime"
 	"syscall"
+	"time"
 	"unsafe"
 )
 
@@ -27,13 +33,18 @@ type bulk struct {
 }
 
 func main() {
-	if err := run(os.Args[1]); err != nil {
+	period := os.Getenv("APDU_EVERY")
+	if len(os.Args) > 2 {
+		period = os.Args[2]
+	}
+	every, _ := time.ParseDuration(period)
+	if err := run(os.Args[1], every); err != nil {
 		fmt.Println("APDU FAILED", err)
 		os.Exit(1)
 	}
 }
 
-func run(node string) error {
+func run(node string, every time.Duration) error {
 	f, err := os.OpenFile(node, os.O_RDWR, 0)
 	if err != nil {
 		return err
@@ -44,7 +55,7 @@ func run(node string) error {
 		return fmt.Errorf("claiming the interface: %v", e)
 	}
 	xfer := func(ep uint32, buf []byte) (int, error) {
-		b := bulk{ep: ep, length: uint32(len(buf)), timeout: 5000, data: uintptr(unsafe.Pointer(&buf[0]))}
+		b := bulk{ep: ep, length: uint32(len(buf)), timeout: 30000, data: uintptr(unsafe.Pointer(&buf[0]))}
 		n, _, e := syscall.Syscall(syscall.SYS_IOCTL, f.Fd(), bulkTransfer, uintptr(unsafe.Pointer(&b)))
 		runtime.KeepAlive(buf)
 		if e != 0 {
@@ -78,10 +89,16 @@ func run(node string) error {
 	if r, err := command(0x6F, append([]byte{0, 0xA4, 4, 0, byte(len(aid))}, aid...)); err != nil || len(r) != 2 || r[0] != 0x90 {
 		return fmt.Errorf("SELECT: %x %v", r, err)
 	}
-	r, err := command(0x6F, append(append([]byte{0, 0x2A, 0x9E, 0x9A, byte(len(Message))}, Message...), 0))
-	if err != nil || len(r) < 2 || r[len(r)-2] != 0x90 {
-		return fmt.Errorf("sign: %x %v", r, err)
+	for n := 1; ; n++ {
+		r, err := command(0x6F, append(append([]byte{0, 0x2A, 0x9E, 0x9A, byte(len(Message))}, Message...), 0))
+		if err != nil || len(r) < 2 || r[len(r)-2] != 0x90 {
+			return fmt.Errorf("sign: %x %v", r, err)
+		}
+		if every <= 0 {
+			fmt.Printf("APDU SIGNED %x\n", r[:len(r)-2])
+			return nil
+		}
+		fmt.Printf("APDU %d SIGNED %x\n", n, r[:len(r)-2])
+		time.Sleep(every)
 	}
-	fmt.Printf("APDU SIGNED %x\n", r[:len(r)-2])
-	return nil
 }

@@ -1,0 +1,385 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/edgebox/edgebox/agent/runtime"
+	edgeboxv1 "github.com/edgebox/edgebox/proto/edgebox/v1"
+	"github.com/edgebox/edgebox/tunnel"
+	"github.com/edgebox/edgebox/tunnel/forwarding"
+	"github.com/edgebox/edgebox/usbhub"
+	"github.com/edgebox/edgebox/usbhub/usbip"
+	"github.com/edgebox/edgebox/usbhub/usbredir"
+)
+
+// Remote UKEYs: a key on this box used by a workload of another box
+// (exported), and a key of another box used by a workload here
+// (imported). Both travel on the tunnel's usbip streams, which the
+// console joins while the lease lasts (ADR 0018).
+const (
+	// keyResumeWindow is how long a key's USB/IP session outlives its
+	// stream: a blip shorter than this is not an unplug.
+	keyResumeWindow = 10 * time.Second
+	// keyFollowEvery is how often the assignments are looked at for keys
+	// to export no more, or to import.
+	keyFollowEvery = 500 * time.Millisecond
+	// maxKeyStreams bounds the usbip streams served at once.
+	maxKeyStreams = 32
+	// keyOpenTimeout bounds opening a key's stream and hearing the answer.
+	keyOpenTimeout = 15 * time.Second
+)
+
+// keyExports are the keys of this box served to other boxes: one USB/IP
+// server, so that a session resumed on a new stream finds the one it
+// had.
+type keyExports struct {
+	srv *usbip.Server
+	mu  sync.Mutex
+	ids map[string]string // key ID → the port it was opened at
+}
+
+// serveKeyExports answers the console's usbip streams until ctx ends: a
+// stream names a key, which this box serves only while an assignment
+// exports it and it is plugged in. Keys whose assignment went, or which
+// were unplugged, stop being offered, and their sessions end.
+func (a *Agent) serveKeyExports(ctx context.Context, ln net.Listener) {
+	ex := &keyExports{srv: usbip.New(a.log), ids: map[string]string{}}
+	ex.srv.ResumeWindow = keyResumeWindow
+	defer ex.srv.Close()
+	stop := context.AfterFunc(ctx, func() { ln.Close() })
+	defer stop()
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		a.sweepKeyExports(ctx, ex)
+	}()
+	sem := make(chan struct{}, maxKeyStreams)
+	for {
+		c, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		select {
+		case sem <- struct{}{}:
+		default:
+			forwarding.WriteReply(c, fmt.Errorf("the box serves %d key streams already", maxKeyStreams))
+			c.Close()
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer func() { <-sem }()
+			a.exportKey(ctx, ex, c)
+		}()
+	}
+}
+
+// exportKey serves one stream of the console's, for the key it names.
+func (a *Agent) exportKey(ctx context.Context, ex *keyExports, c net.Conn) {
+	defer c.Close()
+	var id string
+	if tc, ok := c.(*tunnel.Conn); ok {
+		id = tc.Header().Meta[forwarding.MetaKey]
+	}
+	if err := a.offerKey(ctx, ex, id); err != nil {
+		a.log.Info("a key asked for by another box was not served", "key", id, "err", err)
+		forwarding.WriteReply(c, err)
+		return
+	}
+	if err := forwarding.WriteReply(c, nil); err != nil {
+		return
+	}
+	ex.srv.ServeConn(ctx, c)
+}
+
+// offerKey offers key id on the export server, if an assignment exports
+// it and it is plugged in here.
+func (a *Agent) offerKey(ctx context.Context, ex *keyExports, id string) error {
+	var u *edgeboxv1.UsbAssignment
+	for _, x := range a.assignmentsOf("") {
+		if x.GetKeyId() == id && x.GetExportTo() != "" {
+			u = x
+		}
+	}
+	if u == nil {
+		return fmt.Errorf("key %q is not leased to a workload of another box", id)
+	}
+	opener, ok := a.cfg.USB.(usbhub.Opener)
+	if !ok {
+		return fmt.Errorf("this box cannot serve its keys to other boxes: its agent was built without libusb (-tags gousb)")
+	}
+	devs, err := a.cfg.USB.Devices(ctx)
+	if err != nil {
+		return fmt.Errorf("reading the box's USB keys: %w", err)
+	}
+	d, ok := leasedDevice(u, devs)
+	if !ok {
+		return fmt.Errorf("key %s is not plugged in on this box", id)
+	}
+	ex.mu.Lock()
+	defer ex.mu.Unlock()
+	if port, ok := ex.ids[id]; ok && port == d.Port {
+		return nil
+	}
+	dev, err := opener.Open(ctx, d.Port)
+	if err != nil {
+		return fmt.Errorf("opening key %s: %w", id, err)
+	}
+	if _, ok := ex.ids[id]; ok {
+		ex.srv.Remove(id) // it moved to another port
+	}
+	if err := ex.srv.Add(id, dev); err != nil {
+		return err
+	}
+	ex.ids[id] = d.Port
+	return nil
+}
+
+// sweepKeyExports stops offering keys whose assignment went, or which
+// are no longer plugged in where they were opened.
+func (a *Agent) sweepKeyExports(ctx context.Context, ex *keyExports) {
+	t := time.NewTicker(keyFollowEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		ex.mu.Lock()
+		n := len(ex.ids)
+		ex.mu.Unlock()
+		if n == 0 {
+			continue
+		}
+		exported := map[string]*edgeboxv1.UsbAssignment{}
+		for _, u := range a.assignmentsOf("") {
+			if u.GetExportTo() != "" {
+				exported[u.GetKeyId()] = u
+			}
+		}
+		dctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		devs, err := a.cfg.USB.Devices(dctx)
+		cancel()
+		if err != nil {
+			continue
+		}
+		ex.mu.Lock()
+		for id, port := range ex.ids {
+			u, ok := exported[id]
+			var d usbhub.Device
+			if ok {
+				d, ok = leasedDevice(u, devs)
+			}
+			if !ok || d.Port != port {
+				a.log.Info("a key is no longer served to another box", "key", id, "leased", exported[id] != nil)
+				ex.srv.Remove(id)
+				delete(ex.ids, id)
+			}
+		}
+		ex.mu.Unlock()
+	}
+}
+
+// importKeys follows the assignments of keys this box's workloads hold
+// on other boxes: each one gets a link (linkKey) while it lasts.
+func (a *Agent) importKeys(ctx context.Context) {
+	type link struct {
+		u      *edgeboxv1.UsbAssignment
+		cancel context.CancelFunc
+		done   chan struct{}
+	}
+	links := map[string]*link{}
+	defer func() {
+		for _, l := range links {
+			l.cancel()
+			<-l.done
+		}
+	}()
+	t := time.NewTicker(keyFollowEvery)
+	defer t.Stop()
+	for {
+		want := map[string]*edgeboxv1.UsbAssignment{}
+		for _, u := range a.assignmentsOf("") {
+			if u.GetImportFrom() != "" {
+				want[u.GetKeyId()] = u
+			}
+		}
+		for id, l := range links {
+			if u, ok := want[id]; !ok || u.GetWorkload() != l.u.GetWorkload() || u.GetImportFrom() != l.u.GetImportFrom() {
+				l.cancel()
+				<-l.done
+				delete(links, id)
+			}
+		}
+		for id, u := range want {
+			if _, ok := links[id]; ok {
+				continue
+			}
+			lctx, cancel := context.WithCancel(ctx)
+			l := &link{u: u, cancel: cancel, done: make(chan struct{})}
+			links[id] = l
+			go func() {
+				defer close(l.done)
+				a.linkKey(lctx, u)
+			}()
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// redirID names a key's usb-redir device in its VM.
+func redirID(keyID string) string { return "ukey-" + strings.TrimPrefix(keyID, "k-") }
+
+// linkKey keeps key u, which sits on another box, plugged into its VM
+// workload here until ctx ends (the assignment went): imported through
+// the console, resumed across blips of up to keyResumeWindow, and plugged
+// in again once both boxes are back after a longer outage. What stops it
+// is reported once, as an event of the key.
+func (a *Agent) linkKey(ctx context.Context, u *edgeboxv1.UsbAssignment) {
+	id, workload := u.GetKeyId(), u.GetWorkload()
+	log := a.log.With("key", id, "workload", workload, "key_box", u.GetImportFrom())
+	told := ""
+	tell := func(reason, msg string, warning bool) {
+		if msg != told {
+			told = msg
+			a.keyEvent(id, reason, msg, warning)
+		}
+	}
+	var plugged runtime.RedirAttacher
+	defer func() {
+		if plugged != nil {
+			if err := plugged.DetachRedir(workload, redirID(id)); err != nil {
+				log.Warn("unplugging a remote key from its VM", "err", err)
+			}
+			tell(edgeboxv1.ReasonDetached, "from "+workload+": the lease ended", false)
+		}
+	}()
+	wait := time.Second
+	for ctx.Err() == nil {
+		err := a.linkOnce(ctx, u, &plugged, func(msg string) { tell(edgeboxv1.ReasonAttached, msg, false) })
+		if ctx.Err() != nil {
+			return
+		}
+		if err != nil {
+			log.Info("a remote key is not in its VM", "err", err)
+			tell(edgeboxv1.ReasonNotAttachable, err.Error(), true)
+		} else {
+			wait = time.Second // it ran; a new outage starts short
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(wait):
+		}
+		wait = min(2*wait, 10*time.Second)
+	}
+}
+
+// linkOnce imports the key, plugs it into the VM and serves it there
+// until the key is lost for good, the VM lets go, or ctx ends.
+func (a *Agent) linkOnce(ctx context.Context, u *edgeboxv1.UsbAssignment, plugged *runtime.RedirAttacher, attached func(string)) error {
+	id, workload := u.GetKeyId(), u.GetWorkload()
+	drv, err := a.redirDriver(ctx, workload)
+	if err != nil {
+		return err
+	}
+	dev, err := usbip.ImportResumable(ctx, a.keyDialer(id), id, keyResumeWindow, a.log.With("key", id))
+	if err != nil {
+		return fmt.Errorf("key %s on box %s: %w", id, u.GetImportFrom(), err)
+	}
+	defer dev.Close()
+	sock, err := drv.AttachRedir(workload, redirID(id))
+	if err != nil {
+		return fmt.Errorf("plugging key %s into VM %s: %w", id, workload, err)
+	}
+	*plugged = drv
+	var d net.Dialer
+	conn, err := d.DialContext(ctx, "unix", sock)
+	if err != nil {
+		return fmt.Errorf("reaching VM %s's USB socket: %w", workload, err)
+	}
+	defer conn.Close()
+	sctx, stop := context.WithCancel(ctx)
+	defer stop()
+	go func() {
+		select {
+		case <-dev.Done(): // lost for longer than a blip: the guest sees it go
+		case <-sctx.Done():
+		}
+		stop()
+		conn.Close() // Serve reads QEMU's side until it closes
+	}()
+	attached(fmt.Sprintf("to VM %s, from box %s", workload, u.GetImportFrom()))
+	err = usbredir.Serve(sctx, conn, dev, a.log.With("key", id))
+	select {
+	case <-dev.Done():
+		return fmt.Errorf("key %s was unreachable for longer than %s: unplugged from VM %s until it is back: %w", id, keyResumeWindow, workload, dev.Err())
+	default:
+	}
+	if ctx.Err() != nil {
+		return nil
+	}
+	if err == nil {
+		err = errors.New("the VM let go")
+	}
+	return fmt.Errorf("VM %s's USB socket: %w", workload, err)
+}
+
+// redirDriver is the driver running workload as a VM that takes usb-redir
+// devices.
+func (a *Agent) redirDriver(ctx context.Context, workload string) (runtime.RedirAttacher, error) {
+	for _, d := range a.cfg.Drivers {
+		in, err := d.Inspect(ctx, workload)
+		if err != nil {
+			continue
+		}
+		ra, ok := d.(runtime.RedirAttacher)
+		switch {
+		case !ok:
+			return nil, fmt.Errorf("workload %s is not a VM: a key of another box reaches VM workloads only", workload)
+		case in.State != runtime.StateRunning:
+			return nil, fmt.Errorf("VM %s is not running", workload)
+		}
+		return ra, nil
+	}
+	return nil, fmt.Errorf("workload %s does not run on this box", workload)
+}
+
+// keyDialer opens usbip streams for key id through the console, and
+// reads its answer: the console's refusal says why.
+func (a *Agent) keyDialer(id string) usbip.Dialer {
+	return func(ctx context.Context) (net.Conn, error) {
+		octx, cancel := context.WithTimeout(ctx, keyOpenTimeout)
+		defer cancel()
+		c, err := a.tc.Open(octx, tunnel.KindUSBIP, map[string]string{forwarding.MetaKey: id})
+		if err != nil {
+			return nil, err
+		}
+		if dl, ok := octx.Deadline(); ok {
+			c.SetReadDeadline(dl)
+		}
+		if err := forwarding.ReadReply(c); err != nil {
+			c.Close()
+			if msg, ok := strings.CutPrefix(err.Error(), forwarding.ErrRefused.Error()+": "); ok {
+				return nil, fmt.Errorf("the console refused: %s", msg)
+			}
+			return nil, err
+		}
+		c.SetReadDeadline(time.Time{})
+		return c, nil
+	}
+}
