@@ -56,19 +56,32 @@ if [ ! -f "$KERNEL_DIR/vmlinuz" ] || [ ! -f "$KERNEL_DIR/qemu_fw_cfg.ko" ] || [ 
 fi
 
 # Debian's generic kernel, for the guests that need USB (the cloud kernel
-# has none): its vmlinuz and the modules of an xHCI bus, unpacked the
-# same way into $KERNEL_DIR/usb.
-if [ ! -f "$KERNEL_DIR/usb/vmlinuz" ] || [ ! -f "$KERNEL_DIR/usb/xhci-pci.ko" ]; then
+# has none): its vmlinuz and the modules of an xHCI bus, of the kernel's
+# USB/IP client (usbip-core, vhci-hcd) and of an e1000 NIC (no
+# dependencies) to reach its server, unpacked the same way into
+# $KERNEL_DIR/usb. All of them at once, from one package: a module loads
+# only into the kernel it was built with.
+USB_MODULES="drivers/usb/common/usb-common.ko drivers/usb/core/usbcore.ko drivers/usb/host/xhci-hcd.ko drivers/usb/host/xhci-pci.ko drivers/usb/usbip/usbip-core.ko drivers/usb/usbip/vhci-hcd.ko drivers/net/ethernet/intel/e1000/e1000.ko"
+usb_missing=""
+[ -f "$KERNEL_DIR/usb/vmlinuz" ] || usb_missing=vmlinuz
+for m in $USB_MODULES; do
+	[ -f "$KERNEL_DIR/usb/${m##*/}" ] || usb_missing="$usb_missing ${m##*/}"
+done
+if [ -n "$usb_missing" ]; then
 	pkg=$(apt-cache depends linux-image-amd64 | awk '/Depends: linux-image-/{print $2; exit}')
-	echo "test-deps: unpacking $pkg into $KERNEL_DIR/usb"
+	echo "test-deps: unpacking $pkg into $KERNEL_DIR/usb (for$usb_missing)"
 	tmp=$(mktemp -d)
 	chmod 1777 "$tmp"
-	(cd "$tmp" && apt-get download -q "$pkg" >/dev/null && dpkg-deb --fsys-tarfile ./*.deb | tar -x --wildcards './boot/vmlinuz-*' \
-		'./lib/modules/*/kernel/drivers/usb/common/usb-common.ko' './lib/modules/*/kernel/drivers/usb/core/usbcore.ko' \
-		'./lib/modules/*/kernel/drivers/usb/host/xhci-hcd.ko' './lib/modules/*/kernel/drivers/usb/host/xhci-pci.ko')
+	patterns=""
+	for m in $USB_MODULES; do patterns="$patterns ./lib/modules/*/kernel/$m"; done
+	# The patterns are tar's, one word each: not globbed here (set -f).
+	# shellcheck disable=SC2086
+	(cd "$tmp" && apt-get download -q "$pkg" >/dev/null && deb=$(echo ./*.deb) && set -f &&
+		dpkg-deb --fsys-tarfile "$deb" | tar -x --wildcards './boot/vmlinuz-*' $patterns)
 	mkdir -p "$KERNEL_DIR/usb"
-	cp "$tmp"/lib/modules/*/kernel/drivers/usb/common/usb-common.ko "$tmp"/lib/modules/*/kernel/drivers/usb/core/usbcore.ko \
-		"$tmp"/lib/modules/*/kernel/drivers/usb/host/xhci-hcd.ko "$tmp"/lib/modules/*/kernel/drivers/usb/host/xhci-pci.ko "$KERNEL_DIR/usb/"
+	for m in $USB_MODULES; do
+		cp "$tmp"/lib/modules/*/kernel/"$m" "$KERNEL_DIR/usb/"
+	done
 	cp "$tmp"/boot/vmlinuz-* "$KERNEL_DIR/usb/vmlinuz"
 	rm -rf "$tmp"
 fi

@@ -23,10 +23,10 @@ import (
 // it, which frees the port. ctx bounds the import.
 //
 // Errors: errdefs.ErrUnavailable without vhci-hcd ("modprobe vhci-hcd"),
-// or with no free port; errdefs.ErrPermission without root;
-// errdefs.ErrInvalid for a conn that is not TCP, or a device of a speed
-// vhci-hcd does not take; an error wrapping errRefused (stNA from the
-// server) when the server does not offer busID or another client has it.
+// with no free port, or when the server does not offer busID or another
+// client has it; errdefs.ErrPermission without root; errdefs.ErrInvalid
+// for a conn that is not TCP, or a device of a speed vhci-hcd does not
+// take (SuperSpeed+); the import's errors otherwise.
 func (v VHCI) Attach(ctx context.Context, conn net.Conn, busID string) (int, error) {
 	defer conn.Close()
 	tcp, ok := conn.(*net.TCPConn)
