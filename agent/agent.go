@@ -92,6 +92,11 @@ type Config struct {
 	// USBDevRoot is where the box's USB device nodes are,
 	// /dev/bus/usb unless set.
 	USBDevRoot string
+	// KeyServer is where keys of other boxes leased to this box's
+	// containers and programs are offered over USB/IP, for the kernel's
+	// vhci-hcd (or usbip-win2 on Windows) to attach: 127.0.0.1:3240 (the
+	// USB/IP port, on loopback only) unless set; "off" offers none.
+	KeyServer string
 	// Hooks are for fault-injection tests; production leaves them nil.
 	Hooks Hooks
 }
@@ -170,6 +175,9 @@ type Agent struct {
 	local      *localstore.Store
 	locks      *locks.Set
 	keyHold    atomic.Value // string: why UKEYs in use hold the box, "" when none
+	// localKeys offers keys of other boxes to this box's containers and
+	// programs (ukeys.go); set while serveKeysLocally runs.
+	localKeys atomic.Pointer[localKeys]
 	reports    *reports
 	reconciler *reconcile.Reconciler
 	// suspect are keys whose holder became unhealthy, to power-cycle.
@@ -406,6 +414,7 @@ func (a *Agent) Run(ctx context.Context) error {
 		runWork(func(ctx context.Context) { a.watchKeyUse(ctx, 2*time.Second) })
 		runWork(func(ctx context.Context) { a.serveKeyExports(ctx, a.tc.Listen(tunnel.KindUSBIP)) })
 	}
+	runWork(a.serveKeysLocally)
 	runWork(a.importKeys)
 	runWork(func(ctx context.Context) { a.updateLoop(ctx, func() { restartFor(ErrRestart) }) })
 	g.Go(func() error { return failed("tunnel", a.tc.Run(gctx)) })

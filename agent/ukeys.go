@@ -294,14 +294,17 @@ func (a *Agent) linkKey(ctx context.Context, u *edgeboxv1.UsbAssignment) {
 func (a *Agent) linkOnce(ctx context.Context, u *edgeboxv1.UsbAssignment, plugged *runtime.RedirAttacher, attached func(string)) error {
 	id, workload := u.GetKeyId(), u.GetWorkload()
 	drv, err := a.redirDriver(ctx, workload)
-	if err != nil {
+	if err != nil && !errors.Is(err, errNotVM) {
 		return err
 	}
-	dev, err := usbip.ImportResumable(ctx, a.keyDialer(id), id, keyResumeWindow, a.log.With("key", id))
-	if err != nil {
-		return fmt.Errorf("key %s on box %s: %w", id, u.GetImportFrom(), err)
+	dev, ierr := usbip.ImportResumable(ctx, a.keyDialer(id), id, keyResumeWindow, a.log.With("key", id))
+	if ierr != nil {
+		return fmt.Errorf("key %s on box %s: %w", id, u.GetImportFrom(), ierr)
 	}
 	defer dev.Close()
+	if err != nil { // a container or a program
+		return a.offerLocally(ctx, u, dev, attached)
+	}
 	sock, err := drv.AttachRedir(workload, redirID(id))
 	if err != nil {
 		return fmt.Errorf("plugging key %s into VM %s: %w", id, workload, err)
@@ -339,6 +342,10 @@ func (a *Agent) linkOnce(ctx context.Context, u *edgeboxv1.UsbAssignment, plugge
 	return fmt.Errorf("VM %s's USB socket: %w", workload, err)
 }
 
+// errNotVM is redirDriver's answer for a workload that runs, but not as
+// a VM: its key is offered on the box's loopback instead.
+var errNotVM = errors.New("not a VM")
+
 // redirDriver is the driver running workload as a VM that takes usb-redir
 // devices.
 func (a *Agent) redirDriver(ctx context.Context, workload string) (runtime.RedirAttacher, error) {
@@ -350,7 +357,7 @@ func (a *Agent) redirDriver(ctx context.Context, workload string) (runtime.Redir
 		ra, ok := d.(runtime.RedirAttacher)
 		switch {
 		case !ok:
-			return nil, fmt.Errorf("workload %s is not a VM: a key of another box reaches VM workloads only", workload)
+			return nil, fmt.Errorf("workload %s: %w", workload, errNotVM)
 		case in.State != runtime.StateRunning:
 			return nil, fmt.Errorf("VM %s is not running", workload)
 		}
@@ -382,4 +389,74 @@ func (a *Agent) keyDialer(id string) usbip.Dialer {
 		c.SetReadDeadline(time.Time{})
 		return c, nil
 	}
+}
+
+// localKeys is the box's loopback USB/IP server, where keys of other
+// boxes leased to its containers and programs are offered.
+type localKeys struct {
+	srv  *usbip.Server
+	addr string
+}
+
+// defaultKeyServer is where keys are offered locally unless the agent is
+// told otherwise: the USB/IP port, on loopback only.
+const defaultKeyServer = "127.0.0.1:3240"
+
+// serveKeysLocally runs the box's loopback USB/IP server until ctx ends,
+// unless Config.KeyServer is "off".
+func (a *Agent) serveKeysLocally(ctx context.Context) {
+	addr := a.cfg.KeyServer
+	switch addr {
+	case "off":
+		return
+	case "":
+		addr = defaultKeyServer
+	}
+	var lc net.ListenConfig
+	ln, err := lc.Listen(ctx, "tcp", addr)
+	if err != nil {
+		a.log.Warn("keys of other boxes cannot be offered to this box's containers and programs", "address", addr, "err", err)
+		return
+	}
+	if host, _, _ := net.SplitHostPort(ln.Addr().String()); !net.ParseIP(host).IsLoopback() {
+		ln.Close()
+		a.log.Warn("the local key server must listen on loopback only; it does not run", "address", addr)
+		return
+	}
+	lk := &localKeys{srv: usbip.New(a.log), addr: ln.Addr().String()}
+	a.localKeys.Store(lk)
+	defer a.localKeys.Store(nil)
+	stop := context.AfterFunc(ctx, func() { lk.srv.Close(); ln.Close() })
+	defer stop()
+	if err := lk.srv.Serve(ln); err != nil && ctx.Err() == nil {
+		a.log.Warn("the local key server stopped", "err", err)
+	}
+}
+
+// offerLocally offers an imported key on the box's loopback USB/IP
+// server, under its key ID, until ctx ends or the key is lost for longer
+// than a blip.
+func (a *Agent) offerLocally(ctx context.Context, u *edgeboxv1.UsbAssignment, dev *usbip.Remote, attached func(string)) error {
+	id := u.GetKeyId()
+	lk := a.localKeys.Load()
+	if lk == nil {
+		return fmt.Errorf("workload %s is not a VM, and this box offers no keys of other boxes to containers and programs (its local key server is off or could not listen)", u.GetWorkload())
+	}
+	if err := lk.srv.Add(id, dev); err != nil {
+		return err
+	}
+	defer lk.srv.Remove(id)
+	attached(fmt.Sprintf("offered to %s over USB/IP on %s, bus ID %s (usbip attach -r %s -b %s), from box %s",
+		u.GetWorkload(), lk.addr, id, hostOf(lk.addr), id, u.GetImportFrom()))
+	select {
+	case <-ctx.Done():
+		return nil
+	case <-dev.Done():
+		return fmt.Errorf("key %s was unreachable for longer than %s: no longer offered until it is back: %w", id, keyResumeWindow, dev.Err())
+	}
+}
+
+func hostOf(addr string) string {
+	h, _, _ := net.SplitHostPort(addr)
+	return h
 }
