@@ -178,6 +178,8 @@ type Agent struct {
 	// localKeys offers keys of other boxes to this box's containers and
 	// programs (ukeys.go); set while serveKeysLocally runs.
 	localKeys atomic.Pointer[localKeys]
+	vhciMu    sync.Mutex
+	vhci      map[string]int // keys of other boxes on the box's USB bus: key ID → vhci port
 	reports    *reports
 	reconciler *reconcile.Reconciler
 	// suspect are keys whose holder became unhealthy, to power-cycle.

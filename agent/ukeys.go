@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"time"
@@ -446,8 +448,15 @@ func (a *Agent) offerLocally(ctx context.Context, u *edgeboxv1.UsbAssignment, de
 		return err
 	}
 	defer lk.srv.Remove(id)
-	attached(fmt.Sprintf("offered to %s over USB/IP on %s, bus ID %s (usbip attach -r %s -b %s), from box %s",
-		u.GetWorkload(), lk.addr, id, hostOf(lk.addr), id, u.GetImportFrom()))
+	how := fmt.Sprintf("offered to %s over USB/IP on %s, bus ID %s (usbip attach -r %s -b %s), from box %s",
+		u.GetWorkload(), lk.addr, id, hostOf(lk.addr), id, u.GetImportFrom())
+	if port, err := a.attachVHCI(ctx, lk.addr, id); err == nil {
+		defer a.detachVHCI(id, port)
+		how = fmt.Sprintf("given to %s through the kernel's vhci-hcd (port %d), from box %s", u.GetWorkload(), port, u.GetImportFrom())
+	} else if !errors.Is(err, errNoVHCI) {
+		a.log.Warn("a key of another box could not be attached through vhci-hcd; it stays offered on loopback", "key", id, "err", err)
+	}
+	attached(how)
 	select {
 	case <-ctx.Done():
 		return nil
@@ -459,4 +468,54 @@ func (a *Agent) offerLocally(ctx context.Context, u *edgeboxv1.UsbAssignment, de
 func hostOf(addr string) string {
 	h, _, _ := net.SplitHostPort(addr)
 	return h
+}
+
+// errNoVHCI: the box's kernel has no vhci-hcd loaded.
+var errNoVHCI = errors.New("no vhci-hcd")
+
+// attachVHCI hands key id, offered on the local key server at addr, to
+// the kernel's vhci-hcd where the box has it: the key then appears on
+// the box's USB bus like a local one, and the workload holding its lease
+// gets its device node (devicesFor).
+func (a *Agent) attachVHCI(ctx context.Context, addr, id string) (int, error) {
+	if _, err := os.Stat(filepath.Join(usbip.DefaultVHCIDir, "attach")); err != nil {
+		return 0, errNoVHCI
+	}
+	var d net.Dialer
+	conn, err := d.DialContext(ctx, "tcp", addr)
+	if err != nil {
+		return 0, err
+	}
+	port, err := usbip.AttachVHCI(ctx, conn, id)
+	if err != nil {
+		return 0, err
+	}
+	a.vhciMu.Lock()
+	if a.vhci == nil {
+		a.vhci = map[string]int{}
+	}
+	a.vhci[id] = port
+	a.vhciMu.Unlock()
+	a.reconciler.Kick() // its workload gets the device
+	return port, nil
+}
+
+// detachVHCI takes key id off the box's USB bus again.
+func (a *Agent) detachVHCI(id string, port int) {
+	a.vhciMu.Lock()
+	delete(a.vhci, id)
+	a.vhciMu.Unlock()
+	if err := usbip.DetachVHCI(port); err != nil {
+		a.log.Warn("detaching a key of another box from vhci-hcd", "key", id, "port", port, "err", err)
+	}
+	a.reconciler.Kick()
+}
+
+// onVHCI reports whether key id, of another box, is on this box's USB bus
+// through vhci-hcd.
+func (a *Agent) onVHCI(id string) bool {
+	a.vhciMu.Lock()
+	defer a.vhciMu.Unlock()
+	_, ok := a.vhci[id]
+	return ok
 }

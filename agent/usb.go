@@ -44,6 +44,7 @@ func (a *Agent) watchUSB(ctx context.Context, hub usbhub.Hub, poll time.Duration
 				a.log.Warn("reading the USB inventory", "err", err)
 			}
 		} else {
+			now = a.withoutImported(now)
 			if first || len(usbhub.Diff(last, now)) > 0 {
 				first, last = false, now
 				a.reports.USB(usbReport(now))
@@ -62,6 +63,33 @@ func (a *Agent) watchUSB(ctx context.Context, hub usbhub.Hub, poll time.Duration
 			}
 		}
 	}
+}
+
+// withoutImported leaves out of devs the keys of other boxes that
+// vhci-hcd put on this box's bus: they are reported by their own box.
+func (a *Agent) withoutImported(devs []usbhub.Device) []usbhub.Device {
+	var imported []*edgeboxv1.UsbAssignment
+	for _, u := range a.assignmentsOf("") {
+		if u.GetImportFrom() != "" {
+			imported = append(imported, u)
+		}
+	}
+	if len(imported) == 0 {
+		return devs
+	}
+	out := devs[:0:0]
+	for _, d := range devs {
+		mine := true
+		for _, u := range imported {
+			if u.GetSerial() != "" && d.Serial == u.GetSerial() {
+				mine = false
+			}
+		}
+		if mine {
+			out = append(out, d)
+		}
+	}
+	return out
 }
 
 func usbReport(devs []usbhub.Device) []*edgeboxv1.UsbDevice {
@@ -113,7 +141,7 @@ func (a *Agent) devicesFor(workload string) []runtime.Device {
 	vm := a.workloadRuntimes()[workload] == edgeboxv1.RuntimeQEMU // given USB devices (QEMU's usb-host), not device nodes
 	var out []runtime.Device
 	for _, u := range mine {
-		if remote(u) {
+		if u.GetExportTo() != "" || (u.GetImportFrom() != "" && (vm || u.GetSerial() == "" || !a.onVHCI(u.GetKeyId()))) {
 			continue // it travels through the console (ukeys.go)
 		}
 		d, ok := leasedDevice(u, devs)
