@@ -172,14 +172,14 @@ type Agent struct {
 	connected chan struct{} // one signal per session that came up
 	resync    chan struct{} // the same, for the Sync stream
 
-	local      *localstore.Store
-	locks      *locks.Set
-	keyHold    atomic.Value // string: why UKEYs in use hold the box, "" when none
+	local   *localstore.Store
+	locks   *locks.Set
+	keyHold atomic.Value // string: why UKEYs in use hold the box, "" when none
 	// localKeys offers keys of other boxes to this box's containers and
 	// programs (ukeys.go); set while serveKeysLocally runs.
-	localKeys atomic.Pointer[localKeys]
-	vhciMu    sync.Mutex
-	vhci      map[string]int // keys of other boxes on the box's USB bus: key ID → vhci port
+	localKeys  atomic.Pointer[localKeys]
+	vhciMu     sync.Mutex
+	vhci       map[string]int // keys of other boxes on the box's USB bus: key ID → vhci port
 	reports    *reports
 	reconciler *reconcile.Reconciler
 	// suspect are keys whose holder became unhealthy, to power-cycle.
