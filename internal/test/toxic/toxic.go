@@ -16,7 +16,8 @@ import (
 
 // Proxy forwards a loopback port to an upstream address through toxics.
 type Proxy struct {
-	p *toxiproxy.Proxy
+	p    *toxiproxy.Proxy
+	addr string // where it listens, read once: Heal rewrites the proxy's own
 }
 
 // New starts a proxy to upstream on a free loopback port; it stops when the
@@ -29,11 +30,11 @@ func New(t testing.TB, upstream string) *Proxy {
 		t.Fatalf("toxiproxy: %v", err)
 	}
 	t.Cleanup(p.Stop)
-	return &Proxy{p: p}
+	return &Proxy{p: p, addr: p.Listen}
 }
 
 // Addr is where clients connect.
-func (p *Proxy) Addr() string { return p.p.Listen }
+func (p *Proxy) Addr() string { return p.addr }
 
 // Add adds a toxic: kind is a toxiproxy toxic type ("latency",
 // "bandwidth", "timeout", "reset_peer", "slicer", "limit_data"), stream
