@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"path/filepath"
@@ -16,6 +17,7 @@ import (
 	"github.com/edgebox/edgebox/tunnel"
 	"github.com/edgebox/edgebox/tunnel/forwarding"
 	"github.com/edgebox/edgebox/usbhub"
+	"github.com/edgebox/edgebox/usbhub/usbdev"
 	"github.com/edgebox/edgebox/usbhub/usbip"
 	"github.com/edgebox/edgebox/usbhub/usbredir"
 )
@@ -43,7 +45,28 @@ const (
 type keyExports struct {
 	srv *usbip.Server
 	mu  sync.Mutex
-	ids map[string]string // key ID → the port it was opened at
+	ids map[string]exported // by key ID
+}
+
+// exported is a key offered to other boxes: where it was opened, and the
+// device, closed when it is offered no more (a physical key then goes
+// back to the kernel's driver).
+type exported struct {
+	port string
+	dev  usbdev.Device
+}
+
+// remove stops offering key id and lets go of its device; hold ex.mu.
+func (ex *keyExports) remove(id string) {
+	e, ok := ex.ids[id]
+	if !ok {
+		return
+	}
+	ex.srv.Remove(id)
+	delete(ex.ids, id)
+	if c, ok := e.dev.(io.Closer); ok {
+		c.Close()
+	}
 }
 
 // serveKeyExports answers the console's usbip streams until ctx ends: a
@@ -51,9 +74,16 @@ type keyExports struct {
 // exports it and it is plugged in. Keys whose assignment went, or which
 // were unplugged, stop being offered, and their sessions end.
 func (a *Agent) serveKeyExports(ctx context.Context, ln net.Listener) {
-	ex := &keyExports{srv: usbip.New(a.log), ids: map[string]string{}}
+	ex := &keyExports{srv: usbip.New(a.log), ids: map[string]exported{}}
 	ex.srv.ResumeWindow = keyResumeWindow
-	defer ex.srv.Close()
+	defer func() {
+		ex.mu.Lock()
+		for id := range ex.ids {
+			ex.remove(id)
+		}
+		ex.mu.Unlock()
+		ex.srv.Close()
+	}()
 	stop := context.AfterFunc(ctx, func() { ln.Close() })
 	defer stop()
 	var wg sync.WaitGroup
@@ -129,20 +159,21 @@ func (a *Agent) offerKey(ctx context.Context, ex *keyExports, id string) error {
 	}
 	ex.mu.Lock()
 	defer ex.mu.Unlock()
-	if port, ok := ex.ids[id]; ok && port == d.Port {
+	if e, ok := ex.ids[id]; ok && e.port == d.Port {
 		return nil
 	}
+	ex.remove(id) // it moved to another port
 	dev, err := opener.Open(ctx, d.Port)
 	if err != nil {
 		return fmt.Errorf("opening key %s: %w", id, err)
 	}
-	if _, ok := ex.ids[id]; ok {
-		ex.srv.Remove(id) // it moved to another port
-	}
 	if err := ex.srv.Add(id, dev); err != nil {
+		if c, ok := dev.(io.Closer); ok {
+			c.Close()
+		}
 		return err
 	}
-	ex.ids[id] = d.Port
+	ex.ids[id] = exported{port: d.Port, dev: dev}
 	return nil
 }
 
@@ -163,10 +194,10 @@ func (a *Agent) sweepKeyExports(ctx context.Context, ex *keyExports) {
 		if n == 0 {
 			continue
 		}
-		exported := map[string]*edgeboxv1.UsbAssignment{}
+		leased := map[string]*edgeboxv1.UsbAssignment{}
 		for _, u := range a.assignmentsOf("") {
 			if u.GetExportTo() != "" {
-				exported[u.GetKeyId()] = u
+				leased[u.GetKeyId()] = u
 			}
 		}
 		dctx, cancel := context.WithTimeout(ctx, 5*time.Second)
@@ -176,16 +207,15 @@ func (a *Agent) sweepKeyExports(ctx context.Context, ex *keyExports) {
 			continue
 		}
 		ex.mu.Lock()
-		for id, port := range ex.ids {
-			u, ok := exported[id]
+		for id, e := range ex.ids {
+			u, ok := leased[id]
 			var d usbhub.Device
 			if ok {
 				d, ok = leasedDevice(u, devs)
 			}
-			if !ok || d.Port != port {
-				a.log.Info("a key is no longer served to another box", "key", id, "leased", exported[id] != nil)
-				ex.srv.Remove(id)
-				delete(ex.ids, id)
+			if !ok || d.Port != e.port {
+				a.log.Info("a key is no longer served to another box", "key", id, "leased", leased[id] != nil)
+				ex.remove(id)
 			}
 		}
 		ex.mu.Unlock()

@@ -11,6 +11,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/edgebox/edgebox/usbhub/usbdev"
 )
 
 // Sysfs reads the inventory from Linux's /sys/bus/usb/devices without
@@ -23,6 +25,17 @@ type Sysfs struct {
 	// per-port disable attribute does (the kernel sends the same
 	// PORT_POWER requests, but cannot say whether a hub gangs its ports).
 	Power PortPower
+}
+
+var _ Opener = Sysfs{}
+
+// Open opens the key at port through Power, when that is libusb (an agent
+// built with -tags gousb); otherwise it says why it cannot.
+func (s Sysfs) Open(ctx context.Context, port string) (usbdev.Device, error) {
+	if o, ok := s.Power.(Opener); ok {
+		return o.Open(ctx, port)
+	}
+	return nil, errors.New("usbhub: this agent was built without libusb (-tags gousb), so it cannot drive its keys for other boxes")
 }
 
 func (s Sysfs) root() string {
