@@ -416,7 +416,6 @@ func (a *Agent) Run(ctx context.Context) error {
 		runWork(func(ctx context.Context) { a.watchKeyUse(ctx, 2*time.Second) })
 		runWork(func(ctx context.Context) { a.serveKeyExports(ctx, a.tc.Listen(tunnel.KindUSBIP)) })
 	}
-	runWork(a.serveKeysLocally)
 	runWork(a.importKeys)
 	runWork(func(ctx context.Context) { a.updateLoop(ctx, func() { restartFor(ErrRestart) }) })
 	g.Go(func() error { return failed("tunnel", a.tc.Run(gctx)) })

@@ -231,11 +231,13 @@ func (a *Agent) importKeys(ctx context.Context) {
 		done   chan struct{}
 	}
 	links := map[string]*link{}
+	lk := &localKeys{a: a}
 	defer func() {
 		for _, l := range links {
 			l.cancel()
 			<-l.done
 		}
+		lk.close()
 	}()
 	t := time.NewTicker(keyFollowEvery)
 	defer t.Stop()
@@ -262,7 +264,7 @@ func (a *Agent) importKeys(ctx context.Context) {
 			links[id] = l
 			go func() {
 				defer close(l.done)
-				a.linkKey(lctx, u)
+				a.linkKey(lctx, lk, u)
 			}()
 		}
 		select {
@@ -281,7 +283,7 @@ func redirID(keyID string) string { return "ukey-" + strings.TrimPrefix(keyID, "
 // the console, resumed across blips of up to keyResumeWindow, and plugged
 // in again once both boxes are back after a longer outage. What stops it
 // is reported once, as an event of the key.
-func (a *Agent) linkKey(ctx context.Context, u *edgeboxv1.UsbAssignment) {
+func (a *Agent) linkKey(ctx context.Context, lk *localKeys, u *edgeboxv1.UsbAssignment) {
 	id, workload := u.GetKeyId(), u.GetWorkload()
 	log := a.log.With("key", id, "workload", workload, "key_box", u.GetImportFrom())
 	told := ""
@@ -302,7 +304,7 @@ func (a *Agent) linkKey(ctx context.Context, u *edgeboxv1.UsbAssignment) {
 	}()
 	wait := time.Second
 	for ctx.Err() == nil {
-		err := a.linkOnce(ctx, u, &plugged, func(msg string) { tell(edgeboxv1.ReasonAttached, msg, false) })
+		err := a.linkOnce(ctx, lk, u, &plugged, func(msg string) { tell(edgeboxv1.ReasonAttached, msg, false) })
 		if ctx.Err() != nil {
 			return
 		}
@@ -323,7 +325,7 @@ func (a *Agent) linkKey(ctx context.Context, u *edgeboxv1.UsbAssignment) {
 
 // linkOnce imports the key, plugs it into the VM and serves it there
 // until the key is lost for good, the VM lets go, or ctx ends.
-func (a *Agent) linkOnce(ctx context.Context, u *edgeboxv1.UsbAssignment, plugged *runtime.RedirAttacher, attached func(string)) error {
+func (a *Agent) linkOnce(ctx context.Context, lk *localKeys, u *edgeboxv1.UsbAssignment, plugged *runtime.RedirAttacher, attached func(string)) error {
 	id, workload := u.GetKeyId(), u.GetWorkload()
 	drv, err := a.redirDriver(ctx, workload)
 	if err != nil && !errors.Is(err, errNotVM) {
@@ -335,7 +337,7 @@ func (a *Agent) linkOnce(ctx context.Context, u *edgeboxv1.UsbAssignment, plugge
 	}
 	defer dev.Close()
 	if err != nil { // a container or a program
-		return a.offerLocally(ctx, u, dev, attached)
+		return a.offerLocally(ctx, lk, u, dev, attached)
 	}
 	sock, err := drv.AttachRedir(workload, redirID(id))
 	if err != nil {
@@ -424,63 +426,86 @@ func (a *Agent) keyDialer(id string) usbip.Dialer {
 }
 
 // localKeys is the box's loopback USB/IP server, where keys of other
-// boxes leased to its containers and programs are offered.
+// boxes leased to its containers and programs are offered. It listens
+// only once a key is to be offered (most boxes never do), and stops with
+// importKeys.
 type localKeys struct {
+	a  *Agent
+	mu sync.Mutex
+	// srv and addr once it listens; err why it could not.
 	srv  *usbip.Server
 	addr string
+	err  error
+	wg   sync.WaitGroup
 }
 
 // defaultKeyServer is where keys are offered locally unless the agent is
 // told otherwise: the USB/IP port, on loopback only.
 const defaultKeyServer = "127.0.0.1:3240"
 
-// serveKeysLocally runs the box's loopback USB/IP server until ctx ends,
-// unless Config.KeyServer is "off".
-func (a *Agent) serveKeysLocally(ctx context.Context) {
-	addr := a.cfg.KeyServer
+// server returns the listening server, starting it the first time.
+func (lk *localKeys) server(ctx context.Context) (*usbip.Server, string, error) {
+	lk.mu.Lock()
+	defer lk.mu.Unlock()
+	if lk.srv != nil || lk.err != nil {
+		return lk.srv, lk.addr, lk.err
+	}
+	addr := lk.a.cfg.KeyServer
 	switch addr {
 	case "off":
-		return
+		lk.err = errors.New("this box offers no keys of other boxes to containers and programs (its key server is off)")
+		return nil, "", lk.err
 	case "":
 		addr = defaultKeyServer
 	}
 	var lc net.ListenConfig
-	ln, err := lc.Listen(ctx, "tcp", addr)
+	ln, err := lc.Listen(context.WithoutCancel(ctx), "tcp", addr)
 	if err != nil {
-		a.log.Warn("keys of other boxes cannot be offered to this box's containers and programs", "address", addr, "err", err)
-		return
+		return nil, "", fmt.Errorf("this box's key server cannot listen on %s: %w", addr, err)
 	}
 	if host, _, _ := net.SplitHostPort(ln.Addr().String()); !net.ParseIP(host).IsLoopback() {
 		ln.Close()
-		a.log.Warn("the local key server must listen on loopback only; it does not run", "address", addr)
-		return
+		lk.err = fmt.Errorf("this box's key server must listen on loopback only, not %s", addr)
+		return nil, "", lk.err
 	}
-	lk := &localKeys{srv: usbip.New(a.log), addr: ln.Addr().String()}
-	a.localKeys.Store(lk)
-	defer a.localKeys.Store(nil)
-	stop := context.AfterFunc(ctx, func() { lk.srv.Close(); ln.Close() })
-	defer stop()
-	if err := lk.srv.Serve(ln); err != nil && ctx.Err() == nil {
-		a.log.Warn("the local key server stopped", "err", err)
+	lk.srv, lk.addr = usbip.New(lk.a.log), ln.Addr().String()
+	lk.a.log.Info("keys of other boxes are offered to this box's containers and programs", "address", lk.addr)
+	lk.wg.Add(1)
+	go func() {
+		defer lk.wg.Done()
+		defer ln.Close()
+		lk.srv.Serve(ln)
+	}()
+	return lk.srv, lk.addr, nil
+}
+
+// close stops the server, if it ran, and waits for it.
+func (lk *localKeys) close() {
+	lk.mu.Lock()
+	if lk.srv != nil {
+		lk.srv.Close()
 	}
+	lk.err = errors.New("the agent is stopping")
+	lk.mu.Unlock()
+	lk.wg.Wait()
 }
 
 // offerLocally offers an imported key on the box's loopback USB/IP
 // server, under its key ID, until ctx ends or the key is lost for longer
 // than a blip.
-func (a *Agent) offerLocally(ctx context.Context, u *edgeboxv1.UsbAssignment, dev *usbip.Remote, attached func(string)) error {
+func (a *Agent) offerLocally(ctx context.Context, lk *localKeys, u *edgeboxv1.UsbAssignment, dev *usbip.Remote, attached func(string)) error {
 	id := u.GetKeyId()
-	lk := a.localKeys.Load()
-	if lk == nil {
-		return fmt.Errorf("workload %s is not a VM, and this box offers no keys of other boxes to containers and programs (its local key server is off or could not listen)", u.GetWorkload())
+	srv, addr, err := lk.server(ctx)
+	if err != nil {
+		return fmt.Errorf("workload %s is not a VM: %w", u.GetWorkload(), err)
 	}
-	if err := lk.srv.Add(id, dev); err != nil {
+	if err := srv.Add(id, dev); err != nil {
 		return err
 	}
-	defer lk.srv.Remove(id)
+	defer srv.Remove(id)
 	how := fmt.Sprintf("offered to %s over USB/IP on %s, bus ID %s (usbip attach -r %s -b %s), from box %s",
-		u.GetWorkload(), lk.addr, id, hostOf(lk.addr), id, u.GetImportFrom())
-	if port, err := a.attachVHCI(ctx, lk.addr, id); err == nil {
+		u.GetWorkload(), addr, id, hostOf(addr), id, u.GetImportFrom())
+	if port, err := a.attachVHCI(ctx, addr, id); err == nil {
 		defer a.detachVHCI(id, port)
 		how = fmt.Sprintf("given to %s through the kernel's vhci-hcd (port %d), from box %s", u.GetWorkload(), port, u.GetImportFrom())
 	} else if !errors.Is(err, errNoVHCI) {

@@ -84,7 +84,7 @@ back. The token pins the console's CA: nothing else is trusted.`,
 	enrollCmd.Flags().StringVar(&name, "name", "", "box name (default: the host name)")
 
 	var rt runtimeFlags
-	var usbSim, proxy string
+	var usbSim, proxy, keyServer string
 	runCmd := &cobra.Command{
 		Use:   "run",
 		Short: "Run the agent in the foreground until interrupted",
@@ -117,6 +117,7 @@ back. The token pins the console's CA: nothing else is trusted.`,
 				defer c.Close() // a simulated hub removes the device nodes it made
 			}
 			cfg.USB = hub
+			cfg.KeyServer = keyServer
 			rt.proxy = workloadProxy(proxy, dataDir)
 			ds, beside, closeDrivers := drivers(dataDir, rt, log)
 			defer closeDrivers()
@@ -134,6 +135,7 @@ back. The token pins the console's CA: nothing else is trusted.`,
 	runCmd.Flags().StringVar(&rt.containerd, "containerd", "/run/containerd/containerd.sock", "containerd's socket, for container workloads (Linux)")
 	runCmd.Flags().StringVar(&proxy, "proxy", "", "proxy for the tunnel for this run, http:// or https://, e.g. http://user:pass@proxy:3128 (default: the proxy in agent.json, else HTTPS_PROXY)")
 	runCmd.Flags().StringVar(&usbSim, "usb-sim", "", "simulate the box's USB keys from this JSON file (hubs and keys), for demos and tests")
+	runCmd.Flags().StringVar(&keyServer, "key-server", "", "loopback address where keys of other boxes leased to this box's containers and programs are offered over USB/IP (default 127.0.0.1:3240; \"off\" for none)")
 	runCmd.Flags().IntVar(&rt.firstUID, "workload-uids", 0, "first of the 10,000 user IDs native workloads run as (default 690000); give each agent its own when several share a host")
 	runCmd.Flags().StringVar(&rt.runcRoot, "runc-root", "", "runc's state directory, when another containerd on this host uses the namespace \"edgebox\" too")
 
