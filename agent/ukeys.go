@@ -324,7 +324,9 @@ func (a *Agent) linkKey(ctx context.Context, lk *localKeys, u *edgeboxv1.UsbAssi
 }
 
 // linkOnce imports the key, plugs it into the VM and serves it there
-// until the key is lost for good, the VM lets go, or ctx ends.
+// until the key is lost for good, the VM lets go, or ctx ends. Its OUT
+// transfers are written behind (usbdev.WriteBehind): a command and the
+// read of its answer cost one round trip to the key's box, not two.
 func (a *Agent) linkOnce(ctx context.Context, lk *localKeys, u *edgeboxv1.UsbAssignment, plugged *runtime.RedirAttacher, attached func(string)) error {
 	id, workload := u.GetKeyId(), u.GetWorkload()
 	drv, err := a.redirDriver(ctx, workload)
@@ -361,7 +363,7 @@ func (a *Agent) linkOnce(ctx context.Context, lk *localKeys, u *edgeboxv1.UsbAss
 		conn.Close() // Serve reads QEMU's side until it closes
 	}()
 	attached(fmt.Sprintf("to VM %s, from box %s", workload, u.GetImportFrom()))
-	err = usbredir.Serve(sctx, conn, dev, a.log.With("key", id))
+	err = usbredir.Serve(sctx, conn, usbdev.WriteBehind(dev), a.log.With("key", id))
 	select {
 	case <-dev.Done():
 		return fmt.Errorf("key %s was unreachable for longer than %s: unplugged from VM %s until it is back: %w", id, keyResumeWindow, workload, dev.Err())
@@ -499,7 +501,7 @@ func (a *Agent) offerLocally(ctx context.Context, lk *localKeys, u *edgeboxv1.Us
 	if err != nil {
 		return fmt.Errorf("workload %s is not a VM: %w", u.GetWorkload(), err)
 	}
-	if err := srv.Add(id, dev); err != nil {
+	if err := srv.Add(id, usbdev.WriteBehind(dev)); err != nil {
 		return err
 	}
 	defer srv.Remove(id)

@@ -199,8 +199,12 @@ func (k *Key) Transfer(ctx context.Context, ep uint8, data []byte, length int) (
 	case EndpointOut:
 		answer := k.command(data)
 		k.mu.Lock()
-		k.answer = answer
-		close(k.ready)
+		k.answer = answer // an answer nobody read is dropped, as a reader does
+		select {
+		case <-k.ready: // a command before the last answer was read
+		default:
+			close(k.ready)
+		}
 		k.mu.Unlock()
 		return nil, nil
 	case EndpointIn:

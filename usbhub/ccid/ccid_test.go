@@ -97,3 +97,21 @@ func FuzzCommand(f *testing.F) {
 		}
 	})
 }
+
+// TestTwoCommandsWithoutReading: a host that sends a second command
+// before it reads the first answer gets the second answer, and the key
+// goes on.
+func TestTwoCommandsWithoutReading(t *testing.T) {
+	k := New(1, 2, "x")
+	ctx := context.Background()
+	power := []byte{0x62, 0, 0, 0, 0, 0, 1, 0, 0, 0}
+	for range 3 {
+		if _, err := k.Transfer(ctx, EndpointOut, power, 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	in, err := k.Transfer(ctx, EndpointIn, nil, 512)
+	if err != nil || len(in) < 10 || in[0] != 0x80 {
+		t.Fatalf("the answer: %x, %v", in, err)
+	}
+}
