@@ -29,8 +29,10 @@ type fakeStream struct {
 	meta map[string]string
 }
 
-func (f fakeStream) Peer() string          { return f.peer }
-func (f fakeStream) Header() tunnel.Header { return tunnel.Header{Kind: tunnel.KindUSBIP, Meta: f.meta} }
+func (f fakeStream) Peer() string { return f.peer }
+func (f fakeStream) Header() tunnel.Header {
+	return tunnel.Header{Kind: tunnel.KindUSBIP, Meta: f.meta}
+}
 
 // listener hands out the streams a test dials.
 type listener struct {
@@ -79,10 +81,10 @@ func (k *keyBoxes) Open(_ context.Context, box string, kind tunnel.Kind, meta ma
 type fixture struct {
 	keys    *keys.Registry
 	desired *desired.State
-	ln    *listener
-	boxes *keyBoxes
-	key   string
-	admin audit.Actor
+	ln      *listener
+	boxes   *keyBoxes
+	key     string
+	admin   audit.Actor
 }
 
 func newFixture(t *testing.T) *fixture {
