@@ -46,8 +46,9 @@ import (
 
 // CapabilityVersion grows by one whenever the agent learns something the
 // console must know about before using it. 2: image prefetches, update
-// locks.
-const CapabilityVersion = 2
+// locks. 3: keys used from other boxes (UsbAssignment's export_to and
+// import_from, the usbip stream kind).
+const CapabilityVersion = 3
 
 // Config is the agent's configuration.
 type Config struct {

@@ -400,6 +400,9 @@ func (r *Registry) Attach(ctx context.Context, who audit.Actor, id, workload, bo
 	if !edgeboxv1.ValidObjectName(workload) {
 		return Key{}, errdefs.Invalid("workload %q is not a valid name", workload)
 	}
+	if err := r.canUseRemotely(ctx, who.TenantID, id, box); err != nil {
+		return Key{}, err
+	}
 	again := false
 	k, err := r.update(ctx, who.TenantID, id, func(k *Key) (Entry, error) {
 		to := box
@@ -433,6 +436,29 @@ func (r *Registry) Attach(ctx context.Context, who audit.Actor, id, workload, bo
 		return k, err
 	}
 	return k, r.assign(ctx, k)
+}
+
+// RemoteCapability is the agent capability version that uses keys of
+// other boxes and serves its own to them.
+const RemoteCapability = 3
+
+// canUseRemotely refuses a lease of key id to box, another box than the
+// key's, while either box runs an agent too old to carry it.
+func (r *Registry) canUseRemotely(ctx context.Context, tenant, id, box string) error {
+	k, _, err := r.Get(ctx, tenant, id)
+	if err != nil || box == "" || box == k.BoxID {
+		return err
+	}
+	for _, b := range []string{k.BoxID, box} {
+		v, known, err := r.desired.ServedCapability(ctx, b)
+		if err != nil {
+			return err
+		}
+		if known && v < RemoteCapability {
+			return errdefs.Conflict("box %s runs an agent too old to use a key of another box or serve one; update its agent first", b)
+		}
+	}
+	return nil
 }
 
 // errAgain stops an update that would change nothing.

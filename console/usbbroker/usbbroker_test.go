@@ -239,10 +239,21 @@ func TestABoxWithoutTheLeaseIsRefused(t *testing.T) {
 }
 
 // TestAttachWritesBothBoxes: a remote lease is an assignment on both
-// boxes, written again when attached again; the release removes both.
+// boxes, written again when attached again; the release removes both. A
+// box whose agent is too old for it gets none.
 func TestAttachWritesBothBoxes(t *testing.T) {
 	f := newFixture(t)
 	ctx := context.Background()
+	// An agent too old to take a key of another box is not given one.
+	if err := f.desired.SetServedCapability(ctx, "bx-b", keys.RemoteCapability-1); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.keys.Attach(ctx, f.admin, f.key, "robot", "bx-b"); !errors.Is(err, errdefs.ErrConflict) || !strings.Contains(err.Error(), "too old") {
+		t.Fatalf("a lease to an old agent: %v", err)
+	}
+	if err := f.desired.SetServedCapability(ctx, "bx-b", keys.RemoteCapability); err != nil {
+		t.Fatal(err)
+	}
 	if _, err := f.keys.Attach(ctx, f.admin, f.key, "robot", "bx-b"); err != nil {
 		t.Fatal(err)
 	}
