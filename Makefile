@@ -63,6 +63,7 @@ bench: ## run the benchmarks, a few minutes (figures go in docs/benchmarks.md)
 	$(GO) test -run '^$$' -bench 'BenchmarkRollout$$|AgentSwap' -benchtime 1x -timeout 20m ./internal/test/bench/
 	$(GO) test -run '^$$' -bench NationalPush -benchtime 1x -timeout 20m ./console/rollout/
 	$(GO) test -run '^$$' -bench 'KeystrokeEcho|Shells|BenchmarkForward$$' -benchtime 1x -timeout 20m ./internal/test/bench/
+	$(GO) test -run '^$$' -bench 'UKEY' -benchtime 1x -timeout 20m ./internal/test/bench/
 
 fuzz: ## run each fuzz target for 30 s
 	$(GO) test -run '^$$' -fuzz FuzzReadHeader -fuzztime 30s ./tunnel/
@@ -87,6 +88,7 @@ fuzz: ## run each fuzz target for 30 s
 	$(GO) test -run '^$$' -fuzz FuzzClient -fuzztime 30s ./usbhub/usbip/
 	$(GO) test -run '^$$' -fuzz FuzzResumeServer -fuzztime 30s ./usbhub/usbip/
 	$(GO) test -run '^$$' -fuzz FuzzResumeClient -fuzztime 30s ./usbhub/usbip/
+	$(GO) test -run '^$$' -fuzz FuzzVHCIStatus -fuzztime 30s ./usbhub/usbip/
 	$(GO) test -run '^$$' -fuzz FuzzCommand -fuzztime 30s ./usbhub/ccid/
 	$(GO) test -run '^$$' -fuzz FuzzServe -fuzztime 30s ./usbhub/usbredir/
 	$(GO) test -run '^$$' -fuzz FuzzParseConfig -fuzztime 30s ./usbhub/usbdev/

@@ -33,8 +33,9 @@ const (
 	// keyFollowEvery is how often the assignments are looked at for keys
 	// to export no more, or to import.
 	keyFollowEvery = 500 * time.Millisecond
-	// maxKeyStreams bounds the usbip streams served at once.
-	maxKeyStreams = 32
+	// maxKeyStreams bounds the usbip streams served at once: a hub's
+	// worth of keys, each used from another box.
+	maxKeyStreams = 128
 	// keyOpenTimeout bounds opening a key's stream and hearing the answer.
 	keyOpenTimeout = 15 * time.Second
 )
@@ -434,8 +435,9 @@ func (a *Agent) keyDialer(id string) usbip.Dialer {
 type localKeys struct {
 	a  *Agent
 	mu sync.Mutex
-	// srv and addr once it listens; err why it could not.
+	// srv, ln and addr once it listens; err why it could not.
 	srv  *usbip.Server
+	ln   net.Listener
 	addr string
 	err  error
 	wg   sync.WaitGroup
@@ -470,7 +472,7 @@ func (lk *localKeys) server(ctx context.Context) (*usbip.Server, string, error) 
 		lk.err = fmt.Errorf("this box's key server must listen on loopback only, not %s", addr)
 		return nil, "", lk.err
 	}
-	lk.srv, lk.addr = usbip.New(lk.a.log), ln.Addr().String()
+	lk.srv, lk.ln, lk.addr = usbip.New(lk.a.log), ln, ln.Addr().String()
 	lk.a.log.Info("keys of other boxes are offered to this box's containers and programs", "address", lk.addr)
 	lk.wg.Add(1)
 	go func() {
@@ -486,6 +488,7 @@ func (lk *localKeys) close() {
 	lk.mu.Lock()
 	if lk.srv != nil {
 		lk.srv.Close()
+		lk.ln.Close() // Serve returns once its accepting fails
 	}
 	lk.err = errors.New("the agent is stopping")
 	lk.mu.Unlock()
@@ -501,7 +504,7 @@ func (a *Agent) offerLocally(ctx context.Context, lk *localKeys, u *edgeboxv1.Us
 	if err != nil {
 		return fmt.Errorf("workload %s is not a VM: %w", u.GetWorkload(), err)
 	}
-	if err := srv.Add(id, usbdev.WriteBehind(dev)); err != nil {
+	if err := srv.Add(id, usbdev.WriteBehind(described(ctx, dev, u))); err != nil {
 		return err
 	}
 	defer srv.Remove(id)
@@ -576,3 +579,28 @@ func (a *Agent) onVHCI(id string) bool {
 	_, ok := a.vhci[id]
 	return ok
 }
+
+// described is an imported key that says what it is as the key itself
+// does: USB/IP's import tells neither its interfaces nor its serial,
+// which a client listing the box's offer (usbip list) shows. They come
+// from the key's configuration descriptor and from its assignment.
+func described(ctx context.Context, dev usbdev.Device, u *edgeboxv1.UsbAssignment) usbdev.Device {
+	info := dev.Info()
+	info.Serial = u.GetSerial()
+	rctx, cancel := context.WithTimeout(ctx, keyOpenTimeout)
+	defer cancel()
+	if cfg, err := usbdev.ReadConfig(rctx, dev); err == nil {
+		info.Interfaces = info.Interfaces[:0:0]
+		for _, in := range cfg.Interfaces {
+			info.Interfaces = append(info.Interfaces, usbdev.Interface{Class: in.Class, SubClass: in.SubClass, Protocol: in.Protocol})
+		}
+	}
+	return describedDevice{Device: dev, info: info}
+}
+
+type describedDevice struct {
+	usbdev.Device
+	info usbdev.Info
+}
+
+func (d describedDevice) Info() usbdev.Info { return d.info }

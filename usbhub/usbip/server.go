@@ -23,8 +23,9 @@ const (
 	// maxInFlight bounds the URBs of one device being served at once; a
 	// client past it is read no further until one ends.
 	maxInFlight = 64
-	// maxConns bounds the clients served at once.
-	maxConns = 16
+	// maxConns bounds the clients served at once: a hub's worth of keys,
+	// each with its own.
+	maxConns = 128
 )
 
 // Server offers devices over USB/IP. Its zero value is not usable: use
