@@ -197,6 +197,7 @@ type Agent struct {
 	registry    *http.Client
 	consoleHost string
 	updateKick  chan struct{}
+	keysKick    chan struct{} // the desired state changed: keys of other boxes may come or go
 	// wipe is the console's wipe of this box (wipe.go).
 	wipe wipeState
 }
@@ -258,6 +259,7 @@ func New(cfg Config, log *slog.Logger) (*Agent, error) {
 		return tc.Open(ctx, tunnel.KindRegistry, nil)
 	}, nil)
 	a.registry, a.consoleHost, a.updateKick = registry, u.Host, make(chan struct{}, 1)
+	a.keysKick = make(chan struct{}, 1)
 	a.reconciler, err = reconcile.New(reconcile.Config{Source: a.local, Drivers: cfg.Drivers, Reporter: a.reports,
 		Log: a.log, Interval: cfg.Reconcile, Registry: registry,
 		ImageRecord: filepath.Join(cfg.DataDir, "images.json"), Devices: a.devicesFor, SuspectKeys: a.suspectKeys, Holding: a.holding})

@@ -122,6 +122,7 @@ func (a *Agent) syncOnce(ctx context.Context) error {
 		a.syncedAt.Store(time.Now().UnixNano())
 		a.reconciler.Kick()
 		a.kickUpdate()
+		a.kickKeys()
 	}
 }
 

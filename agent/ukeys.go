@@ -31,8 +31,11 @@ const (
 	// stream: a blip shorter than this is not an unplug.
 	keyResumeWindow = 10 * time.Second
 	// keyFollowEvery is how often the assignments are looked at for keys
-	// to export no more, or to import.
+	// to export no more; keyImportEvery for keys to import, which is also
+	// done at once whenever the desired state changes (kickKeys): an idle
+	// box stays cheap.
 	keyFollowEvery = 500 * time.Millisecond
+	keyImportEvery = 30 * time.Second
 	// maxKeyStreams bounds the usbip streams served at once: a hub's
 	// worth of keys, each used from another box.
 	maxKeyStreams = 128
@@ -240,7 +243,7 @@ func (a *Agent) importKeys(ctx context.Context) {
 		}
 		lk.close()
 	}()
-	t := time.NewTicker(keyFollowEvery)
+	t := time.NewTicker(keyImportEvery)
 	defer t.Stop()
 	for {
 		want := map[string]*edgeboxv1.UsbAssignment{}
@@ -272,7 +275,16 @@ func (a *Agent) importKeys(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-t.C:
+		case <-a.keysKick:
 		}
+	}
+}
+
+// kickKeys has importKeys look at the assignments now.
+func (a *Agent) kickKeys() {
+	select {
+	case a.keysKick <- struct{}{}:
+	default:
 	}
 }
 

@@ -39,17 +39,7 @@ func TestTheKernelsVHCIAttachesTheKey(t *testing.T) {
 		t.Fatal(err)
 	}
 	dir := t.TempDir()
-	prog := filepath.Join(dir, "vhci")
-	build := exec.Command("go", "build", "-o", prog, "./testdata/vhci")
-	build.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS=linux", "GOARCH=amd64")
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("building the guest's program: %v\n%s", err, out)
-	}
-	program, err := os.ReadFile(prog)
-	if err != nil {
-		t.Fatal(err)
-	}
-	files := vmtest.USBIPFiles(t, dir, program)
+	files := vmtest.USBIPFiles(t, dir, vmtest.GuestProgram(t, "usbhub/usbip/testdata/vhci"))
 	serial := filepath.Join(dir, "serial.log")
 	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
 	defer cancel()

@@ -362,17 +362,7 @@ func TestAGuestSeesTheKeyAndItSigns(t *testing.T) {
 // saw and had signed.
 func guestSigns(t *testing.T, key usbdev.Device) {
 	dir := t.TempDir()
-	prog := filepath.Join(dir, "apdu")
-	build := exec.Command("go", "build", "-o", prog, "./testdata/apdu")
-	build.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS=linux", "GOARCH=amd64")
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("building the guest's program: %v\n%s", err, out)
-	}
-	program, err := os.ReadFile(prog)
-	if err != nil {
-		t.Fatal(err)
-	}
-	files := vmtest.USBFiles(t, dir, program)
+	files := vmtest.USBFiles(t, dir, vmtest.GuestProgram(t, "usbhub/usbredir/testdata/apdu"))
 	redir, serial := filepath.Join(dir, "redir.sock"), filepath.Join(dir, "serial.log")
 	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
 	defer cancel()
@@ -388,6 +378,7 @@ func guestSigns(t *testing.T, key usbdev.Device) {
 		t.Fatal(err)
 	}
 	var c net.Conn
+	var err error
 	for deadline := time.Now().Add(20 * time.Second); c == nil; time.Sleep(50 * time.Millisecond) {
 		if c, err = net.Dial("unix", redir); err != nil && time.Now().After(deadline) {
 			t.Fatalf("QEMU's usb-redir socket: %v; %s", err, stderr.String())

@@ -13,7 +13,6 @@ import (
 	"net"
 	"net/http/httptest"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -288,22 +287,7 @@ func (s *served) stop() {
 func usbGuest(t *testing.T) (*qemu.Driver, string) {
 	t.Helper()
 	dir := t.TempDir()
-	root, err := exec.Command("go", "list", "-m", "-f", "{{.Dir}}").Output()
-	if err != nil {
-		t.Fatalf("finding the module: %v", err)
-	}
-	prog := filepath.Join(dir, "apdu")
-	build := exec.Command("go", "build", "-o", prog, "./usbhub/usbredir/testdata/apdu")
-	build.Dir = strings.TrimSpace(string(root))
-	build.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS=linux", "GOARCH=amd64")
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("building the guest's program: %v\n%s", err, out)
-	}
-	program, err := os.ReadFile(prog)
-	if err != nil {
-		t.Fatal(err)
-	}
-	files := vmtest.USBWatchFiles(t, dir, program)
+	files := vmtest.USBWatchFiles(t, dir, vmtest.GuestProgram(t, "usbhub/usbredir/testdata/apdu"))
 	reg, err := registry.Open(context.Background(), t.TempDir(), slog.New(slog.NewTextHandler(io.Discard, nil)))
 	if err != nil {
 		t.Fatal(err)

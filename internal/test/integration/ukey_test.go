@@ -9,9 +9,6 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"net"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
@@ -181,19 +178,9 @@ func signatures(t *testing.T, s string) int {
 // the key each second, as app robot's release 1, and deploys it to box.
 func deployUSBGuest(t *testing.T, h *testenv.InProcess, box testenv.Box) {
 	t.Helper()
-	dir := t.TempDir()
-	prog := filepath.Join(dir, "apdu")
-	build := exec.Command("go", "build", "-o", prog, "../../../usbhub/usbredir/testdata/apdu")
-	build.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS=linux", "GOARCH=amd64")
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("building the guest's program: %v\n%s", err, out)
-	}
-	program, err := os.ReadFile(prog)
-	if err != nil {
-		t.Fatal(err)
-	}
+	program := vmtest.GuestProgram(t, "usbhub/usbredir/testdata/apdu")
 	ref, _ := name.ParseReference(testenv.RegistryHost(h) + "/robots/usb-guest:1")
-	if _, err := vm.Push(ref, vmtest.USBWatchFiles(t, dir, program), vm.Config{Cmdline: vmtest.Cmdline + " APDU_EVERY=1s"},
+	if _, err := vm.Push(ref, vmtest.USBWatchFiles(t, t.TempDir(), program), vm.Config{Cmdline: vmtest.Cmdline + " APDU_EVERY=1s"},
 		remote.WithTransport(testenv.RegistryTransport(h)), remote.WithAuth(&authn.Basic{Username: "x", Password: h.AdminToken()})); err != nil {
 		t.Fatal(err)
 	}

@@ -2,9 +2,12 @@ package integration
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"net"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -185,4 +188,81 @@ func importKey(addr, busID string) (*usbip.Client, error) {
 func pause(d time.Duration) bool {
 	time.Sleep(d)
 	return false
+}
+
+// TestARemoteKeyBetweenBinaries: the console and both agents as their
+// binaries. A simulated key on box A (--usb-sim) is attached with the CLI
+// (edgebox keys attach) to a native program on box B; B offers it on its
+// loopback key server (--key-server), where a USB/IP client imports it
+// and the card signs, through both tunnels and the console. keys ls shows
+// where it is used from; the CLI's release takes it away.
+func TestARemoteKeyBetweenBinaries(t *testing.T) {
+	h := testenv.NewBinaries(t)
+	sim := filepath.Join(t.TempDir(), "keys.json")
+	cfg, _ := json.Marshal(usbhub.SimConfig{Hubs: []usbhub.SimHub{{Port: "1-1"}}, Keys: []usbhub.Device{{Port: "1-1.3",
+		VendorID: "1050", ProductID: "0407", Serial: "UK-000789", Product: "bank UKEY", Class: usbhub.ClassSmartCard}}})
+	if err := os.WriteFile(sim, cfg, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	hub, robot := enrollOne(t, h, "key-box"), enrollOne(t, h, "program-box")
+	for d := robot.DataDir(); d != os.TempDir() && d != "/"; d = filepath.Dir(d) {
+		os.Chmod(d, 0o711) // its program runs as a user of its own
+	}
+	testenv.StartAgentArgs(t, hub, "--usb-sim", sim, "--key-server", "off")
+	keyServer := testenv.FreeAddr(t)
+	testenv.StartAgentArgs(t, robot, "--key-server", keyServer, "--workload-uids", "720000")
+
+	admin := h.Admin()
+	if _, err := admin.CreateApp(ctx(t), "signer", "a program signing with a bank's UKEY on another box"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := admin.CreateRelease(ctx(t), "signer", api.ReleaseSpec{Version: "1", Runtime: "process", Image: "/bin/sleep",
+		Args: []string{"3600"}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := admin.Deploy(ctx(t), "signer", "1", "box", robot.ID()); err != nil {
+		t.Fatal(err)
+	}
+	var key api.Key
+	testenv.WaitFor(t, 30*time.Second, "the key listed", func() bool {
+		ks, err := admin.Keys(ctx(t), hub.ID(), nil)
+		if err == nil && len(ks) == 1 {
+			key = ks[0]
+		}
+		return key.ID != "" || pause(100*time.Millisecond)
+	})
+	out, err := h.CLI(t, "keys", "attach", key.ID, "--workload", "signer", "--box", "program-box")
+	if err != nil || !strings.Contains(out, "leased to signer on box "+robot.ID()) {
+		t.Fatalf("edgebox keys attach: %v\n%s", err, out)
+	}
+	var c *usbip.Client
+	testenv.WaitFor(t, 60*time.Second, "the key offered on box B's loopback", func() bool {
+		c, err = importKey(keyServer, key.ID)
+		return err == nil || pause(200*time.Millisecond)
+	})
+	defer c.Close()
+	msg := []byte("statement 2026-11, from a program on another box")
+	if _, err := ccidtest.PowerOn(ctx(t), c, 1); err != nil {
+		t.Fatal(err)
+	}
+	if err := ccidtest.Select(ctx(t), c, 2); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ccidtest.Sign(ctx(t), c, 3, msg); err != nil { // checked against the key
+		t.Fatal(err)
+	}
+	if out, err := h.CLI(t, "keys", "ls"); err != nil || !strings.Contains(out, "signer@"+robot.ID()) {
+		t.Fatalf("edgebox keys ls: %v\n%s", err, out)
+	}
+	if out, err := h.CLI(t, "keys", "release", key.ID); err != nil {
+		t.Fatalf("edgebox keys release: %v\n%s", err, out)
+	}
+	select {
+	case <-c.Done():
+	case <-time.After(20 * time.Second):
+		t.Fatal("the client kept the key after the release")
+	}
+	if out, err := h.CLI(t, "keys", "history", key.ID); err != nil || !strings.Contains(out, "remote-attach") || !strings.Contains(out, "remote-detach") {
+		t.Fatalf("edgebox keys history: %v\n%s", err, out)
+	}
 }

@@ -492,3 +492,26 @@ func USBIPFiles(t testing.TB, dir string, program []byte) vm.Files {
 	}
 	return files
 }
+
+// GuestProgram builds the program in dir, a directory of this module
+// such as "usbhub/usbredir/testdata/apdu", as a static Linux binary for a
+// guest's initramfs, and returns it.
+func GuestProgram(t testing.TB, dir string) []byte {
+	t.Helper()
+	root, err := exec.Command("go", "list", "-m", "-f", "{{.Dir}}").Output()
+	if err != nil {
+		t.Fatalf("finding the module: %v", err)
+	}
+	out := filepath.Join(t.TempDir(), filepath.Base(dir))
+	build := exec.Command("go", "build", "-o", out, "./"+dir)
+	build.Dir = strings.TrimSpace(string(root))
+	build.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS=linux", "GOARCH=amd64")
+	if msg, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("building the guest's program %s: %v\n%s", dir, err, msg)
+	}
+	b, err := os.ReadFile(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
