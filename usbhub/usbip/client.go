@@ -90,6 +90,27 @@ func handshake(ctx context.Context, conn net.Conn, req []byte, code uint16, busI
 // errRefused marks a server refusing an import or a resume.
 var errRefused = errors.New("refused")
 
+// Dial imports busID from the USB/IP server at addr (TCP), within ctx, or
+// 10 s when ctx has no deadline.
+func Dial(ctx context.Context, addr, busID string) (*Client, error) {
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, opTimeout)
+		defer cancel()
+	}
+	var d net.Dialer
+	conn, err := d.DialContext(ctx, "tcp", addr)
+	if err != nil {
+		return nil, err
+	}
+	c, err := Import(ctx, conn, busID)
+	if err != nil {
+		conn.Close()
+		return nil, err
+	}
+	return c, nil
+}
+
 // Info says what the device is, as the server did.
 func (c *Client) Info() usbdev.Info { return c.info }
 

@@ -101,28 +101,11 @@ func (l latencies) p(q float64) time.Duration { return l[min(len(l)-1, int(q*flo
 
 func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
 
-// dialKey imports busID from the USB/IP server at addr.
-func dialKey(ctx context.Context, addr, busID string) (*usbip.Client, error) {
-	ictx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	defer cancel()
-	var d net.Dialer
-	conn, err := d.DialContext(ictx, "tcp", addr)
-	if err != nil {
-		return nil, err
-	}
-	c, err := usbip.Import(ictx, conn, busID)
-	if err != nil {
-		conn.Close()
-		return nil, err
-	}
-	return c, nil
-}
-
 // importOffered imports busID from addr once it is offered there, and
 // powers the card and selects its application.
 func importOffered(ctx context.Context, addr, busID string) (*usbip.Client, error) {
 	for {
-		c, err := dialKey(ctx, addr, busID)
+		c, err := usbip.Dial(ctx, addr, busID)
 		if err == nil {
 			if _, err = ccidtest.PowerOn(ctx, c, 1); err == nil {
 				err = ccidtest.Select(ctx, c, 2)
@@ -304,7 +287,7 @@ func BenchmarkUKEYLocal(b *testing.B) {
 	b.ResetTimer()
 	direct := run(ccid.New(0x1050, 0x0407, "UK-LOCAL"))
 
-	c, err := dialKey(ctx, serve(), "1-1")
+	c, err := usbip.Dial(ctx, serve(), "1-1")
 	if err != nil {
 		b.Fatal(err)
 	}

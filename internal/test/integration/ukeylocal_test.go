@@ -83,7 +83,7 @@ func TestARemoteKeyOfferedOnLoopback(t *testing.T) {
 	// and has the card sign.
 	var c *usbip.Client
 	testenv.WaitFor(t, 20*time.Second, "the key offered on box B's loopback", func() bool {
-		c, err = importKey(keyServer, key.ID)
+		c, err = usbip.Dial(ctx(t), keyServer, key.ID)
 		return err == nil || pause(100*time.Millisecond)
 	})
 	if i := c.Info(); i.Vendor != 0x1050 || i.Product != 0x0407 {
@@ -123,7 +123,7 @@ func TestARemoteKeyOfferedOnLoopback(t *testing.T) {
 	// In use again: a read waits on the card, as a reader's slot-change
 	// interrupt does; the release ends it, and the key is offered no more.
 	testenv.WaitFor(t, 10*time.Second, "the key imported again", func() bool {
-		c, err = importKey(keyServer, key.ID)
+		c, err = usbip.Dial(ctx(t), keyServer, key.ID)
 		return err == nil || pause(100*time.Millisecond)
 	})
 	defer c.Close()
@@ -152,7 +152,7 @@ func TestARemoteKeyOfferedOnLoopback(t *testing.T) {
 		t.Fatalf("a signature after the release: %v, want %v", err, usbip.ErrClosed)
 	}
 	t.Logf("the client lost the key %s after the release", time.Since(released).Round(10*time.Millisecond))
-	if c2, err := importKey(keyServer, key.ID); err == nil {
+	if c2, err := usbip.Dial(ctx(t), keyServer, key.ID); err == nil {
 		c2.Close()
 		t.Fatal("the key was still offered on box B after the release")
 	}
@@ -165,23 +165,6 @@ func TestARemoteKeyOfferedOnLoopback(t *testing.T) {
 	case <-time.After(30 * time.Second):
 		t.Fatal("box B's agent did not stop within 30 s of being asked to, after offering a key on its loopback")
 	}
-}
-
-// importKey imports busID from the USB/IP server at addr.
-func importKey(addr, busID string) (*usbip.Client, error) {
-	ictx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	var d net.Dialer
-	conn, err := d.DialContext(ictx, "tcp", addr)
-	if err != nil {
-		return nil, err
-	}
-	c, err := usbip.Import(ictx, conn, busID)
-	if err != nil {
-		conn.Close()
-		return nil, err
-	}
-	return c, nil
 }
 
 // pause sleeps d and reports false: a poll's pace.
@@ -237,7 +220,7 @@ func TestARemoteKeyBetweenBinaries(t *testing.T) {
 	}
 	var c *usbip.Client
 	testenv.WaitFor(t, 60*time.Second, "the key offered on box B's loopback", func() bool {
-		c, err = importKey(keyServer, key.ID)
+		c, err = usbip.Dial(ctx(t), keyServer, key.ID)
 		return err == nil || pause(200*time.Millisecond)
 	})
 	defer c.Close()

@@ -290,7 +290,8 @@ func RequireUSB(t testing.TB) {
 // runs as /run-usb.
 func USBFiles(t testing.TB, dir string, program []byte) vm.Files {
 	t.Helper()
-	return usbGuest(t, dir, usbInit, program)
+	RequireUSB(t)
+	return usbGuest(t, dir, usbInit, USBModules, program)
 }
 
 // What a USB watching guest (USBWatchFiles) prints. USBWatching once it
@@ -353,13 +354,14 @@ done
 // comes. Its kernel command line is Cmdline; give it 256 MiB.
 func USBWatchFiles(t testing.TB, dir string, program []byte) vm.Files {
 	t.Helper()
-	return usbGuest(t, dir, usbWatchInit, program)
+	RequireUSB(t)
+	return usbGuest(t, dir, usbWatchInit, USBModules, program)
 }
 
-// usbGuest writes the generic kernel's guest with init into dir.
-func usbGuest(t testing.TB, dir, init string, program []byte) vm.Files {
+// usbGuest writes into dir the generic kernel's guest with init, the
+// kernel modules named, and program, when not nil, as /run-usb.
+func usbGuest(t testing.TB, dir, init string, modules []string, program []byte) vm.Files {
 	t.Helper()
-	RequireUSB(t)
 	bb, err := os.ReadFile("/bin/busybox")
 	if err != nil {
 		t.Fatal(err)
@@ -377,7 +379,7 @@ func usbGuest(t testing.TB, dir, init string, program []byte) vm.Files {
 	}
 	add("init", 0o755, []byte(init))
 	add("bin/busybox", 0o755, bb)
-	for _, m := range USBModules {
+	for _, m := range modules {
 		b, err := os.ReadFile(filepath.Join(kernelDir(), "usb", m))
 		if err != nil {
 			t.Fatal(err)
@@ -417,7 +419,7 @@ const USBIPDone = "USBIP GUEST DONE "
 
 // usbipInit is a USB/IP guest's init: it loads vhci-hcd and the e1000
 // driver, brings its NIC up at USBIPGuestAddr with HostFromGuest as
-// gateway, runs /run-usbip (with the environment the kernel command line
+// gateway, runs /run-usb (with the environment the kernel command line
 // gave init), prints USBIPDone and its status, and powers off.
 const usbipInit = `#!/bin/busybox sh
 /bin/busybox --install -s /bin
@@ -433,7 +435,7 @@ ip link set lo up
 ip link set eth0 up
 ip addr add ` + USBIPGuestAddr + ` dev eth0
 ip route add default via ` + HostFromGuest + `
-/run-usbip
+/run-usb
 echo "` + USBIPDone + `$?"
 poweroff -f
 `
@@ -458,39 +460,7 @@ func RequireUSBIP(t testing.TB) {
 func USBIPFiles(t testing.TB, dir string, program []byte) vm.Files {
 	t.Helper()
 	RequireUSBIP(t)
-	bb, err := os.ReadFile("/bin/busybox")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var buf bytes.Buffer
-	w := cpio.NewWriter(&buf)
-	for _, d := range []string{"bin", "dev", "proc", "sys", "tmp"} {
-		w.WriteHeader(&cpio.Header{Name: d, Mode: cpio.TypeDir | 0o755})
-	}
-	add := func(name string, mode cpio.FileMode, body []byte) {
-		if err := w.WriteHeader(&cpio.Header{Name: name, Mode: cpio.TypeReg | mode, Size: int64(len(body))}); err != nil {
-			t.Fatal(err)
-		}
-		w.Write(body)
-	}
-	add("init", 0o755, []byte(usbipInit))
-	add("bin/busybox", 0o755, bb)
-	add("run-usbip", 0o755, program)
-	for _, m := range USBIPModules {
-		b, err := os.ReadFile(filepath.Join(kernelDir(), "usb", m))
-		if err != nil {
-			t.Fatal(err)
-		}
-		add(m, 0o644, b)
-	}
-	if err := w.Close(); err != nil {
-		t.Fatal(err)
-	}
-	files := vm.Files{Kernel: filepath.Join(kernelDir(), "usb", "vmlinuz"), Initrd: filepath.Join(dir, "usbip-initrd")}
-	if err := os.WriteFile(files.Initrd, buf.Bytes(), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	return files
+	return usbGuest(t, dir, usbipInit, USBIPModules, program)
 }
 
 // GuestProgram builds the program in dir, a directory of this module
