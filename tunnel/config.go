@@ -63,9 +63,14 @@ type Config struct {
 	// AcceptBacklog bounds streams that arrived but were not yet taken by
 	// the session; past it yamux resets new streams. ListenBacklog bounds
 	// streams waiting in one Listener's Accept; past it they are refused
-	// as busy. PendingHeaders bounds streams whose header is being read.
+	// as busy once they have waited ListenWait for room, so a listener
+	// whose server was briefly not scheduled (a burst of a thousand opens
+	// on a loaded box) takes them all, and one that stopped accepting
+	// answers in bounded time. PendingHeaders bounds streams whose header
+	// is being read or that wait for room.
 	AcceptBacklog  int
 	ListenBacklog  int
+	ListenWait     time.Duration
 	PendingHeaders int
 }
 
@@ -79,6 +84,7 @@ func DefaultConfig() Config {
 		OpenTimeout:    15 * time.Second,
 		AcceptBacklog:  64,
 		ListenBacklog:  128,
+		ListenWait:     2 * time.Second,
 		PendingHeaders: 256,
 	}
 }
@@ -100,6 +106,9 @@ func (c Config) Validate() error {
 	}
 	if c.AcceptBacklog <= 0 || c.ListenBacklog <= 0 || c.PendingHeaders <= 0 {
 		errs = append(errs, errors.New("AcceptBacklog, ListenBacklog and PendingHeaders must be positive"))
+	}
+	if c.ListenWait < 0 || c.ListenWait >= c.OpenTimeout {
+		errs = append(errs, fmt.Errorf("ListenWait %v must be at least 0 and below OpenTimeout (%v), or the opener gives up before it hears busy", c.ListenWait, c.OpenTimeout))
 	}
 	return errors.Join(errs...)
 }

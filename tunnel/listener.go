@@ -3,6 +3,7 @@ package tunnel
 import (
 	"net"
 	"sync"
+	"time"
 )
 
 // Listener hands out the streams of one kind, from every session of a
@@ -30,9 +31,9 @@ func newListener(kind Kind, self string, backlog int, remove func()) *Listener {
 	}
 }
 
-// reserve takes a backlog slot, or reports that the listener is full or
-// closed.
-func (l *Listener) reserve() bool {
+// reserve takes a backlog slot, waiting up to wait for one to free, or
+// reports that the listener stayed full, was closed, or stop was closed.
+func (l *Listener) reserve(wait time.Duration, stop <-chan struct{}) bool {
 	select {
 	case <-l.closed:
 		return false
@@ -42,8 +43,20 @@ func (l *Listener) reserve() bool {
 	case l.slots <- struct{}{}:
 		return true
 	default:
+	}
+	if wait <= 0 {
 		return false
 	}
+	t := time.NewTimer(wait)
+	defer t.Stop()
+	select {
+	case l.slots <- struct{}{}:
+		return true
+	case <-t.C:
+	case <-l.closed:
+	case <-stop:
+	}
+	return false
 }
 
 func (l *Listener) unreserve() { <-l.slots }

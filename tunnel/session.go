@@ -492,7 +492,7 @@ func (s *Session) handleStream(st *yamux.Stream) {
 		s.refuse(c, fmt.Sprintf("no service for stream kind %q here", h.Kind))
 		return
 	}
-	if !l.reserve() {
+	if !l.reserve(s.cfg.ListenWait, s.done) {
 		s.refuse(c, fmt.Sprintf("service for stream kind %q is busy", h.Kind))
 		return
 	}

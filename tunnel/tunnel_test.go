@@ -214,6 +214,48 @@ func TestThousandSimultaneousStreams(t *testing.T) {
 	wg.Wait()
 }
 
+func TestAFullListenerWaitsThenSaysBusy(t *testing.T) {
+	t.Parallel()
+	p := newTestPKI(t)
+	cfg := DefaultConfig()
+	cfg.ListenBacklog = 2
+	cfg.ListenWait = 500 * time.Millisecond
+	srv := startTestServer(t, p, cfg, "")
+	l := srv.Listen(KindForward)
+	cli := startTestClient(t, p, "box-1", srv.addr, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for range cfg.ListenBacklog {
+		if _, err := cli.Open(ctx, KindForward, nil); err != nil {
+			t.Fatalf("open within the backlog: %v", err)
+		}
+	}
+	start := time.Now()
+	_, err := cli.Open(ctx, KindForward, nil)
+	if !errors.Is(err, ErrRefused) || !strings.Contains(err.Error(), "busy") {
+		t.Fatalf("open past a backlog nobody takes from: %v, want refused as busy", err)
+	}
+	if waited := time.Since(start); waited < cfg.ListenWait {
+		t.Errorf("refused after %v, before the listener had %v to make room", waited, cfg.ListenWait)
+	}
+	// A server that takes a stream while another waits admits it.
+	opened := make(chan error, 1)
+	go func() {
+		c, err := cli.Open(ctx, KindForward, nil)
+		if err == nil {
+			c.Close()
+		}
+		opened <- err
+	}()
+	time.Sleep(cfg.ListenWait / 5)
+	if _, err := l.Accept(); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-opened; err != nil {
+		t.Fatalf("open that waited while the server took a stream: %v", err)
+	}
+}
+
 // connectProxy starts a CONNECT proxy with basic auth.
 func connectProxy(t testing.TB, user, pass string) (addr string, used *atomic.Int32) {
 	p := toxic.NewConnectProxy(t, user, pass)
@@ -514,6 +556,7 @@ func TestGarbageAndSlowStreamsDoNotHurtOthers(t *testing.T) {
 	p := newTestPKI(t)
 	cfg := DefaultConfig()
 	cfg.OpenTimeout = 300 * time.Millisecond
+	cfg.ListenWait = 100 * time.Millisecond
 	srv := startTestServer(t, p, cfg, "")
 	echo(t, srv.Listen(KindRPC))
 	cli := startTestClient(t, p, "box-1", srv.addr, func(c *ClientConfig) { c.Config = cfg })
