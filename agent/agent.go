@@ -198,6 +198,11 @@ type Agent struct {
 	consoleHost string
 	updateKick  chan struct{}
 	keysKick    chan struct{} // the desired state changed: keys of other boxes may come or go
+	// sessionUp is closed, and replaced, whenever a tunnel session comes
+	// up: work that waits out an outage (a key of another box) starts
+	// again at once.
+	upMu      sync.Mutex
+	sessionUp chan struct{}
 	// wipe is the console's wipe of this box (wipe.go).
 	wipe wipeState
 }
@@ -260,6 +265,7 @@ func New(cfg Config, log *slog.Logger) (*Agent, error) {
 	}, nil)
 	a.registry, a.consoleHost, a.updateKick = registry, u.Host, make(chan struct{}, 1)
 	a.keysKick = make(chan struct{}, 1)
+	a.sessionUp = make(chan struct{})
 	a.reconciler, err = reconcile.New(reconcile.Config{Source: a.local, Drivers: cfg.Drivers, Reporter: a.reports,
 		Log: a.log, Interval: cfg.Reconcile, Registry: registry,
 		ImageRecord: filepath.Join(cfg.DataDir, "images.json"), Devices: a.devicesFor, SuspectKeys: a.suspectKeys, Holding: a.holding})
@@ -323,6 +329,10 @@ func (a *Agent) onSession(_ *tunnel.Session, up bool) {
 			default:
 			}
 		}
+		a.upMu.Lock()
+		close(a.sessionUp)
+		a.sessionUp = make(chan struct{})
+		a.upMu.Unlock()
 	}
 	a.setStatus(func(s *Status) {
 		if s.Connected != up {
@@ -330,6 +340,13 @@ func (a *Agent) onSession(_ *tunnel.Session, up bool) {
 		}
 		s.Connected = up
 	})
+}
+
+// nextSession is closed when the next tunnel session comes up.
+func (a *Agent) nextSession() <-chan struct{} {
+	a.upMu.Lock()
+	defer a.upMu.Unlock()
+	return a.sessionUp
 }
 
 // Run connects to the console and serves until ctx ends, then returns

@@ -317,6 +317,7 @@ func (a *Agent) linkKey(ctx context.Context, lk *localKeys, u *edgeboxv1.UsbAssi
 	}()
 	wait := time.Second
 	for ctx.Err() == nil {
+		up := a.nextSession()
 		err := a.linkOnce(ctx, lk, u, &plugged, func(msg string) { tell(edgeboxv1.ReasonAttached, msg, false) })
 		if ctx.Err() != nil {
 			return
@@ -331,6 +332,7 @@ func (a *Agent) linkKey(ctx context.Context, lk *localKeys, u *edgeboxv1.UsbAssi
 		case <-ctx.Done():
 			return
 		case <-time.After(wait):
+		case <-up: // the link is back: try now
 		}
 		wait = min(2*wait, 10*time.Second)
 	}

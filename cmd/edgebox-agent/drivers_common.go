@@ -23,7 +23,7 @@ func hostDrivers(dataDir string, rt runtimeFlags, net *qemu.Network, egress *qem
 	} else {
 		log.Warn("native process workloads cannot run", "err", err)
 	}
-	if q, err := qemu.New(qemu.Config{StateDir: filepath.Join(dataDir, "qemu"), Network: net, Egress: egress, Log: log}); err == nil {
+	if q, err := qemu.New(qemu.Config{StateDir: filepath.Join(dataDir, "qemu"), Accel: rt.vmAccel, Network: net, Egress: egress, Log: log}); err == nil {
 		log.Info("VMs run with QEMU", "accel", q.Accel())
 		ds, vms = append(ds, q), q
 	} else {

@@ -137,6 +137,7 @@ back. The token pins the console's CA: nothing else is trusted.`,
 	runCmd.Flags().StringVar(&usbSim, "usb-sim", "", "simulate the box's USB keys from this JSON file (hubs and keys), for demos and tests")
 	runCmd.Flags().StringVar(&keyServer, "key-server", "", "loopback address where keys of other boxes leased to this box's containers and programs are offered over USB/IP (default 127.0.0.1:3240; \"off\" for none)")
 	runCmd.Flags().IntVar(&rt.firstUID, "workload-uids", 0, "first of the 10,000 user IDs native workloads run as (default 690000); give each agent its own when several share a host")
+	runCmd.Flags().StringVar(&rt.vmAccel, "vm-accel", "", "QEMU accelerator for VM workloads, such as kvm, tcg or whpx:tcg (default: kvm where /dev/kvm opens, else tcg on Linux; whpx:tcg on Windows)")
 	runCmd.Flags().StringVar(&rt.runcRoot, "runc-root", "", "runc's state directory, when another containerd on this host uses the namespace \"edgebox\" too")
 
 	var asJSON bool

@@ -18,6 +18,9 @@ type runtimeFlags struct {
 	// (tests, demos) need ranges of their own: each ends processes of
 	// its range that it does not know.
 	firstUID int
+	// vmAccel is QEMU's accelerator list for VMs; empty is the qemu
+	// driver's choice (kvm where /dev/kvm opens, else tcg).
+	vmAccel string
 }
 
 // workloadProxy is the box's proxy as workloads get it: --proxy, else the

@@ -18,6 +18,9 @@ import (
 type ConnectProxy struct {
 	Addr string
 	Used atomic.Int32
+	// via, when set, is where every tunnel goes, whatever its CONNECT
+	// names.
+	via string
 }
 
 // NewConnectProxy starts a proxy that wants user and pass.
@@ -27,7 +30,20 @@ func NewConnectProxy(t testing.TB, user, pass string) *ConnectProxy {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return startConnectProxy(t, ln, user, pass)
+	return startConnectProxy(t, ln, user, pass, "")
+}
+
+// NewConnectProxyVia starts a proxy that wants user and pass and sends
+// every tunnel to via (a toxiproxy), whatever host its CONNECT names: a
+// box that reaches its console only through the proxy reaches it only
+// through via, with the console's name and certificate unchanged.
+func NewConnectProxyVia(t testing.TB, user, pass, via string) *ConnectProxy {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return startConnectProxy(t, ln, user, pass, via)
 }
 
 // NewTLSConnectProxy starts a proxy that clients reach over TLS (an
@@ -38,11 +54,11 @@ func NewTLSConnectProxy(t testing.TB, user, pass string, cert tls.Certificate) *
 	if err != nil {
 		t.Fatal(err)
 	}
-	return startConnectProxy(t, ln, user, pass)
+	return startConnectProxy(t, ln, user, pass, "")
 }
 
-func startConnectProxy(t testing.TB, ln net.Listener, user, pass string) *ConnectProxy {
-	p := &ConnectProxy{Addr: ln.Addr().String()}
+func startConnectProxy(t testing.TB, ln net.Listener, user, pass, via string) *ConnectProxy {
+	p := &ConnectProxy{Addr: ln.Addr().String(), via: via}
 	want := "Basic " + base64.StdEncoding.EncodeToString([]byte(user+":"+pass))
 	var wg sync.WaitGroup
 	var mu sync.Mutex
@@ -95,7 +111,11 @@ func (p *ConnectProxy) serve(c net.Conn, want string, track func(net.Conn, bool)
 		io.WriteString(c, "HTTP/1.1 407 Proxy Authentication Required\r\n\r\n")
 		return
 	}
-	up, err := net.Dial("tcp", req.Host)
+	to := req.Host
+	if p.via != "" {
+		to = p.via
+	}
+	up, err := net.Dial("tcp", to)
 	if err != nil {
 		io.WriteString(c, "HTTP/1.1 502 Bad Gateway\r\n\r\n")
 		return

@@ -229,13 +229,28 @@ func DriverWith(t testing.TB, cfg qemu.Config) *qemu.Driver {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
-		list, _ := d.List(context.Background())
-		for _, in := range list {
-			d.Remove(context.Background(), in.Name)
-		}
+		removeVMs(d)
 		os.RemoveAll(dir)
 	})
 	return d
+}
+
+// RemoveVMsAtEnd removes, once the test and the cleanups registered after
+// this one are done, the VMs a QEMU driver started in stateDir: those of
+// an agent binary, which leaves its VMs running when it stops, as it must.
+func RemoveVMsAtEnd(t testing.TB, stateDir string) {
+	t.Cleanup(func() {
+		if d, err := qemu.New(qemu.Config{StateDir: stateDir}); err == nil {
+			removeVMs(d)
+		}
+	})
+}
+
+func removeVMs(d *qemu.Driver) {
+	list, _ := d.List(context.Background())
+	for _, in := range list {
+		d.Remove(context.Background(), in.Name)
+	}
 }
 
 // USBModules are the modules of an xHCI bus in Debian's generic kernel,
