@@ -2,7 +2,7 @@
 // internal/test/browser started: it passes what they are in the
 // environment. Each step logs "ok <step>" or fails the run, and saves a
 // screenshot of the page it ends on.
-import { chromium } from 'playwright-core';
+import { launch, steady } from './browser.mjs';
 import { join } from 'node:path';
 
 const env = (k) => {
@@ -14,10 +14,7 @@ const url = env('EDGEBOX_URL');
 const shots = env('EDGEBOX_SCREENSHOTS');
 const firstBox = env('EDGEBOX_FIRST_BOX');
 
-const browser = await chromium.launch({
-  executablePath: process.env.EDGEBOX_CHROMIUM || '/usr/bin/chromium',
-  args: ['--no-sandbox', '--disable-gpu', '--disable-background-networking', '--disable-component-update', '--disable-sync', '--no-first-run'],
-});
+const browser = await launch();
 
 let n = 0;
 let failed = false;
@@ -28,7 +25,7 @@ async function newPage() {
   // The console's certificate is its own CA's; the test trusts it as an
   // operator who pinned it would.
   const ctx = await browser.newContext({ ignoreHTTPSErrors: true, locale: 'en-US', timezoneId: 'Asia/Shanghai', viewport: { width: 1280, height: 800 } });
-  const page = await ctx.newPage();
+  const page = steady(await ctx.newPage());
   page.on('dialog', (d) => {
     problems.push(`a dialog opened: ${d.message()}`);
     d.dismiss();

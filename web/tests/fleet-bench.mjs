@@ -2,7 +2,7 @@
 // the page to its first row of boxes, and how long each search takes to
 // show its matches. BenchmarkWebFleet (internal/test/bench) runs it and
 // prints what it measures as one JSON line.
-import { chromium } from 'playwright-core';
+import { launch, steady } from './browser.mjs';
 
 const env = (k) => {
   const v = process.env[k];
@@ -12,12 +12,9 @@ const env = (k) => {
 const url = env('EDGEBOX_URL');
 const total = Number(env('EDGEBOX_BOXES'));
 
-const browser = await chromium.launch({
-  executablePath: process.env.EDGEBOX_CHROMIUM || '/usr/bin/chromium',
-  args: ['--no-sandbox', '--disable-gpu', '--disable-background-networking', '--disable-component-update', '--disable-sync', '--no-first-run'],
-});
+const browser = await launch();
 const ctx = await browser.newContext({ ignoreHTTPSErrors: true, viewport: { width: 1280, height: 900 } });
-const page = await ctx.newPage();
+const page = steady(await ctx.newPage());
 await page.goto(`${url}/login`);
 await page.fill('input[name=user]', env('EDGEBOX_USER'));
 await page.fill('input[name=password]', env('EDGEBOX_PASSWORD'));

@@ -8,7 +8,7 @@
 // approval ends its request; a viewer is offered no screen. Each step logs
 // "ok <step>" or fails the run, and saves a screenshot of the page it ends
 // on.
-import { chromium } from 'playwright-core';
+import { launch, steady } from './browser.mjs';
 import { join } from 'node:path';
 
 const env = (k) => {
@@ -21,10 +21,7 @@ const shots = env('EDGEBOX_SCREENSHOTS');
 const boxID = env('EDGEBOX_BOX');
 const vm = env('EDGEBOX_WORKLOAD');
 
-const browser = await chromium.launch({
-  executablePath: process.env.EDGEBOX_CHROMIUM || '/usr/bin/chromium',
-  args: ['--no-sandbox', '--disable-gpu', '--disable-background-networking', '--disable-component-update', '--disable-sync', '--no-first-run'],
-});
+const browser = await launch();
 
 let n = 0;
 const problems = [];
@@ -32,7 +29,7 @@ const problems = [];
 /** newPage opens a page in a fresh browser context (its own cookies). */
 async function newPage() {
   const ctx = await browser.newContext({ ignoreHTTPSErrors: true, locale: 'en-US', timezoneId: 'Asia/Shanghai', viewport: { width: 1280, height: 900 } });
-  return watched(await ctx.newPage());
+  return watched(steady(await ctx.newPage()));
 }
 
 /** watched makes every dialog, CSP refusal and uncaught error on page a problem of the step. */

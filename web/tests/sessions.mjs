@@ -7,7 +7,7 @@
 // own web page in a new tab; an auditor plays the recording and sees it
 // intact; a viewer is offered no shell. Each step logs "ok <step>" or
 // fails the run, and saves a screenshot of the page it ends on.
-import { chromium } from 'playwright-core';
+import { launch, steady } from './browser.mjs';
 import { join } from 'node:path';
 
 const env = (k) => {
@@ -19,10 +19,7 @@ const url = env('EDGEBOX_URL');
 const shots = env('EDGEBOX_SCREENSHOTS');
 const boxID = env('EDGEBOX_BOX');
 
-const browser = await chromium.launch({
-  executablePath: process.env.EDGEBOX_CHROMIUM || '/usr/bin/chromium',
-  args: ['--no-sandbox', '--disable-gpu', '--disable-background-networking', '--disable-component-update', '--disable-sync', '--no-first-run'],
-});
+const browser = await launch();
 
 let n = 0;
 const problems = [];
@@ -30,7 +27,7 @@ const problems = [];
 /** newPage opens a page in a fresh browser context (its own cookies). */
 async function newPage() {
   const ctx = await browser.newContext({ ignoreHTTPSErrors: true, locale: 'en-US', timezoneId: 'Asia/Shanghai', viewport: { width: 1280, height: 900 } });
-  return watched(await ctx.newPage());
+  return watched(steady(await ctx.newPage()));
 }
 
 /** watched makes every dialog, CSP refusal and uncaught error on page a problem of the step. */
@@ -139,7 +136,7 @@ await step(admin, 'the terminal fills its box and follows the window: the box he
 });
 
 await step(admin, 'the Sessions page shows the open shell, in another tab, with its End button', async () => {
-  const tab = watched(await admin.context().newPage());
+  const tab = watched(steady(await admin.context().newPage()));
   try {
     await tab.goto(`${url}/sessions`);
     const row = await tab.waitForSelector('[data-testid=live-sessions] tr[data-user=admin]');

@@ -14,20 +14,17 @@ package main
 
 import (
 	"context"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"net"
 	"os"
 	"path/filepath"
-	"runtime"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
-	"unsafe"
 
 	"github.com/edgebox/edgebox/errdefs"
+	"github.com/edgebox/edgebox/internal/test/ccidtest/usbfs"
 	"github.com/edgebox/edgebox/usbhub/usbip"
 )
 
@@ -184,69 +181,12 @@ func pause(ctx context.Context) error {
 	}
 }
 
-// What follows is usbhub/usbredir/testdata/apdu's: the CCID exchange
-// through usbfs.
-
-const (
-	claimInterface = 0x8004550F // USBDEVFS_CLAIMINTERFACE
-	bulkTransfer   = 0xC0185502 // USBDEVFS_BULK
-)
-
-type bulk struct {
-	ep, length, timeout, _ uint32
-	data                   uintptr
-}
-
-// sign powers the card of the key at node, selects its application and
-// has it sign Message.
+// sign has the card of the key at node sign Message.
 func sign(node string) ([]byte, error) {
-	f, err := os.OpenFile(node, os.O_RDWR, 0)
+	card, err := usbfs.Open(node)
 	if err != nil {
 		return nil, err
 	}
-	defer f.Close()
-	iface := uint32(0)
-	if _, _, e := syscall.Syscall(syscall.SYS_IOCTL, f.Fd(), claimInterface, uintptr(unsafe.Pointer(&iface))); e != 0 {
-		return nil, fmt.Errorf("claiming the interface: %v", e)
-	}
-	xfer := func(ep uint32, buf []byte) (int, error) {
-		b := bulk{ep: ep, length: uint32(len(buf)), timeout: 30000, data: uintptr(unsafe.Pointer(&buf[0]))}
-		n, _, e := syscall.Syscall(syscall.SYS_IOCTL, f.Fd(), bulkTransfer, uintptr(unsafe.Pointer(&b)))
-		runtime.KeepAlive(buf)
-		if e != 0 {
-			return 0, fmt.Errorf("bulk on %#x: %v", ep, e)
-		}
-		return int(n), nil
-	}
-	seq := byte(0)
-	command := func(typ byte, body []byte) ([]byte, error) {
-		seq++
-		m := []byte{typ}
-		m = binary.LittleEndian.AppendUint32(m, uint32(len(body)))
-		m = append(append(m, 0, seq, 0, 0, 0), body...)
-		if _, err := xfer(0x01, m); err != nil {
-			return nil, err
-		}
-		in := make([]byte, 1024)
-		n, err := xfer(0x82, in)
-		if err != nil {
-			return nil, err
-		}
-		if n < 10 || in[7] != 0 {
-			return nil, fmt.Errorf("the reader answered %x", in[:n])
-		}
-		return in[10:n], nil
-	}
-	if _, err := command(0x62, nil); err != nil {
-		return nil, fmt.Errorf("power on: %w", err)
-	}
-	aid := []byte{0xF0, 'E', 'D', 'G', 'E', 'B', 'O', 'X'}
-	if r, err := command(0x6F, append([]byte{0, 0xA4, 4, 0, byte(len(aid))}, aid...)); err != nil || len(r) != 2 || r[0] != 0x90 {
-		return nil, fmt.Errorf("SELECT: %x %v", r, err)
-	}
-	r, err := command(0x6F, append(append([]byte{0, 0x2A, 0x9E, 0x9A, byte(len(Message))}, Message...), 0))
-	if err != nil || len(r) < 2 || r[len(r)-2] != 0x90 {
-		return nil, fmt.Errorf("sign: %x %v", r, err)
-	}
-	return r[:len(r)-2], nil
+	defer card.Close()
+	return card.Sign(Message)
 }

@@ -10,27 +10,15 @@
 package main
 
 import (
-	"encoding/binary"
 	"fmt"
 	"os"
-	"runtime"
-	"syscall"
 	"time"
-	"unsafe"
-)
 
-const (
-	claimInterface = 0x8004550F // USBDEVFS_CLAIMINTERFACE
-	bulkTransfer   = 0xC0185502 // USBDEVFS_BULK
+	"github.com/edgebox/edgebox/internal/test/ccidtest/usbfs"
 )
 
 // Message is what the card signs.
 const Message = "statement 2026-11, signed in the guest"
-
-type bulk struct {
-	ep, length, timeout, _ uint32
-	data                   uintptr
-}
 
 func main() {
 	period := os.Getenv("APDU_EVERY")
@@ -45,60 +33,21 @@ func main() {
 }
 
 func run(node string, every time.Duration) error {
-	f, err := os.OpenFile(node, os.O_RDWR, 0)
+	card, err := usbfs.Open(node)
 	if err != nil {
 		return err
 	}
-	defer f.Close()
-	iface := uint32(0)
-	if _, _, e := syscall.Syscall(syscall.SYS_IOCTL, f.Fd(), claimInterface, uintptr(unsafe.Pointer(&iface))); e != 0 {
-		return fmt.Errorf("claiming the interface: %v", e)
-	}
-	xfer := func(ep uint32, buf []byte) (int, error) {
-		b := bulk{ep: ep, length: uint32(len(buf)), timeout: 30000, data: uintptr(unsafe.Pointer(&buf[0]))}
-		n, _, e := syscall.Syscall(syscall.SYS_IOCTL, f.Fd(), bulkTransfer, uintptr(unsafe.Pointer(&b)))
-		runtime.KeepAlive(buf)
-		if e != 0 {
-			return 0, fmt.Errorf("bulk on %#x: %v", ep, e)
-		}
-		return int(n), nil
-	}
-	seq := byte(0)
-	command := func(typ byte, body []byte) ([]byte, error) {
-		seq++
-		m := []byte{typ}
-		m = binary.LittleEndian.AppendUint32(m, uint32(len(body)))
-		m = append(append(m, 0, seq, 0, 0, 0), body...)
-		if _, err := xfer(0x01, m); err != nil {
-			return nil, err
-		}
-		in := make([]byte, 1024)
-		n, err := xfer(0x82, in)
-		if err != nil {
-			return nil, err
-		}
-		if n < 10 || in[7] != 0 {
-			return nil, fmt.Errorf("the reader answered %x", in[:n])
-		}
-		return in[10:n], nil
-	}
-	if _, err := command(0x62, nil); err != nil {
-		return fmt.Errorf("power on: %w", err)
-	}
-	aid := []byte{0xF0, 'E', 'D', 'G', 'E', 'B', 'O', 'X'}
-	if r, err := command(0x6F, append([]byte{0, 0xA4, 4, 0, byte(len(aid))}, aid...)); err != nil || len(r) != 2 || r[0] != 0x90 {
-		return fmt.Errorf("SELECT: %x %v", r, err)
-	}
+	defer card.Close()
 	for n := 1; ; n++ {
-		r, err := command(0x6F, append(append([]byte{0, 0x2A, 0x9E, 0x9A, byte(len(Message))}, Message...), 0))
-		if err != nil || len(r) < 2 || r[len(r)-2] != 0x90 {
-			return fmt.Errorf("sign: %x %v", r, err)
+		sig, err := card.Sign(Message)
+		if err != nil {
+			return err
 		}
 		if every <= 0 {
-			fmt.Printf("APDU SIGNED %x\n", r[:len(r)-2])
+			fmt.Printf("APDU SIGNED %x\n", sig)
 			return nil
 		}
-		fmt.Printf("APDU %d SIGNED %x\n", n, r[:len(r)-2])
+		fmt.Printf("APDU %d SIGNED %x\n", n, sig)
 		time.Sleep(every)
 	}
 }
