@@ -664,6 +664,119 @@ func (x *AgentRelease) GetProbationSeconds() uint32 {
 	return 0
 }
 
+// SitePeers are the other boxes of the box's site, which it probes over
+// DTLS on the site's LAN and votes on (ADR 0019): the console sends one,
+// named "site", to every box of a site with two or more boxes, and
+// rewrites it when a box joins, leaves, is revoked or moves its
+// addresses. A box probes and answers only the peers listed.
+type SitePeers struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Peers []*SitePeer            `protobuf:"bytes,1,rep,name=peers,proto3" json:"peers,omitempty"`
+	// period_millis is how often a box sends each peer a heartbeat and
+	// reports its votes; 0 is the default, 10 s.
+	PeriodMillis  uint32 `protobuf:"varint,2,opt,name=period_millis,json=periodMillis,proto3" json:"period_millis,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SitePeers) Reset() {
+	*x = SitePeers{}
+	mi := &file_edgebox_v1_desired_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SitePeers) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SitePeers) ProtoMessage() {}
+
+func (x *SitePeers) ProtoReflect() protoreflect.Message {
+	mi := &file_edgebox_v1_desired_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SitePeers.ProtoReflect.Descriptor instead.
+func (*SitePeers) Descriptor() ([]byte, []int) {
+	return file_edgebox_v1_desired_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *SitePeers) GetPeers() []*SitePeer {
+	if x != nil {
+		return x.Peers
+	}
+	return nil
+}
+
+func (x *SitePeers) GetPeriodMillis() uint32 {
+	if x != nil {
+		return x.PeriodMillis
+	}
+	return 0
+}
+
+type SitePeer struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	BoxId string                 `protobuf:"bytes,1,opt,name=box_id,json=boxId,proto3" json:"box_id,omitempty"`
+	// addrs are the peer's LAN addresses with its probe port
+	// ("192.168.1.20:7946"), as its facts say; it is probed on each.
+	Addrs         []string `protobuf:"bytes,2,rep,name=addrs,proto3" json:"addrs,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SitePeer) Reset() {
+	*x = SitePeer{}
+	mi := &file_edgebox_v1_desired_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SitePeer) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SitePeer) ProtoMessage() {}
+
+func (x *SitePeer) ProtoReflect() protoreflect.Message {
+	mi := &file_edgebox_v1_desired_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SitePeer.ProtoReflect.Descriptor instead.
+func (*SitePeer) Descriptor() ([]byte, []int) {
+	return file_edgebox_v1_desired_proto_rawDescGZIP(), []int{8}
+}
+
+func (x *SitePeer) GetBoxId() string {
+	if x != nil {
+		return x.BoxId
+	}
+	return ""
+}
+
+func (x *SitePeer) GetAddrs() []string {
+	if x != nil {
+		return x.Addrs
+	}
+	return nil
+}
+
 // ImagePrefetch asks the box to have an image on disk before a workload
 // needs it (a rollout's pre-pull), and to keep it while the object is
 // there. Its status is "Pulling", "Running" once the image is on disk, or
@@ -678,7 +791,7 @@ type ImagePrefetch struct {
 
 func (x *ImagePrefetch) Reset() {
 	*x = ImagePrefetch{}
-	mi := &file_edgebox_v1_desired_proto_msgTypes[7]
+	mi := &file_edgebox_v1_desired_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -690,7 +803,7 @@ func (x *ImagePrefetch) String() string {
 func (*ImagePrefetch) ProtoMessage() {}
 
 func (x *ImagePrefetch) ProtoReflect() protoreflect.Message {
-	mi := &file_edgebox_v1_desired_proto_msgTypes[7]
+	mi := &file_edgebox_v1_desired_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -703,7 +816,7 @@ func (x *ImagePrefetch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ImagePrefetch.ProtoReflect.Descriptor instead.
 func (*ImagePrefetch) Descriptor() ([]byte, []int) {
-	return file_edgebox_v1_desired_proto_rawDescGZIP(), []int{7}
+	return file_edgebox_v1_desired_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *ImagePrefetch) GetRuntime() string {
@@ -735,6 +848,7 @@ type DesiredObject struct {
 	//	*DesiredObject_AgentConfig
 	//	*DesiredObject_AgentRelease
 	//	*DesiredObject_ImagePrefetch
+	//	*DesiredObject_SitePeers
 	Spec isDesiredObject_Spec `protobuf_oneof:"spec"`
 	// kind names the spec type; it stays set on tombstones.
 	Kind          string `protobuf:"bytes,4,opt,name=kind,proto3" json:"kind,omitempty"`
@@ -744,7 +858,7 @@ type DesiredObject struct {
 
 func (x *DesiredObject) Reset() {
 	*x = DesiredObject{}
-	mi := &file_edgebox_v1_desired_proto_msgTypes[8]
+	mi := &file_edgebox_v1_desired_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -756,7 +870,7 @@ func (x *DesiredObject) String() string {
 func (*DesiredObject) ProtoMessage() {}
 
 func (x *DesiredObject) ProtoReflect() protoreflect.Message {
-	mi := &file_edgebox_v1_desired_proto_msgTypes[8]
+	mi := &file_edgebox_v1_desired_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -769,7 +883,7 @@ func (x *DesiredObject) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DesiredObject.ProtoReflect.Descriptor instead.
 func (*DesiredObject) Descriptor() ([]byte, []int) {
-	return file_edgebox_v1_desired_proto_rawDescGZIP(), []int{8}
+	return file_edgebox_v1_desired_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *DesiredObject) GetName() string {
@@ -845,6 +959,15 @@ func (x *DesiredObject) GetImagePrefetch() *ImagePrefetch {
 	return nil
 }
 
+func (x *DesiredObject) GetSitePeers() *SitePeers {
+	if x != nil {
+		if x, ok := x.Spec.(*DesiredObject_SitePeers); ok {
+			return x.SitePeers
+		}
+	}
+	return nil
+}
+
 func (x *DesiredObject) GetKind() string {
 	if x != nil {
 		return x.Kind
@@ -876,6 +999,10 @@ type DesiredObject_ImagePrefetch struct {
 	ImagePrefetch *ImagePrefetch `protobuf:"bytes,14,opt,name=image_prefetch,json=imagePrefetch,proto3,oneof"`
 }
 
+type DesiredObject_SitePeers struct {
+	SitePeers *SitePeers `protobuf:"bytes,15,opt,name=site_peers,json=sitePeers,proto3,oneof"`
+}
+
 func (*DesiredObject_Workload) isDesiredObject_Spec() {}
 
 func (*DesiredObject_UsbAssignment) isDesiredObject_Spec() {}
@@ -885,6 +1012,8 @@ func (*DesiredObject_AgentConfig) isDesiredObject_Spec() {}
 func (*DesiredObject_AgentRelease) isDesiredObject_Spec() {}
 
 func (*DesiredObject_ImagePrefetch) isDesiredObject_Spec() {}
+
+func (*DesiredObject_SitePeers) isDesiredObject_Spec() {}
 
 // ObjectStatus is the latest the box knows of one desired object.
 type ObjectStatus struct {
@@ -922,7 +1051,7 @@ type ObjectStatus struct {
 
 func (x *ObjectStatus) Reset() {
 	*x = ObjectStatus{}
-	mi := &file_edgebox_v1_desired_proto_msgTypes[9]
+	mi := &file_edgebox_v1_desired_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -934,7 +1063,7 @@ func (x *ObjectStatus) String() string {
 func (*ObjectStatus) ProtoMessage() {}
 
 func (x *ObjectStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_edgebox_v1_desired_proto_msgTypes[9]
+	mi := &file_edgebox_v1_desired_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -947,7 +1076,7 @@ func (x *ObjectStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ObjectStatus.ProtoReflect.Descriptor instead.
 func (*ObjectStatus) Descriptor() ([]byte, []int) {
-	return file_edgebox_v1_desired_proto_rawDescGZIP(), []int{9}
+	return file_edgebox_v1_desired_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *ObjectStatus) GetKind() string {
@@ -1056,7 +1185,7 @@ type Event struct {
 
 func (x *Event) Reset() {
 	*x = Event{}
-	mi := &file_edgebox_v1_desired_proto_msgTypes[10]
+	mi := &file_edgebox_v1_desired_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1068,7 +1197,7 @@ func (x *Event) String() string {
 func (*Event) ProtoMessage() {}
 
 func (x *Event) ProtoReflect() protoreflect.Message {
-	mi := &file_edgebox_v1_desired_proto_msgTypes[10]
+	mi := &file_edgebox_v1_desired_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1081,7 +1210,7 @@ func (x *Event) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Event.ProtoReflect.Descriptor instead.
 func (*Event) Descriptor() ([]byte, []int) {
-	return file_edgebox_v1_desired_proto_rawDescGZIP(), []int{10}
+	return file_edgebox_v1_desired_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *Event) GetTimeUnixNano() int64 {
@@ -1136,7 +1265,7 @@ type EventRing struct {
 
 func (x *EventRing) Reset() {
 	*x = EventRing{}
-	mi := &file_edgebox_v1_desired_proto_msgTypes[11]
+	mi := &file_edgebox_v1_desired_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1148,7 +1277,7 @@ func (x *EventRing) String() string {
 func (*EventRing) ProtoMessage() {}
 
 func (x *EventRing) ProtoReflect() protoreflect.Message {
-	mi := &file_edgebox_v1_desired_proto_msgTypes[11]
+	mi := &file_edgebox_v1_desired_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1161,7 +1290,7 @@ func (x *EventRing) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EventRing.ProtoReflect.Descriptor instead.
 func (*EventRing) Descriptor() ([]byte, []int) {
-	return file_edgebox_v1_desired_proto_rawDescGZIP(), []int{11}
+	return file_edgebox_v1_desired_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *EventRing) GetEvents() []*Event {
@@ -1232,10 +1361,16 @@ const file_edgebox_v1_desired_proto_rawDesc = "" +
 	"\aversion\x18\x01 \x01(\tR\aversion\x12\x16\n" +
 	"\x06sha256\x18\x02 \x01(\tR\x06sha256\x12\x1c\n" +
 	"\tsignature\x18\x03 \x01(\fR\tsignature\x12+\n" +
-	"\x11probation_seconds\x18\x04 \x01(\rR\x10probationSeconds\"?\n" +
+	"\x11probation_seconds\x18\x04 \x01(\rR\x10probationSeconds\"\\\n" +
+	"\tSitePeers\x12*\n" +
+	"\x05peers\x18\x01 \x03(\v2\x14.edgebox.v1.SitePeerR\x05peers\x12#\n" +
+	"\rperiod_millis\x18\x02 \x01(\rR\fperiodMillis\"7\n" +
+	"\bSitePeer\x12\x15\n" +
+	"\x06box_id\x18\x01 \x01(\tR\x05boxId\x12\x14\n" +
+	"\x05addrs\x18\x02 \x03(\tR\x05addrs\"?\n" +
 	"\rImagePrefetch\x12\x18\n" +
 	"\aruntime\x18\x01 \x01(\tR\aruntime\x12\x14\n" +
-	"\x05image\x18\x02 \x01(\tR\x05image\"\xb0\x03\n" +
+	"\x05image\x18\x02 \x01(\tR\x05image\"\xe8\x03\n" +
 	"\rDesiredObject\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1a\n" +
 	"\brevision\x18\x02 \x01(\x04R\brevision\x12\x18\n" +
@@ -1245,7 +1380,9 @@ const file_edgebox_v1_desired_proto_rawDesc = "" +
 	"\x0eusb_assignment\x18\v \x01(\v2\x19.edgebox.v1.UsbAssignmentH\x00R\rusbAssignment\x12<\n" +
 	"\fagent_config\x18\f \x01(\v2\x17.edgebox.v1.AgentConfigH\x00R\vagentConfig\x12?\n" +
 	"\ragent_release\x18\r \x01(\v2\x18.edgebox.v1.AgentReleaseH\x00R\fagentRelease\x12B\n" +
-	"\x0eimage_prefetch\x18\x0e \x01(\v2\x19.edgebox.v1.ImagePrefetchH\x00R\rimagePrefetch\x12\x12\n" +
+	"\x0eimage_prefetch\x18\x0e \x01(\v2\x19.edgebox.v1.ImagePrefetchH\x00R\rimagePrefetch\x126\n" +
+	"\n" +
+	"site_peers\x18\x0f \x01(\v2\x15.edgebox.v1.SitePeersH\x00R\tsitePeers\x12\x12\n" +
 	"\x04kind\x18\x04 \x01(\tR\x04kindB\x06\n" +
 	"\x04spec\"\xfc\x02\n" +
 	"\fObjectStatus\x12\x12\n" +
@@ -1285,7 +1422,7 @@ func file_edgebox_v1_desired_proto_rawDescGZIP() []byte {
 	return file_edgebox_v1_desired_proto_rawDescData
 }
 
-var file_edgebox_v1_desired_proto_msgTypes = make([]protoimpl.MessageInfo, 13)
+var file_edgebox_v1_desired_proto_msgTypes = make([]protoimpl.MessageInfo, 15)
 var file_edgebox_v1_desired_proto_goTypes = []any{
 	(*Workload)(nil),      // 0: edgebox.v1.Workload
 	(*PortMapping)(nil),   // 1: edgebox.v1.PortMapping
@@ -1294,29 +1431,33 @@ var file_edgebox_v1_desired_proto_goTypes = []any{
 	(*UsbAssignment)(nil), // 4: edgebox.v1.UsbAssignment
 	(*AgentConfig)(nil),   // 5: edgebox.v1.AgentConfig
 	(*AgentRelease)(nil),  // 6: edgebox.v1.AgentRelease
-	(*ImagePrefetch)(nil), // 7: edgebox.v1.ImagePrefetch
-	(*DesiredObject)(nil), // 8: edgebox.v1.DesiredObject
-	(*ObjectStatus)(nil),  // 9: edgebox.v1.ObjectStatus
-	(*Event)(nil),         // 10: edgebox.v1.Event
-	(*EventRing)(nil),     // 11: edgebox.v1.EventRing
-	nil,                   // 12: edgebox.v1.AgentConfig.SettingsEntry
+	(*SitePeers)(nil),     // 7: edgebox.v1.SitePeers
+	(*SitePeer)(nil),      // 8: edgebox.v1.SitePeer
+	(*ImagePrefetch)(nil), // 9: edgebox.v1.ImagePrefetch
+	(*DesiredObject)(nil), // 10: edgebox.v1.DesiredObject
+	(*ObjectStatus)(nil),  // 11: edgebox.v1.ObjectStatus
+	(*Event)(nil),         // 12: edgebox.v1.Event
+	(*EventRing)(nil),     // 13: edgebox.v1.EventRing
+	nil,                   // 14: edgebox.v1.AgentConfig.SettingsEntry
 }
 var file_edgebox_v1_desired_proto_depIdxs = []int32{
 	3,  // 0: edgebox.v1.Workload.probes:type_name -> edgebox.v1.Probe
 	2,  // 1: edgebox.v1.Workload.volumes:type_name -> edgebox.v1.Volume
 	1,  // 2: edgebox.v1.Workload.ports:type_name -> edgebox.v1.PortMapping
-	12, // 3: edgebox.v1.AgentConfig.settings:type_name -> edgebox.v1.AgentConfig.SettingsEntry
-	0,  // 4: edgebox.v1.DesiredObject.workload:type_name -> edgebox.v1.Workload
-	4,  // 5: edgebox.v1.DesiredObject.usb_assignment:type_name -> edgebox.v1.UsbAssignment
-	5,  // 6: edgebox.v1.DesiredObject.agent_config:type_name -> edgebox.v1.AgentConfig
-	6,  // 7: edgebox.v1.DesiredObject.agent_release:type_name -> edgebox.v1.AgentRelease
-	7,  // 8: edgebox.v1.DesiredObject.image_prefetch:type_name -> edgebox.v1.ImagePrefetch
-	10, // 9: edgebox.v1.EventRing.events:type_name -> edgebox.v1.Event
-	10, // [10:10] is the sub-list for method output_type
-	10, // [10:10] is the sub-list for method input_type
-	10, // [10:10] is the sub-list for extension type_name
-	10, // [10:10] is the sub-list for extension extendee
-	0,  // [0:10] is the sub-list for field type_name
+	14, // 3: edgebox.v1.AgentConfig.settings:type_name -> edgebox.v1.AgentConfig.SettingsEntry
+	8,  // 4: edgebox.v1.SitePeers.peers:type_name -> edgebox.v1.SitePeer
+	0,  // 5: edgebox.v1.DesiredObject.workload:type_name -> edgebox.v1.Workload
+	4,  // 6: edgebox.v1.DesiredObject.usb_assignment:type_name -> edgebox.v1.UsbAssignment
+	5,  // 7: edgebox.v1.DesiredObject.agent_config:type_name -> edgebox.v1.AgentConfig
+	6,  // 8: edgebox.v1.DesiredObject.agent_release:type_name -> edgebox.v1.AgentRelease
+	9,  // 9: edgebox.v1.DesiredObject.image_prefetch:type_name -> edgebox.v1.ImagePrefetch
+	7,  // 10: edgebox.v1.DesiredObject.site_peers:type_name -> edgebox.v1.SitePeers
+	12, // 11: edgebox.v1.EventRing.events:type_name -> edgebox.v1.Event
+	12, // [12:12] is the sub-list for method output_type
+	12, // [12:12] is the sub-list for method input_type
+	12, // [12:12] is the sub-list for extension type_name
+	12, // [12:12] is the sub-list for extension extendee
+	0,  // [0:12] is the sub-list for field type_name
 }
 
 func init() { file_edgebox_v1_desired_proto_init() }
@@ -1324,12 +1465,13 @@ func file_edgebox_v1_desired_proto_init() {
 	if File_edgebox_v1_desired_proto != nil {
 		return
 	}
-	file_edgebox_v1_desired_proto_msgTypes[8].OneofWrappers = []any{
+	file_edgebox_v1_desired_proto_msgTypes[10].OneofWrappers = []any{
 		(*DesiredObject_Workload)(nil),
 		(*DesiredObject_UsbAssignment)(nil),
 		(*DesiredObject_AgentConfig)(nil),
 		(*DesiredObject_AgentRelease)(nil),
 		(*DesiredObject_ImagePrefetch)(nil),
+		(*DesiredObject_SitePeers)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -1337,7 +1479,7 @@ func file_edgebox_v1_desired_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_edgebox_v1_desired_proto_rawDesc), len(file_edgebox_v1_desired_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   13,
+			NumMessages:   15,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

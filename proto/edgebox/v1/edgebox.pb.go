@@ -28,16 +28,20 @@ const (
 
 // BoxInfo is what an agent knows about the machine it runs on.
 type BoxInfo struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Hostname      string                 `protobuf:"bytes,1,opt,name=hostname,proto3" json:"hostname,omitempty"`
-	Os            string                 `protobuf:"bytes,2,opt,name=os,proto3" json:"os,omitempty"`     // GOOS: "linux", "windows"
-	Arch          string                 `protobuf:"bytes,3,opt,name=arch,proto3" json:"arch,omitempty"` // GOARCH: "amd64", "arm64"
-	AgentVersion  string                 `protobuf:"bytes,4,opt,name=agent_version,json=agentVersion,proto3" json:"agent_version,omitempty"`
-	OsVersion     string                 `protobuf:"bytes,5,opt,name=os_version,json=osVersion,proto3" json:"os_version,omitempty"` // distribution or Windows build, best effort
-	Kernel        string                 `protobuf:"bytes,6,opt,name=kernel,proto3" json:"kernel,omitempty"`
-	Cpus          uint32                 `protobuf:"varint,7,opt,name=cpus,proto3" json:"cpus,omitempty"`
-	MemoryBytes   uint64                 `protobuf:"varint,8,opt,name=memory_bytes,json=memoryBytes,proto3" json:"memory_bytes,omitempty"`
-	BootTimeUnix  uint64                 `protobuf:"varint,9,opt,name=boot_time_unix,json=bootTimeUnix,proto3" json:"boot_time_unix,omitempty"`
+	state        protoimpl.MessageState `protogen:"open.v1"`
+	Hostname     string                 `protobuf:"bytes,1,opt,name=hostname,proto3" json:"hostname,omitempty"`
+	Os           string                 `protobuf:"bytes,2,opt,name=os,proto3" json:"os,omitempty"`     // GOOS: "linux", "windows"
+	Arch         string                 `protobuf:"bytes,3,opt,name=arch,proto3" json:"arch,omitempty"` // GOARCH: "amd64", "arm64"
+	AgentVersion string                 `protobuf:"bytes,4,opt,name=agent_version,json=agentVersion,proto3" json:"agent_version,omitempty"`
+	OsVersion    string                 `protobuf:"bytes,5,opt,name=os_version,json=osVersion,proto3" json:"os_version,omitempty"` // distribution or Windows build, best effort
+	Kernel       string                 `protobuf:"bytes,6,opt,name=kernel,proto3" json:"kernel,omitempty"`
+	Cpus         uint32                 `protobuf:"varint,7,opt,name=cpus,proto3" json:"cpus,omitempty"`
+	MemoryBytes  uint64                 `protobuf:"varint,8,opt,name=memory_bytes,json=memoryBytes,proto3" json:"memory_bytes,omitempty"`
+	BootTimeUnix uint64                 `protobuf:"varint,9,opt,name=boot_time_unix,json=bootTimeUnix,proto3" json:"boot_time_unix,omitempty"`
+	// lan_addrs are where the box takes its site peers' probes: its LAN
+	// addresses with the probe port ("192.168.1.20:7946"); empty when it
+	// takes none.
+	LanAddrs      []string `protobuf:"bytes,10,rep,name=lan_addrs,json=lanAddrs,proto3" json:"lan_addrs,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -133,6 +137,13 @@ func (x *BoxInfo) GetBootTimeUnix() uint64 {
 		return x.BootTimeUnix
 	}
 	return 0
+}
+
+func (x *BoxInfo) GetLanAddrs() []string {
+	if x != nil {
+		return x.LanAddrs
+	}
+	return nil
 }
 
 type HelloRequest struct {
@@ -452,6 +463,292 @@ func (x *PingResponse) GetAgentTimeUnixNano() int64 {
 	return 0
 }
 
+// SiteVote is what a box saw of its site's peers at one moment. It
+// travels as the bytes of SignedVote.vote, signed by the voter's box key,
+// so it proves itself wherever it is kept or carried.
+type SiteVote struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Voter string                 `protobuf:"bytes,1,opt,name=voter,proto3" json:"voter,omitempty"` // the voting box's ID
+	// counter rises with every vote of the box, across restarts: the
+	// console takes each counter once.
+	Counter       uint64      `protobuf:"varint,2,opt,name=counter,proto3" json:"counter,omitempty"`
+	UnixNano      int64       `protobuf:"varint,3,opt,name=unix_nano,json=unixNano,proto3" json:"unix_nano,omitempty"` // when the voter made the vote
+	Peers         []*PeerSeen `protobuf:"bytes,4,rep,name=peers,proto3" json:"peers,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SiteVote) Reset() {
+	*x = SiteVote{}
+	mi := &file_edgebox_v1_edgebox_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SiteVote) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SiteVote) ProtoMessage() {}
+
+func (x *SiteVote) ProtoReflect() protoreflect.Message {
+	mi := &file_edgebox_v1_edgebox_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SiteVote.ProtoReflect.Descriptor instead.
+func (*SiteVote) Descriptor() ([]byte, []int) {
+	return file_edgebox_v1_edgebox_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *SiteVote) GetVoter() string {
+	if x != nil {
+		return x.Voter
+	}
+	return ""
+}
+
+func (x *SiteVote) GetCounter() uint64 {
+	if x != nil {
+		return x.Counter
+	}
+	return 0
+}
+
+func (x *SiteVote) GetUnixNano() int64 {
+	if x != nil {
+		return x.UnixNano
+	}
+	return 0
+}
+
+func (x *SiteVote) GetPeers() []*PeerSeen {
+	if x != nil {
+		return x.Peers
+	}
+	return nil
+}
+
+type PeerSeen struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	BoxId string                 `protobuf:"bytes,1,opt,name=box_id,json=boxId,proto3" json:"box_id,omitempty"`
+	// alive: the voter heard the peer within three probe periods.
+	Alive bool `protobuf:"varint,2,opt,name=alive,proto3" json:"alive,omitempty"`
+	// last_heard_unix_nano is when the voter last heard the peer; 0 never.
+	LastHeardUnixNano int64 `protobuf:"varint,3,opt,name=last_heard_unix_nano,json=lastHeardUnixNano,proto3" json:"last_heard_unix_nano,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
+}
+
+func (x *PeerSeen) Reset() {
+	*x = PeerSeen{}
+	mi := &file_edgebox_v1_edgebox_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PeerSeen) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PeerSeen) ProtoMessage() {}
+
+func (x *PeerSeen) ProtoReflect() protoreflect.Message {
+	mi := &file_edgebox_v1_edgebox_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PeerSeen.ProtoReflect.Descriptor instead.
+func (*PeerSeen) Descriptor() ([]byte, []int) {
+	return file_edgebox_v1_edgebox_proto_rawDescGZIP(), []int{8}
+}
+
+func (x *PeerSeen) GetBoxId() string {
+	if x != nil {
+		return x.BoxId
+	}
+	return ""
+}
+
+func (x *PeerSeen) GetAlive() bool {
+	if x != nil {
+		return x.Alive
+	}
+	return false
+}
+
+func (x *PeerSeen) GetLastHeardUnixNano() int64 {
+	if x != nil {
+		return x.LastHeardUnixNano
+	}
+	return 0
+}
+
+type SignedVote struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Vote  []byte                 `protobuf:"bytes,1,opt,name=vote,proto3" json:"vote,omitempty"` // a SiteVote
+	// signature is ECDSA (ASN.1) over SHA-256 of vote, by the key of the
+	// box certificate the console issued the voter.
+	Signature     []byte `protobuf:"bytes,2,opt,name=signature,proto3" json:"signature,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SignedVote) Reset() {
+	*x = SignedVote{}
+	mi := &file_edgebox_v1_edgebox_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SignedVote) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SignedVote) ProtoMessage() {}
+
+func (x *SignedVote) ProtoReflect() protoreflect.Message {
+	mi := &file_edgebox_v1_edgebox_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SignedVote.ProtoReflect.Descriptor instead.
+func (*SignedVote) Descriptor() ([]byte, []int) {
+	return file_edgebox_v1_edgebox_proto_rawDescGZIP(), []int{9}
+}
+
+func (x *SignedVote) GetVote() []byte {
+	if x != nil {
+		return x.Vote
+	}
+	return nil
+}
+
+func (x *SignedVote) GetSignature() []byte {
+	if x != nil {
+		return x.Signature
+	}
+	return nil
+}
+
+type VoteReport struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Votes         []*SignedVote          `protobuf:"bytes,1,rep,name=votes,proto3" json:"votes,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *VoteReport) Reset() {
+	*x = VoteReport{}
+	mi := &file_edgebox_v1_edgebox_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *VoteReport) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*VoteReport) ProtoMessage() {}
+
+func (x *VoteReport) ProtoReflect() protoreflect.Message {
+	mi := &file_edgebox_v1_edgebox_proto_msgTypes[10]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use VoteReport.ProtoReflect.Descriptor instead.
+func (*VoteReport) Descriptor() ([]byte, []int) {
+	return file_edgebox_v1_edgebox_proto_rawDescGZIP(), []int{10}
+}
+
+func (x *VoteReport) GetVotes() []*SignedVote {
+	if x != nil {
+		return x.Votes
+	}
+	return nil
+}
+
+type VoteReceipt struct {
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	Accepted uint32                 `protobuf:"varint,1,opt,name=accepted,proto3" json:"accepted,omitempty"`
+	// refused says why each refused vote was, by its place in the report.
+	Refused       []string `protobuf:"bytes,2,rep,name=refused,proto3" json:"refused,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *VoteReceipt) Reset() {
+	*x = VoteReceipt{}
+	mi := &file_edgebox_v1_edgebox_proto_msgTypes[11]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *VoteReceipt) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*VoteReceipt) ProtoMessage() {}
+
+func (x *VoteReceipt) ProtoReflect() protoreflect.Message {
+	mi := &file_edgebox_v1_edgebox_proto_msgTypes[11]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use VoteReceipt.ProtoReflect.Descriptor instead.
+func (*VoteReceipt) Descriptor() ([]byte, []int) {
+	return file_edgebox_v1_edgebox_proto_rawDescGZIP(), []int{11}
+}
+
+func (x *VoteReceipt) GetAccepted() uint32 {
+	if x != nil {
+		return x.Accepted
+	}
+	return 0
+}
+
+func (x *VoteReceipt) GetRefused() []string {
+	if x != nil {
+		return x.Refused
+	}
+	return nil
+}
+
 type SyncUp struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Types that are valid to be assigned to Msg:
@@ -466,7 +763,7 @@ type SyncUp struct {
 
 func (x *SyncUp) Reset() {
 	*x = SyncUp{}
-	mi := &file_edgebox_v1_edgebox_proto_msgTypes[7]
+	mi := &file_edgebox_v1_edgebox_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -478,7 +775,7 @@ func (x *SyncUp) String() string {
 func (*SyncUp) ProtoMessage() {}
 
 func (x *SyncUp) ProtoReflect() protoreflect.Message {
-	mi := &file_edgebox_v1_edgebox_proto_msgTypes[7]
+	mi := &file_edgebox_v1_edgebox_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -491,7 +788,7 @@ func (x *SyncUp) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SyncUp.ProtoReflect.Descriptor instead.
 func (*SyncUp) Descriptor() ([]byte, []int) {
-	return file_edgebox_v1_edgebox_proto_rawDescGZIP(), []int{7}
+	return file_edgebox_v1_edgebox_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *SyncUp) GetMsg() isSyncUp_Msg {
@@ -561,7 +858,7 @@ type SyncHello struct {
 
 func (x *SyncHello) Reset() {
 	*x = SyncHello{}
-	mi := &file_edgebox_v1_edgebox_proto_msgTypes[8]
+	mi := &file_edgebox_v1_edgebox_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -573,7 +870,7 @@ func (x *SyncHello) String() string {
 func (*SyncHello) ProtoMessage() {}
 
 func (x *SyncHello) ProtoReflect() protoreflect.Message {
-	mi := &file_edgebox_v1_edgebox_proto_msgTypes[8]
+	mi := &file_edgebox_v1_edgebox_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -586,7 +883,7 @@ func (x *SyncHello) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SyncHello.ProtoReflect.Descriptor instead.
 func (*SyncHello) Descriptor() ([]byte, []int) {
-	return file_edgebox_v1_edgebox_proto_rawDescGZIP(), []int{8}
+	return file_edgebox_v1_edgebox_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *SyncHello) GetStoredRevision() uint64 {
@@ -612,7 +909,7 @@ type SyncAck struct {
 
 func (x *SyncAck) Reset() {
 	*x = SyncAck{}
-	mi := &file_edgebox_v1_edgebox_proto_msgTypes[9]
+	mi := &file_edgebox_v1_edgebox_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -624,7 +921,7 @@ func (x *SyncAck) String() string {
 func (*SyncAck) ProtoMessage() {}
 
 func (x *SyncAck) ProtoReflect() protoreflect.Message {
-	mi := &file_edgebox_v1_edgebox_proto_msgTypes[9]
+	mi := &file_edgebox_v1_edgebox_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -637,7 +934,7 @@ func (x *SyncAck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SyncAck.ProtoReflect.Descriptor instead.
 func (*SyncAck) Descriptor() ([]byte, []int) {
-	return file_edgebox_v1_edgebox_proto_rawDescGZIP(), []int{9}
+	return file_edgebox_v1_edgebox_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *SyncAck) GetRevision() uint64 {
@@ -665,7 +962,7 @@ type SyncStatus struct {
 
 func (x *SyncStatus) Reset() {
 	*x = SyncStatus{}
-	mi := &file_edgebox_v1_edgebox_proto_msgTypes[10]
+	mi := &file_edgebox_v1_edgebox_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -677,7 +974,7 @@ func (x *SyncStatus) String() string {
 func (*SyncStatus) ProtoMessage() {}
 
 func (x *SyncStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_edgebox_v1_edgebox_proto_msgTypes[10]
+	mi := &file_edgebox_v1_edgebox_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -690,7 +987,7 @@ func (x *SyncStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SyncStatus.ProtoReflect.Descriptor instead.
 func (*SyncStatus) Descriptor() ([]byte, []int) {
-	return file_edgebox_v1_edgebox_proto_rawDescGZIP(), []int{10}
+	return file_edgebox_v1_edgebox_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *SyncStatus) GetFull() bool {
@@ -749,7 +1046,7 @@ type UsbDevice struct {
 
 func (x *UsbDevice) Reset() {
 	*x = UsbDevice{}
-	mi := &file_edgebox_v1_edgebox_proto_msgTypes[11]
+	mi := &file_edgebox_v1_edgebox_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -761,7 +1058,7 @@ func (x *UsbDevice) String() string {
 func (*UsbDevice) ProtoMessage() {}
 
 func (x *UsbDevice) ProtoReflect() protoreflect.Message {
-	mi := &file_edgebox_v1_edgebox_proto_msgTypes[11]
+	mi := &file_edgebox_v1_edgebox_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -774,7 +1071,7 @@ func (x *UsbDevice) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UsbDevice.ProtoReflect.Descriptor instead.
 func (*UsbDevice) Descriptor() ([]byte, []int) {
-	return file_edgebox_v1_edgebox_proto_rawDescGZIP(), []int{11}
+	return file_edgebox_v1_edgebox_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *UsbDevice) GetPort() string {
@@ -875,7 +1172,7 @@ type SyncDown struct {
 
 func (x *SyncDown) Reset() {
 	*x = SyncDown{}
-	mi := &file_edgebox_v1_edgebox_proto_msgTypes[12]
+	mi := &file_edgebox_v1_edgebox_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -887,7 +1184,7 @@ func (x *SyncDown) String() string {
 func (*SyncDown) ProtoMessage() {}
 
 func (x *SyncDown) ProtoReflect() protoreflect.Message {
-	mi := &file_edgebox_v1_edgebox_proto_msgTypes[12]
+	mi := &file_edgebox_v1_edgebox_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -900,7 +1197,7 @@ func (x *SyncDown) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SyncDown.ProtoReflect.Descriptor instead.
 func (*SyncDown) Descriptor() ([]byte, []int) {
-	return file_edgebox_v1_edgebox_proto_rawDescGZIP(), []int{12}
+	return file_edgebox_v1_edgebox_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *SyncDown) GetObjects() []*DesiredObject {
@@ -954,7 +1251,7 @@ type FileRequest struct {
 
 func (x *FileRequest) Reset() {
 	*x = FileRequest{}
-	mi := &file_edgebox_v1_edgebox_proto_msgTypes[13]
+	mi := &file_edgebox_v1_edgebox_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -966,7 +1263,7 @@ func (x *FileRequest) String() string {
 func (*FileRequest) ProtoMessage() {}
 
 func (x *FileRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_edgebox_v1_edgebox_proto_msgTypes[13]
+	mi := &file_edgebox_v1_edgebox_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -979,7 +1276,7 @@ func (x *FileRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FileRequest.ProtoReflect.Descriptor instead.
 func (*FileRequest) Descriptor() ([]byte, []int) {
-	return file_edgebox_v1_edgebox_proto_rawDescGZIP(), []int{13}
+	return file_edgebox_v1_edgebox_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *FileRequest) GetPath() string {
@@ -1026,7 +1323,7 @@ type FileInfo struct {
 
 func (x *FileInfo) Reset() {
 	*x = FileInfo{}
-	mi := &file_edgebox_v1_edgebox_proto_msgTypes[14]
+	mi := &file_edgebox_v1_edgebox_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1038,7 +1335,7 @@ func (x *FileInfo) String() string {
 func (*FileInfo) ProtoMessage() {}
 
 func (x *FileInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_edgebox_v1_edgebox_proto_msgTypes[14]
+	mi := &file_edgebox_v1_edgebox_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1051,7 +1348,7 @@ func (x *FileInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FileInfo.ProtoReflect.Descriptor instead.
 func (*FileInfo) Descriptor() ([]byte, []int) {
-	return file_edgebox_v1_edgebox_proto_rawDescGZIP(), []int{14}
+	return file_edgebox_v1_edgebox_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *FileInfo) GetExists() bool {
@@ -1121,7 +1418,7 @@ type FileChunk struct {
 
 func (x *FileChunk) Reset() {
 	*x = FileChunk{}
-	mi := &file_edgebox_v1_edgebox_proto_msgTypes[15]
+	mi := &file_edgebox_v1_edgebox_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1133,7 +1430,7 @@ func (x *FileChunk) String() string {
 func (*FileChunk) ProtoMessage() {}
 
 func (x *FileChunk) ProtoReflect() protoreflect.Message {
-	mi := &file_edgebox_v1_edgebox_proto_msgTypes[15]
+	mi := &file_edgebox_v1_edgebox_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1146,7 +1443,7 @@ func (x *FileChunk) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FileChunk.ProtoReflect.Descriptor instead.
 func (*FileChunk) Descriptor() ([]byte, []int) {
-	return file_edgebox_v1_edgebox_proto_rawDescGZIP(), []int{15}
+	return file_edgebox_v1_edgebox_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *FileChunk) GetHeader() *FileHeader {
@@ -1177,7 +1474,7 @@ type FileHeader struct {
 
 func (x *FileHeader) Reset() {
 	*x = FileHeader{}
-	mi := &file_edgebox_v1_edgebox_proto_msgTypes[16]
+	mi := &file_edgebox_v1_edgebox_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1189,7 +1486,7 @@ func (x *FileHeader) String() string {
 func (*FileHeader) ProtoMessage() {}
 
 func (x *FileHeader) ProtoReflect() protoreflect.Message {
-	mi := &file_edgebox_v1_edgebox_proto_msgTypes[16]
+	mi := &file_edgebox_v1_edgebox_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1202,7 +1499,7 @@ func (x *FileHeader) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FileHeader.ProtoReflect.Descriptor instead.
 func (*FileHeader) Descriptor() ([]byte, []int) {
-	return file_edgebox_v1_edgebox_proto_rawDescGZIP(), []int{16}
+	return file_edgebox_v1_edgebox_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *FileHeader) GetPath() string {
@@ -1269,7 +1566,7 @@ type ExecStart struct {
 
 func (x *ExecStart) Reset() {
 	*x = ExecStart{}
-	mi := &file_edgebox_v1_edgebox_proto_msgTypes[17]
+	mi := &file_edgebox_v1_edgebox_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1281,7 +1578,7 @@ func (x *ExecStart) String() string {
 func (*ExecStart) ProtoMessage() {}
 
 func (x *ExecStart) ProtoReflect() protoreflect.Message {
-	mi := &file_edgebox_v1_edgebox_proto_msgTypes[17]
+	mi := &file_edgebox_v1_edgebox_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1294,7 +1591,7 @@ func (x *ExecStart) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExecStart.ProtoReflect.Descriptor instead.
 func (*ExecStart) Descriptor() ([]byte, []int) {
-	return file_edgebox_v1_edgebox_proto_rawDescGZIP(), []int{17}
+	return file_edgebox_v1_edgebox_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *ExecStart) GetWorkload() string {
@@ -1349,7 +1646,7 @@ type ExecResize struct {
 
 func (x *ExecResize) Reset() {
 	*x = ExecResize{}
-	mi := &file_edgebox_v1_edgebox_proto_msgTypes[18]
+	mi := &file_edgebox_v1_edgebox_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1361,7 +1658,7 @@ func (x *ExecResize) String() string {
 func (*ExecResize) ProtoMessage() {}
 
 func (x *ExecResize) ProtoReflect() protoreflect.Message {
-	mi := &file_edgebox_v1_edgebox_proto_msgTypes[18]
+	mi := &file_edgebox_v1_edgebox_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1374,7 +1671,7 @@ func (x *ExecResize) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExecResize.ProtoReflect.Descriptor instead.
 func (*ExecResize) Descriptor() ([]byte, []int) {
-	return file_edgebox_v1_edgebox_proto_rawDescGZIP(), []int{18}
+	return file_edgebox_v1_edgebox_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *ExecResize) GetCols() uint32 {
@@ -1407,7 +1704,7 @@ type ExecInput struct {
 
 func (x *ExecInput) Reset() {
 	*x = ExecInput{}
-	mi := &file_edgebox_v1_edgebox_proto_msgTypes[19]
+	mi := &file_edgebox_v1_edgebox_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1419,7 +1716,7 @@ func (x *ExecInput) String() string {
 func (*ExecInput) ProtoMessage() {}
 
 func (x *ExecInput) ProtoReflect() protoreflect.Message {
-	mi := &file_edgebox_v1_edgebox_proto_msgTypes[19]
+	mi := &file_edgebox_v1_edgebox_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1432,7 +1729,7 @@ func (x *ExecInput) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExecInput.ProtoReflect.Descriptor instead.
 func (*ExecInput) Descriptor() ([]byte, []int) {
-	return file_edgebox_v1_edgebox_proto_rawDescGZIP(), []int{19}
+	return file_edgebox_v1_edgebox_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *ExecInput) GetInput() isExecInput_Input {
@@ -1539,7 +1836,7 @@ type ExecExit struct {
 
 func (x *ExecExit) Reset() {
 	*x = ExecExit{}
-	mi := &file_edgebox_v1_edgebox_proto_msgTypes[20]
+	mi := &file_edgebox_v1_edgebox_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1551,7 +1848,7 @@ func (x *ExecExit) String() string {
 func (*ExecExit) ProtoMessage() {}
 
 func (x *ExecExit) ProtoReflect() protoreflect.Message {
-	mi := &file_edgebox_v1_edgebox_proto_msgTypes[20]
+	mi := &file_edgebox_v1_edgebox_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1564,7 +1861,7 @@ func (x *ExecExit) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExecExit.ProtoReflect.Descriptor instead.
 func (*ExecExit) Descriptor() ([]byte, []int) {
-	return file_edgebox_v1_edgebox_proto_rawDescGZIP(), []int{20}
+	return file_edgebox_v1_edgebox_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *ExecExit) GetCode() int32 {
@@ -1603,7 +1900,7 @@ type ExecOutput struct {
 
 func (x *ExecOutput) Reset() {
 	*x = ExecOutput{}
-	mi := &file_edgebox_v1_edgebox_proto_msgTypes[21]
+	mi := &file_edgebox_v1_edgebox_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1615,7 +1912,7 @@ func (x *ExecOutput) String() string {
 func (*ExecOutput) ProtoMessage() {}
 
 func (x *ExecOutput) ProtoReflect() protoreflect.Message {
-	mi := &file_edgebox_v1_edgebox_proto_msgTypes[21]
+	mi := &file_edgebox_v1_edgebox_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1628,7 +1925,7 @@ func (x *ExecOutput) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExecOutput.ProtoReflect.Descriptor instead.
 func (*ExecOutput) Descriptor() ([]byte, []int) {
-	return file_edgebox_v1_edgebox_proto_rawDescGZIP(), []int{21}
+	return file_edgebox_v1_edgebox_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *ExecOutput) GetOutput() isExecOutput_Output {
@@ -1712,7 +2009,7 @@ type InfoRequest struct {
 
 func (x *InfoRequest) Reset() {
 	*x = InfoRequest{}
-	mi := &file_edgebox_v1_edgebox_proto_msgTypes[22]
+	mi := &file_edgebox_v1_edgebox_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1724,7 +2021,7 @@ func (x *InfoRequest) String() string {
 func (*InfoRequest) ProtoMessage() {}
 
 func (x *InfoRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_edgebox_v1_edgebox_proto_msgTypes[22]
+	mi := &file_edgebox_v1_edgebox_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1737,7 +2034,7 @@ func (x *InfoRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InfoRequest.ProtoReflect.Descriptor instead.
 func (*InfoRequest) Descriptor() ([]byte, []int) {
-	return file_edgebox_v1_edgebox_proto_rawDescGZIP(), []int{22}
+	return file_edgebox_v1_edgebox_proto_rawDescGZIP(), []int{27}
 }
 
 type LogsRequest struct {
@@ -1750,7 +2047,7 @@ type LogsRequest struct {
 
 func (x *LogsRequest) Reset() {
 	*x = LogsRequest{}
-	mi := &file_edgebox_v1_edgebox_proto_msgTypes[23]
+	mi := &file_edgebox_v1_edgebox_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1762,7 +2059,7 @@ func (x *LogsRequest) String() string {
 func (*LogsRequest) ProtoMessage() {}
 
 func (x *LogsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_edgebox_v1_edgebox_proto_msgTypes[23]
+	mi := &file_edgebox_v1_edgebox_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1775,7 +2072,7 @@ func (x *LogsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LogsRequest.ProtoReflect.Descriptor instead.
 func (*LogsRequest) Descriptor() ([]byte, []int) {
-	return file_edgebox_v1_edgebox_proto_rawDescGZIP(), []int{23}
+	return file_edgebox_v1_edgebox_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *LogsRequest) GetWorkload() string {
@@ -1802,7 +2099,7 @@ type LogsResponse struct {
 
 func (x *LogsResponse) Reset() {
 	*x = LogsResponse{}
-	mi := &file_edgebox_v1_edgebox_proto_msgTypes[24]
+	mi := &file_edgebox_v1_edgebox_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1814,7 +2111,7 @@ func (x *LogsResponse) String() string {
 func (*LogsResponse) ProtoMessage() {}
 
 func (x *LogsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_edgebox_v1_edgebox_proto_msgTypes[24]
+	mi := &file_edgebox_v1_edgebox_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1827,7 +2124,7 @@ func (x *LogsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LogsResponse.ProtoReflect.Descriptor instead.
 func (*LogsResponse) Descriptor() ([]byte, []int) {
-	return file_edgebox_v1_edgebox_proto_rawDescGZIP(), []int{24}
+	return file_edgebox_v1_edgebox_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *LogsResponse) GetText() []byte {
@@ -1854,7 +2151,7 @@ type WipeRequest struct {
 
 func (x *WipeRequest) Reset() {
 	*x = WipeRequest{}
-	mi := &file_edgebox_v1_edgebox_proto_msgTypes[25]
+	mi := &file_edgebox_v1_edgebox_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1866,7 +2163,7 @@ func (x *WipeRequest) String() string {
 func (*WipeRequest) ProtoMessage() {}
 
 func (x *WipeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_edgebox_v1_edgebox_proto_msgTypes[25]
+	mi := &file_edgebox_v1_edgebox_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1879,7 +2176,7 @@ func (x *WipeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WipeRequest.ProtoReflect.Descriptor instead.
 func (*WipeRequest) Descriptor() ([]byte, []int) {
-	return file_edgebox_v1_edgebox_proto_rawDescGZIP(), []int{25}
+	return file_edgebox_v1_edgebox_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *WipeRequest) GetReason() string {
@@ -1907,7 +2204,7 @@ type WipeResponse struct {
 
 func (x *WipeResponse) Reset() {
 	*x = WipeResponse{}
-	mi := &file_edgebox_v1_edgebox_proto_msgTypes[26]
+	mi := &file_edgebox_v1_edgebox_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1919,7 +2216,7 @@ func (x *WipeResponse) String() string {
 func (*WipeResponse) ProtoMessage() {}
 
 func (x *WipeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_edgebox_v1_edgebox_proto_msgTypes[26]
+	mi := &file_edgebox_v1_edgebox_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1932,7 +2229,7 @@ func (x *WipeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WipeResponse.ProtoReflect.Descriptor instead.
 func (*WipeResponse) Descriptor() ([]byte, []int) {
-	return file_edgebox_v1_edgebox_proto_rawDescGZIP(), []int{26}
+	return file_edgebox_v1_edgebox_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *WipeResponse) GetWiped() bool {
@@ -1968,7 +2265,7 @@ var File_edgebox_v1_edgebox_proto protoreflect.FileDescriptor
 const file_edgebox_v1_edgebox_proto_rawDesc = "" +
 	"\n" +
 	"\x18edgebox/v1/edgebox.proto\x12\n" +
-	"edgebox.v1\x1a\x18edgebox/v1/desired.proto\"\x82\x02\n" +
+	"edgebox.v1\x1a\x18edgebox/v1/desired.proto\"\x9f\x02\n" +
 	"\aBoxInfo\x12\x1a\n" +
 	"\bhostname\x18\x01 \x01(\tR\bhostname\x12\x0e\n" +
 	"\x02os\x18\x02 \x01(\tR\x02os\x12\x12\n" +
@@ -1979,7 +2276,9 @@ const file_edgebox_v1_edgebox_proto_rawDesc = "" +
 	"\x06kernel\x18\x06 \x01(\tR\x06kernel\x12\x12\n" +
 	"\x04cpus\x18\a \x01(\rR\x04cpus\x12!\n" +
 	"\fmemory_bytes\x18\b \x01(\x04R\vmemoryBytes\x12$\n" +
-	"\x0eboot_time_unix\x18\t \x01(\x04R\fbootTimeUnix\"f\n" +
+	"\x0eboot_time_unix\x18\t \x01(\x04R\fbootTimeUnix\x12\x1b\n" +
+	"\tlan_addrs\x18\n" +
+	" \x03(\tR\blanAddrs\"f\n" +
 	"\fHelloRequest\x12-\n" +
 	"\x12capability_version\x18\x01 \x01(\rR\x11capabilityVersion\x12'\n" +
 	"\x04info\x18\x02 \x01(\v2\x13.edgebox.v1.BoxInfoR\x04info\"\xbd\x01\n" +
@@ -1997,7 +2296,26 @@ const file_edgebox_v1_edgebox_proto_rawDesc = "" +
 	"\apayload\x18\x01 \x01(\fR\apayload\"Y\n" +
 	"\fPingResponse\x12\x18\n" +
 	"\apayload\x18\x01 \x01(\fR\apayload\x12/\n" +
-	"\x14agent_time_unix_nano\x18\x02 \x01(\x03R\x11agentTimeUnixNano\"\x99\x01\n" +
+	"\x14agent_time_unix_nano\x18\x02 \x01(\x03R\x11agentTimeUnixNano\"\x83\x01\n" +
+	"\bSiteVote\x12\x14\n" +
+	"\x05voter\x18\x01 \x01(\tR\x05voter\x12\x18\n" +
+	"\acounter\x18\x02 \x01(\x04R\acounter\x12\x1b\n" +
+	"\tunix_nano\x18\x03 \x01(\x03R\bunixNano\x12*\n" +
+	"\x05peers\x18\x04 \x03(\v2\x14.edgebox.v1.PeerSeenR\x05peers\"h\n" +
+	"\bPeerSeen\x12\x15\n" +
+	"\x06box_id\x18\x01 \x01(\tR\x05boxId\x12\x14\n" +
+	"\x05alive\x18\x02 \x01(\bR\x05alive\x12/\n" +
+	"\x14last_heard_unix_nano\x18\x03 \x01(\x03R\x11lastHeardUnixNano\">\n" +
+	"\n" +
+	"SignedVote\x12\x12\n" +
+	"\x04vote\x18\x01 \x01(\fR\x04vote\x12\x1c\n" +
+	"\tsignature\x18\x02 \x01(\fR\tsignature\":\n" +
+	"\n" +
+	"VoteReport\x12,\n" +
+	"\x05votes\x18\x01 \x03(\v2\x16.edgebox.v1.SignedVoteR\x05votes\"C\n" +
+	"\vVoteReceipt\x12\x1a\n" +
+	"\baccepted\x18\x01 \x01(\rR\baccepted\x12\x18\n" +
+	"\arefused\x18\x02 \x03(\tR\arefused\"\x99\x01\n" +
 	"\x06SyncUp\x12-\n" +
 	"\x05hello\x18\x01 \x01(\v2\x15.edgebox.v1.SyncHelloH\x00R\x05hello\x12'\n" +
 	"\x03ack\x18\x02 \x01(\v2\x13.edgebox.v1.SyncAckH\x00R\x03ack\x120\n" +
@@ -2107,10 +2425,11 @@ const file_edgebox_v1_edgebox_proto_rawDesc = "" +
 	"\x05wiped\x18\x01 \x01(\bR\x05wiped\x12+\n" +
 	"\x11workloads_removed\x18\x02 \x03(\tR\x10workloadsRemoved\x12#\n" +
 	"\rkeys_released\x18\x03 \x03(\tR\fkeysReleased\x12\x1a\n" +
-	"\bproblems\x18\x04 \x03(\tR\bproblems2\x8c\x01\n" +
+	"\bproblems\x18\x04 \x03(\tR\bproblems2\xc5\x01\n" +
 	"\x0eConsoleService\x12<\n" +
 	"\x05Hello\x12\x18.edgebox.v1.HelloRequest\x1a\x19.edgebox.v1.HelloResponse\x12<\n" +
-	"\x05Renew\x12\x18.edgebox.v1.RenewRequest\x1a\x19.edgebox.v1.RenewResponse2\xe5\x03\n" +
+	"\x05Renew\x12\x18.edgebox.v1.RenewRequest\x1a\x19.edgebox.v1.RenewResponse\x127\n" +
+	"\x04Vote\x12\x16.edgebox.v1.VoteReport\x1a\x17.edgebox.v1.VoteReceipt2\xe5\x03\n" +
 	"\fAgentService\x129\n" +
 	"\x04Ping\x12\x17.edgebox.v1.PingRequest\x1a\x18.edgebox.v1.PingResponse\x124\n" +
 	"\x04Info\x12\x17.edgebox.v1.InfoRequest\x1a\x13.edgebox.v1.BoxInfo\x129\n" +
@@ -2133,7 +2452,7 @@ func file_edgebox_v1_edgebox_proto_rawDescGZIP() []byte {
 	return file_edgebox_v1_edgebox_proto_rawDescData
 }
 
-var file_edgebox_v1_edgebox_proto_msgTypes = make([]protoimpl.MessageInfo, 27)
+var file_edgebox_v1_edgebox_proto_msgTypes = make([]protoimpl.MessageInfo, 32)
 var file_edgebox_v1_edgebox_proto_goTypes = []any{
 	(*BoxInfo)(nil),       // 0: edgebox.v1.BoxInfo
 	(*HelloRequest)(nil),  // 1: edgebox.v1.HelloRequest
@@ -2142,68 +2461,77 @@ var file_edgebox_v1_edgebox_proto_goTypes = []any{
 	(*RenewResponse)(nil), // 4: edgebox.v1.RenewResponse
 	(*PingRequest)(nil),   // 5: edgebox.v1.PingRequest
 	(*PingResponse)(nil),  // 6: edgebox.v1.PingResponse
-	(*SyncUp)(nil),        // 7: edgebox.v1.SyncUp
-	(*SyncHello)(nil),     // 8: edgebox.v1.SyncHello
-	(*SyncAck)(nil),       // 9: edgebox.v1.SyncAck
-	(*SyncStatus)(nil),    // 10: edgebox.v1.SyncStatus
-	(*UsbDevice)(nil),     // 11: edgebox.v1.UsbDevice
-	(*SyncDown)(nil),      // 12: edgebox.v1.SyncDown
-	(*FileRequest)(nil),   // 13: edgebox.v1.FileRequest
-	(*FileInfo)(nil),      // 14: edgebox.v1.FileInfo
-	(*FileChunk)(nil),     // 15: edgebox.v1.FileChunk
-	(*FileHeader)(nil),    // 16: edgebox.v1.FileHeader
-	(*ExecStart)(nil),     // 17: edgebox.v1.ExecStart
-	(*ExecResize)(nil),    // 18: edgebox.v1.ExecResize
-	(*ExecInput)(nil),     // 19: edgebox.v1.ExecInput
-	(*ExecExit)(nil),      // 20: edgebox.v1.ExecExit
-	(*ExecOutput)(nil),    // 21: edgebox.v1.ExecOutput
-	(*InfoRequest)(nil),   // 22: edgebox.v1.InfoRequest
-	(*LogsRequest)(nil),   // 23: edgebox.v1.LogsRequest
-	(*LogsResponse)(nil),  // 24: edgebox.v1.LogsResponse
-	(*WipeRequest)(nil),   // 25: edgebox.v1.WipeRequest
-	(*WipeResponse)(nil),  // 26: edgebox.v1.WipeResponse
-	(*ObjectStatus)(nil),  // 27: edgebox.v1.ObjectStatus
-	(*Event)(nil),         // 28: edgebox.v1.Event
-	(*DesiredObject)(nil), // 29: edgebox.v1.DesiredObject
+	(*SiteVote)(nil),      // 7: edgebox.v1.SiteVote
+	(*PeerSeen)(nil),      // 8: edgebox.v1.PeerSeen
+	(*SignedVote)(nil),    // 9: edgebox.v1.SignedVote
+	(*VoteReport)(nil),    // 10: edgebox.v1.VoteReport
+	(*VoteReceipt)(nil),   // 11: edgebox.v1.VoteReceipt
+	(*SyncUp)(nil),        // 12: edgebox.v1.SyncUp
+	(*SyncHello)(nil),     // 13: edgebox.v1.SyncHello
+	(*SyncAck)(nil),       // 14: edgebox.v1.SyncAck
+	(*SyncStatus)(nil),    // 15: edgebox.v1.SyncStatus
+	(*UsbDevice)(nil),     // 16: edgebox.v1.UsbDevice
+	(*SyncDown)(nil),      // 17: edgebox.v1.SyncDown
+	(*FileRequest)(nil),   // 18: edgebox.v1.FileRequest
+	(*FileInfo)(nil),      // 19: edgebox.v1.FileInfo
+	(*FileChunk)(nil),     // 20: edgebox.v1.FileChunk
+	(*FileHeader)(nil),    // 21: edgebox.v1.FileHeader
+	(*ExecStart)(nil),     // 22: edgebox.v1.ExecStart
+	(*ExecResize)(nil),    // 23: edgebox.v1.ExecResize
+	(*ExecInput)(nil),     // 24: edgebox.v1.ExecInput
+	(*ExecExit)(nil),      // 25: edgebox.v1.ExecExit
+	(*ExecOutput)(nil),    // 26: edgebox.v1.ExecOutput
+	(*InfoRequest)(nil),   // 27: edgebox.v1.InfoRequest
+	(*LogsRequest)(nil),   // 28: edgebox.v1.LogsRequest
+	(*LogsResponse)(nil),  // 29: edgebox.v1.LogsResponse
+	(*WipeRequest)(nil),   // 30: edgebox.v1.WipeRequest
+	(*WipeResponse)(nil),  // 31: edgebox.v1.WipeResponse
+	(*ObjectStatus)(nil),  // 32: edgebox.v1.ObjectStatus
+	(*Event)(nil),         // 33: edgebox.v1.Event
+	(*DesiredObject)(nil), // 34: edgebox.v1.DesiredObject
 }
 var file_edgebox_v1_edgebox_proto_depIdxs = []int32{
 	0,  // 0: edgebox.v1.HelloRequest.info:type_name -> edgebox.v1.BoxInfo
-	8,  // 1: edgebox.v1.SyncUp.hello:type_name -> edgebox.v1.SyncHello
-	9,  // 2: edgebox.v1.SyncUp.ack:type_name -> edgebox.v1.SyncAck
-	10, // 3: edgebox.v1.SyncUp.status:type_name -> edgebox.v1.SyncStatus
-	27, // 4: edgebox.v1.SyncStatus.objects:type_name -> edgebox.v1.ObjectStatus
-	28, // 5: edgebox.v1.SyncStatus.events:type_name -> edgebox.v1.Event
-	11, // 6: edgebox.v1.SyncStatus.usb:type_name -> edgebox.v1.UsbDevice
-	29, // 7: edgebox.v1.SyncDown.objects:type_name -> edgebox.v1.DesiredObject
-	16, // 8: edgebox.v1.FileChunk.header:type_name -> edgebox.v1.FileHeader
-	17, // 9: edgebox.v1.ExecInput.start:type_name -> edgebox.v1.ExecStart
-	18, // 10: edgebox.v1.ExecInput.resize:type_name -> edgebox.v1.ExecResize
-	20, // 11: edgebox.v1.ExecOutput.exit:type_name -> edgebox.v1.ExecExit
-	1,  // 12: edgebox.v1.ConsoleService.Hello:input_type -> edgebox.v1.HelloRequest
-	3,  // 13: edgebox.v1.ConsoleService.Renew:input_type -> edgebox.v1.RenewRequest
-	5,  // 14: edgebox.v1.AgentService.Ping:input_type -> edgebox.v1.PingRequest
-	22, // 15: edgebox.v1.AgentService.Info:input_type -> edgebox.v1.InfoRequest
-	23, // 16: edgebox.v1.AgentService.Logs:input_type -> edgebox.v1.LogsRequest
-	25, // 17: edgebox.v1.AgentService.Wipe:input_type -> edgebox.v1.WipeRequest
-	19, // 18: edgebox.v1.AgentService.Exec:input_type -> edgebox.v1.ExecInput
-	13, // 19: edgebox.v1.AgentService.StatFile:input_type -> edgebox.v1.FileRequest
-	13, // 20: edgebox.v1.AgentService.ReadFile:input_type -> edgebox.v1.FileRequest
-	15, // 21: edgebox.v1.AgentService.WriteFile:input_type -> edgebox.v1.FileChunk
-	2,  // 22: edgebox.v1.ConsoleService.Hello:output_type -> edgebox.v1.HelloResponse
-	4,  // 23: edgebox.v1.ConsoleService.Renew:output_type -> edgebox.v1.RenewResponse
-	6,  // 24: edgebox.v1.AgentService.Ping:output_type -> edgebox.v1.PingResponse
-	0,  // 25: edgebox.v1.AgentService.Info:output_type -> edgebox.v1.BoxInfo
-	24, // 26: edgebox.v1.AgentService.Logs:output_type -> edgebox.v1.LogsResponse
-	26, // 27: edgebox.v1.AgentService.Wipe:output_type -> edgebox.v1.WipeResponse
-	21, // 28: edgebox.v1.AgentService.Exec:output_type -> edgebox.v1.ExecOutput
-	14, // 29: edgebox.v1.AgentService.StatFile:output_type -> edgebox.v1.FileInfo
-	15, // 30: edgebox.v1.AgentService.ReadFile:output_type -> edgebox.v1.FileChunk
-	14, // 31: edgebox.v1.AgentService.WriteFile:output_type -> edgebox.v1.FileInfo
-	22, // [22:32] is the sub-list for method output_type
-	12, // [12:22] is the sub-list for method input_type
-	12, // [12:12] is the sub-list for extension type_name
-	12, // [12:12] is the sub-list for extension extendee
-	0,  // [0:12] is the sub-list for field type_name
+	8,  // 1: edgebox.v1.SiteVote.peers:type_name -> edgebox.v1.PeerSeen
+	9,  // 2: edgebox.v1.VoteReport.votes:type_name -> edgebox.v1.SignedVote
+	13, // 3: edgebox.v1.SyncUp.hello:type_name -> edgebox.v1.SyncHello
+	14, // 4: edgebox.v1.SyncUp.ack:type_name -> edgebox.v1.SyncAck
+	15, // 5: edgebox.v1.SyncUp.status:type_name -> edgebox.v1.SyncStatus
+	32, // 6: edgebox.v1.SyncStatus.objects:type_name -> edgebox.v1.ObjectStatus
+	33, // 7: edgebox.v1.SyncStatus.events:type_name -> edgebox.v1.Event
+	16, // 8: edgebox.v1.SyncStatus.usb:type_name -> edgebox.v1.UsbDevice
+	34, // 9: edgebox.v1.SyncDown.objects:type_name -> edgebox.v1.DesiredObject
+	21, // 10: edgebox.v1.FileChunk.header:type_name -> edgebox.v1.FileHeader
+	22, // 11: edgebox.v1.ExecInput.start:type_name -> edgebox.v1.ExecStart
+	23, // 12: edgebox.v1.ExecInput.resize:type_name -> edgebox.v1.ExecResize
+	25, // 13: edgebox.v1.ExecOutput.exit:type_name -> edgebox.v1.ExecExit
+	1,  // 14: edgebox.v1.ConsoleService.Hello:input_type -> edgebox.v1.HelloRequest
+	3,  // 15: edgebox.v1.ConsoleService.Renew:input_type -> edgebox.v1.RenewRequest
+	10, // 16: edgebox.v1.ConsoleService.Vote:input_type -> edgebox.v1.VoteReport
+	5,  // 17: edgebox.v1.AgentService.Ping:input_type -> edgebox.v1.PingRequest
+	27, // 18: edgebox.v1.AgentService.Info:input_type -> edgebox.v1.InfoRequest
+	28, // 19: edgebox.v1.AgentService.Logs:input_type -> edgebox.v1.LogsRequest
+	30, // 20: edgebox.v1.AgentService.Wipe:input_type -> edgebox.v1.WipeRequest
+	24, // 21: edgebox.v1.AgentService.Exec:input_type -> edgebox.v1.ExecInput
+	18, // 22: edgebox.v1.AgentService.StatFile:input_type -> edgebox.v1.FileRequest
+	18, // 23: edgebox.v1.AgentService.ReadFile:input_type -> edgebox.v1.FileRequest
+	20, // 24: edgebox.v1.AgentService.WriteFile:input_type -> edgebox.v1.FileChunk
+	2,  // 25: edgebox.v1.ConsoleService.Hello:output_type -> edgebox.v1.HelloResponse
+	4,  // 26: edgebox.v1.ConsoleService.Renew:output_type -> edgebox.v1.RenewResponse
+	11, // 27: edgebox.v1.ConsoleService.Vote:output_type -> edgebox.v1.VoteReceipt
+	6,  // 28: edgebox.v1.AgentService.Ping:output_type -> edgebox.v1.PingResponse
+	0,  // 29: edgebox.v1.AgentService.Info:output_type -> edgebox.v1.BoxInfo
+	29, // 30: edgebox.v1.AgentService.Logs:output_type -> edgebox.v1.LogsResponse
+	31, // 31: edgebox.v1.AgentService.Wipe:output_type -> edgebox.v1.WipeResponse
+	26, // 32: edgebox.v1.AgentService.Exec:output_type -> edgebox.v1.ExecOutput
+	19, // 33: edgebox.v1.AgentService.StatFile:output_type -> edgebox.v1.FileInfo
+	20, // 34: edgebox.v1.AgentService.ReadFile:output_type -> edgebox.v1.FileChunk
+	19, // 35: edgebox.v1.AgentService.WriteFile:output_type -> edgebox.v1.FileInfo
+	25, // [25:36] is the sub-list for method output_type
+	14, // [14:25] is the sub-list for method input_type
+	14, // [14:14] is the sub-list for extension type_name
+	14, // [14:14] is the sub-list for extension extendee
+	0,  // [0:14] is the sub-list for field type_name
 }
 
 func init() { file_edgebox_v1_edgebox_proto_init() }
@@ -2212,19 +2540,19 @@ func file_edgebox_v1_edgebox_proto_init() {
 		return
 	}
 	file_edgebox_v1_desired_proto_init()
-	file_edgebox_v1_edgebox_proto_msgTypes[7].OneofWrappers = []any{
+	file_edgebox_v1_edgebox_proto_msgTypes[12].OneofWrappers = []any{
 		(*SyncUp_Hello)(nil),
 		(*SyncUp_Ack)(nil),
 		(*SyncUp_Status)(nil),
 	}
-	file_edgebox_v1_edgebox_proto_msgTypes[19].OneofWrappers = []any{
+	file_edgebox_v1_edgebox_proto_msgTypes[24].OneofWrappers = []any{
 		(*ExecInput_Start)(nil),
 		(*ExecInput_Stdin)(nil),
 		(*ExecInput_Resize)(nil),
 		(*ExecInput_Signal)(nil),
 		(*ExecInput_CloseStdin)(nil),
 	}
-	file_edgebox_v1_edgebox_proto_msgTypes[21].OneofWrappers = []any{
+	file_edgebox_v1_edgebox_proto_msgTypes[26].OneofWrappers = []any{
 		(*ExecOutput_Stdout)(nil),
 		(*ExecOutput_Stderr)(nil),
 		(*ExecOutput_Exit)(nil),
@@ -2236,7 +2564,7 @@ func file_edgebox_v1_edgebox_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_edgebox_v1_edgebox_proto_rawDesc), len(file_edgebox_v1_edgebox_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   27,
+			NumMessages:   32,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

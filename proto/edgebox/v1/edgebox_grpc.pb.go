@@ -26,6 +26,7 @@ const _ = grpc.SupportPackageIsVersion9
 const (
 	ConsoleService_Hello_FullMethodName = "/edgebox.v1.ConsoleService/Hello"
 	ConsoleService_Renew_FullMethodName = "/edgebox.v1.ConsoleService/Renew"
+	ConsoleService_Vote_FullMethodName  = "/edgebox.v1.ConsoleService/Vote"
 )
 
 // ConsoleServiceClient is the client API for ConsoleService service.
@@ -37,6 +38,9 @@ const (
 type ConsoleServiceClient interface {
 	Hello(ctx context.Context, in *HelloRequest, opts ...grpc.CallOption) (*HelloResponse, error)
 	Renew(ctx context.Context, in *RenewRequest, opts ...grpc.CallOption) (*RenewResponse, error)
+	// Vote reports what the box saw of its site's peers: its own votes and
+	// those it kept while its line was down.
+	Vote(ctx context.Context, in *VoteReport, opts ...grpc.CallOption) (*VoteReceipt, error)
 }
 
 type consoleServiceClient struct {
@@ -67,6 +71,16 @@ func (c *consoleServiceClient) Renew(ctx context.Context, in *RenewRequest, opts
 	return out, nil
 }
 
+func (c *consoleServiceClient) Vote(ctx context.Context, in *VoteReport, opts ...grpc.CallOption) (*VoteReceipt, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(VoteReceipt)
+	err := c.cc.Invoke(ctx, ConsoleService_Vote_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // ConsoleServiceServer is the server API for ConsoleService service.
 // All implementations must embed UnimplementedConsoleServiceServer
 // for forward compatibility.
@@ -76,6 +90,9 @@ func (c *consoleServiceClient) Renew(ctx context.Context, in *RenewRequest, opts
 type ConsoleServiceServer interface {
 	Hello(context.Context, *HelloRequest) (*HelloResponse, error)
 	Renew(context.Context, *RenewRequest) (*RenewResponse, error)
+	// Vote reports what the box saw of its site's peers: its own votes and
+	// those it kept while its line was down.
+	Vote(context.Context, *VoteReport) (*VoteReceipt, error)
 	mustEmbedUnimplementedConsoleServiceServer()
 }
 
@@ -91,6 +108,9 @@ func (UnimplementedConsoleServiceServer) Hello(context.Context, *HelloRequest) (
 }
 func (UnimplementedConsoleServiceServer) Renew(context.Context, *RenewRequest) (*RenewResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Renew not implemented")
+}
+func (UnimplementedConsoleServiceServer) Vote(context.Context, *VoteReport) (*VoteReceipt, error) {
+	return nil, status.Error(codes.Unimplemented, "method Vote not implemented")
 }
 func (UnimplementedConsoleServiceServer) mustEmbedUnimplementedConsoleServiceServer() {}
 func (UnimplementedConsoleServiceServer) testEmbeddedByValue()                        {}
@@ -149,6 +169,24 @@ func _ConsoleService_Renew_Handler(srv interface{}, ctx context.Context, dec fun
 	return interceptor(ctx, in, info, handler)
 }
 
+func _ConsoleService_Vote_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(VoteReport)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ConsoleServiceServer).Vote(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: ConsoleService_Vote_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ConsoleServiceServer).Vote(ctx, req.(*VoteReport))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // ConsoleService_ServiceDesc is the grpc.ServiceDesc for ConsoleService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -163,6 +201,10 @@ var ConsoleService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Renew",
 			Handler:    _ConsoleService_Renew_Handler,
+		},
+		{
+			MethodName: "Vote",
+			Handler:    _ConsoleService_Vote_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

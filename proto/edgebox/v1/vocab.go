@@ -17,6 +17,7 @@ const (
 	KindAgentConfig   = "AgentConfig"
 	KindAgentRelease  = "AgentRelease"
 	KindImagePrefetch = "ImagePrefetch"
+	KindSitePeers     = "SitePeers"
 )
 
 // KindUpdateLock is the ObjectStatus.kind of an update lock a workload
@@ -42,6 +43,8 @@ func KindOf(o *DesiredObject) string {
 		return KindAgentRelease
 	case *DesiredObject_ImagePrefetch:
 		return KindImagePrefetch
+	case *DesiredObject_SitePeers:
+		return KindSitePeers
 	}
 	return ""
 }
