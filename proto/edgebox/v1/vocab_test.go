@@ -181,6 +181,7 @@ func TestKindOfNamesEverySpec(t *testing.T) {
 		{&DesiredObject{Spec: &DesiredObject_AgentConfig{AgentConfig: &AgentConfig{}}}, KindAgentConfig},
 		{&DesiredObject{Spec: &DesiredObject_AgentRelease{AgentRelease: &AgentRelease{}}}, KindAgentRelease},
 		{&DesiredObject{Spec: &DesiredObject_ImagePrefetch{ImagePrefetch: &ImagePrefetch{}}}, KindImagePrefetch},
+		{&DesiredObject{Spec: &DesiredObject_SitePeers{SitePeers: &SitePeers{}}}, KindSitePeers},
 		{&DesiredObject{Deleted: true, Kind: KindWorkload}, ""},
 		{nil, ""},
 	}
