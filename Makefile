@@ -93,6 +93,7 @@ fuzz: ## run each fuzz target for 30 s
 	$(GO) test -run '^$$' -fuzz FuzzServe -fuzztime 30s ./usbhub/usbredir/
 	$(GO) test -run '^$$' -fuzz FuzzParseConfig -fuzztime 30s ./usbhub/usbdev/
 	$(GO) test -run '^$$' -fuzz FuzzOpen -fuzztime 30s ./sitevote/
+	$(GO) test -run '^$$' -fuzz FuzzParseHeartbeat -fuzztime 30s ./agent/sitepeer/
 
 soak: ## 500 randomized sync histories with faults (make test runs 50), about 10 minutes
 	$(GO) test -race -count=1 -timeout 60m -run TestSyncHistory ./internal/test/integration/ -history-runs=500

@@ -27,17 +27,17 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
-	"strings"
 	"time"
 
+	"github.com/edgebox/edgebox/enroll"
 	"github.com/edgebox/edgebox/internal/atomicfile"
 )
 
 // BoxURIPrefix is how a box ID appears in a certificate's URI SAN.
-const BoxURIPrefix = "spiffe://edgebox/box/"
+const BoxURIPrefix = enroll.BoxURIPrefix
 
 // ErrNotBox is returned by BoxID for a certificate that names no box.
-var ErrNotBox = errors.New("pki: certificate names no box")
+var ErrNotBox = enroll.ErrNotBox
 
 // Authority holds the CA and the serving certificate.
 type Authority struct {
@@ -231,16 +231,7 @@ func (a *Authority) SignBox(csr *x509.CertificateRequest, boxID string, ttl time
 }
 
 // BoxID returns the box named by a certificate's URI SAN.
-func BoxID(cert *x509.Certificate) (string, error) {
-	for _, u := range cert.URIs {
-		if s := u.String(); strings.HasPrefix(s, BoxURIPrefix) {
-			if id := s[len(BoxURIPrefix):]; id != "" {
-				return id, nil
-			}
-		}
-	}
-	return "", ErrNotBox
-}
+func BoxID(cert *x509.Certificate) (string, error) { return enroll.BoxID(cert) }
 
 func writePEM(path, typ string, der []byte) error {
 	return atomicfile.Write(path, pem.EncodeToMemory(&pem.Block{Type: typ, Bytes: der}))
