@@ -26,7 +26,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	mathrand "math/rand/v2"
 	"regexp"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -67,10 +69,13 @@ type Box struct {
 	Capability   uint32            `json:"capability_version,omitempty"`
 	CPUs         uint32            `json:"cpus,omitempty"`
 	MemoryBytes  uint64            `json:"memory_bytes,omitempty"`
-	EnrolledAt   time.Time         `json:"enrolled_at"`
-	TokenID      string            `json:"token_id,omitempty"`
-	CertNotAfter time.Time         `json:"cert_not_after"`
-	LastSeen     time.Time         `json:"last_seen,omitzero"`
+	// PeerAddrs are where the box takes its site peers' probes (its LAN
+	// addresses with the probe port), as its facts say.
+	PeerAddrs    []string  `json:"peer_addrs,omitempty"`
+	EnrolledAt   time.Time `json:"enrolled_at"`
+	TokenID      string    `json:"token_id,omitempty"`
+	CertNotAfter time.Time `json:"cert_not_after"`
+	LastSeen     time.Time `json:"last_seen,omitzero"`
 	// Wipe is set when the box was revoked with a wipe (wipe.go).
 	Wipe *Wipe `json:"wipe,omitempty"`
 }
@@ -130,6 +135,20 @@ func RevokedKey(id string) string { return RevokedPrefix + id }
 // maxTries bounds the retries of a read-modify-write that keeps losing to
 // other writers of the same record.
 const maxTries = 50
+
+// lost waits before try n+1 of a read-modify-write that lost to another
+// writer: a random wait up to 1 ms doubling to 32 ms, so writers that all
+// lost to the same commit do not all come back in the next one together.
+func lost(ctx context.Context, n int) error {
+	t := time.NewTimer(mathrand.N(time.Millisecond << min(n, 5)))
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
+}
 
 // maxTxnOps is how many records one transaction of RecordSeen writes:
 // below etcd's default limit of 128 operations (and 128 guards) per
@@ -378,7 +397,12 @@ func (f *Fleet) Tokens(ctx context.Context, tenant string) ([]EnrollToken, error
 
 // RevokeToken stops a token from enrolling more boxes.
 func (f *Fleet) RevokeToken(ctx context.Context, who audit.Actor, id string) error {
-	for range maxTries {
+	for try := range maxTries {
+		if try > 0 {
+			if err := lost(ctx, try); err != nil {
+				return err
+			}
+		}
 		var t EnrollToken
 		rev, err := get(ctx, f.s, TokenKey(id), &t)
 		if errors.Is(err, errdefs.ErrNotFound) || err == nil && t.TenantID != who.TenantID {
@@ -440,7 +464,12 @@ func (f *Fleet) Enroll(ctx context.Context, e Enrollment) (Box, []byte, error) {
 func (f *Fleet) enroll(ctx context.Context, e Enrollment, now time.Time) (Box, []byte, error) {
 	// A refusal reads as an answer to the person at the box.
 	refuse := func(why string) error { return errdefs.Permission("%s", why) }
-	for range maxTries {
+	for try := range maxTries {
+		if try > 0 {
+			if err := lost(ctx, try); err != nil {
+				return Box{}, nil, err
+			}
+		}
 		var t EnrollToken
 		trev, err := get(ctx, f.s, TokenKey(e.Token.IDString()), &t)
 		if errors.Is(err, errdefs.ErrNotFound) {
@@ -588,7 +617,12 @@ func (f *Fleet) UpdateBox(ctx context.Context, who audit.Actor, id, action, deta
 // meanwhile; then it tries again. A box that becomes revoked gets its
 // revocation key in the same transaction.
 func (f *Fleet) update(ctx context.Context, id string, change func(*Box) (*audit.Entry, error)) (Box, error) {
-	for range maxTries {
+	for try := range maxTries {
+		if try > 0 {
+			if err := lost(ctx, try); err != nil {
+				return Box{}, err
+			}
+		}
 		var b Box
 		rev, err := get(ctx, f.s, BoxKey(id), &b)
 		if errors.Is(err, errdefs.ErrNotFound) {
@@ -678,6 +712,13 @@ type Facts struct {
 	Capability                                  uint32
 	CPUs                                        uint32
 	MemoryBytes                                 uint64
+	PeerAddrs                                   []string
+}
+
+func (a Facts) equal(b Facts) bool {
+	return a.Hostname == b.Hostname && a.OS == b.OS && a.Arch == b.Arch && a.OSVersion == b.OSVersion &&
+		a.AgentVersion == b.AgentVersion && a.Capability == b.Capability && a.CPUs == b.CPUs &&
+		a.MemoryBytes == b.MemoryBytes && slices.Equal(a.PeerAddrs, b.PeerAddrs)
 }
 
 // ReportFacts stores what a box said about itself (not audited: it is the
@@ -689,12 +730,13 @@ func (f *Fleet) ReportFacts(ctx context.Context, id string, facts Facts, seen ti
 	// nothing worth a write: a fleet reconnecting after a console restart
 	// costs the store reads, not thousands of commits.
 	var b Box
-	if _, err := get(ctx, f.s, BoxKey(id), &b); err == nil && b.facts() == facts && seen.Sub(b.LastSeen).Abs() < factsFresh {
+	if _, err := get(ctx, f.s, BoxKey(id), &b); err == nil && b.facts().equal(facts) && seen.Sub(b.LastSeen).Abs() < factsFresh {
 		return b, nil
 	}
 	return f.update(ctx, id, func(b *Box) (*audit.Entry, error) {
 		b.Hostname, b.OS, b.Arch, b.OSVersion = facts.Hostname, facts.OS, facts.Arch, facts.OSVersion
 		b.AgentVersion, b.Capability, b.CPUs, b.MemoryBytes = facts.AgentVersion, facts.Capability, facts.CPUs, facts.MemoryBytes
+		b.PeerAddrs = slices.Clone(facts.PeerAddrs)
 		b.LastSeen = seen.UTC()
 		return nil, nil
 	})
@@ -708,7 +750,7 @@ const factsFresh = time.Minute
 // facts are what the box last said about itself.
 func (b Box) facts() Facts {
 	return Facts{Hostname: b.Hostname, OS: b.OS, Arch: b.Arch, OSVersion: b.OSVersion, AgentVersion: b.AgentVersion,
-		Capability: b.Capability, CPUs: b.CPUs, MemoryBytes: b.MemoryBytes}
+		Capability: b.Capability, CPUs: b.CPUs, MemoryBytes: b.MemoryBytes, PeerAddrs: b.PeerAddrs}
 }
 
 // RecordSeen stores last-seen times for many boxes, up to maxTxnOps boxes

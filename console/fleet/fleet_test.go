@@ -592,7 +592,7 @@ func TestHelloThatChangesNothingWritesNothing(t *testing.T) {
 		if wrote := rev() != before; wrote != c.write {
 			t.Errorf("%s: wrote %t, want %t", c.name, wrote, c.write)
 		}
-		if b.facts() != c.facts || b.Name != box.Name {
+		if !b.facts().equal(c.facts) || b.Name != box.Name {
 			t.Errorf("%s: answered %+v", c.name, b)
 		}
 	}
