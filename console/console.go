@@ -3,6 +3,7 @@ package console
 import (
 	"context"
 	"crypto/rand"
+	"crypto/tls"
 	"encoding/base64"
 	"errors"
 	"fmt"
@@ -43,6 +44,7 @@ import (
 	"github.com/edgebox/edgebox/console/presence"
 	"github.com/edgebox/edgebox/console/rollout"
 	"github.com/edgebox/edgebox/console/sessions"
+	"github.com/edgebox/edgebox/console/sitehealth"
 	"github.com/edgebox/edgebox/console/store"
 	"github.com/edgebox/edgebox/console/usbbroker"
 	"github.com/edgebox/edgebox/console/webui"
@@ -74,6 +76,7 @@ type Console struct {
 	port      *port.Port
 	api       *http.Server
 	rpc       *agentrpc.Server
+	sites     *sitehealth.Service
 	registry  *boxregistry.Server
 	usb       *usbbroker.Broker // UKEYs carried between boxes
 	sync      *boxsync.Server
@@ -215,7 +218,19 @@ func New(cfg Config, log *slog.Logger) (_ *Console, err error) {
 	if c.admission, err = admission.New(admCfg, promReg, c.log); err != nil {
 		return nil, err
 	}
-	srv, err := tunnel.NewServer(tunnel.ServerConfig{Config: cfg.Tunnel, Identify: presence.Identify(fl),
+	// Site health hears the boxes' votes, checked against the keys their
+	// tunnels came with.
+	sites := sitehealth.NewService(sitehealth.ServiceConfig{Boxes: fl, Desired: c.desired,
+		Online: func(id string) bool { return pres.Presence(id).Online }, Now: cfg.Clock, Log: c.log.With("component", "sitehealth")})
+	identify := presence.Identify(fl)
+	srv, err := tunnel.NewServer(tunnel.ServerConfig{Config: cfg.Tunnel,
+		Identify: func(cs tls.ConnectionState) (string, error) {
+			id, err := identify(cs)
+			if err == nil {
+				sites.Identified(id, cs.PeerCertificates[0])
+			}
+			return id, err
+		},
 		Admit: c.admission.Admit,
 		OnSession: func(ev tunnel.SessionEvent) {
 			pres.OnSession(ev)
@@ -240,7 +255,8 @@ func New(cfg Config, log *slog.Logger) (_ *Console, err error) {
 	if err != nil {
 		return nil, fmt.Errorf("console: agent releases: %w", err)
 	}
-	c.rpc = agentrpc.NewServer(agentrpc.Config{Fleet: fl, PKI: authority, Apps: catalogue, Agents: agents, BoxCertTTL: cfg.BoxCertTTL,
+	c.sites = sites
+	c.rpc = agentrpc.NewServer(agentrpc.Config{Fleet: fl, PKI: authority, Apps: catalogue, Agents: agents, Sites: sites, BoxCertTTL: cfg.BoxCertTTL,
 		Version: Version, CapabilityVersion: CapabilityVersion, BeforeHello: cfg.Hooks.BeforeHello}, srv.Listen(tunnel.KindRPC), c.log)
 	c.registry = boxregistry.New(reg, c.desired, registryHosts, agents, srv.Listen(tunnel.KindRegistry), c.log)
 	c.usb = usbbroker.New(usbbroker.Config{Keys: keyRegistry, Boxes: fl.BoxByID, Tunnel: srv, Listener: srv.Listen(tunnel.KindUSBIP),

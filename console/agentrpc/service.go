@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"net/netip"
 	"time"
 
 	"google.golang.org/grpc"
@@ -36,6 +37,12 @@ type Config struct {
 	// writes none.
 	Agents interface {
 		SyncBox(ctx context.Context, b fleet.Box) error
+	}
+	// Sites takes the boxes' votes on their site peers, and lists each
+	// box's peers when its facts change; nil takes none.
+	Sites interface {
+		Vote(ctx context.Context, box string, r *edgeboxv1.VoteReport) (*edgeboxv1.VoteReceipt, error)
+		SyncSite(ctx context.Context, b fleet.Box) error
 	}
 	// BoxCertTTL is the lifetime of the certificates Renew signs.
 	BoxCertTTL time.Duration
@@ -140,6 +147,7 @@ func (s *consoleService) Hello(ctx context.Context, req *edgeboxv1.HelloRequest)
 		Hostname: clip(info.GetHostname()), OS: clip(info.GetOs()), Arch: clip(info.GetArch()),
 		OSVersion: clip(info.GetOsVersion()), AgentVersion: clip(info.GetAgentVersion()),
 		Capability: req.GetCapabilityVersion(), CPUs: info.GetCpus(), MemoryBytes: info.GetMemoryBytes(),
+		PeerAddrs: peerAddrs(info.GetLanAddrs()),
 	}, time.Now())
 	if err != nil {
 		return nil, s.fail("Hello", id, err)
@@ -155,8 +163,49 @@ func (s *consoleService) Hello(ctx context.Context, req *edgeboxv1.HelloRequest)
 			s.log.Warn("box's agent version not brought up to date", "box_id", id, "err", err)
 		}
 	}
+	if s.cfg.Sites != nil {
+		if err := s.cfg.Sites.SyncSite(ctx, b); err != nil {
+			s.log.Warn("box's site peers not brought up to date", "box_id", id, "err", err)
+		}
+	}
 	return &edgeboxv1.HelloResponse{BoxId: id, Name: b.Name, Approved: b.State == fleet.StateApproved,
 		ConsoleCapabilityVersion: s.cfg.CapabilityVersion, ConsoleVersion: s.cfg.Version}, nil
+}
+
+// maxPeerAddrs bounds the probe addresses a box may give.
+const maxPeerAddrs = 8
+
+// peerAddrs keeps the first maxPeerAddrs of a box's probe addresses that
+// are an IP and a port.
+func peerAddrs(in []string) []string {
+	var out []string
+	for _, a := range in {
+		ap, err := netip.ParseAddrPort(a)
+		if err != nil || ap.Port() == 0 || !ap.Addr().IsValid() || ap.Addr().IsUnspecified() {
+			continue
+		}
+		out = append(out, ap.String())
+		if len(out) == maxPeerAddrs {
+			break
+		}
+	}
+	return out
+}
+
+// Vote takes a box's votes on its site's peers.
+func (s *consoleService) Vote(ctx context.Context, req *edgeboxv1.VoteReport) (*edgeboxv1.VoteReceipt, error) {
+	id, err := boxOf(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if s.cfg.Sites == nil {
+		return nil, s.fail("Vote", id, errdefs.Unavailable("this console takes no site votes"))
+	}
+	r, err := s.cfg.Sites.Vote(ctx, id, req)
+	if err != nil {
+		return nil, s.fail("Vote", id, err)
+	}
+	return r, nil
 }
 
 func (s *consoleService) Renew(ctx context.Context, req *edgeboxv1.RenewRequest) (*edgeboxv1.RenewResponse, error) {

@@ -43,6 +43,8 @@ func MinCapability(kind string) uint32 {
 		return 1
 	case edgeboxv1.KindImagePrefetch:
 		return 2
+	case edgeboxv1.KindSitePeers:
+		return 4
 	}
 	return ^uint32(0) // unknown kinds go nowhere
 }

@@ -1,0 +1,258 @@
+package sitehealth
+
+import (
+	"context"
+	"crypto/ecdsa"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"google.golang.org/protobuf/proto"
+
+	"github.com/edgebox/edgebox/console/fleet"
+	"github.com/edgebox/edgebox/errdefs"
+	edgeboxv1 "github.com/edgebox/edgebox/proto/edgebox/v1"
+	"github.com/edgebox/edgebox/sitevote"
+)
+
+// ObjectName is the name of every box's SitePeers object.
+const ObjectName = "site"
+
+// MaxVotesPerReport bounds one VoteReport: a box that was cut off for
+// longer sends what it kept in several.
+const MaxVotesPerReport = 256
+
+// Boxes are the fleet's boxes, as the service reads them.
+type Boxes interface {
+	Boxes(ctx context.Context, tenant string) ([]fleet.Box, error)
+	BoxByID(ctx context.Context, id string) (fleet.Box, error)
+}
+
+// Desired is where SitePeers objects are written.
+type Desired interface {
+	Live(ctx context.Context, box string) ([]*edgeboxv1.DesiredObject, uint64, error)
+	Put(ctx context.Context, box string, o *edgeboxv1.DesiredObject) (uint64, error)
+	Delete(ctx context.Context, box, kind, name string) (uint64, error)
+}
+
+// ServiceConfig is what a Service needs.
+type ServiceConfig struct {
+	Boxes   Boxes
+	Desired Desired
+	// Online reports whether a box's tunnel is up now.
+	Online func(box string) bool
+	// Tally says how old votes may be; its Period is also sent to the
+	// boxes in their SitePeers.
+	Tally Config
+	Now   func() time.Time
+	Log   *slog.Logger
+}
+
+// Service is the console's side of site health: it lists each box's site
+// peers in its desired state, takes the votes boxes send up their
+// tunnels, and judges boxes without one.
+type Service struct {
+	cfg   ServiceConfig
+	tally *Tally
+
+	mu sync.Mutex
+	// keys are the boxes' public keys, from the certificates their
+	// tunnels came with; a box's votes are checked against it.
+	keys map[string]*ecdsa.PublicKey
+	// written is the SitePeers object last written to each box.
+	written map[string]*edgeboxv1.SitePeers
+}
+
+// NewService returns a service with no votes yet.
+func NewService(cfg ServiceConfig) *Service {
+	cfg.Tally = cfg.Tally.withDefaults()
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	if cfg.Log == nil {
+		cfg.Log = slog.New(slog.DiscardHandler)
+	}
+	return &Service{cfg: cfg, tally: NewTally(cfg.Tally), keys: map[string]*ecdsa.PublicKey{},
+		written: map[string]*edgeboxv1.SitePeers{}}
+}
+
+// Identified notes the certificate a box's tunnel came with: its votes
+// are checked against its key.
+func (s *Service) Identified(box string, cert *x509.Certificate) {
+	pub, ok := cert.PublicKey.(*ecdsa.PublicKey)
+	if !ok {
+		return
+	}
+	s.mu.Lock()
+	s.keys[box] = pub
+	s.mu.Unlock()
+}
+
+// siteOf lists the approved boxes of b's site, b included, sorted by ID.
+func (s *Service) siteOf(ctx context.Context, b fleet.Box) ([]fleet.Box, error) {
+	all, err := s.cfg.Boxes.Boxes(ctx, b.TenantID)
+	if err != nil {
+		return nil, err
+	}
+	var site []fleet.Box
+	for _, o := range all {
+		if o.State == fleet.StateApproved && o.Site == b.Site && o.Region == b.Region {
+			site = append(site, o)
+		}
+	}
+	slices.SortFunc(site, func(x, y fleet.Box) int { return strings.Compare(x.ID, y.ID) })
+	return site, nil
+}
+
+func ids(boxes []fleet.Box) []string {
+	out := make([]string, len(boxes))
+	for i, b := range boxes {
+		out[i] = b.ID
+	}
+	return out
+}
+
+// Vote takes the votes of a report from box, whose tunnel carried it,
+// and says which it refused and why. Each vote must be the box's own,
+// signed by the key of its tunnel's certificate, with a counter not
+// taken before, naming only boxes of its site.
+func (s *Service) Vote(ctx context.Context, box string, r *edgeboxv1.VoteReport) (*edgeboxv1.VoteReceipt, error) {
+	if n := len(r.GetVotes()); n > MaxVotesPerReport {
+		return nil, errdefs.Invalid("a report of %d votes; send at most %d at once", n, MaxVotesPerReport)
+	}
+	b, err := s.cfg.Boxes.BoxByID(ctx, box)
+	if err != nil {
+		return nil, err
+	}
+	if b.State != fleet.StateApproved {
+		return nil, errdefs.Permission("box %s is %s and cannot vote", box, b.State)
+	}
+	site, err := s.siteOf(ctx, b)
+	if err != nil {
+		return nil, err
+	}
+	peers := slices.DeleteFunc(ids(site), func(id string) bool { return id == box })
+	s.mu.Lock()
+	key := s.keys[box]
+	s.mu.Unlock()
+	if key == nil {
+		return nil, errdefs.Unavailable("the console has no key of box %s yet; vote again on a new session", box)
+	}
+	receipt := &edgeboxv1.VoteReceipt{}
+	now := s.cfg.Now()
+	for i, sv := range r.GetVotes() {
+		refuse := func(err error) {
+			receipt.Refused = append(receipt.Refused, fmt.Sprintf("vote %d: %v", i, err))
+		}
+		v, err := sitevote.Open(sv)
+		if err != nil {
+			refuse(err)
+			continue
+		}
+		if err := sitevote.VerifyKey(sv, key); err != nil {
+			refuse(err)
+			continue
+		}
+		switch err := s.tally.Take(box, peers, v, now); {
+		case err == nil || errors.Is(err, Kept):
+			receipt.Accepted++
+		default:
+			refuse(err)
+		}
+	}
+	if len(receipt.Refused) > 0 {
+		s.cfg.Log.Warn("site votes refused", "box_id", box, "refused", len(receipt.Refused), "first", receipt.Refused[0])
+	}
+	return receipt, nil
+}
+
+// Verdict judges box b now.
+func (s *Service) Verdict(ctx context.Context, b fleet.Box) (Verdict, error) {
+	site, err := s.siteOf(ctx, b)
+	if err != nil {
+		return Verdict{}, err
+	}
+	return s.tally.Decide(b.ID, s.cfg.Online(b.ID), ids(site), s.cfg.Now()), nil
+}
+
+// SiteUnreachable reports whether b's whole site is out of the console's
+// sight: no box of it has a tunnel or voted lately.
+func (s *Service) SiteUnreachable(ctx context.Context, b fleet.Box) (bool, error) {
+	site, err := s.siteOf(ctx, b)
+	if err != nil {
+		return false, err
+	}
+	return len(site) > 1 && s.tally.SiteUnreachable(ids(site), s.cfg.Online, s.cfg.Now()), nil
+}
+
+// SyncSite writes the SitePeers object of every box of b's site: the
+// other boxes with their probe addresses. A box alone in its site, or
+// whose peers took no probes, has none.
+func (s *Service) SyncSite(ctx context.Context, b fleet.Box) error {
+	site, err := s.siteOf(ctx, b)
+	if err != nil {
+		return err
+	}
+	var errs []error
+	for _, box := range site {
+		want := &edgeboxv1.SitePeers{PeriodMillis: uint32(s.cfg.Tally.Period / time.Millisecond)}
+		for _, o := range site {
+			if o.ID != box.ID && len(o.PeerAddrs) > 0 {
+				want.Peers = append(want.Peers, &edgeboxv1.SitePeer{BoxId: o.ID, Addrs: o.PeerAddrs})
+			}
+		}
+		if len(want.Peers) == 0 || len(box.PeerAddrs) == 0 {
+			want = nil
+		}
+		if err := s.write(ctx, box.ID, want); err != nil {
+			errs = append(errs, fmt.Errorf("box %s: %w", box.ID, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// write makes box's SitePeers object want (none when nil), unless it is
+// that already.
+func (s *Service) write(ctx context.Context, box string, want *edgeboxv1.SitePeers) error {
+	s.mu.Lock()
+	have, known := s.written[box]
+	s.mu.Unlock()
+	if !known {
+		live, _, err := s.cfg.Desired.Live(ctx, box)
+		if err != nil {
+			return err
+		}
+		for _, o := range live {
+			if o.GetSitePeers() != nil && o.GetName() == ObjectName {
+				have = o.GetSitePeers()
+			}
+		}
+	}
+	if proto.Equal(have, want) {
+		s.remember(box, want)
+		return nil
+	}
+	var err error
+	if want == nil {
+		_, err = s.cfg.Desired.Delete(ctx, box, edgeboxv1.KindSitePeers, ObjectName)
+	} else {
+		_, err = s.cfg.Desired.Put(ctx, box, &edgeboxv1.DesiredObject{Kind: edgeboxv1.KindSitePeers, Name: ObjectName,
+			Spec: &edgeboxv1.DesiredObject_SitePeers{SitePeers: want}})
+	}
+	if err != nil {
+		return err
+	}
+	s.remember(box, want)
+	return nil
+}
+
+func (s *Service) remember(box string, p *edgeboxv1.SitePeers) {
+	s.mu.Lock()
+	s.written[box] = p
+	s.mu.Unlock()
+}

@@ -1,0 +1,190 @@
+package sitehealth
+
+import (
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"errors"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/edgebox/edgebox/console/fleet"
+	"github.com/edgebox/edgebox/errdefs"
+	edgeboxv1 "github.com/edgebox/edgebox/proto/edgebox/v1"
+	"github.com/edgebox/edgebox/sitevote"
+)
+
+// boxes is a fleet in memory.
+type boxes []fleet.Box
+
+func (bs boxes) Boxes(_ context.Context, tenant string) ([]fleet.Box, error) {
+	var out []fleet.Box
+	for _, b := range bs {
+		if b.TenantID == tenant {
+			out = append(out, b)
+		}
+	}
+	return out, nil
+}
+
+func (bs boxes) BoxByID(_ context.Context, id string) (fleet.Box, error) {
+	for _, b := range bs {
+		if b.ID == id {
+			return b, nil
+		}
+	}
+	return fleet.Box{}, errdefs.NotFound("no box %q", id)
+}
+
+// objects is desired state in memory, counting writes.
+type objects struct {
+	mu     sync.Mutex
+	m      map[string]*edgeboxv1.DesiredObject
+	writes int
+}
+
+func (o *objects) Live(_ context.Context, box string) ([]*edgeboxv1.DesiredObject, uint64, error) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if x, ok := o.m[box]; ok {
+		return []*edgeboxv1.DesiredObject{x}, 1, nil
+	}
+	return nil, 1, nil
+}
+
+func (o *objects) Put(_ context.Context, box string, x *edgeboxv1.DesiredObject) (uint64, error) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.m[box] = x
+	o.writes++
+	return 1, nil
+}
+
+func (o *objects) Delete(_ context.Context, box, _, _ string) (uint64, error) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	delete(o.m, box)
+	o.writes++
+	return 1, nil
+}
+
+func shop() boxes {
+	box := func(id, site string, state fleet.BoxState, addr string) fleet.Box {
+		b := fleet.Box{ID: id, TenantID: "t", Region: "east", Site: site, State: state}
+		if addr != "" {
+			b.PeerAddrs = []string{addr}
+		}
+		return b
+	}
+	return boxes{
+		box("a", "shop", fleet.StateApproved, "192.168.1.1:7946"),
+		box("b", "shop", fleet.StateApproved, "192.168.1.2:7946"),
+		box("c", "shop", fleet.StateApproved, "192.168.1.3:7946"),
+		box("d", "shop", fleet.StatePending, "192.168.1.4:7946"),
+		box("e", "mall", fleet.StateApproved, "10.0.0.5:7946"),
+	}
+}
+
+func TestEachBoxIsToldItsSitePeers(t *testing.T) {
+	fl := shop()
+	obj := &objects{m: map[string]*edgeboxv1.DesiredObject{}}
+	s := NewService(ServiceConfig{Boxes: fl, Desired: obj, Online: func(string) bool { return true }})
+	if err := s.SyncSite(context.Background(), fl[0]); err != nil {
+		t.Fatal(err)
+	}
+	got := obj.m["a"].GetSitePeers()
+	if len(got.GetPeers()) != 2 || got.GetPeers()[0].GetBoxId() != "b" || got.GetPeers()[1].GetBoxId() != "c" ||
+		got.GetPeers()[0].GetAddrs()[0] != "192.168.1.2:7946" || got.GetPeriodMillis() != 10000 {
+		t.Fatalf("box a's peers: %v", got)
+	}
+	if obj.m["d"] != nil || obj.m["e"] != nil {
+		t.Fatalf("a box not approved, or of another site, was told: %v %v", obj.m["d"], obj.m["e"])
+	}
+	if obj.writes != 3 {
+		t.Fatalf("%d writes for a site of three", obj.writes)
+	}
+	if err := s.SyncSite(context.Background(), fl[1]); err != nil {
+		t.Fatal(err)
+	}
+	if obj.writes != 3 {
+		t.Fatalf("the same peers written again: %d writes", obj.writes)
+	}
+	// A console started afresh reads what the boxes have.
+	s = NewService(ServiceConfig{Boxes: fl, Desired: obj, Online: func(string) bool { return true }})
+	s.SyncSite(context.Background(), fl[2])
+	if obj.writes != 3 {
+		t.Fatalf("a new console wrote the same peers again: %d writes", obj.writes)
+	}
+	// Box c goes: the others are told, and c's object goes.
+	fl[2].State = fleet.StateRevoked
+	s.SyncSite(context.Background(), fl[0])
+	if p := obj.m["a"].GetSitePeers().GetPeers(); len(p) != 1 || p[0].GetBoxId() != "b" {
+		t.Fatalf("box a's peers after c was revoked: %v", p)
+	}
+}
+
+func keyOf(t *testing.T) *ecdsa.PrivateKey {
+	k, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return k
+}
+
+func TestVotesAreCheckedAgainstTheVotersKey(t *testing.T) {
+	fl := shop()
+	online := map[string]bool{"b": true, "c": true}
+	now := time.Now()
+	s := NewService(ServiceConfig{Boxes: fl, Desired: &objects{m: map[string]*edgeboxv1.DesiredObject{}},
+		Online: func(id string) bool { return online[id] }, Now: func() time.Time { return now }})
+	ctx := context.Background()
+	kb, kc := keyOf(t), keyOf(t)
+	sign := func(k *ecdsa.PrivateKey, v *edgeboxv1.SiteVote) *edgeboxv1.SignedVote {
+		sv, err := sitevote.Sign(k, v)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return sv
+	}
+	vb := voteOf("b", 1, now, []string{"a"})
+	if _, err := s.Vote(ctx, "b", &edgeboxv1.VoteReport{Votes: []*edgeboxv1.SignedVote{sign(kb, vb)}}); !errors.Is(err, errdefs.ErrUnavailable) {
+		t.Fatalf("a vote before the console knew the box's key: %v", err)
+	}
+	s.Identified("b", &x509.Certificate{PublicKey: &kb.PublicKey})
+	s.Identified("c", &x509.Certificate{PublicKey: &kc.PublicKey})
+	r, err := s.Vote(ctx, "b", &edgeboxv1.VoteReport{Votes: []*edgeboxv1.SignedVote{
+		sign(kb, vb),
+		sign(kc, voteOf("b", 2, now, []string{"a"})), // forged: c's key
+		sign(kb, vb), // replayed
+		sign(kb, voteOf("b", 3, now, []string{"a", "e"})), // e is of another site
+		{Vote: []byte{0xff}, Signature: []byte{1}},        // not a vote
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.GetAccepted() != 1 || len(r.GetRefused()) != 4 {
+		t.Fatalf("receipt: %v", r)
+	}
+	for i, want := range []string{"not the voter's", "a replay", "not of box b's site", "sitevote"} {
+		if !strings.Contains(r.GetRefused()[i], want) {
+			t.Errorf("refusal %d: %q, want %q", i, r.GetRefused()[i], want)
+		}
+	}
+	if _, err := s.Vote(ctx, "c", &edgeboxv1.VoteReport{Votes: []*edgeboxv1.SignedVote{sign(kc, voteOf("c", 1, now, []string{"a"}))}}); err != nil {
+		t.Fatal(err)
+	}
+	if v, _ := s.Verdict(ctx, fl[0]); v.State != DisconnectedRunning {
+		t.Fatalf("box a, heard by b and c of a site of three: %v", v)
+	}
+	if _, err := s.Vote(ctx, "d", &edgeboxv1.VoteReport{}); !errors.Is(err, errdefs.ErrPermission) {
+		t.Fatalf("a box not approved voted: %v", err)
+	}
+	many := &edgeboxv1.VoteReport{Votes: make([]*edgeboxv1.SignedVote, MaxVotesPerReport+1)}
+	if _, err := s.Vote(ctx, "b", many); !errors.Is(err, errdefs.ErrInvalid) {
+		t.Fatalf("a report of %d votes: %v", len(many.Votes), err)
+	}
+}
