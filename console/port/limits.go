@@ -271,28 +271,30 @@ func (a *admission) admit(c net.Conn, now time.Time) (pc *portConn, evicted []*p
 // from a few addresses pays for itself before a box's fresh connection
 // elsewhere does. A connection whose ClientHello waits unread (the
 // console is slow, not the client) is not idle: it goes to the back of
-// both its lists instead. Past a few of those the oldest goes anyway, so
-// clients that send one byte and stop cannot make eviction scan forever.
-// a.mu is held.
+// both its lists, and the next pick is looked at. Only the pick is
+// looked at (a system call each, under a.mu, for every connection a
+// flood brings), and past a few that had spoken the oldest goes anyway,
+// so clients that send one byte and stop cannot make eviction scan
+// forever. a.mu is held.
 func (a *admission) pickIdle(l *idleList) *portConn {
-	var pick *portConn
-	c := l.head
-	for tries := 0; c != nil && tries < 8; tries++ {
-		next := l.at(c).next
-		if hasSpoken(c.Conn) {
-			a.idle.remove(c)
-			a.idle.push(c)
-			c.book.idle.remove(c)
-			c.book.idle.push(c)
-		} else if pick == nil || c.book.idle.n > pick.book.idle.n {
-			pick = c
+	for range 3 {
+		var pick *portConn
+		c := l.head
+		for tries := 0; c != nil && tries < 8; tries++ {
+			if pick == nil || c.book.idle.n > pick.book.idle.n {
+				pick = c
+			}
+			c = l.at(c).next
 		}
-		c = next
+		if pick == nil || !hasSpoken(pick.Conn) {
+			return pick
+		}
+		a.idle.remove(pick)
+		a.idle.push(pick)
+		pick.book.idle.remove(pick)
+		pick.book.idle.push(pick)
 	}
-	if pick == nil {
-		pick = l.head
-	}
-	return pick
+	return l.head
 }
 
 // evictIdle takes up to n of the oldest idle connections off the books,

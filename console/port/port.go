@@ -43,6 +43,7 @@ type Port struct {
 	logEvery time.Duration  // how often shedding is summed up in the log
 	hellos   sync.Map       // the conn TLS reads → its *portConn, while its handshake runs
 	keys     *pki.Authority // keeps the session ticket keys
+	closing  chan net.Conn  // connections shed by the accept loop, for the closer
 	wg       sync.WaitGroup
 }
 
@@ -218,7 +219,42 @@ func (p *Port) Run(ctx context.Context) error {
 	logDone := make(chan struct{})
 	go func() { defer close(logDone); p.logShedding(ctx) }()
 
-	err := p.accept(ctx)
+	// Connections shed as the accept loop takes new ones are closed by a
+	// goroutine of their own: a close is the costliest system call of a
+	// flood, and the accept loop must drain the kernel's queue, where an
+	// operator's connection waits behind the flood's.
+	p.closing = make(chan net.Conn, 4096)
+	closed := make(chan struct{})
+	go func() {
+		defer close(closed)
+		for c := range p.closing {
+			abort(c)
+		}
+	}()
+	// Several goroutines take connections off the listener: under a
+	// flood, one alone waits its turn for the CPU behind the goroutines
+	// of the connections it took, after each system call, while an
+	// operator's connection waits in the kernel's queue behind the
+	// flood's.
+	n := min(8, max(2, 2*runtime.GOMAXPROCS(0)))
+	errs := make(chan error, n)
+	for range n {
+		go func() {
+			err := p.accept(ctx)
+			if err != nil {
+				cancel() // the others stop too
+			}
+			errs <- err
+		}()
+	}
+	var err error
+	for range n {
+		if e := <-errs; e != nil && err == nil {
+			err = e
+		}
+	}
+	close(p.closing)
+	<-closed
 	// On a failure too, the listener closes and handshakes in progress
 	// end at once.
 	cancel()
@@ -248,7 +284,7 @@ func (p *Port) accept(ctx context.Context) error {
 			if errors.Is(err, syscall.EMFILE) || errors.Is(err, syscall.ENFILE) {
 				p.adm.shed.count(shedAcceptError, netip.Addr{})
 				for _, old := range p.adm.evictIdle(64) {
-					old.Conn.Close()
+					p.shed(old.Conn)
 				}
 			} else {
 				p.log.Debug("accept failed", "err", err)
@@ -264,10 +300,10 @@ func (p *Port) accept(ctx context.Context) error {
 		backoff = 0
 		pc, evicted := p.adm.admit(c, time.Now())
 		for _, old := range evicted {
-			old.Conn.Close()
+			p.shed(old.Conn)
 		}
 		if pc == nil {
-			c.Close()
+			p.shed(c)
 			continue
 		}
 		p.wg.Add(1)
@@ -276,6 +312,26 @@ func (p *Port) accept(ctx context.Context) error {
 			p.handle(ctx, pc)
 		}()
 	}
+}
+
+// shed has the closing goroutine abort c, or aborts it here when that
+// goroutine is behind.
+func (p *Port) shed(c net.Conn) {
+	select {
+	case p.closing <- c:
+	default:
+		abort(c)
+	}
+}
+
+// abort closes a connection that never got as far as a handshake with a
+// reset: the console keeps no TIME_WAIT for it, which thousands of idle
+// connections shed a second would otherwise pile up in its kernel.
+func abort(c net.Conn) {
+	if tc, ok := c.(*net.TCPConn); ok {
+		tc.SetLinger(0)
+	}
+	c.Close()
 }
 
 // logShedding sums up what was shed in one log line per logEvery, and
@@ -318,6 +374,7 @@ func (p *Port) handle(ctx context.Context, pc *portConn) {
 		}
 		if ctx.Err() == nil && isTimeout(err) {
 			p.adm.timedOutIdle(pc)
+			abort(pc.Conn)
 		}
 		if !errors.Is(err, errEarlyBusy) {
 			p.log.Debug("TLS handshake failed", "remote", pc.RemoteAddr().String(), "err", err)
