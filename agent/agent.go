@@ -47,8 +47,9 @@ import (
 // CapabilityVersion grows by one whenever the agent learns something the
 // console must know about before using it. 2: image prefetches, update
 // locks. 3: keys used from other boxes (UsbAssignment's export_to and
-// import_from, the usbip stream kind).
-const CapabilityVersion = 3
+// import_from, the usbip stream kind). 4: site peers and votes (the
+// SitePeers object, ConsoleService.Vote).
+const CapabilityVersion = 4
 
 // Config is the agent's configuration.
 type Config struct {
@@ -98,6 +99,10 @@ type Config struct {
 	// vhci-hcd (or usbip-win2 on Windows) to attach: 127.0.0.1:3240 (the
 	// USB/IP port, on loopback only) unless set; "off" offers none.
 	KeyServer string
+	// SiteListen are where the box hears its site's peers (ADR 0019):
+	// its LAN addresses with the probe port, UDP. None: the box takes no
+	// part in site health (its peers cannot tell its line from its death).
+	SiteListen []string
 	// Hooks are for fault-injection tests; production leaves them nil.
 	Hooks Hooks
 }
@@ -452,6 +457,9 @@ func (a *Agent) Run(ctx context.Context) error {
 	})
 	runWork(func(ctx context.Context) { a.helloLoop(ctx, client) })
 	runWork(func(ctx context.Context) { a.renewLoop(ctx, client) })
+	if len(a.cfg.SiteListen) > 0 {
+		runWork(func(ctx context.Context) { a.siteHealth(ctx, client) })
+	}
 	runWork(a.syncLoop)
 	g.Go(func() error {
 		a.wipeLoop(gctx, func() { stopWork(); work.Wait() })
@@ -521,7 +529,9 @@ func (a *Agent) helloLoop(ctx context.Context, c edgeboxv1.ConsoleServiceClient)
 func (a *Agent) hello(ctx context.Context, c edgeboxv1.ConsoleServiceClient) (bool, error) {
 	hctx, cancel := context.WithTimeout(ctx, a.cfg.HelloTimeout)
 	defer cancel()
-	resp, err := c.Hello(hctx, &edgeboxv1.HelloRequest{CapabilityVersion: CapabilityVersion, Info: hostFacts(a.cfg.Version)})
+	info := hostFacts(a.cfg.Version)
+	info.LanAddrs = a.cfg.SiteListen
+	resp, err := c.Hello(hctx, &edgeboxv1.HelloRequest{CapabilityVersion: CapabilityVersion, Info: info})
 	if err = errgrpc.ToNative(err); err != nil {
 		a.log.Warn("hello failed", "err", err)
 		a.setStatus(func(s *Status) { s.LastError = err.Error() })

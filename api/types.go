@@ -14,15 +14,22 @@ type Error struct {
 
 // Box is a box as the API shows it.
 type Box struct {
-	ID        string            `json:"id"`
-	Name      string            `json:"name"`
-	TenantID  string            `json:"tenant_id"`
-	Region    string            `json:"region"`
-	Site      string            `json:"site"`
-	Labels    map[string]string `json:"labels,omitempty"`
-	State     string            `json:"state"` // pending, approved, revoked
-	Online    bool              `json:"online"`
-	RTTMillis float64           `json:"rtt_ms,omitempty"`
+	ID       string            `json:"id"`
+	Name     string            `json:"name"`
+	TenantID string            `json:"tenant_id"`
+	Region   string            `json:"region"`
+	Site     string            `json:"site"`
+	Labels   map[string]string `json:"labels,omitempty"`
+	State    string            `json:"state"` // pending, approved, revoked
+	Online   bool              `json:"online"`
+	// Health is what the console makes of the box: "online";
+	// "disconnected-running" (no tunnel, but a strict majority of its
+	// site hears it: its line is down); "down" (a strict majority does
+	// not); "unknown" (too few of its site voted, or the whole site is out
+	// of sight). HealthDetail gives the grounds.
+	Health       string  `json:"health,omitempty"`
+	HealthDetail string  `json:"health_detail,omitempty"`
+	RTTMillis    float64 `json:"rtt_ms,omitempty"`
 	// Address is where the box's tunnel comes from, as the console sees
 	// it (its office's public address, behind NAT), while it is online.
 	Address      string     `json:"address,omitempty"`

@@ -57,6 +57,9 @@ type Config struct {
 	// AppsSyncEvery is how often every box is checked against the app
 	// pins, behind the syncs that deploys and hellos make at once.
 	AppsSyncEvery time.Duration
+	// SitePeriod is how often the boxes of a site probe each other and
+	// vote (ADR 0019); a vote counts for three periods. 10 s when zero.
+	SitePeriod time.Duration
 	// RolloutEvery is how often running rollouts are moved along (2 s
 	// when zero).
 	RolloutEvery time.Duration

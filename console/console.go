@@ -221,7 +221,9 @@ func New(cfg Config, log *slog.Logger) (_ *Console, err error) {
 	// Site health hears the boxes' votes, checked against the keys their
 	// tunnels came with.
 	sites := sitehealth.NewService(sitehealth.ServiceConfig{Boxes: fl, Desired: c.desired,
-		Online: func(id string) bool { return pres.Presence(id).Online }, Now: cfg.Clock, Log: c.log.With("component", "sitehealth")})
+		Online: func(id string) bool { return pres.Presence(id).Online }, Tenants: c.tenantIDs, Now: cfg.Clock,
+		Tally: sitehealth.Config{Period: cfg.SitePeriod},
+		Log:   c.log.With("component", "sitehealth")})
 	identify := presence.Identify(fl)
 	srv, err := tunnel.NewServer(tunnel.ServerConfig{Config: cfg.Tunnel,
 		Identify: func(cs tls.ConnectionState) (string, error) {
@@ -270,7 +272,7 @@ func New(cfg Config, log *slog.Logger) (_ *Console, err error) {
 
 	// The public port, and the HTTP API behind it.
 	c.rollouts = rollout.New(rollout.Config{Store: st, Apps: catalogue, Agent: agents, Boxes: fl, Desired: c.desired,
-		Online: func(id string) bool { return pres.Presence(id).Online }, Every: cfg.RolloutEvery, Now: cfg.Clock, Log: c.log})
+		Online: func(id string) bool { return pres.Presence(id).Online }, LineDown: sites.LineDown, Every: cfg.RolloutEvery, Now: cfg.Clock, Log: c.log})
 
 	c.remote = sessions.New(sessions.Config{Store: st, Agents: c.agents, Tunnel: srv, Dir: filepath.Join(cfg.DataDir, "recordings"),
 		IdleTimeout: cfg.SessionIdleTimeout, MaxDuration: cfg.SessionMaxDuration, Now: cfg.Clock, Log: c.log})
@@ -281,7 +283,7 @@ func New(cfg Config, log *slog.Logger) (_ *Console, err error) {
 	c.api = &http.Server{
 		Handler: httpapi.New(httpapi.Deps{
 			Fleet: fl, Audit: auditLog, Tokens: tokens, Users: c.users, SessionTTL: cfg.SessionTTL,
-			Throttle: auth.NewThrottle(auth.DefaultThrottleConfig, now), PKI: authority, Sessions: pres, Desired: c.desired, Downloads: downloads,
+			Throttle: auth.NewThrottle(auth.DefaultThrottleConfig, now), PKI: authority, Sessions: pres, Sites: sites, Desired: c.desired, Downloads: downloads,
 			Registry: reg, RegistryHosts: registryHosts, Apps: catalogue, Agents: c.agents, Keys: keyRegistry, Rollouts: c.rollouts, AgentReleases: agents,
 			RemoteSessions: c.remote,
 			ConsoleURL:     public, BoxCertTTL: cfg.BoxCertTTL, Log: c.log,
@@ -371,6 +373,7 @@ func (c *Console) Run(ctx context.Context) error {
 	start(loops, "presence", c.presence.Run)
 	start(loops, "compaction", c.compactor.Run)
 	start(loops, "app sync", c.appsync.Run)
+	start(loops, "site peers", c.sites.Run)
 	start(loops, "rollouts", c.rollouts.Run)
 	start(loops, "admission", c.admission.Run)
 	start(loops, "events", c.events.Run)

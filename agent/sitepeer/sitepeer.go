@@ -551,3 +551,46 @@ func (p *Prober) verifyBox(raw [][]byte) (string, error) {
 	}
 	return enroll.BoxID(leaf)
 }
+
+// DefaultPort is the UDP port boxes hear their site peers on.
+const DefaultPort = 7946
+
+// LANAddrs are this machine's addresses on its site's LAN, with port:
+// the private IPv4 addresses of its interfaces that are up, leaving out
+// loopback and the bridges, taps and veths of workloads (edgebox's own,
+// Docker's, libvirt's, CNI's).
+func LANAddrs(port int) ([]string, error) {
+	ifs, err := net.Interfaces()
+	if err != nil {
+		return nil, err
+	}
+	var out []string
+	for _, i := range ifs {
+		if i.Flags&net.FlagUp == 0 || i.Flags&net.FlagLoopback != 0 || workloadInterface(i.Name) {
+			continue
+		}
+		addrs, err := i.Addrs()
+		if err != nil {
+			continue
+		}
+		for _, a := range addrs {
+			ipn, ok := a.(*net.IPNet)
+			if !ok {
+				continue
+			}
+			if ip4 := ipn.IP.To4(); ip4 != nil && ip4.IsPrivate() {
+				out = append(out, net.JoinHostPort(ip4.String(), fmt.Sprint(port)))
+			}
+		}
+	}
+	return out, nil
+}
+
+func workloadInterface(name string) bool {
+	for _, p := range []string{"edgebox", "veth", "tap", "docker", "br-", "virbr", "cni", "flannel", "tun"} {
+		if len(name) >= len(p) && name[:len(p)] == p {
+			return true
+		}
+	}
+	return false
+}

@@ -238,6 +238,9 @@ func boxesCmd(out printer) *cobra.Command {
 		fmt.Fprintln(w, "ID\tNAME\tREGION\tSITE\tSTATE\tONLINE\tLAST SEEN\tOS/ARCH\tAGENT\tLABELS")
 		for _, b := range bs {
 			online := "no"
+			if b.Health != "" && b.Health != "online" {
+				online = "no: " + b.Health // disconnected-running, down or unknown
+			}
 			if b.Online {
 				online = "yes"
 				if b.RTTMillis > 0 {
@@ -274,7 +277,12 @@ func boxesCmd(out printer) *cobra.Command {
 				if err != nil {
 					return err
 				}
-				return out(cmd, b, func(w io.Writer) { table(w, []api.Box{b}) })
+				return out(cmd, b, func(w io.Writer) {
+					table(w, []api.Box{b})
+					if b.HealthDetail != "" {
+						fmt.Fprintf(w, "\nhealth: %s: %s\n", b.Health, b.HealthDetail)
+					}
+				})
 			},
 		}
 	}

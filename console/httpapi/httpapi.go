@@ -30,6 +30,7 @@ import (
 	"github.com/edgebox/edgebox/console/presence"
 	"github.com/edgebox/edgebox/console/rollout"
 	"github.com/edgebox/edgebox/console/sessions"
+	"github.com/edgebox/edgebox/console/sitehealth"
 	"github.com/edgebox/edgebox/enroll"
 	"github.com/edgebox/edgebox/errdefs"
 	"github.com/edgebox/edgebox/images/registry"
@@ -43,6 +44,11 @@ type Sessions interface {
 	Drop(boxID string) bool
 }
 
+// Sites is site health as the API shows it.
+type Sites interface {
+	Health(ctx context.Context, b fleet.Box) (state sitehealth.State, detail string)
+}
+
 // Deps are the parts the API serves.
 type Deps struct {
 	Fleet    *fleet.Fleet
@@ -54,8 +60,11 @@ type Deps struct {
 	SessionTTL time.Duration
 	PKI        *pki.Authority
 	Sessions   Sessions
-	Desired    *desired.State
-	Downloads  *dist.Dir
+	// Sites judges boxes without a tunnel by their site's votes; nil
+	// judges none.
+	Sites     Sites
+	Desired   *desired.State
+	Downloads *dist.Dir
 	// Registry is the console's OCI registry, served at /v2/ to operators.
 	Registry *registry.Registry
 	// RegistryHosts are the names images give the console's registry.
@@ -315,12 +324,19 @@ func (s *server) enroll(c *gin.Context) {
 		CAPEM: string(s.PKI.CAPEM()), Pending: box.State == fleet.StatePending})
 }
 
-func (s *server) view(b fleet.Box) api.Box {
+func (s *server) view(ctx context.Context, b fleet.Box) api.Box {
 	p := s.Sessions.Presence(b.ID)
 	v := api.Box{ID: b.ID, Name: b.Name, TenantID: b.TenantID, Region: b.Region, Site: b.Site, Labels: b.Labels,
 		State: string(b.State), Online: p.Online, Hostname: b.Hostname, OS: b.OS, Arch: b.Arch,
 		OSVersion: b.OSVersion, AgentVersion: b.AgentVersion, Capability: b.Capability, CPUs: b.CPUs,
 		MemoryBytes: b.MemoryBytes, EnrolledAt: b.EnrolledAt, CertNotAfter: b.CertNotAfter, Wipe: wipeView(b.Wipe)}
+	switch {
+	case p.Online:
+		v.Health = string(sitehealth.Online)
+	case s.Sites != nil && b.State == fleet.StateApproved:
+		st, detail := s.Sites.Health(ctx, b)
+		v.Health, v.HealthDetail = string(st), detail
+	}
 	if p.Online {
 		v.RTTMillis = float64(p.RTT.Microseconds()) / 1000
 		v.Address = p.Address
@@ -379,14 +395,14 @@ func (s *server) listBoxes(c *gin.Context) {
 	}
 	out := api.BoxList{Boxes: make([]api.Box, 0, len(all))}
 	for _, b := range all {
-		out.Boxes = append(out.Boxes, s.view(b))
+		out.Boxes = append(out.Boxes, s.view(c.Request.Context(), b))
 	}
 	c.JSON(http.StatusOK, out)
 }
 
 func (s *server) getBox(c *gin.Context) {
 	if b, ok := s.findBox(c); ok {
-		c.JSON(http.StatusOK, s.view(b))
+		c.JSON(http.StatusOK, s.view(c.Request.Context(), b))
 	}
 }
 
@@ -413,7 +429,7 @@ func (s *server) labelBox(c *gin.Context) {
 		s.fail(c, err)
 		return
 	}
-	c.JSON(http.StatusOK, s.view(b))
+	c.JSON(http.StatusOK, s.view(c.Request.Context(), b))
 }
 
 func (s *server) approveBox(c *gin.Context) {
@@ -438,7 +454,7 @@ func (s *server) approveBox(c *gin.Context) {
 			s.Log.Warn("approved box's agent version not written yet", "box_id", b.ID, "err", err)
 		}
 	}
-	c.JSON(http.StatusOK, s.view(b))
+	c.JSON(http.StatusOK, s.view(c.Request.Context(), b))
 }
 
 func (s *server) revokeBox(c *gin.Context) {
@@ -466,7 +482,7 @@ func (s *server) revokeBox(c *gin.Context) {
 	}
 	s.Sessions.Drop(b.ID)
 	s.Log.Info("box revoked", "box_id", b.ID)
-	c.JSON(http.StatusOK, s.view(b))
+	c.JSON(http.StatusOK, s.view(c.Request.Context(), b))
 }
 
 func tokenView(t fleet.EnrollToken) api.Token {

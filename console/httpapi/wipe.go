@@ -67,7 +67,7 @@ func (s *server) revokeAndWipe(c *gin.Context, b fleet.Box, timeout time.Duratio
 			s.releaseWiped(c.Request.Context(), who, b.ID, id)
 		}
 	}
-	c.JSON(http.StatusOK, s.view(b))
+	c.JSON(http.StatusOK, s.view(c.Request.Context(), b))
 }
 
 // wipeResult turns a box's answer, checked and bounded, or why there is

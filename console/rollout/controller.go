@@ -495,6 +495,9 @@ func (w *world) read(id string) (Seen, bool) {
 	switch ok, why := w.open(b); {
 	case w.s.online != nil && !w.s.online(id):
 		seen.Hold = "the box is offline"
+		if w.s.lineDown != nil && w.s.lineDown(id) {
+			seen.Hold, seen.Locked = "the box's line is down; its site hears it running", true
+		}
 	case lock != nil:
 		seen.Hold, seen.Locked = "update lock held by "+lock.GetName(), true
 		if m := lock.GetMessage(); m != "" {

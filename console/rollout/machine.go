@@ -91,9 +91,10 @@ type Seen struct {
 	// Hold, when set, is why the box may not be updated now: a
 	// maintenance window, an update lock, a key in use.
 	Hold string
-	// Locked: the hold is the box's own (an update lock, a key in use):
-	// it does not act on what it is told until the hold ends, so a box
-	// told to update meanwhile is not timed out for it.
+	// Locked: the hold is the box's own (an update lock, a key in use)
+	// or its line's (down, while its site hears it running): it does not
+	// act on what it is told, or cannot say it did, until the hold ends,
+	// so a box told to update meanwhile is not timed out for it.
 	Locked bool
 	// HoldFails, when set, is the failure of a hold that lasts longer
 	// than a box's timeout (a pre-pull that keeps failing).

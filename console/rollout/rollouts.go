@@ -135,15 +135,16 @@ const (
 // Service keeps rollouts in the store, and its controller (Run) moves
 // them along.
 type Service struct {
-	s       store.Store
-	apps    *apps.Apps
-	agent   *agentrel.Service
-	boxes   Boxes
-	desired *desired.State
-	online  func(box string) bool
-	now     func() time.Time
-	every   time.Duration
-	log     *slog.Logger
+	s        store.Store
+	apps     *apps.Apps
+	agent    *agentrel.Service
+	boxes    Boxes
+	desired  *desired.State
+	online   func(box string) bool
+	lineDown func(box string) bool
+	now      func() time.Time
+	every    time.Duration
+	log      *slog.Logger
 
 	mu      sync.Mutex           // guards counted and looked
 	counted map[string]time.Time // rollout -> when its pre-pull was last counted
@@ -167,6 +168,10 @@ type Config struct {
 	Desired *desired.State
 	// Online reports whether a box has a live session now.
 	Online func(box string) bool
+	// LineDown reports whether a box without a session runs, as its
+	// site's peers say (site health): it is held, neither failed for its
+	// silence nor told to update. Nil: never.
+	LineDown func(box string) bool
 	// Every is how often the controller looks at running rollouts
 	// (2 s when zero).
 	Every time.Duration
@@ -176,7 +181,7 @@ type Config struct {
 
 // New returns the rollout service over cfg. It starts nothing.
 func New(cfg Config) *Service {
-	s := &Service{s: cfg.Store, apps: cfg.Apps, agent: cfg.Agent, boxes: cfg.Boxes, desired: cfg.Desired, online: cfg.Online,
+	s := &Service{s: cfg.Store, apps: cfg.Apps, agent: cfg.Agent, boxes: cfg.Boxes, desired: cfg.Desired, online: cfg.Online, lineDown: cfg.LineDown,
 		now: cfg.Now, every: cfg.Every, log: cfg.Log.With("component", "rollout"), counted: map[string]time.Time{}, looked: map[string]bool{}}
 	if s.now == nil {
 		s.now = time.Now

@@ -46,6 +46,8 @@ type ServiceConfig struct {
 	Desired Desired
 	// Online reports whether a box's tunnel is up now.
 	Online func(box string) bool
+	// Tenants lists the tenants whose sites Run looks over.
+	Tenants func(ctx context.Context) ([]string, error)
 	// Tally says how old votes may be; its Period is also sent to the
 	// boxes in their SitePeers.
 	Tally Config
@@ -66,6 +68,8 @@ type Service struct {
 	keys map[string]*ecdsa.PublicKey
 	// written is the SitePeers object last written to each box.
 	written map[string]*edgeboxv1.SitePeers
+	// sites are the tenants' sites, read at most every sitesFresh.
+	sites map[string]sites
 }
 
 // NewService returns a service with no votes yet.
@@ -78,7 +82,7 @@ func NewService(cfg ServiceConfig) *Service {
 		cfg.Log = slog.New(slog.DiscardHandler)
 	}
 	return &Service{cfg: cfg, tally: NewTally(cfg.Tally), keys: map[string]*ecdsa.PublicKey{},
-		written: map[string]*edgeboxv1.SitePeers{}}
+		written: map[string]*edgeboxv1.SitePeers{}, sites: map[string]sites{}}
 }
 
 // Identified notes the certificate a box's tunnel came with: its votes
@@ -93,20 +97,50 @@ func (s *Service) Identified(box string, cert *x509.Certificate) {
 	s.mu.Unlock()
 }
 
-// siteOf lists the approved boxes of b's site, b included, sorted by ID.
+// sitesFresh is how long a tenant's sites are read from a copy: votes
+// come from every box every period, and each needs the voter's site.
+const sitesFresh = 2 * time.Second
+
+// sites are one tenant's approved boxes by site, each site sorted by ID.
+type sites struct {
+	at time.Time
+	by map[siteKey][]fleet.Box
+}
+
+type siteKey struct{ region, site string }
+
+// siteOf lists the approved boxes of b's site, b included (when it is
+// approved), sorted by ID.
 func (s *Service) siteOf(ctx context.Context, b fleet.Box) ([]fleet.Box, error) {
-	all, err := s.cfg.Boxes.Boxes(ctx, b.TenantID)
-	if err != nil {
-		return nil, err
-	}
-	var site []fleet.Box
-	for _, o := range all {
-		if o.State == fleet.StateApproved && o.Site == b.Site && o.Region == b.Region {
-			site = append(site, o)
+	return s.readSite(ctx, b, false)
+}
+
+// readSite is siteOf, reading the fleet again when reread is set.
+func (s *Service) readSite(ctx context.Context, b fleet.Box, reread bool) ([]fleet.Box, error) {
+	now := s.cfg.Now()
+	s.mu.Lock()
+	c, ok := s.sites[b.TenantID]
+	s.mu.Unlock()
+	if reread || !ok || now.Sub(c.at) > sitesFresh || now.Before(c.at) {
+		all, err := s.cfg.Boxes.Boxes(ctx, b.TenantID)
+		if err != nil {
+			return nil, err
 		}
+		c = sites{at: now, by: map[siteKey][]fleet.Box{}}
+		for _, o := range all {
+			if o.State == fleet.StateApproved {
+				k := siteKey{o.Region, o.Site}
+				c.by[k] = append(c.by[k], o)
+			}
+		}
+		for _, site := range c.by {
+			slices.SortFunc(site, func(x, y fleet.Box) int { return strings.Compare(x.ID, y.ID) })
+		}
+		s.mu.Lock()
+		s.sites[b.TenantID] = c
+		s.mu.Unlock()
 	}
-	slices.SortFunc(site, func(x, y fleet.Box) int { return strings.Compare(x.ID, y.ID) })
-	return site, nil
+	return c.by[siteKey{b.Region, b.Site}], nil
 }
 
 func ids(boxes []fleet.Box) []string {
@@ -137,6 +171,12 @@ func (s *Service) Vote(ctx context.Context, box string, r *edgeboxv1.VoteReport)
 		return nil, err
 	}
 	peers := slices.DeleteFunc(ids(site), func(id string) bool { return id == box })
+	if namesOthers(r, peers) { // a box joined since the console last read the site
+		if site, err = s.readSite(ctx, b, true); err != nil {
+			return nil, err
+		}
+		peers = slices.DeleteFunc(ids(site), func(id string) bool { return id == box })
+	}
 	s.mu.Lock()
 	key := s.keys[box]
 	s.mu.Unlock()
@@ -171,6 +211,24 @@ func (s *Service) Vote(ctx context.Context, box string, r *edgeboxv1.VoteReport)
 	return receipt, nil
 }
 
+// namesOthers reports whether a vote of r looks like it names a box not
+// in peers; the votes are not checked yet, so this is only a hint to read
+// the site again.
+func namesOthers(r *edgeboxv1.VoteReport, peers []string) bool {
+	for _, sv := range r.GetVotes() {
+		v := &edgeboxv1.SiteVote{}
+		if proto.Unmarshal(sv.GetVote(), v) != nil {
+			continue
+		}
+		for _, p := range v.GetPeers() {
+			if !slices.Contains(peers, p.GetBoxId()) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
 // Verdict judges box b now.
 func (s *Service) Verdict(ctx context.Context, b fleet.Box) (Verdict, error) {
 	site, err := s.siteOf(ctx, b)
@@ -178,6 +236,39 @@ func (s *Service) Verdict(ctx context.Context, b fleet.Box) (Verdict, error) {
 		return Verdict{}, err
 	}
 	return s.tally.Decide(b.ID, s.cfg.Online(b.ID), ids(site), s.cfg.Now()), nil
+}
+
+// Health is what the API says of box b: its state, and for a box without
+// a tunnel, the grounds ("2 of its site of 3 hear it", "its whole site is
+// out of sight").
+func (s *Service) Health(ctx context.Context, b fleet.Box) (State, string) {
+	if s.cfg.Online(b.ID) {
+		return Online, ""
+	}
+	site, err := s.siteOf(ctx, b)
+	if err != nil {
+		return Unknown, "the console cannot read the box's site: " + err.Error()
+	}
+	now := s.cfg.Now()
+	if len(site) > 1 && s.tally.SiteUnreachable(ids(site), s.cfg.Online, now) {
+		return Unknown, fmt.Sprintf("site unreachable: none of the %d boxes of site %s has a tunnel or voted lately", len(site), b.Site)
+	}
+	v := s.tally.Decide(b.ID, false, ids(site), now)
+	return v.State, fmt.Sprintf("%d of the %d boxes of its site hear it, %d do not; %d decide", v.Alive, len(site), v.Dead, v.Need)
+}
+
+// LineDown reports whether box id has no tunnel but runs, as a strict
+// majority of its site hears it: nothing is moved away from it, and a
+// rollout neither fails it nor tells it anything.
+func (s *Service) LineDown(id string) bool {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	b, err := s.cfg.Boxes.BoxByID(ctx, id)
+	if err != nil {
+		return false
+	}
+	v, err := s.Verdict(ctx, b)
+	return err == nil && v.State == DisconnectedRunning
 }
 
 // SiteUnreachable reports whether b's whole site is out of the console's
@@ -198,6 +289,20 @@ func (s *Service) SyncSite(ctx context.Context, b fleet.Box) error {
 	if err != nil {
 		return err
 	}
+	// A box the copy does not have as it is now joined or changed since
+	// the console read the site, and others may have too: read it again.
+	// A fleet saying hello again after a restart reads it once.
+	if i := slices.IndexFunc(site, func(o fleet.Box) bool { return o.ID == b.ID }); i < 0 || !slices.Equal(site[i].PeerAddrs, b.PeerAddrs) {
+		if site, err = s.readSite(ctx, b, true); err != nil {
+			return err
+		}
+	}
+	// The fleet's record may be older than the hello: b is as it says now.
+	site = slices.DeleteFunc(slices.Clone(site), func(o fleet.Box) bool { return o.ID == b.ID })
+	if b.State == fleet.StateApproved {
+		site = append(site, b)
+		slices.SortFunc(site, func(x, y fleet.Box) int { return strings.Compare(x.ID, y.ID) })
+	}
 	var errs []error
 	for _, box := range site {
 		want := &edgeboxv1.SitePeers{PeriodMillis: uint32(s.cfg.Tally.Period / time.Millisecond)}
@@ -211,6 +316,68 @@ func (s *Service) SyncSite(ctx context.Context, b fleet.Box) error {
 		}
 		if err := s.write(ctx, box.ID, want); err != nil {
 			errs = append(errs, fmt.Errorf("box %s: %w", box.ID, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// SweepEvery is how often Run looks over every site: a box revoked,
+// moved to another site or approved changes its site's peers without a
+// hello from the site.
+const SweepEvery = time.Minute
+
+// Run keeps every site's SitePeers objects up to date until ctx ends.
+func (s *Service) Run(ctx context.Context) error {
+	t := time.NewTicker(SweepEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		}
+		if err := s.sweep(ctx); err != nil && ctx.Err() == nil {
+			s.cfg.Log.Warn("site peers not brought up to date; trying again in a minute", "err", err)
+		}
+	}
+}
+
+// sweep syncs every site that has a box with probe addresses, or a box
+// told of peers before.
+func (s *Service) sweep(ctx context.Context) error {
+	if s.cfg.Tenants == nil {
+		return nil
+	}
+	tenants, err := s.cfg.Tenants(ctx)
+	if err != nil {
+		return err
+	}
+	var errs []error
+	for _, t := range tenants {
+		all, err := s.cfg.Boxes.Boxes(ctx, t)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		done := map[siteKey]bool{}
+		for _, b := range all {
+			k := siteKey{b.Region, b.Site}
+			s.mu.Lock()
+			told := s.written[b.ID] != nil
+			s.mu.Unlock()
+			switch {
+			case b.State != fleet.StateApproved:
+				if told {
+					if err := s.write(ctx, b.ID, nil); err != nil {
+						errs = append(errs, err)
+					}
+				}
+			case !done[k] && (len(b.PeerAddrs) > 0 || told):
+				done[k] = true
+				if err := s.SyncSite(ctx, b); err != nil {
+					errs = append(errs, err)
+				}
+			}
 		}
 	}
 	return errors.Join(errs...)

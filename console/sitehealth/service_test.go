@@ -92,7 +92,9 @@ func shop() boxes {
 func TestEachBoxIsToldItsSitePeers(t *testing.T) {
 	fl := shop()
 	obj := &objects{m: map[string]*edgeboxv1.DesiredObject{}}
-	s := NewService(ServiceConfig{Boxes: fl, Desired: obj, Online: func(string) bool { return true }})
+	now := time.Now()
+	clock := func() time.Time { return now }
+	s := NewService(ServiceConfig{Boxes: fl, Desired: obj, Online: func(string) bool { return true }, Now: clock})
 	if err := s.SyncSite(context.Background(), fl[0]); err != nil {
 		t.Fatal(err)
 	}
@@ -114,13 +116,15 @@ func TestEachBoxIsToldItsSitePeers(t *testing.T) {
 		t.Fatalf("the same peers written again: %d writes", obj.writes)
 	}
 	// A console started afresh reads what the boxes have.
-	s = NewService(ServiceConfig{Boxes: fl, Desired: obj, Online: func(string) bool { return true }})
+	s = NewService(ServiceConfig{Boxes: fl, Desired: obj, Online: func(string) bool { return true }, Now: clock})
 	s.SyncSite(context.Background(), fl[2])
 	if obj.writes != 3 {
 		t.Fatalf("a new console wrote the same peers again: %d writes", obj.writes)
 	}
-	// Box c goes: the others are told, and c's object goes.
+	// Box c goes: once the console reads the fleet again, the others are
+	// told.
 	fl[2].State = fleet.StateRevoked
+	now = now.Add(sitesFresh + time.Second)
 	s.SyncSite(context.Background(), fl[0])
 	if p := obj.m["a"].GetSitePeers().GetPeers(); len(p) != 1 || p[0].GetBoxId() != "b" {
 		t.Fatalf("box a's peers after c was revoked: %v", p)

@@ -1,0 +1,94 @@
+package integration
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/edgebox/edgebox/agent"
+	"github.com/edgebox/edgebox/api"
+	"github.com/edgebox/edgebox/console"
+	"github.com/edgebox/edgebox/internal/test/testenv"
+	"github.com/edgebox/edgebox/internal/test/toxic"
+)
+
+// TestSiteHealthTellsALineFromADeath: three boxes of one site hear each
+// other on their LAN (here three loopback addresses) and vote. Box 1's
+// link to the console is cut: it is "disconnected-running" within three
+// probe periods, as its two peers hear it. Its agent stopped, the peers
+// no longer hear it and it is "down". Back, it is online.
+func TestSiteHealthTellsALineFromADeath(t *testing.T) {
+	t.Parallel()
+	const period = time.Second
+	h := testenv.NewInProcess(t, testenv.Options{Console: func(c *console.Config) { c.SitePeriod = period }})
+	pc, err := net.ListenPacket("udp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := pc.LocalAddr().(*net.UDPAddr).Port
+	pc.Close()
+	link := toxic.New(t, strings.TrimPrefix(h.URL(), "https://"))
+	throughLink := func(c *agent.Config) {
+		c.Dial = func(ctx context.Context, network, _ string) (net.Conn, error) {
+			var d net.Dialer
+			return d.DialContext(ctx, network, link.Addr())
+		}
+	}
+	var boxes []testenv.Box
+	listen := func(i int) func(*agent.Config) {
+		return func(c *agent.Config) {
+			c.SiteListen = []string{fmt.Sprintf("127.0.0.%d:%d", i+1, port)}
+			if i == 0 {
+				throughLink(c)
+			}
+		}
+	}
+	for i := range 3 {
+		b := enrollOne(t, h, fmt.Sprintf("shop-%d", i+1))
+		testenv.StartAgent(t, b, listen(i))
+		boxes = append(boxes, b)
+	}
+	admin := h.Admin()
+	health := func(id string) api.Box {
+		b, err := admin.Box(ctx(t), id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+	testenv.WaitFor(t, 30*time.Second, "the site online", func() bool {
+		for _, b := range boxes {
+			if health(b.ID()).Health != "online" {
+				return false
+			}
+		}
+		return true
+	})
+	// Give the boxes their peers' lists and a vote or two.
+	time.Sleep(3 * period)
+
+	one := boxes[0].ID()
+	link.Cut()
+	cut := time.Now()
+	testenv.WaitFor(t, 3*period+2*time.Second, "box 1 disconnected but running", func() bool {
+		return health(one).Health == "disconnected-running"
+	})
+	t.Logf("box 1 was disconnected-running %v after its link was cut: %s", time.Since(cut).Round(100*time.Millisecond), health(one).HealthDetail)
+
+	boxes[0].Stop(t)
+	stopped := time.Now()
+	testenv.WaitFor(t, 5*period+2*time.Second, "box 1 down once its agent stopped", func() bool { return health(one).Health == "down" })
+	t.Logf("box 1 was down %v after its agent stopped: %s", time.Since(stopped).Round(100*time.Millisecond), health(one).HealthDetail)
+	if b := health(boxes[1].ID()); b.Health != "online" {
+		t.Fatalf("box 2: %s %s", b.Health, b.HealthDetail)
+	}
+
+	if err := link.Heal(); err != nil {
+		t.Fatal(err)
+	}
+	testenv.StartAgent(t, boxes[0], listen(0))
+	testenv.WaitFor(t, 30*time.Second, "box 1 online again", func() bool { return health(one).Health == "online" })
+}
