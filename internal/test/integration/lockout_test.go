@@ -119,9 +119,12 @@ type attacker struct {
 	done  chan struct{}
 }
 
-func startAttacker(t *testing.T, addr string, n int) *attacker {
-	cmd := exec.Command(os.Args[0], "-test.run=^TestIdleHolderProcess$", "-test.count=1")
-	cmd.Env = append(os.Environ(), holderAddrEnv+"="+addr, holderNEnv+"="+strconv.Itoa(n))
+// helperProcess starts this test binary again, running only the test
+// named, with env added; the helper stops when its standard input closes
+// and reports on its standard output.
+func helperProcess(t *testing.T, test string, env ...string) (*exec.Cmd, io.WriteCloser, io.ReadCloser) {
+	cmd := exec.Command(os.Args[0], "-test.run=^"+test+"$", "-test.count=1")
+	cmd.Env = append(os.Environ(), env...)
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -134,6 +137,11 @@ func startAttacker(t *testing.T, addr string, n int) *attacker {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
+	return cmd, stdin, out
+}
+
+func startAttacker(t *testing.T, addr string, n int) *attacker {
+	cmd, stdin, out := helperProcess(t, "TestIdleHolderProcess", holderAddrEnv+"="+addr, holderNEnv+"="+strconv.Itoa(n))
 	a := &attacker{cmd: cmd, stdin: stdin, done: make(chan struct{})}
 	go func() {
 		defer close(a.done)
@@ -269,21 +277,8 @@ type operator struct {
 }
 
 func startOperator(t *testing.T, url, token, caFile string, paths []string) *operator {
-	cmd := exec.Command(os.Args[0], "-test.run=^TestOperatorProcess$", "-test.count=1")
-	cmd.Env = append(os.Environ(), operatorURLEnv+"="+url, operatorTokenEnv+"="+token, operatorCAEnv+"="+caFile,
-		operatorPathsEnv+"="+strings.Join(paths, ","))
-	stdin, err := cmd.StdinPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd.Stderr = os.Stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
+	cmd, stdin, out := helperProcess(t, "TestOperatorProcess", operatorURLEnv+"="+url, operatorTokenEnv+"="+token,
+		operatorCAEnv+"="+caFile, operatorPathsEnv+"="+strings.Join(paths, ","))
 	o := &operator{cmd: cmd, stdin: stdin, done: make(chan struct{})}
 	go func() {
 		defer close(o.done)
