@@ -222,8 +222,8 @@ func New(cfg Config, log *slog.Logger) (_ *Console, err error) {
 	// tunnels came with.
 	sites := sitehealth.NewService(sitehealth.ServiceConfig{Boxes: fl, Desired: c.desired,
 		Online: func(id string) bool { return pres.Presence(id).Online }, Tenants: c.tenantIDs, Now: cfg.Clock,
-		Tally: sitehealth.Config{Period: cfg.SitePeriod},
-		Log:   c.log.With("component", "sitehealth")})
+		Tally: sitehealth.Config{Period: cfg.SitePeriod}, Metrics: promReg,
+		Log: c.log.With("component", "sitehealth")})
 	identify := presence.Identify(fl)
 	srv, err := tunnel.NewServer(tunnel.ServerConfig{Config: cfg.Tunnel,
 		Identify: func(cs tls.ConnectionState) (string, error) {

@@ -97,6 +97,9 @@ type Prober struct {
 	// dropped counts datagrams and handshakes turned away, for tests and
 	// metrics.
 	dropped map[string]int
+	// wrap, when set, wraps every association's UDP connection before
+	// DTLS runs on it: the bandwidth benchmark counts datagrams with it.
+	wrap func(net.Conn) net.Conn
 }
 
 // peer is what this box knows of one peer.
@@ -313,6 +316,9 @@ func addrIP(a net.Addr) netip.Addr {
 // then its heartbeats until it stops sending them.
 func (p *Prober) serve(ctx context.Context, c net.Conn, ip netip.Addr, sem chan struct{}) {
 	var who string
+	if p.wrap != nil {
+		c = p.wrap(c)
+	}
 	hctx, cancel := context.WithTimeout(ctx, handshakeTimeout)
 	dc, err := dtls.ServerWithContext(hctx, c, p.dtlsConfig(func(id string) error {
 		p.mu.Lock()
@@ -471,9 +477,13 @@ func (p *Prober) dialOnce(ctx context.Context, id, addr string) (net.Conn, error
 	if err != nil {
 		return nil, err
 	}
+	var conn net.Conn = raw
+	if p.wrap != nil {
+		conn = p.wrap(raw)
+	}
 	hctx, cancel := context.WithTimeout(ctx, handshakeTimeout)
 	defer cancel()
-	dc, err := dtls.ClientWithContext(hctx, raw, p.dtlsConfig(func(got string) error {
+	dc, err := dtls.ClientWithContext(hctx, conn, p.dtlsConfig(func(got string) error {
 		if got != id {
 			return fmt.Errorf("%s answered as box %s, not %s", addr, got, id)
 		}

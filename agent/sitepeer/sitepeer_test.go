@@ -70,9 +70,17 @@ type box struct {
 
 func startBox(t *testing.T, c *ca, id, ip string, port int) *box {
 	t.Helper()
+	return startBoxPeriod(t, c, id, ip, port, period, nil)
+}
+
+// startBoxPeriod is startBox with a period, and wrap around each
+// association's UDP connection when set.
+func startBoxPeriod(t testing.TB, c *ca, id, ip string, port int, period time.Duration, wrap func(net.Conn) net.Conn) *box {
+	t.Helper()
 	cert := c.box(t, id)
 	addr := fmt.Sprintf("%s:%d", ip, port)
 	p := New(Config{Self: id, Cert: func() *tls.Certificate { return cert }, CA: c.pool, Listen: []string{addr}, Period: period})
+	p.wrap = wrap
 	ctx, cancel := context.WithCancel(context.Background())
 	b := &box{id: id, addr: addr, p: p, stop: cancel, done: make(chan error, 1)}
 	go func() { b.done <- p.Run(ctx) }()
@@ -89,7 +97,7 @@ func (b *box) halt() {
 	<-b.done
 }
 
-func freePort(t *testing.T) int {
+func freePort(t testing.TB) int {
 	t.Helper()
 	c, err := net.ListenPacket("udp", "127.0.0.1:0")
 	if err != nil {

@@ -12,6 +12,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/edgebox/edgebox/console/fleet"
@@ -53,6 +54,8 @@ type ServiceConfig struct {
 	Tally Config
 	Now   func() time.Time
 	Log   *slog.Logger
+	// Metrics, when set, registers the votes taken and refused.
+	Metrics prometheus.Registerer
 }
 
 // Service is the console's side of site health: it lists each box's site
@@ -70,6 +73,9 @@ type Service struct {
 	written map[string]*edgeboxv1.SitePeers
 	// sites are the tenants' sites, read at most every sitesFresh.
 	sites map[string]sites
+	// votes counts votes by what became of them: "current", "kept"
+	// (history only) or "refused".
+	votes *prometheus.CounterVec
 }
 
 // NewService returns a service with no votes yet.
@@ -81,8 +87,14 @@ func NewService(cfg ServiceConfig) *Service {
 	if cfg.Log == nil {
 		cfg.Log = slog.New(slog.DiscardHandler)
 	}
-	return &Service{cfg: cfg, tally: NewTally(cfg.Tally), keys: map[string]*ecdsa.PublicKey{},
-		written: map[string]*edgeboxv1.SitePeers{}, sites: map[string]sites{}}
+	s := &Service{cfg: cfg, tally: NewTally(cfg.Tally), keys: map[string]*ecdsa.PublicKey{},
+		written: map[string]*edgeboxv1.SitePeers{}, sites: map[string]sites{},
+		votes: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "edgebox", Subsystem: "site", Name: "votes_total",
+			Help: "Site health votes the boxes sent, by what became of them: current, kept (history only) or refused."}, []string{"result"})}
+	if cfg.Metrics != nil {
+		cfg.Metrics.MustRegister(s.votes)
+	}
+	return s
 }
 
 // Identified notes the certificate a box's tunnel came with: its votes
@@ -188,6 +200,7 @@ func (s *Service) Vote(ctx context.Context, box string, r *edgeboxv1.VoteReport)
 	for i, sv := range r.GetVotes() {
 		refuse := func(err error) {
 			receipt.Refused = append(receipt.Refused, fmt.Sprintf("vote %d: %v", i, err))
+			s.votes.WithLabelValues("refused").Inc()
 		}
 		v, err := sitevote.Open(sv)
 		if err != nil {
@@ -199,8 +212,12 @@ func (s *Service) Vote(ctx context.Context, box string, r *edgeboxv1.VoteReport)
 			continue
 		}
 		switch err := s.tally.Take(box, peers, v, now); {
-		case err == nil || errors.Is(err, Kept):
+		case err == nil:
 			receipt.Accepted++
+			s.votes.WithLabelValues("current").Inc()
+		case errors.Is(err, Kept):
+			receipt.Accepted++
+			s.votes.WithLabelValues("kept").Inc()
 		default:
 			refuse(err)
 		}

@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/edgebox/edgebox/console/fleet"
 	"github.com/edgebox/edgebox/errdefs"
 	edgeboxv1 "github.com/edgebox/edgebox/proto/edgebox/v1"
@@ -131,7 +133,7 @@ func TestEachBoxIsToldItsSitePeers(t *testing.T) {
 	}
 }
 
-func keyOf(t *testing.T) *ecdsa.PrivateKey {
+func keyOf(t testing.TB) *ecdsa.PrivateKey {
 	k, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
 		t.Fatal(err)
@@ -143,8 +145,9 @@ func TestVotesAreCheckedAgainstTheVotersKey(t *testing.T) {
 	fl := shop()
 	online := map[string]bool{"b": true, "c": true}
 	now := time.Now()
+	reg := prometheus.NewRegistry()
 	s := NewService(ServiceConfig{Boxes: fl, Desired: &objects{m: map[string]*edgeboxv1.DesiredObject{}},
-		Online: func(id string) bool { return online[id] }, Now: func() time.Time { return now }})
+		Online: func(id string) bool { return online[id] }, Now: func() time.Time { return now }, Metrics: reg})
 	ctx := context.Background()
 	kb, kc := keyOf(t), keyOf(t)
 	sign := func(k *ecdsa.PrivateKey, v *edgeboxv1.SiteVote) *edgeboxv1.SignedVote {
@@ -183,6 +186,16 @@ func TestVotesAreCheckedAgainstTheVotersKey(t *testing.T) {
 	}
 	if v, _ := s.Verdict(ctx, fl[0]); v.State != DisconnectedRunning {
 		t.Fatalf("box a, heard by b and c of a site of three: %v", v)
+	}
+	counts := map[string]float64{}
+	mfs, _ := reg.Gather()
+	for _, mf := range mfs {
+		for _, m := range mf.GetMetric() {
+			counts[m.GetLabel()[0].GetValue()] = m.GetCounter().GetValue()
+		}
+	}
+	if counts["current"] != 2 || counts["refused"] != 4 {
+		t.Fatalf("edgebox_site_votes_total: %v, want 2 current and 4 refused", counts)
 	}
 	if _, err := s.Vote(ctx, "d", &edgeboxv1.VoteReport{}); !errors.Is(err, errdefs.ErrPermission) {
 		t.Fatalf("a box not approved voted: %v", err)

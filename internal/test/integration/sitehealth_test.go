@@ -73,14 +73,14 @@ func TestSiteHealthTellsALineFromADeath(t *testing.T) {
 	one := boxes[0].ID()
 	link.Cut()
 	cut := time.Now()
-	testenv.WaitFor(t, 3*period+2*time.Second, "box 1 disconnected but running", func() bool {
+	testenv.WaitFor(t, 3*period+3*time.Second, "box 1 disconnected but running", func() bool {
 		return health(one).Health == "disconnected-running"
 	})
 	t.Logf("box 1 was disconnected-running %v after its link was cut: %s", time.Since(cut).Round(100*time.Millisecond), health(one).HealthDetail)
 
 	boxes[0].Stop(t)
 	stopped := time.Now()
-	testenv.WaitFor(t, 5*period+2*time.Second, "box 1 down once its agent stopped", func() bool { return health(one).Health == "down" })
+	testenv.WaitFor(t, 5*period+3*time.Second, "box 1 down once its agent stopped", func() bool { return health(one).Health == "down" })
 	t.Logf("box 1 was down %v after its agent stopped: %s", time.Since(stopped).Round(100*time.Millisecond), health(one).HealthDetail)
 	if b := health(boxes[1].ID()); b.Health != "online" {
 		t.Fatalf("box 2: %s %s", b.Health, b.HealthDetail)
