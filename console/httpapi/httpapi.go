@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/gin-gonic/gin"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/edgebox/edgebox/api"
 	"github.com/edgebox/edgebox/console/agentrel"
@@ -44,6 +45,41 @@ type Sessions interface {
 	Drop(boxID string) bool
 }
 
+// NewLatency is the API's latency histogram,
+// edgebox_api_request_seconds by method, route (its pattern, such as
+// /api/v1/boxes/:id) and status class, registered with reg.
+func NewLatency(reg prometheus.Registerer) *prometheus.HistogramVec {
+	h := prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: "edgebox", Subsystem: "api", Name: "request_seconds",
+		Help:    "Time to answer an API call, by method, route and status class.",
+		Buckets: []float64{0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10}}, []string{"method", "route", "code"})
+	reg.MustRegister(h)
+	return h
+}
+
+// timed records each call's time in h. Routes nothing matched count as
+// one route, so a scan of random paths adds no series.
+func timed(h *prometheus.HistogramVec) gin.HandlerFunc {
+	return func(c *gin.Context) {
+		start := time.Now()
+		c.Next()
+		route := c.FullPath()
+		if route == "" {
+			route = "unmatched"
+		}
+		if strings.HasPrefix(route, "/v2/") {
+			route = "/v2/*path"
+		}
+		code := strconv.Itoa(c.Writer.Status()/100) + "xx"
+		method := c.Request.Method
+		switch method {
+		case http.MethodGet, http.MethodHead, http.MethodPost, http.MethodPut, http.MethodPatch, http.MethodDelete, http.MethodOptions:
+		default:
+			method = "other" // any word is a method: no series for each
+		}
+		h.WithLabelValues(method, route, code).Observe(time.Since(start).Seconds())
+	}
+}
+
 // Sites is site health as the API shows it.
 type Sites interface {
 	Health(ctx context.Context, b fleet.Box) (state sitehealth.State, detail string)
@@ -62,7 +98,9 @@ type Deps struct {
 	Sessions   Sessions
 	// Sites judges boxes without a tunnel by their site's votes; nil
 	// judges none.
-	Sites     Sites
+	Sites Sites
+	// Latency, when set, times every call (NewLatency).
+	Latency   *prometheus.HistogramVec
 	Desired   *desired.State
 	Downloads *dist.Dir
 	// Registry is the console's OCI registry, served at /v2/ to operators.
@@ -95,6 +133,9 @@ func New(d Deps) http.Handler {
 	s := &server{d}
 	r := gin.New()
 	r.Use(gin.Recovery())
+	if d.Latency != nil {
+		r.Use(timed(d.Latency))
+	}
 	r.HandleMethodNotAllowed = true
 	r.NoRoute(func(c *gin.Context) {
 		p := c.Request.URL.Path

@@ -92,7 +92,7 @@ func NewService(cfg ServiceConfig) *Service {
 		votes: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "edgebox", Subsystem: "site", Name: "votes_total",
 			Help: "Site health votes the boxes sent, by what became of them: current, kept (history only) or refused."}, []string{"result"})}
 	if cfg.Metrics != nil {
-		cfg.Metrics.MustRegister(s.votes)
+		cfg.Metrics.MustRegister(s.votes, s.Collector())
 	}
 	return s
 }
@@ -439,4 +439,49 @@ func (s *Service) remember(box string, p *edgeboxv1.SitePeers) {
 	s.mu.Lock()
 	s.written[box] = p
 	s.mu.Unlock()
+}
+
+// Collector is edgebox_boxes by region and state, counted at each scrape:
+// approved boxes by health (online, disconnected-running, down,
+// unknown), the others by their state (pending, revoked).
+func (s *Service) Collector() prometheus.Collector { return boxStates{s} }
+
+type boxStates struct{ s *Service }
+
+var boxesDesc = prometheus.NewDesc("edgebox_boxes", "Boxes by region and state: approved ones by health (online, disconnected-running, down, unknown), the others as pending or revoked.",
+	[]string{"region", "state"}, nil)
+
+func (b boxStates) Describe(ch chan<- *prometheus.Desc) { ch <- boxesDesc }
+
+func (b boxStates) Collect(ch chan<- prometheus.Metric) {
+	if b.s.cfg.Tenants == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	tenants, err := b.s.cfg.Tenants(ctx)
+	if err != nil {
+		b.s.cfg.Log.Warn("boxes by state not counted", "err", err)
+		return
+	}
+	type key struct{ region, state string }
+	counts := map[key]int{}
+	for _, t := range tenants {
+		all, err := b.s.cfg.Boxes.Boxes(ctx, t)
+		if err != nil {
+			b.s.cfg.Log.Warn("boxes by state not counted", "tenant", t, "err", err)
+			continue
+		}
+		for _, box := range all {
+			state := string(box.State)
+			if box.State == fleet.StateApproved {
+				st, _ := b.s.Health(ctx, box)
+				state = string(st)
+			}
+			counts[key{box.Region, state}]++
+		}
+	}
+	for k, n := range counts {
+		ch <- prometheus.MustNewConstMetric(boxesDesc, prometheus.GaugeValue, float64(n), k.region, k.state)
+	}
 }

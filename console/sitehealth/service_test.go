@@ -7,6 +7,7 @@ import (
 	"crypto/rand"
 	"crypto/x509"
 	"errors"
+	"fmt"
 	"strings"
 	"sync"
 	"testing"
@@ -147,7 +148,8 @@ func TestVotesAreCheckedAgainstTheVotersKey(t *testing.T) {
 	now := time.Now()
 	reg := prometheus.NewRegistry()
 	s := NewService(ServiceConfig{Boxes: fl, Desired: &objects{m: map[string]*edgeboxv1.DesiredObject{}},
-		Online: func(id string) bool { return online[id] }, Now: func() time.Time { return now }, Metrics: reg})
+		Online: func(id string) bool { return online[id] }, Now: func() time.Time { return now }, Metrics: reg,
+		Tenants: func(context.Context) ([]string, error) { return []string{"t"}, nil }})
 	ctx := context.Background()
 	kb, kc := keyOf(t), keyOf(t)
 	sign := func(k *ecdsa.PrivateKey, v *edgeboxv1.SiteVote) *edgeboxv1.SignedVote {
@@ -190,12 +192,29 @@ func TestVotesAreCheckedAgainstTheVotersKey(t *testing.T) {
 	counts := map[string]float64{}
 	mfs, _ := reg.Gather()
 	for _, mf := range mfs {
+		if mf.GetName() != "edgebox_site_votes_total" {
+			continue
+		}
 		for _, m := range mf.GetMetric() {
 			counts[m.GetLabel()[0].GetValue()] = m.GetCounter().GetValue()
 		}
 	}
 	if counts["current"] != 2 || counts["refused"] != 4 {
 		t.Fatalf("edgebox_site_votes_total: %v, want 2 current and 4 refused", counts)
+	}
+	// edgebox_boxes: a is disconnected-running (b and c hear it), b and c
+	// online, d pending; e is alone in its site and offline: unknown.
+	states := map[string]float64{}
+	for _, mf := range mfs {
+		if mf.GetName() != "edgebox_boxes" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			states[m.GetLabel()[1].GetValue()] += m.GetGauge().GetValue()
+		}
+	}
+	if want := map[string]float64{"disconnected-running": 1, "online": 2, "pending": 1, "unknown": 1}; fmt.Sprint(states) != fmt.Sprint(want) {
+		t.Fatalf("edgebox_boxes by state: %v, want %v", states, want)
 	}
 	if _, err := s.Vote(ctx, "d", &edgeboxv1.VoteReport{}); !errors.Is(err, errdefs.ErrPermission) {
 		t.Fatalf("a box not approved voted: %v", err)

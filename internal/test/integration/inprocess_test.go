@@ -15,6 +15,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
+
 	"github.com/edgebox/edgebox/api"
 	"github.com/edgebox/edgebox/console"
 	"github.com/edgebox/edgebox/internal/test/testenv"
@@ -247,10 +250,20 @@ func TestHTTP2AndMetrics(t *testing.T) {
 		return strings.Contains(string(body), `edgebox_admission_sessions_total{result="caught_up"} 1`)
 	})
 	for _, want := range []string{"edgebox_tunnel_sessions 1", `edgebox_tunnel_handshakes_total{result="ok"}`, "edgebox_tunnel_ping_rtt_seconds",
-		`edgebox_admission_sessions_total{result="admitted"} 1`, "edgebox_admission_in_flight 0", "edgebox_admission_limit 256"} {
+		`edgebox_admission_sessions_total{result="admitted"} 1`, "edgebox_admission_in_flight 0", "edgebox_admission_limit 256",
+		`edgebox_boxes{region="east",state="online"} 1`, `edgebox_api_request_seconds_count{code="4xx",method="GET",route="/metrics"} 1`} {
 		if !strings.Contains(string(body), want) {
 			t.Errorf("metrics lack %q", want)
 		}
+	}
+	// What Prometheus reads, it parses.
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	families, err := parser.TextToMetricFamilies(bytes.NewReader(body))
+	if err != nil {
+		t.Fatalf("the console's /metrics does not parse: %v", err)
+	}
+	if len(families) < 20 {
+		t.Fatalf("the console's /metrics has %d families", len(families))
 	}
 }
 
