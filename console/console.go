@@ -261,6 +261,7 @@ func New(cfg Config, log *slog.Logger) (_ *Console, err error) {
 	c.rpc = agentrpc.NewServer(agentrpc.Config{Fleet: fl, PKI: authority, Apps: catalogue, Agents: agents, Sites: sites, BoxCertTTL: cfg.BoxCertTTL,
 		Version: Version, CapabilityVersion: CapabilityVersion, BeforeHello: cfg.Hooks.BeforeHello}, srv.Listen(tunnel.KindRPC), c.log)
 	c.registry = boxregistry.New(reg, c.desired, registryHosts, agents, srv.Listen(tunnel.KindRegistry), c.log)
+	promReg.MustRegister(c.registry.Metrics())
 	c.usb = usbbroker.New(usbbroker.Config{Keys: keyRegistry, Boxes: fl.BoxByID, Tunnel: srv, Listener: srv.Listen(tunnel.KindUSBIP),
 		Log: c.log.With("component", "usbbroker")})
 	if c.compactor, err = store.NewCompactor(st, cfg.CompactEvery, cfg.KeepRevisions, c.log); err != nil {
@@ -276,6 +277,8 @@ func New(cfg Config, log *slog.Logger) (_ *Console, err error) {
 
 	c.remote = sessions.New(sessions.Config{Store: st, Agents: c.agents, Tunnel: srv, Dir: filepath.Join(cfg.DataDir, "recordings"),
 		IdleTimeout: cfg.SessionIdleTimeout, MaxDuration: cfg.SessionMaxDuration, Now: cfg.Clock, Log: c.log})
+	promReg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: "edgebox", Subsystem: "remote", Name: "sessions",
+		Help: "Remote maintenance sessions (shells, screens, port forwards, file copies) open now."}, func() float64 { return float64(c.remote.Live()) }))
 
 	if c.port, err = port.New(ln, authority, srv, c.admission, cfg.Config, promReg, c.log); err != nil {
 		return nil, err

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/opencontainers/go-digest"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/edgebox/edgebox/console/agentrel"
 	"github.com/edgebox/edgebox/console/desired"
@@ -27,9 +28,14 @@ type boxKey struct{}
 
 // Server serves the registry to boxes.
 type Server struct {
-	hs *http.Server
-	l  net.Listener
+	hs     *http.Server
+	l      net.Listener
+	pulled *prometheus.CounterVec
 }
+
+// Metrics are the bytes served to boxes, for the console's registry of
+// metrics.
+func (s *Server) Metrics() prometheus.Collector { return s.pulled }
 
 // New returns the server of reg on l, the tunnel's "registry" streams,
 // letting each box pull what st's workloads for it name in the registry
@@ -44,8 +50,13 @@ func New(reg *registry.Registry, st *desired.State, hosts []string, agents Agent
 			serveAgent(w, r, boxOf(r), agents)
 		})
 	}
-	return &Server{l: l, hs: &http.Server{
-		Handler:           accessLog(mux, boxOf, log),
+	pulled := prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "edgebox", Subsystem: "registry", Name: "served_bytes_total",
+		Help: "Bytes the registry served to boxes through their tunnels, by what: manifest, blob or agent (binary)."}, []string{"what"})
+	for _, w := range []string{"manifest", "blob", "agent"} {
+		pulled.WithLabelValues(w) // each shown from the start, at 0
+	}
+	return &Server{l: l, pulled: pulled, hs: &http.Server{
+		Handler:           accessLog(mux, boxOf, pulled, log),
 		ReadHeaderTimeout: 30 * time.Second,
 		MaxHeaderBytes:    64 << 10,
 		ConnContext: func(ctx context.Context, c net.Conn) context.Context {
@@ -59,15 +70,23 @@ func New(reg *registry.Registry, st *desired.State, hosts []string, agents Agent
 
 // accessLog logs every request a box makes, with what was answered: who
 // pulled what, when, is the registry's access log.
-func accessLog(h http.Handler, boxOf func(*http.Request) string, log *slog.Logger) http.Handler {
+func accessLog(h http.Handler, boxOf func(*http.Request) string, pulled *prometheus.CounterVec, log *slog.Logger) http.Handler {
 	if log == nil {
-		return h
+		log = slog.New(slog.DiscardHandler)
 	}
 	log = log.With("component", "box registry")
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
 		cw := &countingWriter{ResponseWriter: w, status: http.StatusOK}
 		h.ServeHTTP(cw, r)
+		what := "blob"
+		switch {
+		case strings.HasPrefix(r.URL.Path, "/edgebox/agent/"):
+			what = "agent"
+		case strings.Contains(r.URL.Path, "/manifests/"):
+			what = "manifest"
+		}
+		pulled.WithLabelValues(what).Add(float64(cw.n))
 		log.Info("box pull", "box_id", boxOf(r), "method", r.Method, "path", r.URL.Path, "status", cw.status,
 			"bytes", cw.n, "took", time.Since(start).Round(time.Millisecond))
 	})

@@ -423,6 +423,13 @@ func cmpOr(a, b string) string {
 	return b
 }
 
+// Live is how many sessions run now.
+func (b *Broker) Live() int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return len(b.live)
+}
+
 // Full reports whether the console runs as many sessions as it may.
 func (b *Broker) Full() bool {
 	b.mu.Lock()

@@ -91,6 +91,9 @@ func NewService(cfg ServiceConfig) *Service {
 		written: map[string]*edgeboxv1.SitePeers{}, sites: map[string]sites{},
 		votes: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "edgebox", Subsystem: "site", Name: "votes_total",
 			Help: "Site health votes the boxes sent, by what became of them: current, kept (history only) or refused."}, []string{"result"})}
+	for _, r := range []string{"current", "kept", "refused"} {
+		s.votes.WithLabelValues(r) // each shown from the start, at 0
+	}
 	if cfg.Metrics != nil {
 		cfg.Metrics.MustRegister(s.votes, s.Collector())
 	}

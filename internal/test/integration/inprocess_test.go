@@ -5,11 +5,15 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"encoding/json"
 	"io"
 	"log/slog"
 	"net"
 	"net/http"
 	"net/url"
+	"os"
+	"path/filepath"
+	"regexp"
 	"strings"
 	"sync"
 	"testing"
@@ -251,7 +255,7 @@ func TestHTTP2AndMetrics(t *testing.T) {
 	})
 	for _, want := range []string{"edgebox_tunnel_sessions 1", `edgebox_tunnel_handshakes_total{result="ok"}`, "edgebox_tunnel_ping_rtt_seconds",
 		`edgebox_admission_sessions_total{result="admitted"} 1`, "edgebox_admission_in_flight 0", "edgebox_admission_limit 256",
-		`edgebox_boxes{region="east",state="online"} 1`, `edgebox_api_request_seconds_count{code="4xx",method="GET",route="/metrics"} 1`} {
+		`edgebox_boxes{region="east",state="online"} 1`, "edgebox_remote_sessions 0", `edgebox_api_request_seconds_count{code="4xx",method="GET",route="/metrics"} 1`} {
 		if !strings.Contains(string(body), want) {
 			t.Errorf("metrics lack %q", want)
 		}
@@ -264,6 +268,38 @@ func TestHTTP2AndMetrics(t *testing.T) {
 	}
 	if len(families) < 20 {
 		t.Fatalf("the console's /metrics has %d families", len(families))
+	}
+	// Every metric the shipped Grafana dashboard graphs is one the
+	// console serves.
+	raw, err := os.ReadFile(filepath.Join("..", "..", "..", "docs", "grafana", "edgebox-console.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var dash struct {
+		Panels []struct {
+			Title   string
+			Targets []struct{ Expr string }
+		}
+	}
+	if err := json.Unmarshal(raw, &dash); err != nil || len(dash.Panels) == 0 {
+		t.Fatalf("docs/grafana/edgebox-console.json: %d panels, %v", len(dash.Panels), err)
+	}
+	for _, p := range dash.Panels {
+		for _, tg := range p.Targets {
+			names := regexp.MustCompile(`edgebox_[a-z_]+`).FindAllString(tg.Expr, -1)
+			if len(names) == 0 {
+				t.Errorf("panel %q graphs no edgebox metric: %s", p.Title, tg.Expr)
+			}
+			for _, n := range names {
+				base := n
+				for _, suffix := range []string{"_bucket", "_count", "_sum"} {
+					base = strings.TrimSuffix(base, suffix)
+				}
+				if families[n] == nil && families[base] == nil {
+					t.Errorf("panel %q graphs %s, which the console does not serve", p.Title, n)
+				}
+			}
+		}
 	}
 }
 

@@ -42,6 +42,10 @@ func TestVMDeployedFromTheRegistry(t *testing.T) {
 		l, err := admin.Logs(ctx(t), box.ID(), "guest", 50)
 		return err == nil && strings.Contains(l.Text, "hello from-the-console")
 	})
+	// The console counted what it served the box.
+	if pulled := sumMetric(consoleMetrics(t, h), "edgebox_registry_served_bytes_total"); pulled < 10<<20 {
+		t.Errorf("edgebox_registry_served_bytes_total = %v after the box pulled the VM's disk", pulled)
+	}
 	out, err := exec.Command("qemu-img", "info", "-U", d.OverlayPath("guest")).CombinedOutput()
 	if err != nil || !strings.Contains(string(out), "backing file:") || !strings.Contains(string(out), "disk.qcow2") {
 		t.Fatalf("the VM does not run on an overlay of the pulled disk: %v\n%s", err, out)
