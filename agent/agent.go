@@ -334,10 +334,6 @@ func (a *Agent) onSession(_ *tunnel.Session, up bool) {
 			default:
 			}
 		}
-		a.upMu.Lock()
-		close(a.sessionUp)
-		a.sessionUp = make(chan struct{})
-		a.upMu.Unlock()
 	}
 	a.setStatus(func(s *Status) {
 		if s.Connected != up {
@@ -345,6 +341,12 @@ func (a *Agent) onSession(_ *tunnel.Session, up bool) {
 		}
 		s.Connected = up
 	})
+	if up { // after the status says so: who wakes finds the box connected
+		a.upMu.Lock()
+		close(a.sessionUp)
+		a.sessionUp = make(chan struct{})
+		a.upMu.Unlock()
+	}
 }
 
 // nextSession is closed when the next tunnel session comes up.
@@ -460,6 +462,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	if len(a.cfg.SiteListen) > 0 {
 		runWork(func(ctx context.Context) { a.siteHealth(ctx, client) })
 	}
+	runWork(func(ctx context.Context) { a.reportVitals(ctx, client) })
 	runWork(a.syncLoop)
 	g.Go(func() error {
 		a.wipeLoop(gctx, func() { stopWork(); work.Wait() })

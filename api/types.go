@@ -47,6 +47,22 @@ type Box struct {
 	CertNotAfter time.Time  `json:"cert_not_after"`
 	// Wipe is set for a box revoked with a wipe.
 	Wipe *BoxWipe `json:"wipe,omitempty"`
+	// Vitals are the box's latest figures of itself, reported each
+	// minute; absent until its first report to this console.
+	Vitals *BoxVitals `json:"vitals,omitempty"`
+}
+
+// BoxVitals are a box's own figures at one moment (its latest report). A
+// figure its operating system does not tell is 0.
+type BoxVitals struct {
+	CPUPercent         float64   `json:"cpu_percent"`
+	MemoryUsedBytes    uint64    `json:"memory_used_bytes"`
+	MemoryTotalBytes   uint64    `json:"memory_total_bytes"`
+	DiskUsedBytes      uint64    `json:"disk_used_bytes"`
+	DiskTotalBytes     uint64    `json:"disk_total_bytes"`
+	TemperatureCelsius float64   `json:"temperature_celsius,omitempty"`
+	UptimeSeconds      uint64    `json:"uptime_seconds"`
+	ReportedAt         time.Time `json:"reported_at"`
 }
 
 // RevokeRequest is the optional body of POST /api/v1/boxes/{id}/revoke.

@@ -32,6 +32,7 @@ import (
 	"github.com/edgebox/edgebox/console/auth"
 	"github.com/edgebox/edgebox/console/boxregistry"
 	"github.com/edgebox/edgebox/console/boxsync"
+	"github.com/edgebox/edgebox/console/boxvitals"
 	"github.com/edgebox/edgebox/console/db"
 	"github.com/edgebox/edgebox/console/desired"
 	"github.com/edgebox/edgebox/console/dist"
@@ -258,7 +259,8 @@ func New(cfg Config, log *slog.Logger) (_ *Console, err error) {
 		return nil, fmt.Errorf("console: agent releases: %w", err)
 	}
 	c.sites = sites
-	c.rpc = agentrpc.NewServer(agentrpc.Config{Fleet: fl, PKI: authority, Apps: catalogue, Agents: agents, Sites: sites, BoxCertTTL: cfg.BoxCertTTL,
+	vitals := boxvitals.New()
+	c.rpc = agentrpc.NewServer(agentrpc.Config{Fleet: fl, PKI: authority, Apps: catalogue, Agents: agents, Sites: sites, Vitals: vitals, BoxCertTTL: cfg.BoxCertTTL,
 		Version: Version, CapabilityVersion: CapabilityVersion, BeforeHello: cfg.Hooks.BeforeHello}, srv.Listen(tunnel.KindRPC), c.log)
 	c.registry = boxregistry.New(reg, c.desired, registryHosts, agents, srv.Listen(tunnel.KindRegistry), c.log)
 	promReg.MustRegister(c.registry.Metrics())
@@ -286,7 +288,7 @@ func New(cfg Config, log *slog.Logger) (_ *Console, err error) {
 	c.api = &http.Server{
 		Handler: httpapi.New(httpapi.Deps{
 			Fleet: fl, Audit: auditLog, Tokens: tokens, Users: c.users, SessionTTL: cfg.SessionTTL,
-			Throttle: auth.NewThrottle(auth.DefaultThrottleConfig, now), PKI: authority, Sessions: pres, Sites: sites, Desired: c.desired, Downloads: downloads,
+			Throttle: auth.NewThrottle(auth.DefaultThrottleConfig, now), PKI: authority, Sessions: pres, Sites: sites, Vitals: vitals, Desired: c.desired, Downloads: downloads,
 			Registry: reg, RegistryHosts: registryHosts, Apps: catalogue, Agents: c.agents, Keys: keyRegistry, Rollouts: c.rollouts, AgentReleases: agents,
 			RemoteSessions: c.remote, Latency: httpapi.NewLatency(promReg),
 			ConsoleURL: public, BoxCertTTL: cfg.BoxCertTTL, Log: c.log,

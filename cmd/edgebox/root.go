@@ -225,6 +225,27 @@ func tokenCmd(out printer) *cobra.Command {
 	return c
 }
 
+// vitalsLine says a box's vitals in one line: "CPU 12% · memory 1.0 of
+// 4.0 GiB · disk 10 of 100 GiB · 48 °C · up 3h0m0s (reported 20s ago)".
+func vitalsLine(v *api.BoxVitals) string {
+	gib := func(n uint64) string { return fmt.Sprintf("%.1f", float64(n)/(1<<30)) }
+	parts := []string{fmt.Sprintf("CPU %.0f%%", v.CPUPercent)}
+	if v.MemoryTotalBytes > 0 {
+		parts = append(parts, "memory "+gib(v.MemoryUsedBytes)+" of "+gib(v.MemoryTotalBytes)+" GiB")
+	}
+	if v.DiskTotalBytes > 0 {
+		parts = append(parts, "disk "+gib(v.DiskUsedBytes)+" of "+gib(v.DiskTotalBytes)+" GiB")
+	}
+	if v.TemperatureCelsius != 0 {
+		parts = append(parts, fmt.Sprintf("%.0f °C", v.TemperatureCelsius))
+	}
+	if v.UptimeSeconds > 0 {
+		parts = append(parts, "up "+(time.Duration(v.UptimeSeconds)*time.Second).String())
+	}
+	at := v.ReportedAt
+	return strings.Join(parts, " · ") + " (reported " + ago(&at) + ")"
+}
+
 func ago(t *time.Time) string {
 	if t == nil {
 		return "never"
@@ -281,6 +302,9 @@ func boxesCmd(out printer) *cobra.Command {
 					table(w, []api.Box{b})
 					if b.HealthDetail != "" {
 						fmt.Fprintf(w, "\nhealth: %s: %s\n", b.Health, b.HealthDetail)
+					}
+					if v := b.Vitals; v != nil {
+						fmt.Fprintf(w, "\nvitals: %s\n", vitalsLine(v))
 					}
 				})
 			},

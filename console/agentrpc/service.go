@@ -44,6 +44,10 @@ type Config struct {
 		Vote(ctx context.Context, box string, r *edgeboxv1.VoteReport) (*edgeboxv1.VoteReceipt, error)
 		SyncSite(ctx context.Context, b fleet.Box) error
 	}
+	// Vitals keeps what boxes report of themselves; nil keeps nothing.
+	Vitals interface {
+		Put(box string, v *edgeboxv1.Vitals, at time.Time) error
+	}
 	// BoxCertTTL is the lifetime of the certificates Renew signs.
 	BoxCertTTL time.Duration
 	// Version and CapabilityVersion are the console's, told to each box
@@ -206,6 +210,21 @@ func (s *consoleService) Vote(ctx context.Context, req *edgeboxv1.VoteReport) (*
 		return nil, s.fail("Vote", id, err)
 	}
 	return r, nil
+}
+
+// ReportVitals keeps a box's latest figures.
+func (s *consoleService) ReportVitals(ctx context.Context, v *edgeboxv1.Vitals) (*edgeboxv1.VitalsReceipt, error) {
+	id, err := boxOf(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if s.cfg.Vitals == nil {
+		return nil, s.fail("ReportVitals", id, errdefs.Unavailable("this console keeps no vitals"))
+	}
+	if err := s.cfg.Vitals.Put(id, v, time.Now()); err != nil {
+		return nil, s.fail("ReportVitals", id, err)
+	}
+	return &edgeboxv1.VitalsReceipt{}, nil
 }
 
 func (s *consoleService) Renew(ctx context.Context, req *edgeboxv1.RenewRequest) (*edgeboxv1.RenewResponse, error) {

@@ -22,6 +22,7 @@ import (
 	"github.com/edgebox/edgebox/console/apps"
 	"github.com/edgebox/edgebox/console/audit"
 	"github.com/edgebox/edgebox/console/auth"
+	"github.com/edgebox/edgebox/console/boxvitals"
 	"github.com/edgebox/edgebox/console/desired"
 	"github.com/edgebox/edgebox/console/dist"
 	"github.com/edgebox/edgebox/console/events"
@@ -99,6 +100,10 @@ type Deps struct {
 	// Sites judges boxes without a tunnel by their site's votes; nil
 	// judges none.
 	Sites Sites
+	// Vitals are the boxes' latest figures of themselves; nil shows none.
+	Vitals interface {
+		Get(box string) (boxvitals.Report, bool)
+	}
 	// Latency, when set, times every call (NewLatency).
 	Latency   *prometheus.HistogramVec
 	Desired   *desired.State
@@ -377,6 +382,15 @@ func (s *server) view(ctx context.Context, b fleet.Box) api.Box {
 	case s.Sites != nil && b.State == fleet.StateApproved:
 		st, detail := s.Sites.Health(ctx, b)
 		v.Health, v.HealthDetail = string(st), detail
+	}
+	if s.Vitals != nil {
+		if r, ok := s.Vitals.Get(b.ID); ok {
+			x := r.Vitals
+			at := r.At.UTC()
+			v.Vitals = &api.BoxVitals{CPUPercent: float64(x.GetCpuPercent()), MemoryUsedBytes: x.GetMemoryUsedBytes(),
+				MemoryTotalBytes: x.GetMemoryTotalBytes(), DiskUsedBytes: x.GetDiskUsedBytes(), DiskTotalBytes: x.GetDiskTotalBytes(),
+				TemperatureCelsius: float64(x.GetTemperatureCelsius()), UptimeSeconds: x.GetUptimeSeconds(), ReportedAt: at}
+		}
 	}
 	if p.Online {
 		v.RTTMillis = float64(p.RTT.Microseconds()) / 1000

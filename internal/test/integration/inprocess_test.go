@@ -260,6 +260,11 @@ func TestHTTP2AndMetrics(t *testing.T) {
 			t.Errorf("metrics lack %q", want)
 		}
 	}
+	// The box told its vitals as it came online.
+	testenv.WaitFor(t, 10*time.Second, "the box's vitals", func() bool {
+		v := testenv.BoxState(t, h, box.ID()).Vitals
+		return v != nil && v.MemoryTotalBytes > 0 && v.UptimeSeconds > 0 && v.DiskTotalBytes > 0
+	})
 	// What Prometheus reads, it parses.
 	parser := expfmt.NewTextParser(model.UTF8Validation)
 	families, err := parser.TextToMetricFamilies(bytes.NewReader(body))

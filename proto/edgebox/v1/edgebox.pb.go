@@ -463,6 +463,140 @@ func (x *PingResponse) GetAgentTimeUnixNano() int64 {
 	return 0
 }
 
+// Vitals are a box's own figures at one moment. A figure the box's
+// operating system does not tell is 0.
+type Vitals struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// cpu_percent is the share of all the box's CPUs that was busy since
+	// the last report, 0 to 100.
+	CpuPercent       float32 `protobuf:"fixed32,1,opt,name=cpu_percent,json=cpuPercent,proto3" json:"cpu_percent,omitempty"`
+	MemoryUsedBytes  uint64  `protobuf:"varint,2,opt,name=memory_used_bytes,json=memoryUsedBytes,proto3" json:"memory_used_bytes,omitempty"`
+	MemoryTotalBytes uint64  `protobuf:"varint,3,opt,name=memory_total_bytes,json=memoryTotalBytes,proto3" json:"memory_total_bytes,omitempty"`
+	// disk_*: the file system holding the agent's data.
+	DiskUsedBytes  uint64 `protobuf:"varint,4,opt,name=disk_used_bytes,json=diskUsedBytes,proto3" json:"disk_used_bytes,omitempty"`
+	DiskTotalBytes uint64 `protobuf:"varint,5,opt,name=disk_total_bytes,json=diskTotalBytes,proto3" json:"disk_total_bytes,omitempty"`
+	// temperature_celsius is the hottest of its thermal zones.
+	TemperatureCelsius float32 `protobuf:"fixed32,6,opt,name=temperature_celsius,json=temperatureCelsius,proto3" json:"temperature_celsius,omitempty"`
+	UptimeSeconds      uint64  `protobuf:"varint,7,opt,name=uptime_seconds,json=uptimeSeconds,proto3" json:"uptime_seconds,omitempty"`
+	unknownFields      protoimpl.UnknownFields
+	sizeCache          protoimpl.SizeCache
+}
+
+func (x *Vitals) Reset() {
+	*x = Vitals{}
+	mi := &file_edgebox_v1_edgebox_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Vitals) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Vitals) ProtoMessage() {}
+
+func (x *Vitals) ProtoReflect() protoreflect.Message {
+	mi := &file_edgebox_v1_edgebox_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Vitals.ProtoReflect.Descriptor instead.
+func (*Vitals) Descriptor() ([]byte, []int) {
+	return file_edgebox_v1_edgebox_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *Vitals) GetCpuPercent() float32 {
+	if x != nil {
+		return x.CpuPercent
+	}
+	return 0
+}
+
+func (x *Vitals) GetMemoryUsedBytes() uint64 {
+	if x != nil {
+		return x.MemoryUsedBytes
+	}
+	return 0
+}
+
+func (x *Vitals) GetMemoryTotalBytes() uint64 {
+	if x != nil {
+		return x.MemoryTotalBytes
+	}
+	return 0
+}
+
+func (x *Vitals) GetDiskUsedBytes() uint64 {
+	if x != nil {
+		return x.DiskUsedBytes
+	}
+	return 0
+}
+
+func (x *Vitals) GetDiskTotalBytes() uint64 {
+	if x != nil {
+		return x.DiskTotalBytes
+	}
+	return 0
+}
+
+func (x *Vitals) GetTemperatureCelsius() float32 {
+	if x != nil {
+		return x.TemperatureCelsius
+	}
+	return 0
+}
+
+func (x *Vitals) GetUptimeSeconds() uint64 {
+	if x != nil {
+		return x.UptimeSeconds
+	}
+	return 0
+}
+
+type VitalsReceipt struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *VitalsReceipt) Reset() {
+	*x = VitalsReceipt{}
+	mi := &file_edgebox_v1_edgebox_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *VitalsReceipt) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*VitalsReceipt) ProtoMessage() {}
+
+func (x *VitalsReceipt) ProtoReflect() protoreflect.Message {
+	mi := &file_edgebox_v1_edgebox_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use VitalsReceipt.ProtoReflect.Descriptor instead.
+func (*VitalsReceipt) Descriptor() ([]byte, []int) {
+	return file_edgebox_v1_edgebox_proto_rawDescGZIP(), []int{8}
+}
+
 // SiteVote is what a box saw of its site's peers at one moment. It
 // travels as the bytes of SignedVote.vote, signed by the voter's box key,
 // so it proves itself wherever it is kept or carried.
@@ -480,7 +614,7 @@ type SiteVote struct {
 
 func (x *SiteVote) Reset() {
 	*x = SiteVote{}
-	mi := &file_edgebox_v1_edgebox_proto_msgTypes[7]
+	mi := &file_edgebox_v1_edgebox_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -492,7 +626,7 @@ func (x *SiteVote) String() string {
 func (*SiteVote) ProtoMessage() {}
 
 func (x *SiteVote) ProtoReflect() protoreflect.Message {
-	mi := &file_edgebox_v1_edgebox_proto_msgTypes[7]
+	mi := &file_edgebox_v1_edgebox_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -505,7 +639,7 @@ func (x *SiteVote) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SiteVote.ProtoReflect.Descriptor instead.
 func (*SiteVote) Descriptor() ([]byte, []int) {
-	return file_edgebox_v1_edgebox_proto_rawDescGZIP(), []int{7}
+	return file_edgebox_v1_edgebox_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *SiteVote) GetVoter() string {
@@ -549,7 +683,7 @@ type PeerSeen struct {
 
 func (x *PeerSeen) Reset() {
 	*x = PeerSeen{}
-	mi := &file_edgebox_v1_edgebox_proto_msgTypes[8]
+	mi := &file_edgebox_v1_edgebox_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -561,7 +695,7 @@ func (x *PeerSeen) String() string {
 func (*PeerSeen) ProtoMessage() {}
 
 func (x *PeerSeen) ProtoReflect() protoreflect.Message {
-	mi := &file_edgebox_v1_edgebox_proto_msgTypes[8]
+	mi := &file_edgebox_v1_edgebox_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -574,7 +708,7 @@ func (x *PeerSeen) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PeerSeen.ProtoReflect.Descriptor instead.
 func (*PeerSeen) Descriptor() ([]byte, []int) {
-	return file_edgebox_v1_edgebox_proto_rawDescGZIP(), []int{8}
+	return file_edgebox_v1_edgebox_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *PeerSeen) GetBoxId() string {
@@ -610,7 +744,7 @@ type SignedVote struct {
 
 func (x *SignedVote) Reset() {
 	*x = SignedVote{}
-	mi := &file_edgebox_v1_edgebox_proto_msgTypes[9]
+	mi := &file_edgebox_v1_edgebox_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -622,7 +756,7 @@ func (x *SignedVote) String() string {
 func (*SignedVote) ProtoMessage() {}
 
 func (x *SignedVote) ProtoReflect() protoreflect.Message {
-	mi := &file_edgebox_v1_edgebox_proto_msgTypes[9]
+	mi := &file_edgebox_v1_edgebox_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -635,7 +769,7 @@ func (x *SignedVote) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SignedVote.ProtoReflect.Descriptor instead.
 func (*SignedVote) Descriptor() ([]byte, []int) {
-	return file_edgebox_v1_edgebox_proto_rawDescGZIP(), []int{9}
+	return file_edgebox_v1_edgebox_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *SignedVote) GetVote() []byte {
@@ -661,7 +795,7 @@ type VoteReport struct {
 
 func (x *VoteReport) Reset() {
 	*x = VoteReport{}
-	mi := &file_edgebox_v1_edgebox_proto_msgTypes[10]
+	mi := &file_edgebox_v1_edgebox_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -673,7 +807,7 @@ func (x *VoteReport) String() string {
 func (*VoteReport) ProtoMessage() {}
 
 func (x *VoteReport) ProtoReflect() protoreflect.Message {
-	mi := &file_edgebox_v1_edgebox_proto_msgTypes[10]
+	mi := &file_edgebox_v1_edgebox_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -686,7 +820,7 @@ func (x *VoteReport) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VoteReport.ProtoReflect.Descriptor instead.
 func (*VoteReport) Descriptor() ([]byte, []int) {
-	return file_edgebox_v1_edgebox_proto_rawDescGZIP(), []int{10}
+	return file_edgebox_v1_edgebox_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *VoteReport) GetVotes() []*SignedVote {
@@ -707,7 +841,7 @@ type VoteReceipt struct {
 
 func (x *VoteReceipt) Reset() {
 	*x = VoteReceipt{}
-	mi := &file_edgebox_v1_edgebox_proto_msgTypes[11]
+	mi := &file_edgebox_v1_edgebox_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -719,7 +853,7 @@ func (x *VoteReceipt) String() string {
 func (*VoteReceipt) ProtoMessage() {}
 
 func (x *VoteReceipt) ProtoReflect() protoreflect.Message {
-	mi := &file_edgebox_v1_edgebox_proto_msgTypes[11]
+	mi := &file_edgebox_v1_edgebox_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -732,7 +866,7 @@ func (x *VoteReceipt) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VoteReceipt.ProtoReflect.Descriptor instead.
 func (*VoteReceipt) Descriptor() ([]byte, []int) {
-	return file_edgebox_v1_edgebox_proto_rawDescGZIP(), []int{11}
+	return file_edgebox_v1_edgebox_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *VoteReceipt) GetAccepted() uint32 {
@@ -763,7 +897,7 @@ type SyncUp struct {
 
 func (x *SyncUp) Reset() {
 	*x = SyncUp{}
-	mi := &file_edgebox_v1_edgebox_proto_msgTypes[12]
+	mi := &file_edgebox_v1_edgebox_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -775,7 +909,7 @@ func (x *SyncUp) String() string {
 func (*SyncUp) ProtoMessage() {}
 
 func (x *SyncUp) ProtoReflect() protoreflect.Message {
-	mi := &file_edgebox_v1_edgebox_proto_msgTypes[12]
+	mi := &file_edgebox_v1_edgebox_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -788,7 +922,7 @@ func (x *SyncUp) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SyncUp.ProtoReflect.Descriptor instead.
 func (*SyncUp) Descriptor() ([]byte, []int) {
-	return file_edgebox_v1_edgebox_proto_rawDescGZIP(), []int{12}
+	return file_edgebox_v1_edgebox_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *SyncUp) GetMsg() isSyncUp_Msg {
@@ -858,7 +992,7 @@ type SyncHello struct {
 
 func (x *SyncHello) Reset() {
 	*x = SyncHello{}
-	mi := &file_edgebox_v1_edgebox_proto_msgTypes[13]
+	mi := &file_edgebox_v1_edgebox_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -870,7 +1004,7 @@ func (x *SyncHello) String() string {
 func (*SyncHello) ProtoMessage() {}
 
 func (x *SyncHello) ProtoReflect() protoreflect.Message {
-	mi := &file_edgebox_v1_edgebox_proto_msgTypes[13]
+	mi := &file_edgebox_v1_edgebox_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -883,7 +1017,7 @@ func (x *SyncHello) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SyncHello.ProtoReflect.Descriptor instead.
 func (*SyncHello) Descriptor() ([]byte, []int) {
-	return file_edgebox_v1_edgebox_proto_rawDescGZIP(), []int{13}
+	return file_edgebox_v1_edgebox_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *SyncHello) GetStoredRevision() uint64 {
@@ -909,7 +1043,7 @@ type SyncAck struct {
 
 func (x *SyncAck) Reset() {
 	*x = SyncAck{}
-	mi := &file_edgebox_v1_edgebox_proto_msgTypes[14]
+	mi := &file_edgebox_v1_edgebox_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -921,7 +1055,7 @@ func (x *SyncAck) String() string {
 func (*SyncAck) ProtoMessage() {}
 
 func (x *SyncAck) ProtoReflect() protoreflect.Message {
-	mi := &file_edgebox_v1_edgebox_proto_msgTypes[14]
+	mi := &file_edgebox_v1_edgebox_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -934,7 +1068,7 @@ func (x *SyncAck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SyncAck.ProtoReflect.Descriptor instead.
 func (*SyncAck) Descriptor() ([]byte, []int) {
-	return file_edgebox_v1_edgebox_proto_rawDescGZIP(), []int{14}
+	return file_edgebox_v1_edgebox_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *SyncAck) GetRevision() uint64 {
@@ -962,7 +1096,7 @@ type SyncStatus struct {
 
 func (x *SyncStatus) Reset() {
 	*x = SyncStatus{}
-	mi := &file_edgebox_v1_edgebox_proto_msgTypes[15]
+	mi := &file_edgebox_v1_edgebox_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -974,7 +1108,7 @@ func (x *SyncStatus) String() string {
 func (*SyncStatus) ProtoMessage() {}
 
 func (x *SyncStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_edgebox_v1_edgebox_proto_msgTypes[15]
+	mi := &file_edgebox_v1_edgebox_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -987,7 +1121,7 @@ func (x *SyncStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SyncStatus.ProtoReflect.Descriptor instead.
 func (*SyncStatus) Descriptor() ([]byte, []int) {
-	return file_edgebox_v1_edgebox_proto_rawDescGZIP(), []int{15}
+	return file_edgebox_v1_edgebox_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *SyncStatus) GetFull() bool {
@@ -1046,7 +1180,7 @@ type UsbDevice struct {
 
 func (x *UsbDevice) Reset() {
 	*x = UsbDevice{}
-	mi := &file_edgebox_v1_edgebox_proto_msgTypes[16]
+	mi := &file_edgebox_v1_edgebox_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1058,7 +1192,7 @@ func (x *UsbDevice) String() string {
 func (*UsbDevice) ProtoMessage() {}
 
 func (x *UsbDevice) ProtoReflect() protoreflect.Message {
-	mi := &file_edgebox_v1_edgebox_proto_msgTypes[16]
+	mi := &file_edgebox_v1_edgebox_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1071,7 +1205,7 @@ func (x *UsbDevice) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UsbDevice.ProtoReflect.Descriptor instead.
 func (*UsbDevice) Descriptor() ([]byte, []int) {
-	return file_edgebox_v1_edgebox_proto_rawDescGZIP(), []int{16}
+	return file_edgebox_v1_edgebox_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *UsbDevice) GetPort() string {
@@ -1172,7 +1306,7 @@ type SyncDown struct {
 
 func (x *SyncDown) Reset() {
 	*x = SyncDown{}
-	mi := &file_edgebox_v1_edgebox_proto_msgTypes[17]
+	mi := &file_edgebox_v1_edgebox_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1184,7 +1318,7 @@ func (x *SyncDown) String() string {
 func (*SyncDown) ProtoMessage() {}
 
 func (x *SyncDown) ProtoReflect() protoreflect.Message {
-	mi := &file_edgebox_v1_edgebox_proto_msgTypes[17]
+	mi := &file_edgebox_v1_edgebox_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1197,7 +1331,7 @@ func (x *SyncDown) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SyncDown.ProtoReflect.Descriptor instead.
 func (*SyncDown) Descriptor() ([]byte, []int) {
-	return file_edgebox_v1_edgebox_proto_rawDescGZIP(), []int{17}
+	return file_edgebox_v1_edgebox_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *SyncDown) GetObjects() []*DesiredObject {
@@ -1251,7 +1385,7 @@ type FileRequest struct {
 
 func (x *FileRequest) Reset() {
 	*x = FileRequest{}
-	mi := &file_edgebox_v1_edgebox_proto_msgTypes[18]
+	mi := &file_edgebox_v1_edgebox_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1263,7 +1397,7 @@ func (x *FileRequest) String() string {
 func (*FileRequest) ProtoMessage() {}
 
 func (x *FileRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_edgebox_v1_edgebox_proto_msgTypes[18]
+	mi := &file_edgebox_v1_edgebox_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1276,7 +1410,7 @@ func (x *FileRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FileRequest.ProtoReflect.Descriptor instead.
 func (*FileRequest) Descriptor() ([]byte, []int) {
-	return file_edgebox_v1_edgebox_proto_rawDescGZIP(), []int{18}
+	return file_edgebox_v1_edgebox_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *FileRequest) GetPath() string {
@@ -1323,7 +1457,7 @@ type FileInfo struct {
 
 func (x *FileInfo) Reset() {
 	*x = FileInfo{}
-	mi := &file_edgebox_v1_edgebox_proto_msgTypes[19]
+	mi := &file_edgebox_v1_edgebox_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1335,7 +1469,7 @@ func (x *FileInfo) String() string {
 func (*FileInfo) ProtoMessage() {}
 
 func (x *FileInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_edgebox_v1_edgebox_proto_msgTypes[19]
+	mi := &file_edgebox_v1_edgebox_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1348,7 +1482,7 @@ func (x *FileInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FileInfo.ProtoReflect.Descriptor instead.
 func (*FileInfo) Descriptor() ([]byte, []int) {
-	return file_edgebox_v1_edgebox_proto_rawDescGZIP(), []int{19}
+	return file_edgebox_v1_edgebox_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *FileInfo) GetExists() bool {
@@ -1418,7 +1552,7 @@ type FileChunk struct {
 
 func (x *FileChunk) Reset() {
 	*x = FileChunk{}
-	mi := &file_edgebox_v1_edgebox_proto_msgTypes[20]
+	mi := &file_edgebox_v1_edgebox_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1430,7 +1564,7 @@ func (x *FileChunk) String() string {
 func (*FileChunk) ProtoMessage() {}
 
 func (x *FileChunk) ProtoReflect() protoreflect.Message {
-	mi := &file_edgebox_v1_edgebox_proto_msgTypes[20]
+	mi := &file_edgebox_v1_edgebox_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1443,7 +1577,7 @@ func (x *FileChunk) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FileChunk.ProtoReflect.Descriptor instead.
 func (*FileChunk) Descriptor() ([]byte, []int) {
-	return file_edgebox_v1_edgebox_proto_rawDescGZIP(), []int{20}
+	return file_edgebox_v1_edgebox_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *FileChunk) GetHeader() *FileHeader {
@@ -1474,7 +1608,7 @@ type FileHeader struct {
 
 func (x *FileHeader) Reset() {
 	*x = FileHeader{}
-	mi := &file_edgebox_v1_edgebox_proto_msgTypes[21]
+	mi := &file_edgebox_v1_edgebox_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1486,7 +1620,7 @@ func (x *FileHeader) String() string {
 func (*FileHeader) ProtoMessage() {}
 
 func (x *FileHeader) ProtoReflect() protoreflect.Message {
-	mi := &file_edgebox_v1_edgebox_proto_msgTypes[21]
+	mi := &file_edgebox_v1_edgebox_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1499,7 +1633,7 @@ func (x *FileHeader) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FileHeader.ProtoReflect.Descriptor instead.
 func (*FileHeader) Descriptor() ([]byte, []int) {
-	return file_edgebox_v1_edgebox_proto_rawDescGZIP(), []int{21}
+	return file_edgebox_v1_edgebox_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *FileHeader) GetPath() string {
@@ -1566,7 +1700,7 @@ type ExecStart struct {
 
 func (x *ExecStart) Reset() {
 	*x = ExecStart{}
-	mi := &file_edgebox_v1_edgebox_proto_msgTypes[22]
+	mi := &file_edgebox_v1_edgebox_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1578,7 +1712,7 @@ func (x *ExecStart) String() string {
 func (*ExecStart) ProtoMessage() {}
 
 func (x *ExecStart) ProtoReflect() protoreflect.Message {
-	mi := &file_edgebox_v1_edgebox_proto_msgTypes[22]
+	mi := &file_edgebox_v1_edgebox_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1591,7 +1725,7 @@ func (x *ExecStart) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExecStart.ProtoReflect.Descriptor instead.
 func (*ExecStart) Descriptor() ([]byte, []int) {
-	return file_edgebox_v1_edgebox_proto_rawDescGZIP(), []int{22}
+	return file_edgebox_v1_edgebox_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *ExecStart) GetWorkload() string {
@@ -1646,7 +1780,7 @@ type ExecResize struct {
 
 func (x *ExecResize) Reset() {
 	*x = ExecResize{}
-	mi := &file_edgebox_v1_edgebox_proto_msgTypes[23]
+	mi := &file_edgebox_v1_edgebox_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1658,7 +1792,7 @@ func (x *ExecResize) String() string {
 func (*ExecResize) ProtoMessage() {}
 
 func (x *ExecResize) ProtoReflect() protoreflect.Message {
-	mi := &file_edgebox_v1_edgebox_proto_msgTypes[23]
+	mi := &file_edgebox_v1_edgebox_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1671,7 +1805,7 @@ func (x *ExecResize) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExecResize.ProtoReflect.Descriptor instead.
 func (*ExecResize) Descriptor() ([]byte, []int) {
-	return file_edgebox_v1_edgebox_proto_rawDescGZIP(), []int{23}
+	return file_edgebox_v1_edgebox_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *ExecResize) GetCols() uint32 {
@@ -1704,7 +1838,7 @@ type ExecInput struct {
 
 func (x *ExecInput) Reset() {
 	*x = ExecInput{}
-	mi := &file_edgebox_v1_edgebox_proto_msgTypes[24]
+	mi := &file_edgebox_v1_edgebox_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1716,7 +1850,7 @@ func (x *ExecInput) String() string {
 func (*ExecInput) ProtoMessage() {}
 
 func (x *ExecInput) ProtoReflect() protoreflect.Message {
-	mi := &file_edgebox_v1_edgebox_proto_msgTypes[24]
+	mi := &file_edgebox_v1_edgebox_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1729,7 +1863,7 @@ func (x *ExecInput) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExecInput.ProtoReflect.Descriptor instead.
 func (*ExecInput) Descriptor() ([]byte, []int) {
-	return file_edgebox_v1_edgebox_proto_rawDescGZIP(), []int{24}
+	return file_edgebox_v1_edgebox_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *ExecInput) GetInput() isExecInput_Input {
@@ -1836,7 +1970,7 @@ type ExecExit struct {
 
 func (x *ExecExit) Reset() {
 	*x = ExecExit{}
-	mi := &file_edgebox_v1_edgebox_proto_msgTypes[25]
+	mi := &file_edgebox_v1_edgebox_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1848,7 +1982,7 @@ func (x *ExecExit) String() string {
 func (*ExecExit) ProtoMessage() {}
 
 func (x *ExecExit) ProtoReflect() protoreflect.Message {
-	mi := &file_edgebox_v1_edgebox_proto_msgTypes[25]
+	mi := &file_edgebox_v1_edgebox_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1861,7 +1995,7 @@ func (x *ExecExit) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExecExit.ProtoReflect.Descriptor instead.
 func (*ExecExit) Descriptor() ([]byte, []int) {
-	return file_edgebox_v1_edgebox_proto_rawDescGZIP(), []int{25}
+	return file_edgebox_v1_edgebox_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *ExecExit) GetCode() int32 {
@@ -1900,7 +2034,7 @@ type ExecOutput struct {
 
 func (x *ExecOutput) Reset() {
 	*x = ExecOutput{}
-	mi := &file_edgebox_v1_edgebox_proto_msgTypes[26]
+	mi := &file_edgebox_v1_edgebox_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1912,7 +2046,7 @@ func (x *ExecOutput) String() string {
 func (*ExecOutput) ProtoMessage() {}
 
 func (x *ExecOutput) ProtoReflect() protoreflect.Message {
-	mi := &file_edgebox_v1_edgebox_proto_msgTypes[26]
+	mi := &file_edgebox_v1_edgebox_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1925,7 +2059,7 @@ func (x *ExecOutput) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExecOutput.ProtoReflect.Descriptor instead.
 func (*ExecOutput) Descriptor() ([]byte, []int) {
-	return file_edgebox_v1_edgebox_proto_rawDescGZIP(), []int{26}
+	return file_edgebox_v1_edgebox_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *ExecOutput) GetOutput() isExecOutput_Output {
@@ -2009,7 +2143,7 @@ type InfoRequest struct {
 
 func (x *InfoRequest) Reset() {
 	*x = InfoRequest{}
-	mi := &file_edgebox_v1_edgebox_proto_msgTypes[27]
+	mi := &file_edgebox_v1_edgebox_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2021,7 +2155,7 @@ func (x *InfoRequest) String() string {
 func (*InfoRequest) ProtoMessage() {}
 
 func (x *InfoRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_edgebox_v1_edgebox_proto_msgTypes[27]
+	mi := &file_edgebox_v1_edgebox_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2034,7 +2168,7 @@ func (x *InfoRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InfoRequest.ProtoReflect.Descriptor instead.
 func (*InfoRequest) Descriptor() ([]byte, []int) {
-	return file_edgebox_v1_edgebox_proto_rawDescGZIP(), []int{27}
+	return file_edgebox_v1_edgebox_proto_rawDescGZIP(), []int{29}
 }
 
 type LogsRequest struct {
@@ -2047,7 +2181,7 @@ type LogsRequest struct {
 
 func (x *LogsRequest) Reset() {
 	*x = LogsRequest{}
-	mi := &file_edgebox_v1_edgebox_proto_msgTypes[28]
+	mi := &file_edgebox_v1_edgebox_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2059,7 +2193,7 @@ func (x *LogsRequest) String() string {
 func (*LogsRequest) ProtoMessage() {}
 
 func (x *LogsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_edgebox_v1_edgebox_proto_msgTypes[28]
+	mi := &file_edgebox_v1_edgebox_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2072,7 +2206,7 @@ func (x *LogsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LogsRequest.ProtoReflect.Descriptor instead.
 func (*LogsRequest) Descriptor() ([]byte, []int) {
-	return file_edgebox_v1_edgebox_proto_rawDescGZIP(), []int{28}
+	return file_edgebox_v1_edgebox_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *LogsRequest) GetWorkload() string {
@@ -2099,7 +2233,7 @@ type LogsResponse struct {
 
 func (x *LogsResponse) Reset() {
 	*x = LogsResponse{}
-	mi := &file_edgebox_v1_edgebox_proto_msgTypes[29]
+	mi := &file_edgebox_v1_edgebox_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2111,7 +2245,7 @@ func (x *LogsResponse) String() string {
 func (*LogsResponse) ProtoMessage() {}
 
 func (x *LogsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_edgebox_v1_edgebox_proto_msgTypes[29]
+	mi := &file_edgebox_v1_edgebox_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2124,7 +2258,7 @@ func (x *LogsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LogsResponse.ProtoReflect.Descriptor instead.
 func (*LogsResponse) Descriptor() ([]byte, []int) {
-	return file_edgebox_v1_edgebox_proto_rawDescGZIP(), []int{29}
+	return file_edgebox_v1_edgebox_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *LogsResponse) GetText() []byte {
@@ -2151,7 +2285,7 @@ type WipeRequest struct {
 
 func (x *WipeRequest) Reset() {
 	*x = WipeRequest{}
-	mi := &file_edgebox_v1_edgebox_proto_msgTypes[30]
+	mi := &file_edgebox_v1_edgebox_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2163,7 +2297,7 @@ func (x *WipeRequest) String() string {
 func (*WipeRequest) ProtoMessage() {}
 
 func (x *WipeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_edgebox_v1_edgebox_proto_msgTypes[30]
+	mi := &file_edgebox_v1_edgebox_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2176,7 +2310,7 @@ func (x *WipeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WipeRequest.ProtoReflect.Descriptor instead.
 func (*WipeRequest) Descriptor() ([]byte, []int) {
-	return file_edgebox_v1_edgebox_proto_rawDescGZIP(), []int{30}
+	return file_edgebox_v1_edgebox_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *WipeRequest) GetReason() string {
@@ -2204,7 +2338,7 @@ type WipeResponse struct {
 
 func (x *WipeResponse) Reset() {
 	*x = WipeResponse{}
-	mi := &file_edgebox_v1_edgebox_proto_msgTypes[31]
+	mi := &file_edgebox_v1_edgebox_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2216,7 +2350,7 @@ func (x *WipeResponse) String() string {
 func (*WipeResponse) ProtoMessage() {}
 
 func (x *WipeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_edgebox_v1_edgebox_proto_msgTypes[31]
+	mi := &file_edgebox_v1_edgebox_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2229,7 +2363,7 @@ func (x *WipeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WipeResponse.ProtoReflect.Descriptor instead.
 func (*WipeResponse) Descriptor() ([]byte, []int) {
-	return file_edgebox_v1_edgebox_proto_rawDescGZIP(), []int{31}
+	return file_edgebox_v1_edgebox_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *WipeResponse) GetWiped() bool {
@@ -2296,7 +2430,17 @@ const file_edgebox_v1_edgebox_proto_rawDesc = "" +
 	"\apayload\x18\x01 \x01(\fR\apayload\"Y\n" +
 	"\fPingResponse\x12\x18\n" +
 	"\apayload\x18\x01 \x01(\fR\apayload\x12/\n" +
-	"\x14agent_time_unix_nano\x18\x02 \x01(\x03R\x11agentTimeUnixNano\"\x83\x01\n" +
+	"\x14agent_time_unix_nano\x18\x02 \x01(\x03R\x11agentTimeUnixNano\"\xad\x02\n" +
+	"\x06Vitals\x12\x1f\n" +
+	"\vcpu_percent\x18\x01 \x01(\x02R\n" +
+	"cpuPercent\x12*\n" +
+	"\x11memory_used_bytes\x18\x02 \x01(\x04R\x0fmemoryUsedBytes\x12,\n" +
+	"\x12memory_total_bytes\x18\x03 \x01(\x04R\x10memoryTotalBytes\x12&\n" +
+	"\x0fdisk_used_bytes\x18\x04 \x01(\x04R\rdiskUsedBytes\x12(\n" +
+	"\x10disk_total_bytes\x18\x05 \x01(\x04R\x0ediskTotalBytes\x12/\n" +
+	"\x13temperature_celsius\x18\x06 \x01(\x02R\x12temperatureCelsius\x12%\n" +
+	"\x0euptime_seconds\x18\a \x01(\x04R\ruptimeSeconds\"\x0f\n" +
+	"\rVitalsReceipt\"\x83\x01\n" +
 	"\bSiteVote\x12\x14\n" +
 	"\x05voter\x18\x01 \x01(\tR\x05voter\x12\x18\n" +
 	"\acounter\x18\x02 \x01(\x04R\acounter\x12\x1b\n" +
@@ -2425,11 +2569,12 @@ const file_edgebox_v1_edgebox_proto_rawDesc = "" +
 	"\x05wiped\x18\x01 \x01(\bR\x05wiped\x12+\n" +
 	"\x11workloads_removed\x18\x02 \x03(\tR\x10workloadsRemoved\x12#\n" +
 	"\rkeys_released\x18\x03 \x03(\tR\fkeysReleased\x12\x1a\n" +
-	"\bproblems\x18\x04 \x03(\tR\bproblems2\xc5\x01\n" +
+	"\bproblems\x18\x04 \x03(\tR\bproblems2\x84\x02\n" +
 	"\x0eConsoleService\x12<\n" +
 	"\x05Hello\x12\x18.edgebox.v1.HelloRequest\x1a\x19.edgebox.v1.HelloResponse\x12<\n" +
 	"\x05Renew\x12\x18.edgebox.v1.RenewRequest\x1a\x19.edgebox.v1.RenewResponse\x127\n" +
-	"\x04Vote\x12\x16.edgebox.v1.VoteReport\x1a\x17.edgebox.v1.VoteReceipt2\xe5\x03\n" +
+	"\x04Vote\x12\x16.edgebox.v1.VoteReport\x1a\x17.edgebox.v1.VoteReceipt\x12=\n" +
+	"\fReportVitals\x12\x12.edgebox.v1.Vitals\x1a\x19.edgebox.v1.VitalsReceipt2\xe5\x03\n" +
 	"\fAgentService\x129\n" +
 	"\x04Ping\x12\x17.edgebox.v1.PingRequest\x1a\x18.edgebox.v1.PingResponse\x124\n" +
 	"\x04Info\x12\x17.edgebox.v1.InfoRequest\x1a\x13.edgebox.v1.BoxInfo\x129\n" +
@@ -2452,7 +2597,7 @@ func file_edgebox_v1_edgebox_proto_rawDescGZIP() []byte {
 	return file_edgebox_v1_edgebox_proto_rawDescData
 }
 
-var file_edgebox_v1_edgebox_proto_msgTypes = make([]protoimpl.MessageInfo, 32)
+var file_edgebox_v1_edgebox_proto_msgTypes = make([]protoimpl.MessageInfo, 34)
 var file_edgebox_v1_edgebox_proto_goTypes = []any{
 	(*BoxInfo)(nil),       // 0: edgebox.v1.BoxInfo
 	(*HelloRequest)(nil),  // 1: edgebox.v1.HelloRequest
@@ -2461,74 +2606,78 @@ var file_edgebox_v1_edgebox_proto_goTypes = []any{
 	(*RenewResponse)(nil), // 4: edgebox.v1.RenewResponse
 	(*PingRequest)(nil),   // 5: edgebox.v1.PingRequest
 	(*PingResponse)(nil),  // 6: edgebox.v1.PingResponse
-	(*SiteVote)(nil),      // 7: edgebox.v1.SiteVote
-	(*PeerSeen)(nil),      // 8: edgebox.v1.PeerSeen
-	(*SignedVote)(nil),    // 9: edgebox.v1.SignedVote
-	(*VoteReport)(nil),    // 10: edgebox.v1.VoteReport
-	(*VoteReceipt)(nil),   // 11: edgebox.v1.VoteReceipt
-	(*SyncUp)(nil),        // 12: edgebox.v1.SyncUp
-	(*SyncHello)(nil),     // 13: edgebox.v1.SyncHello
-	(*SyncAck)(nil),       // 14: edgebox.v1.SyncAck
-	(*SyncStatus)(nil),    // 15: edgebox.v1.SyncStatus
-	(*UsbDevice)(nil),     // 16: edgebox.v1.UsbDevice
-	(*SyncDown)(nil),      // 17: edgebox.v1.SyncDown
-	(*FileRequest)(nil),   // 18: edgebox.v1.FileRequest
-	(*FileInfo)(nil),      // 19: edgebox.v1.FileInfo
-	(*FileChunk)(nil),     // 20: edgebox.v1.FileChunk
-	(*FileHeader)(nil),    // 21: edgebox.v1.FileHeader
-	(*ExecStart)(nil),     // 22: edgebox.v1.ExecStart
-	(*ExecResize)(nil),    // 23: edgebox.v1.ExecResize
-	(*ExecInput)(nil),     // 24: edgebox.v1.ExecInput
-	(*ExecExit)(nil),      // 25: edgebox.v1.ExecExit
-	(*ExecOutput)(nil),    // 26: edgebox.v1.ExecOutput
-	(*InfoRequest)(nil),   // 27: edgebox.v1.InfoRequest
-	(*LogsRequest)(nil),   // 28: edgebox.v1.LogsRequest
-	(*LogsResponse)(nil),  // 29: edgebox.v1.LogsResponse
-	(*WipeRequest)(nil),   // 30: edgebox.v1.WipeRequest
-	(*WipeResponse)(nil),  // 31: edgebox.v1.WipeResponse
-	(*ObjectStatus)(nil),  // 32: edgebox.v1.ObjectStatus
-	(*Event)(nil),         // 33: edgebox.v1.Event
-	(*DesiredObject)(nil), // 34: edgebox.v1.DesiredObject
+	(*Vitals)(nil),        // 7: edgebox.v1.Vitals
+	(*VitalsReceipt)(nil), // 8: edgebox.v1.VitalsReceipt
+	(*SiteVote)(nil),      // 9: edgebox.v1.SiteVote
+	(*PeerSeen)(nil),      // 10: edgebox.v1.PeerSeen
+	(*SignedVote)(nil),    // 11: edgebox.v1.SignedVote
+	(*VoteReport)(nil),    // 12: edgebox.v1.VoteReport
+	(*VoteReceipt)(nil),   // 13: edgebox.v1.VoteReceipt
+	(*SyncUp)(nil),        // 14: edgebox.v1.SyncUp
+	(*SyncHello)(nil),     // 15: edgebox.v1.SyncHello
+	(*SyncAck)(nil),       // 16: edgebox.v1.SyncAck
+	(*SyncStatus)(nil),    // 17: edgebox.v1.SyncStatus
+	(*UsbDevice)(nil),     // 18: edgebox.v1.UsbDevice
+	(*SyncDown)(nil),      // 19: edgebox.v1.SyncDown
+	(*FileRequest)(nil),   // 20: edgebox.v1.FileRequest
+	(*FileInfo)(nil),      // 21: edgebox.v1.FileInfo
+	(*FileChunk)(nil),     // 22: edgebox.v1.FileChunk
+	(*FileHeader)(nil),    // 23: edgebox.v1.FileHeader
+	(*ExecStart)(nil),     // 24: edgebox.v1.ExecStart
+	(*ExecResize)(nil),    // 25: edgebox.v1.ExecResize
+	(*ExecInput)(nil),     // 26: edgebox.v1.ExecInput
+	(*ExecExit)(nil),      // 27: edgebox.v1.ExecExit
+	(*ExecOutput)(nil),    // 28: edgebox.v1.ExecOutput
+	(*InfoRequest)(nil),   // 29: edgebox.v1.InfoRequest
+	(*LogsRequest)(nil),   // 30: edgebox.v1.LogsRequest
+	(*LogsResponse)(nil),  // 31: edgebox.v1.LogsResponse
+	(*WipeRequest)(nil),   // 32: edgebox.v1.WipeRequest
+	(*WipeResponse)(nil),  // 33: edgebox.v1.WipeResponse
+	(*ObjectStatus)(nil),  // 34: edgebox.v1.ObjectStatus
+	(*Event)(nil),         // 35: edgebox.v1.Event
+	(*DesiredObject)(nil), // 36: edgebox.v1.DesiredObject
 }
 var file_edgebox_v1_edgebox_proto_depIdxs = []int32{
 	0,  // 0: edgebox.v1.HelloRequest.info:type_name -> edgebox.v1.BoxInfo
-	8,  // 1: edgebox.v1.SiteVote.peers:type_name -> edgebox.v1.PeerSeen
-	9,  // 2: edgebox.v1.VoteReport.votes:type_name -> edgebox.v1.SignedVote
-	13, // 3: edgebox.v1.SyncUp.hello:type_name -> edgebox.v1.SyncHello
-	14, // 4: edgebox.v1.SyncUp.ack:type_name -> edgebox.v1.SyncAck
-	15, // 5: edgebox.v1.SyncUp.status:type_name -> edgebox.v1.SyncStatus
-	32, // 6: edgebox.v1.SyncStatus.objects:type_name -> edgebox.v1.ObjectStatus
-	33, // 7: edgebox.v1.SyncStatus.events:type_name -> edgebox.v1.Event
-	16, // 8: edgebox.v1.SyncStatus.usb:type_name -> edgebox.v1.UsbDevice
-	34, // 9: edgebox.v1.SyncDown.objects:type_name -> edgebox.v1.DesiredObject
-	21, // 10: edgebox.v1.FileChunk.header:type_name -> edgebox.v1.FileHeader
-	22, // 11: edgebox.v1.ExecInput.start:type_name -> edgebox.v1.ExecStart
-	23, // 12: edgebox.v1.ExecInput.resize:type_name -> edgebox.v1.ExecResize
-	25, // 13: edgebox.v1.ExecOutput.exit:type_name -> edgebox.v1.ExecExit
+	10, // 1: edgebox.v1.SiteVote.peers:type_name -> edgebox.v1.PeerSeen
+	11, // 2: edgebox.v1.VoteReport.votes:type_name -> edgebox.v1.SignedVote
+	15, // 3: edgebox.v1.SyncUp.hello:type_name -> edgebox.v1.SyncHello
+	16, // 4: edgebox.v1.SyncUp.ack:type_name -> edgebox.v1.SyncAck
+	17, // 5: edgebox.v1.SyncUp.status:type_name -> edgebox.v1.SyncStatus
+	34, // 6: edgebox.v1.SyncStatus.objects:type_name -> edgebox.v1.ObjectStatus
+	35, // 7: edgebox.v1.SyncStatus.events:type_name -> edgebox.v1.Event
+	18, // 8: edgebox.v1.SyncStatus.usb:type_name -> edgebox.v1.UsbDevice
+	36, // 9: edgebox.v1.SyncDown.objects:type_name -> edgebox.v1.DesiredObject
+	23, // 10: edgebox.v1.FileChunk.header:type_name -> edgebox.v1.FileHeader
+	24, // 11: edgebox.v1.ExecInput.start:type_name -> edgebox.v1.ExecStart
+	25, // 12: edgebox.v1.ExecInput.resize:type_name -> edgebox.v1.ExecResize
+	27, // 13: edgebox.v1.ExecOutput.exit:type_name -> edgebox.v1.ExecExit
 	1,  // 14: edgebox.v1.ConsoleService.Hello:input_type -> edgebox.v1.HelloRequest
 	3,  // 15: edgebox.v1.ConsoleService.Renew:input_type -> edgebox.v1.RenewRequest
-	10, // 16: edgebox.v1.ConsoleService.Vote:input_type -> edgebox.v1.VoteReport
-	5,  // 17: edgebox.v1.AgentService.Ping:input_type -> edgebox.v1.PingRequest
-	27, // 18: edgebox.v1.AgentService.Info:input_type -> edgebox.v1.InfoRequest
-	28, // 19: edgebox.v1.AgentService.Logs:input_type -> edgebox.v1.LogsRequest
-	30, // 20: edgebox.v1.AgentService.Wipe:input_type -> edgebox.v1.WipeRequest
-	24, // 21: edgebox.v1.AgentService.Exec:input_type -> edgebox.v1.ExecInput
-	18, // 22: edgebox.v1.AgentService.StatFile:input_type -> edgebox.v1.FileRequest
-	18, // 23: edgebox.v1.AgentService.ReadFile:input_type -> edgebox.v1.FileRequest
-	20, // 24: edgebox.v1.AgentService.WriteFile:input_type -> edgebox.v1.FileChunk
-	2,  // 25: edgebox.v1.ConsoleService.Hello:output_type -> edgebox.v1.HelloResponse
-	4,  // 26: edgebox.v1.ConsoleService.Renew:output_type -> edgebox.v1.RenewResponse
-	11, // 27: edgebox.v1.ConsoleService.Vote:output_type -> edgebox.v1.VoteReceipt
-	6,  // 28: edgebox.v1.AgentService.Ping:output_type -> edgebox.v1.PingResponse
-	0,  // 29: edgebox.v1.AgentService.Info:output_type -> edgebox.v1.BoxInfo
-	29, // 30: edgebox.v1.AgentService.Logs:output_type -> edgebox.v1.LogsResponse
-	31, // 31: edgebox.v1.AgentService.Wipe:output_type -> edgebox.v1.WipeResponse
-	26, // 32: edgebox.v1.AgentService.Exec:output_type -> edgebox.v1.ExecOutput
-	19, // 33: edgebox.v1.AgentService.StatFile:output_type -> edgebox.v1.FileInfo
-	20, // 34: edgebox.v1.AgentService.ReadFile:output_type -> edgebox.v1.FileChunk
-	19, // 35: edgebox.v1.AgentService.WriteFile:output_type -> edgebox.v1.FileInfo
-	25, // [25:36] is the sub-list for method output_type
-	14, // [14:25] is the sub-list for method input_type
+	12, // 16: edgebox.v1.ConsoleService.Vote:input_type -> edgebox.v1.VoteReport
+	7,  // 17: edgebox.v1.ConsoleService.ReportVitals:input_type -> edgebox.v1.Vitals
+	5,  // 18: edgebox.v1.AgentService.Ping:input_type -> edgebox.v1.PingRequest
+	29, // 19: edgebox.v1.AgentService.Info:input_type -> edgebox.v1.InfoRequest
+	30, // 20: edgebox.v1.AgentService.Logs:input_type -> edgebox.v1.LogsRequest
+	32, // 21: edgebox.v1.AgentService.Wipe:input_type -> edgebox.v1.WipeRequest
+	26, // 22: edgebox.v1.AgentService.Exec:input_type -> edgebox.v1.ExecInput
+	20, // 23: edgebox.v1.AgentService.StatFile:input_type -> edgebox.v1.FileRequest
+	20, // 24: edgebox.v1.AgentService.ReadFile:input_type -> edgebox.v1.FileRequest
+	22, // 25: edgebox.v1.AgentService.WriteFile:input_type -> edgebox.v1.FileChunk
+	2,  // 26: edgebox.v1.ConsoleService.Hello:output_type -> edgebox.v1.HelloResponse
+	4,  // 27: edgebox.v1.ConsoleService.Renew:output_type -> edgebox.v1.RenewResponse
+	13, // 28: edgebox.v1.ConsoleService.Vote:output_type -> edgebox.v1.VoteReceipt
+	8,  // 29: edgebox.v1.ConsoleService.ReportVitals:output_type -> edgebox.v1.VitalsReceipt
+	6,  // 30: edgebox.v1.AgentService.Ping:output_type -> edgebox.v1.PingResponse
+	0,  // 31: edgebox.v1.AgentService.Info:output_type -> edgebox.v1.BoxInfo
+	31, // 32: edgebox.v1.AgentService.Logs:output_type -> edgebox.v1.LogsResponse
+	33, // 33: edgebox.v1.AgentService.Wipe:output_type -> edgebox.v1.WipeResponse
+	28, // 34: edgebox.v1.AgentService.Exec:output_type -> edgebox.v1.ExecOutput
+	21, // 35: edgebox.v1.AgentService.StatFile:output_type -> edgebox.v1.FileInfo
+	22, // 36: edgebox.v1.AgentService.ReadFile:output_type -> edgebox.v1.FileChunk
+	21, // 37: edgebox.v1.AgentService.WriteFile:output_type -> edgebox.v1.FileInfo
+	26, // [26:38] is the sub-list for method output_type
+	14, // [14:26] is the sub-list for method input_type
 	14, // [14:14] is the sub-list for extension type_name
 	14, // [14:14] is the sub-list for extension extendee
 	0,  // [0:14] is the sub-list for field type_name
@@ -2540,19 +2689,19 @@ func file_edgebox_v1_edgebox_proto_init() {
 		return
 	}
 	file_edgebox_v1_desired_proto_init()
-	file_edgebox_v1_edgebox_proto_msgTypes[12].OneofWrappers = []any{
+	file_edgebox_v1_edgebox_proto_msgTypes[14].OneofWrappers = []any{
 		(*SyncUp_Hello)(nil),
 		(*SyncUp_Ack)(nil),
 		(*SyncUp_Status)(nil),
 	}
-	file_edgebox_v1_edgebox_proto_msgTypes[24].OneofWrappers = []any{
+	file_edgebox_v1_edgebox_proto_msgTypes[26].OneofWrappers = []any{
 		(*ExecInput_Start)(nil),
 		(*ExecInput_Stdin)(nil),
 		(*ExecInput_Resize)(nil),
 		(*ExecInput_Signal)(nil),
 		(*ExecInput_CloseStdin)(nil),
 	}
-	file_edgebox_v1_edgebox_proto_msgTypes[26].OneofWrappers = []any{
+	file_edgebox_v1_edgebox_proto_msgTypes[28].OneofWrappers = []any{
 		(*ExecOutput_Stdout)(nil),
 		(*ExecOutput_Stderr)(nil),
 		(*ExecOutput_Exit)(nil),
@@ -2564,7 +2713,7 @@ func file_edgebox_v1_edgebox_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_edgebox_v1_edgebox_proto_rawDesc), len(file_edgebox_v1_edgebox_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   32,
+			NumMessages:   34,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

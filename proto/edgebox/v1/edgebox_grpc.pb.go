@@ -24,9 +24,10 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	ConsoleService_Hello_FullMethodName = "/edgebox.v1.ConsoleService/Hello"
-	ConsoleService_Renew_FullMethodName = "/edgebox.v1.ConsoleService/Renew"
-	ConsoleService_Vote_FullMethodName  = "/edgebox.v1.ConsoleService/Vote"
+	ConsoleService_Hello_FullMethodName        = "/edgebox.v1.ConsoleService/Hello"
+	ConsoleService_Renew_FullMethodName        = "/edgebox.v1.ConsoleService/Renew"
+	ConsoleService_Vote_FullMethodName         = "/edgebox.v1.ConsoleService/Vote"
+	ConsoleService_ReportVitals_FullMethodName = "/edgebox.v1.ConsoleService/ReportVitals"
 )
 
 // ConsoleServiceClient is the client API for ConsoleService service.
@@ -41,6 +42,9 @@ type ConsoleServiceClient interface {
 	// Vote reports what the box saw of its site's peers: its own votes and
 	// those it kept while its line was down.
 	Vote(ctx context.Context, in *VoteReport, opts ...grpc.CallOption) (*VoteReceipt, error)
+	// ReportVitals tells the console how the box itself is: its latest
+	// figures, each minute, not a time series.
+	ReportVitals(ctx context.Context, in *Vitals, opts ...grpc.CallOption) (*VitalsReceipt, error)
 }
 
 type consoleServiceClient struct {
@@ -81,6 +85,16 @@ func (c *consoleServiceClient) Vote(ctx context.Context, in *VoteReport, opts ..
 	return out, nil
 }
 
+func (c *consoleServiceClient) ReportVitals(ctx context.Context, in *Vitals, opts ...grpc.CallOption) (*VitalsReceipt, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(VitalsReceipt)
+	err := c.cc.Invoke(ctx, ConsoleService_ReportVitals_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // ConsoleServiceServer is the server API for ConsoleService service.
 // All implementations must embed UnimplementedConsoleServiceServer
 // for forward compatibility.
@@ -93,6 +107,9 @@ type ConsoleServiceServer interface {
 	// Vote reports what the box saw of its site's peers: its own votes and
 	// those it kept while its line was down.
 	Vote(context.Context, *VoteReport) (*VoteReceipt, error)
+	// ReportVitals tells the console how the box itself is: its latest
+	// figures, each minute, not a time series.
+	ReportVitals(context.Context, *Vitals) (*VitalsReceipt, error)
 	mustEmbedUnimplementedConsoleServiceServer()
 }
 
@@ -111,6 +128,9 @@ func (UnimplementedConsoleServiceServer) Renew(context.Context, *RenewRequest) (
 }
 func (UnimplementedConsoleServiceServer) Vote(context.Context, *VoteReport) (*VoteReceipt, error) {
 	return nil, status.Error(codes.Unimplemented, "method Vote not implemented")
+}
+func (UnimplementedConsoleServiceServer) ReportVitals(context.Context, *Vitals) (*VitalsReceipt, error) {
+	return nil, status.Error(codes.Unimplemented, "method ReportVitals not implemented")
 }
 func (UnimplementedConsoleServiceServer) mustEmbedUnimplementedConsoleServiceServer() {}
 func (UnimplementedConsoleServiceServer) testEmbeddedByValue()                        {}
@@ -187,6 +207,24 @@ func _ConsoleService_Vote_Handler(srv interface{}, ctx context.Context, dec func
 	return interceptor(ctx, in, info, handler)
 }
 
+func _ConsoleService_ReportVitals_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(Vitals)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ConsoleServiceServer).ReportVitals(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: ConsoleService_ReportVitals_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ConsoleServiceServer).ReportVitals(ctx, req.(*Vitals))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // ConsoleService_ServiceDesc is the grpc.ServiceDesc for ConsoleService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -205,6 +243,10 @@ var ConsoleService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Vote",
 			Handler:    _ConsoleService_Vote_Handler,
+		},
+		{
+			MethodName: "ReportVitals",
+			Handler:    _ConsoleService_ReportVitals_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

@@ -1,0 +1,118 @@
+package vitals
+
+import (
+	"bufio"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+
+	edgeboxv1 "github.com/edgebox/edgebox/proto/edgebox/v1"
+)
+
+func (r *Reader) read(v *edgeboxv1.Vitals) {
+	if busy, all, ok := cpuTimes(filepath.Join(r.root, "proc/stat")); ok {
+		if r.lastAll != 0 && all > r.lastAll {
+			v.CpuPercent = float32(float64(busy-min(busy, r.lastBusy)) * 100 / float64(all-r.lastAll))
+		}
+		r.lastBusy, r.lastAll = busy, all
+	}
+	total, avail := meminfo(filepath.Join(r.root, "proc/meminfo"))
+	v.MemoryTotalBytes = total
+	if avail <= total {
+		v.MemoryUsedBytes = total - avail
+	}
+	var fs syscall.Statfs_t
+	if r.Dir != "" && syscall.Statfs(r.Dir, &fs) == nil {
+		v.DiskTotalBytes = fs.Blocks * uint64(fs.Bsize)
+		v.DiskUsedBytes = (fs.Blocks - fs.Bfree) * uint64(fs.Bsize)
+	}
+	v.TemperatureCelsius = hottest(filepath.Join(r.root, "sys/class/thermal"))
+	if b, err := os.ReadFile(filepath.Join(r.root, "proc/uptime")); err == nil {
+		if f := strings.Fields(string(b)); len(f) > 0 {
+			if s, err := strconv.ParseFloat(f[0], 64); err == nil && s > 0 {
+				v.UptimeSeconds = uint64(s)
+			}
+		}
+	}
+}
+
+// cpuTimes reads the busy and total jiffies of all CPUs from /proc/stat.
+func cpuTimes(path string) (busy, all uint64, ok bool) {
+	f, err := os.Open(path)
+	if err != nil {
+		return 0, 0, false
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	if !sc.Scan() {
+		return 0, 0, false
+	}
+	fields := strings.Fields(sc.Text())
+	if len(fields) < 5 || fields[0] != "cpu" {
+		return 0, 0, false
+	}
+	for i, s := range fields[1:] {
+		n, err := strconv.ParseUint(s, 10, 64)
+		if err != nil {
+			return 0, 0, false
+		}
+		if i >= 8 { // guest time is counted in user time already
+			break
+		}
+		all += n
+		if i != 3 && i != 4 { // idle, iowait
+			busy += n
+		}
+	}
+	return busy, all, true
+}
+
+// meminfo reads MemTotal and MemAvailable, in bytes.
+func meminfo(path string) (total, avail uint64) {
+	f, err := os.Open(path)
+	if err != nil {
+		return 0, 0
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		k, rest, ok := strings.Cut(sc.Text(), ":")
+		if !ok {
+			continue
+		}
+		kb, err := strconv.ParseUint(strings.TrimSuffix(strings.TrimSpace(rest), " kB"), 10, 64)
+		if err != nil {
+			continue
+		}
+		switch k {
+		case "MemTotal":
+			total = kb * 1024
+		case "MemAvailable":
+			avail = kb * 1024
+		}
+	}
+	return total, avail
+}
+
+// hottest is the highest temperature of the thermal zones under dir, in
+// °C; 0 when none tells one.
+func hottest(dir string) float32 {
+	zones, _ := filepath.Glob(filepath.Join(dir, "thermal_zone*", "temp"))
+	var hot float32
+	for _, z := range zones {
+		b, err := os.ReadFile(z)
+		if err != nil {
+			continue
+		}
+		milli, err := strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
+		if err != nil || milli < -50_000 || milli > 200_000 {
+			continue
+		}
+		if c := float32(milli) / 1000; c > hot {
+			hot = c
+		}
+	}
+	return hot
+}
