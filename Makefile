@@ -64,6 +64,9 @@ bench: ## run the benchmarks, a few minutes (figures go in docs/benchmarks.md)
 	$(GO) test -run '^$$' -bench NationalPush -benchtime 1x -timeout 20m ./console/rollout/
 	$(GO) test -run '^$$' -bench 'KeystrokeEcho|Shells|BenchmarkForward$$' -benchtime 1x -timeout 20m ./internal/test/bench/
 	$(GO) test -run '^$$' -bench 'UKEY' -benchtime 1x -timeout 20m ./internal/test/bench/
+	$(GO) test -run '^$$' -bench Votes -benchtime 20000x ./console/sitehealth/
+	$(GO) test -run '^$$' -bench ProbeBandwidth -benchtime 20x ./agent/sitepeer/
+	$(GO) test -run '^$$' -bench SiteVerdicts -benchtime 1x -timeout 20m ./internal/test/integration/
 
 fuzz: ## run each fuzz target for 30 s
 	$(GO) test -run '^$$' -fuzz FuzzReadHeader -fuzztime 30s ./tunnel/

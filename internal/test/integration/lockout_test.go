@@ -334,12 +334,14 @@ func TestIdleConnectionsDoNotLockOut(t *testing.T) {
 		boxes = 50
 		idle  = 10_000
 	)
-	h := testenv.NewInProcess(t, testenv.Options{})
+	// The console is its binary, in a process of its own as it is in a
+	// data centre; the boxes' agents run in this process.
+	h := testenv.NewBinaries(t)
 	tok := h.Token(t, api.TokenRequest{Region: "east", Site: "a", Uses: boxes})
 	realBackoff := func(c *agent.Config) { c.Backoff = tunnel.Backoff{Min: time.Second, Max: time.Minute} }
 	var fleet []testenv.Box
 	for i := range boxes {
-		b, err := h.Enroll(t, tok, fmt.Sprintf("box-%02d", i))
+		b, err := testenv.EnrollInProcess(t, tok, fmt.Sprintf("box-%02d", i))
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -147,6 +147,14 @@ func (e *InProcess) StartConsole(t testing.TB) {
 }
 
 func (e *InProcess) Enroll(t testing.TB, token, name string) (Box, error) {
+	return EnrollInProcess(t, token, name)
+}
+
+// EnrollInProcess enrolls a box whose agent runs in the test's process
+// (StartAgent), with any console: one of Binaries too, when a test wants
+// the console in a process of its own and the agents where it can adjust
+// them.
+func EnrollInProcess(t testing.TB, token, name string) (Box, error) {
 	dir := t.TempDir()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -154,12 +162,11 @@ func (e *InProcess) Enroll(t testing.TB, token, name string) (Box, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &inProcessBox{env: e, dir: dir, id: id.BoxID}, nil
+	return &inProcessBox{dir: dir, id: id.BoxID}, nil
 }
 
 // Agent is an in-process box.
 type inProcessBox struct {
-	env *InProcess
 	dir string
 	id  string
 
