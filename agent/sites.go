@@ -73,7 +73,6 @@ func (a *Agent) siteHealth(ctx context.Context, c edgeboxv1.ConsoleServiceClient
 		}()
 		stop = func() { cancel(); <-done }
 	}
-	start(period)
 	tick := time.NewTicker(time.Second)
 	defer tick.Stop()
 	for {
@@ -83,9 +82,9 @@ func (a *Agent) siteHealth(ctx context.Context, c edgeboxv1.ConsoleServiceClient
 			if p <= 0 {
 				p = defaultSitePeriod
 			}
-			if p != period {
+			if prober == nil || p != period {
 				period = p
-				start(period)
+				start(period) // the first time, or the period changed
 			}
 			var peers []sitepeer.Peer
 			for _, sp := range want.GetPeers() {
@@ -94,7 +93,7 @@ func (a *Agent) siteHealth(ctx context.Context, c edgeboxv1.ConsoleServiceClient
 			prober.SetPeers(peers)
 			nextVot = time.Now().Add(period) // a vote once the peers had a period to be heard
 		}
-		if len(want.GetPeers()) > 0 && !time.Now().Before(nextVot) {
+		if prober != nil && len(want.GetPeers()) > 0 && !time.Now().Before(nextVot) {
 			nextVot = time.Now().Add(period)
 			if sv, err := a.vote(counter, prober.Seen()); err != nil {
 				a.log.Warn("a site vote could not be made", "err", err)

@@ -250,6 +250,13 @@ func (p *Prober) Run(ctx context.Context) error {
 		}
 	})
 	p.heartbeats(ctx, &wg)
+	// The port is free again once Run returns, for a prober started
+	// after it: the listeners close here, not whenever the context's
+	// callback runs, and a listener's socket closes with the last of its
+	// associations, which the goroutines waited for end.
+	for _, l := range listeners {
+		l.Close()
+	}
 	p.mu.Lock()
 	for _, pr := range p.peers {
 		if pr.conn != nil {
@@ -258,6 +265,7 @@ func (p *Prober) Run(ctx context.Context) error {
 		}
 	}
 	p.mu.Unlock()
+	wg.Wait()
 	return nil
 }
 

@@ -377,11 +377,11 @@ func (s *server) view(ctx context.Context, b fleet.Box) api.Box {
 		OSVersion: b.OSVersion, AgentVersion: b.AgentVersion, Capability: b.Capability, CPUs: b.CPUs,
 		MemoryBytes: b.MemoryBytes, EnrolledAt: b.EnrolledAt, CertNotAfter: b.CertNotAfter, Wipe: wipeView(b.Wipe)}
 	switch {
-	case p.Online:
-		v.Health = string(sitehealth.Online)
 	case s.Sites != nil && b.State == fleet.StateApproved:
 		st, detail := s.Sites.Health(ctx, b)
 		v.Health, v.HealthDetail = string(st), detail
+	case p.Online:
+		v.Health = string(sitehealth.Online)
 	}
 	if s.Vitals != nil {
 		if r, ok := s.Vitals.Get(b.ID); ok {

@@ -262,12 +262,17 @@ func (s *Service) Verdict(ctx context.Context, b fleet.Box) (Verdict, error) {
 // a tunnel, the grounds ("2 of its site of 3 hear it", "its whole site is
 // out of sight").
 func (s *Service) Health(ctx context.Context, b fleet.Box) (State, string) {
-	if s.cfg.Online(b.ID) {
-		return Online, ""
-	}
+	online := s.cfg.Online(b.ID)
 	site, err := s.siteOf(ctx, b)
-	if err != nil {
+	switch {
+	case online && (err != nil || len(site) < 2):
+		return Online, ""
+	case err != nil:
 		return Unknown, "the console cannot read the box's site: " + err.Error()
+	case online:
+		// What its site says of it now, should its line go.
+		v := s.tally.Decide(b.ID, false, ids(site), s.cfg.Now())
+		return Online, fmt.Sprintf("%d of the %d boxes of its site hear it, %d do not", v.Alive, len(site), v.Dead)
 	}
 	now := s.cfg.Now()
 	if len(site) > 1 && s.tally.SiteUnreachable(ids(site), s.cfg.Online, now) {

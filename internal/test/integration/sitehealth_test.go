@@ -67,16 +67,36 @@ func TestSiteHealthTellsALineFromADeath(t *testing.T) {
 		}
 		return true
 	})
-	// Give the boxes their peers' lists and a vote or two.
-	time.Sleep(3 * period)
-
+	// The boxes have their peers' lists, hear each other, and voted.
 	one := boxes[0].ID()
+	testenv.WaitFor(t, 30*time.Second, "box 1's site hearing it", func() bool {
+		return strings.HasPrefix(health(one).HealthDetail, "2 of the 3 boxes of its site hear it")
+	})
 	link.Cut()
 	cut := time.Now()
 	testenv.WaitFor(t, 3*period+3*time.Second, "box 1 disconnected but running", func() bool {
 		return health(one).Health == "disconnected-running"
 	})
 	t.Logf("box 1 was disconnected-running %v after its link was cut: %s", time.Since(cut).Round(100*time.Millisecond), health(one).HealthDetail)
+
+	// The line back after longer than a vote counts for: box 1 sends the
+	// votes it kept, which the console takes as history.
+	time.Sleep(6 * period)
+	if err := link.Heal(); err != nil {
+		t.Fatal(err)
+	}
+	testenv.WaitFor(t, 30*time.Second, "box 1's kept votes taken", func() bool {
+		return strings.Contains(consoleMetrics(t, h), `edgebox_site_votes_total{result="kept"}`) &&
+			!strings.Contains(consoleMetrics(t, h), `edgebox_site_votes_total{result="kept"} 0`)
+	})
+	if m := consoleMetrics(t, h); !strings.Contains(m, `edgebox_site_votes_total{result="refused"} 0`) {
+		t.Fatalf("votes refused:\n%s", grepLines(m, "site_votes"))
+	}
+	t.Logf("votes: %s", strings.Join(strings.Fields(grepLines(consoleMetrics(t, h), "edgebox_site_votes_total{")), " "))
+	link.Cut()
+	testenv.WaitFor(t, 3*period+3*time.Second, "box 1 disconnected but running again", func() bool {
+		return health(one).Health == "disconnected-running"
+	})
 
 	boxes[0].Stop(t)
 	stopped := time.Now()
