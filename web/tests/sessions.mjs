@@ -291,6 +291,8 @@ await step(admin, 'an admin edits the session rules on the Sessions page; a line
   await admin.waitForSelector('[data-testid=rules-saved]');
   expect(!(await admin.$('[data-testid=rules-editor]')), 'the editor stays open after saving');
   await admin.waitForFunction(() => /by admin/.test(document.querySelector('[data-testid=rules-by]')?.textContent ?? ''), null, { timeout: 10000 });
+  // The rules set before were an admin's too: wait for the new ones.
+  await admin.waitForFunction((sel) => document.querySelector(sel)?.textContent.includes('site shop-9'), rulesBox, { timeout: 10000 }).catch(() => {});
   const shown = await admin.textContent(rulesBox);
   expect(shown.includes('city=new york, site shop-9') && shown.includes('192.168.1.0/24:80, printer.lan:631') && shown.includes('10.1.2.3:8000-8080'), `the rules shown: ${shown}`);
   // Edited again, they read as they were written (a value with a space quoted).
