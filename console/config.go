@@ -60,6 +60,10 @@ type Config struct {
 	// SitePeriod is how often the boxes of a site probe each other and
 	// vote (ADR 0019); a vote counts for three periods. 10 s when zero.
 	SitePeriod time.Duration
+	// AlertEvery is how often the tenants' alert rules are evaluated (30 s
+	// when 0); AlertRetryMin is the first wait before a webhook that
+	// failed is tried again (5 s when 0).
+	AlertEvery, AlertRetryMin time.Duration
 	// RolloutEvery is how often running rollouts are moved along (2 s
 	// when zero).
 	RolloutEvery time.Duration

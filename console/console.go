@@ -26,6 +26,7 @@ import (
 	"github.com/edgebox/edgebox/console/admission"
 	"github.com/edgebox/edgebox/console/agentrel"
 	"github.com/edgebox/edgebox/console/agentrpc"
+	"github.com/edgebox/edgebox/console/alerts"
 	"github.com/edgebox/edgebox/console/apps"
 	"github.com/edgebox/edgebox/console/appsync"
 	"github.com/edgebox/edgebox/console/audit"
@@ -90,6 +91,7 @@ type Console struct {
 	users     *auth.Users
 	events    *events.Hub
 	rollouts  *rollout.Service
+	alerts    *alerts.Service
 
 	mu      sync.Mutex     // guards state and closers
 	state   lifecycle      //
@@ -277,6 +279,17 @@ func New(cfg Config, log *slog.Logger) (_ *Console, err error) {
 	c.rollouts = rollout.New(rollout.Config{Store: st, Apps: catalogue, Agent: agents, Boxes: fl, Desired: c.desired,
 		Online: func(id string) bool { return pres.Presence(id).Online }, LineDown: sites.LineDown, Every: cfg.RolloutEvery, Now: cfg.Clock, Log: c.log})
 
+	c.alerts, err = alerts.New(alerts.Config{Store: st, Tenants: c.tenantIDs,
+		Facts: alerts.Facts{Boxes: fl.Boxes, Health: sites.Health, Statuses: c.desired.Statuses, Rollouts: c.rollouts.List,
+			Keys: func(ctx context.Context, tenant string) ([]keys.Key, error) {
+				return keyRegistry.List(ctx, tenant, keys.Filter{})
+			}},
+		Every: cfg.AlertEvery, RetryMin: cfg.AlertRetryMin, ConsoleURL: public, Now: cfg.Clock, Metrics: promReg,
+		Log: c.log.With("component", "alerts")})
+	if err != nil {
+		return nil, err
+	}
+
 	c.remote = sessions.New(sessions.Config{Store: st, Agents: c.agents, Tunnel: srv, Dir: filepath.Join(cfg.DataDir, "recordings"),
 		IdleTimeout: cfg.SessionIdleTimeout, MaxDuration: cfg.SessionMaxDuration, Now: cfg.Clock, Log: c.log})
 	promReg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: "edgebox", Subsystem: "remote", Name: "sessions",
@@ -290,7 +303,7 @@ func New(cfg Config, log *slog.Logger) (_ *Console, err error) {
 			Fleet: fl, Audit: auditLog, Tokens: tokens, Users: c.users, SessionTTL: cfg.SessionTTL,
 			Throttle: auth.NewThrottle(auth.DefaultThrottleConfig, now), PKI: authority, Sessions: pres, Sites: sites, Vitals: vitals, Desired: c.desired, Downloads: downloads,
 			Registry: reg, RegistryHosts: registryHosts, Apps: catalogue, Agents: c.agents, Keys: keyRegistry, Rollouts: c.rollouts, AgentReleases: agents,
-			RemoteSessions: c.remote, Latency: httpapi.NewLatency(promReg),
+			RemoteSessions: c.remote, Alerts: c.alerts, Latency: httpapi.NewLatency(promReg),
 			ConsoleURL: public, BoxCertTTL: cfg.BoxCertTTL, Log: c.log,
 			Metrics: promhttp.HandlerFor(promReg, promhttp.HandlerOpts{}), WebUI: webui.Handler(), Events: c.events,
 		}),
@@ -341,9 +354,9 @@ func (c *Console) Run(ctx context.Context) error {
 	//     cuts the keys it carries);
 	//  3. the tunnel server says goodbye to every box and drops its
 	//     session;
-	//  4. the fleet's revocation watch, presence, compaction and app sync
-	//     end; presence writes the last-seen times of the sessions that
-	//     ended;
+	//  4. the fleet's revocation watch, presence, compaction, app sync,
+	//     rollouts and alerts end; presence writes the last-seen times of
+	//     the sessions that ended;
 	//  5. on return, what New opened closes: the tunnel server's
 	//     listeners, the registry, the store, the database, the listener.
 	// A service returns nil when its stage's context ends; returning
@@ -380,6 +393,7 @@ func (c *Console) Run(ctx context.Context) error {
 	start(loops, "app sync", c.appsync.Run)
 	start(loops, "site peers", c.sites.Run)
 	start(loops, "rollouts", c.rollouts.Run)
+	start(loops, "alerts", c.alerts.Run)
 	start(loops, "admission", c.admission.Run)
 	start(loops, "events", c.events.Run)
 	start(loops, "session sweep", func(ctx context.Context) error { return c.users.RunSweeper(ctx, 10*time.Minute, c.log) })

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -256,9 +257,7 @@ func rolloutRulesCmd(out printer) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			enc := json.NewEncoder(cmd.OutOrStdout())
-			enc.SetIndent("", "  ")
-			return enc.Encode(r)
+			return printJSON(cmd, r)
 		},
 	}
 	set := &cobra.Command{
@@ -284,21 +283,9 @@ A box follows its site's policy where there is one, else its region's.
 workdays. A policy that never opens within 14 days is refused.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			var raw []byte
-			var err error
-			if args[0] == "-" {
-				raw, err = io.ReadAll(io.LimitReader(cmd.InOrStdin(), 1<<20))
-			} else {
-				raw, err = os.ReadFile(args[0])
-			}
-			if err != nil {
-				return err
-			}
 			var r api.RolloutRules
-			dec := json.NewDecoder(strings.NewReader(string(raw)))
-			dec.DisallowUnknownFields()
-			if err := dec.Decode(&r); err != nil {
-				return fmt.Errorf("%s: %w", args[0], err)
+			if err := readJSONArg(cmd, args[0], &r); err != nil {
+				return err
 			}
 			cl, err := client()
 			if err != nil {
@@ -315,4 +302,32 @@ workdays. A policy that never opens within 14 days is refused.`,
 	}
 	c.AddCommand(show, set)
 	return c
+}
+
+// readJSONArg decodes the JSON file name ("-": standard input, at most
+// 1 MiB) into v, refusing fields v does not have.
+func readJSONArg(cmd *cobra.Command, name string, v any) error {
+	var raw []byte
+	var err error
+	if name == "-" {
+		raw, err = io.ReadAll(io.LimitReader(cmd.InOrStdin(), 1<<20))
+	} else {
+		raw, err = os.ReadFile(name)
+	}
+	if err != nil {
+		return err
+	}
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return fmt.Errorf("%s: %w", name, err)
+	}
+	return nil
+}
+
+// printJSON prints v as indented JSON, ready to edit and set again.
+func printJSON(cmd *cobra.Command, v any) error {
+	enc := json.NewEncoder(cmd.OutOrStdout())
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
 }

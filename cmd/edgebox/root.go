@@ -49,7 +49,7 @@ overrides the stored token, EDGEBOX_TENANT the tenant commands act in.`,
 		}
 	}
 	root.AddCommand(loginCmd(), whoamiCmd(out), userCmd(out), tenantCmd(out), apiTokenCmd(out), tokenCmd(out), boxesCmd(out), auditCmd(out),
-		appCmd(out), releaseCmd(out), deployCmd(out), undeployCmd(out), rolloutCmd(out), agentCmd(out), statusCmd(out), logsCmd(), imageCmd(), keysCmd(out),
+		appCmd(out), releaseCmd(out), deployCmd(out), undeployCmd(out), rolloutCmd(out), alertsCmd(out), agentCmd(out), statusCmd(out), logsCmd(), imageCmd(), keysCmd(out),
 		execCmd(), shellCmd(), sessionsCmd(out), portForwardCmd(), cpCmd(), screenCmd())
 	return root
 }

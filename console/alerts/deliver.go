@@ -14,7 +14,9 @@ import (
 	"sync"
 	"time"
 
+	"github.com/edgebox/edgebox/console/audit"
 	"github.com/edgebox/edgebox/console/store"
+	"github.com/edgebox/edgebox/errdefs"
 )
 
 // notice is one post owed to one webhook, kept in the outbox until the
@@ -24,7 +26,7 @@ type notice struct {
 	ID       string    `json:"id"`  // the delivery's ID, the same on every try: receivers drop repeats by it
 	TenantID string    `json:"tenant_id"`
 	URL      string    `json:"url"`
-	Status   string    `json:"status"` // firing or resolved
+	Status   string    `json:"status"` // firing or resolved (or test, never kept)
 	Incident Incident  `json:"incident"`
 	Created  time.Time `json:"created"`
 	Tries    int       `json:"tries,omitempty"`
@@ -36,7 +38,7 @@ type notice struct {
 type Payload struct {
 	// Delivery is the same on every try of one notice.
 	Delivery string   `json:"delivery"`
-	Status   string   `json:"status"` // firing or resolved
+	Status   string   `json:"status"` // firing, resolved, or test
 	Tenant   string   `json:"tenant"`
 	Console  string   `json:"console,omitempty"`
 	Incident Incident `json:"incident"`
@@ -216,4 +218,44 @@ func (s *Service) send(ctx context.Context, n notice, secret string) error {
 func (s *Service) Pending(ctx context.Context) (int, error) {
 	kvs, _, err := s.cfg.Store.Range(ctx, outboxPrefix, 0)
 	return len(kvs), err
+}
+
+// TestResult is what one webhook said to a test notice: nothing, or why
+// it did not take it.
+type TestResult struct {
+	URL   string
+	Error string
+}
+
+// Test posts a test notice to each of the caller's tenant's webhooks now,
+// once, and says what each answered.
+func (s *Service) Test(ctx context.Context, who audit.Actor) ([]TestResult, error) {
+	rules, _, err := s.rules(ctx, who.TenantID)
+	if err != nil {
+		return nil, err
+	}
+	if len(rules.Webhooks) == 0 {
+		return nil, errdefs.Invalid("the tenant has no webhooks to test: set them in its alert rules")
+	}
+	now := s.cfg.Now().UTC()
+	e := who.Did("alerts.test", "alert-rules", fmt.Sprintf("a test notice to %d webhooks", len(rules.Webhooks)))
+	if _, err := s.cfg.Store.Txn(ctx, store.Txn{Then: []store.Op{audit.Op(now, e)}}); err != nil {
+		return nil, err
+	}
+	in := Incident{ID: newID(), TenantID: who.TenantID, Kind: "test", Subject: "a test notice", Summary: "sent by " + who.Name,
+		State: Firing, Since: now, FiredAt: now}
+	out := make([]TestResult, len(rules.Webhooks))
+	var wg sync.WaitGroup
+	for i, n := range noticesFor(rules, in, "test", now) {
+		out[i].URL = n.URL
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := s.send(ctx, n, rules.Webhooks[i].Secret); err != nil {
+				out[i].Error = err.Error()
+			}
+		}()
+	}
+	wg.Wait()
+	return out, nil
 }

@@ -19,6 +19,7 @@ import (
 
 	"github.com/edgebox/edgebox/api"
 	"github.com/edgebox/edgebox/console/agentrel"
+	"github.com/edgebox/edgebox/console/alerts"
 	"github.com/edgebox/edgebox/console/apps"
 	"github.com/edgebox/edgebox/console/audit"
 	"github.com/edgebox/edgebox/console/auth"
@@ -119,9 +120,11 @@ type Deps struct {
 	AgentReleases *agentrel.Service
 	// RemoteSessions brokers shells and commands on boxes.
 	RemoteSessions *sessions.Broker
-	ConsoleURL     string
-	BoxCertTTL     time.Duration
-	Metrics        http.Handler
+	// Alerts keeps the tenants' alert rules, incidents and silences.
+	Alerts     *alerts.Service
+	ConsoleURL string
+	BoxCertTTL time.Duration
+	Metrics    http.Handler
 	// Events tells web pages what changed; nil serves no event stream.
 	Events *events.Hub
 	// WebUI serves the web console on every path that is not the API's
@@ -288,6 +291,14 @@ func (s *server) routes() []route {
 		{"DELETE", v1 + "/tokens/:id", auth.Administer, s.revokeToken},
 
 		{"GET", v1 + "/audit", auth.Audit, s.listAudit},
+
+		{"GET", v1 + "/alerts", auth.Read, s.listAlerts},
+		{"GET", v1 + "/alert-rules", auth.Read, s.getAlertRules},
+		{"PUT", v1 + "/alert-rules", auth.Administer, s.setAlertRules},
+		{"POST", v1 + "/alert-rules/test", auth.Administer, s.testAlertRules},
+		{"GET", v1 + "/silences", auth.Read, s.listSilences},
+		{"POST", v1 + "/silences", auth.Operate, s.createSilence},
+		{"DELETE", v1 + "/silences/:id", auth.Operate, s.deleteSilence},
 	}
 }
 

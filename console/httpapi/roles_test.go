@@ -25,6 +25,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/remote/transport"
 
 	"github.com/edgebox/edgebox/console/agentrel"
+	"github.com/edgebox/edgebox/console/alerts"
 	"github.com/edgebox/edgebox/console/apps"
 	"github.com/edgebox/edgebox/console/audit"
 	"github.com/edgebox/edgebox/console/auth"
@@ -35,6 +36,7 @@ import (
 	"github.com/edgebox/edgebox/console/pki"
 	"github.com/edgebox/edgebox/console/rollout"
 	"github.com/edgebox/edgebox/console/sessions"
+	"github.com/edgebox/edgebox/console/sitehealth"
 	"github.com/edgebox/edgebox/console/store"
 	"github.com/edgebox/edgebox/console/store/storetest"
 	"github.com/edgebox/edgebox/images/registry"
@@ -47,7 +49,7 @@ var cheapHash = auth.HashParams{Time: 1, Memory: 64, Threads: 1}
 
 // tenantFixture is what one tenant owns in the role test.
 type tenantFixture struct {
-	box, key, app, rollout, session string
+	box, key, app, rollout, session, silence string
 }
 
 // rolesEnv is the API with two tenants, bank1 and bank2, each with a box,
@@ -97,6 +99,15 @@ func newRolesEnv(t *testing.T) *rolesEnv {
 		t.Fatal(err)
 	}
 	rollouts := rollout.New(rollout.Config{Store: st, Apps: catalogue, Agent: agents, Boxes: fl, Desired: d, Log: log})
+	alerting, err := alerts.New(alerts.Config{Store: st, Tenants: func(context.Context) ([]string, error) { return []string{"bank1", "bank2"}, nil },
+		Facts: alerts.Facts{Boxes: fl.Boxes, Health: func(context.Context, fleet.Box) (sitehealth.State, string) { return sitehealth.Online, "" },
+			Keys: func(ctx context.Context, tenant string) ([]keys.Key, error) {
+				return kr.List(ctx, tenant, keys.Filter{})
+			},
+			Statuses: d.Statuses, Rollouts: rollouts.List}, Log: log})
+	if err != nil {
+		t.Fatal(err)
+	}
 	e := &rolesEnv{st: st, users: users, tokens: map[string]string{}, srv: srv, host: host}
 	console := audit.Actor{TenantID: auth.ConsoleTenant, Name: "console"}
 	for _, tenant := range []string{"bank1", "bank2"} {
@@ -145,7 +156,11 @@ func newRolesEnv(t *testing.T) *rolesEnv {
 		if _, err := store.Put(ctx, st, sessions.Prefix+tenant+"/"+sess.ID, raw); err != nil {
 			t.Fatal(err)
 		}
-		f := tenantFixture{box: b.ID, key: keys.ID(b.ID, dev), app: app, rollout: ro.ID, session: sess.ID}
+		sil, err := alerting.Silence(ctx, by, alerts.Silence{Site: "a"}, time.Hour)
+		if err != nil {
+			t.Fatal(err)
+		}
+		f := tenantFixture{box: b.ID, key: keys.ID(b.ID, dev), app: app, rollout: ro.ID, session: sess.ID, silence: sil.ID}
 		if tenant == "bank1" {
 			e.own = f
 		} else {
@@ -175,7 +190,7 @@ func newRolesEnv(t *testing.T) *rolesEnv {
 	e.h = New(Deps{Fleet: fl, Events: hub, Audit: audit.New(st, nil), Tokens: toks, Users: users, SessionTTL: time.Hour,
 		Throttle: auth.NewThrottle(auth.DefaultThrottleConfig, time.Now), Sessions: noSessions{}, Desired: d, Keys: kr,
 		PKI: a, Apps: catalogue, Rollouts: rollouts, AgentReleases: agents, Registry: reg,
-		RemoteSessions: sessions.New(sessions.Config{Store: st, Dir: t.TempDir(), Log: log}), RegistryHosts: []string{host}, ConsoleURL: "https://127.0.0.1:8443", Log: log,
+		Alerts: alerting, RemoteSessions: sessions.New(sessions.Config{Store: st, Dir: t.TempDir(), Log: log}), RegistryHosts: []string{host}, ConsoleURL: "https://127.0.0.1:8443", Log: log,
 		Metrics: http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { io.WriteString(w, "ok\n") })})
 	h = e.h
 	return e
@@ -315,6 +330,13 @@ func routeTable() map[string]routeCase {
 		"POST /api/v1/rollouts":                                  {perm: auth.Operate, path: fixed("/api/v1/rollouts"), body: `{"app":"bank1-app","from":"1","to":"2","regions":["east"]}`},
 		"GET /api/v1/rollouts/:id":                               {perm: auth.Read, path: ro(""), objects: true},
 		"POST /api/v1/rollouts/:id/:action":                      {perm: auth.Operate, path: ro("/pause"), objects: true},
+		"GET /api/v1/alerts":                                     {perm: auth.Read, path: fixed("/api/v1/alerts?resolved=10")},
+		"GET /api/v1/alert-rules":                                {perm: auth.Read, path: fixed("/api/v1/alert-rules")},
+		"PUT /api/v1/alert-rules":                                {perm: auth.Administer, path: fixed("/api/v1/alert-rules"), body: `{"rules":[{"kind":"box-down","for_minutes":5}]}`},
+		"POST /api/v1/alert-rules/test":                          {perm: auth.Administer, path: fixed("/api/v1/alert-rules/test")},
+		"GET /api/v1/silences":                                   {perm: auth.Read, path: fixed("/api/v1/silences")},
+		"POST /api/v1/silences":                                  {perm: auth.Operate, path: fixed("/api/v1/silences"), body: `{"site":"a","for":"1h"}`},
+		"DELETE /api/v1/silences/:id":                            {perm: auth.Operate, path: func(f tenantFixture) string { return "/api/v1/silences/" + f.silence }, objects: true},
 		"GET /api/v1/rollout-rules":                              {perm: auth.Read, path: fixed("/api/v1/rollout-rules")},
 		"PUT /api/v1/rollout-rules":                              {perm: auth.Administer, path: fixed("/api/v1/rollout-rules"), body: `{}`},
 		"GET /api/v1/tokens":                                     {perm: auth.Administer, path: fixed("/api/v1/tokens")},

@@ -19,11 +19,20 @@ import (
 // other on their LAN (here three loopback addresses) and vote. Box 1's
 // link to the console is cut: it is "disconnected-running" within three
 // probe periods, as its two peers hear it. Its agent stopped, the peers
-// no longer hear it and it is "down". Back, it is online.
+// no longer hear it and it is "down". Back, it is online. Alerts on both
+// reach a webhook, which fails its first post, once per incident and
+// once when each is resolved; none is left firing.
 func TestSiteHealthTellsALineFromADeath(t *testing.T) {
 	t.Parallel()
 	const period = time.Second
-	h := testenv.NewInProcess(t, testenv.Options{Console: func(c *console.Config) { c.SitePeriod = period }})
+	h := testenv.NewInProcess(t, testenv.Options{Console: func(c *console.Config) {
+		c.SitePeriod, c.AlertEvery, c.AlertRetryMin = period, 500*time.Millisecond, 200*time.Millisecond
+	}})
+	hook := newWebhook(t, 1)
+	if _, err := h.Admin().SetAlertRules(ctx(t), api.AlertRules{Rules: []api.AlertRule{{Kind: "box-offline"}, {Kind: "box-down"}},
+		Webhooks: []api.Webhook{{URL: hook.URL}}}); err != nil {
+		t.Fatal(err)
+	}
 	pc, err := net.ListenPacket("udp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -105,10 +114,58 @@ func TestSiteHealthTellsALineFromADeath(t *testing.T) {
 	if b := health(boxes[1].ID()); b.Health != "online" {
 		t.Fatalf("box 2: %s %s", b.Health, b.HealthDetail)
 	}
+	firing := func(kind string) bool {
+		l, err := admin.Alerts(ctx(t), 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, in := range l.Open {
+			if in.Kind == kind && in.State == "firing" && in.Box == one {
+				return true
+			}
+		}
+		return false
+	}
+	testenv.WaitFor(t, 10*time.Second, "box-down firing", func() bool { return firing("box-down") && firing("box-offline") })
 
 	if err := link.Heal(); err != nil {
 		t.Fatal(err)
 	}
 	testenv.StartAgent(t, boxes[0], listen(0))
 	testenv.WaitFor(t, 30*time.Second, "box 1 online again", func() bool { return health(one).Health == "online" })
+
+	// Two cuts and a death: each incident told once, and its end once.
+	testenv.WaitFor(t, 30*time.Second, "no alert left open", func() bool {
+		l, err := admin.Alerts(ctx(t), 0)
+		return err == nil && len(l.Open) == 0
+	})
+	testenv.WaitFor(t, 30*time.Second, "the webhook told of every incident's end", func() bool {
+		return len(hook.took()) >= 6
+	})
+	time.Sleep(2 * time.Second) // for a post that should not come
+	got := hook.took()
+	for _, p := range got {
+		t.Logf("posted: %s %s: %s", p.Status, p.Incident.Kind, p.Incident.Summary)
+	}
+	count := map[string]int{}
+	perIncident := map[string]int{}
+	for _, p := range got {
+		if p.Incident.Box != one {
+			t.Errorf("a post about another box: %+v", p)
+		}
+		count[p.Status+" "+p.Incident.Kind]++
+		perIncident[p.Incident.ID+" "+p.Status]++
+	}
+	want := map[string]int{"firing box-offline": 2, "resolved box-offline": 2, "firing box-down": 1, "resolved box-down": 1}
+	if fmt.Sprint(count) != fmt.Sprint(want) {
+		t.Errorf("the webhook took %v, want %v", count, want)
+	}
+	for k, n := range perIncident {
+		if n != 1 {
+			t.Errorf("%s posted %d times", k, n)
+		}
+	}
+	if hook.tries() != len(got)+1 {
+		t.Errorf("the webhook was tried %d times for %d posts and one refusal", hook.tries(), len(got))
+	}
 }
