@@ -181,40 +181,41 @@ func (s *Service) Vote(ctx context.Context, box string, r *edgeboxv1.VoteReport)
 	if b.State != fleet.StateApproved {
 		return nil, errdefs.Permission("box %s is %s and cannot vote", box, b.State)
 	}
-	site, err := s.siteOf(ctx, b)
-	if err != nil {
-		return nil, err
-	}
-	peers := slices.DeleteFunc(ids(site), func(id string) bool { return id == box })
-	if namesOthers(r, peers) { // a box joined since the console last read the site
-		if site, err = s.readSite(ctx, b, true); err != nil {
-			return nil, err
-		}
-		peers = slices.DeleteFunc(ids(site), func(id string) bool { return id == box })
-	}
 	s.mu.Lock()
 	key := s.keys[box]
 	s.mu.Unlock()
 	if key == nil {
 		return nil, errdefs.Unavailable("the console has no key of box %s yet; vote again on a new session", box)
 	}
+	// Each vote is opened and its signature checked once; a vote that
+	// fails either is refused.
+	votes := make([]*edgeboxv1.SiteVote, len(r.GetVotes()))
+	why := make([]error, len(votes))
+	for i, sv := range r.GetVotes() {
+		votes[i], why[i] = sitevote.Open(sv)
+		if why[i] == nil {
+			why[i] = sitevote.VerifyKey(sv, key)
+		}
+	}
+	site, err := s.siteOf(ctx, b)
+	if err != nil {
+		return nil, err
+	}
+	peers := slices.DeleteFunc(ids(site), func(id string) bool { return id == box })
+	if namesOthers(votes, why, peers) { // a box joined since the console last read the site
+		if site, err = s.readSite(ctx, b, true); err != nil {
+			return nil, err
+		}
+		peers = slices.DeleteFunc(ids(site), func(id string) bool { return id == box })
+	}
 	receipt := &edgeboxv1.VoteReceipt{}
 	now := s.cfg.Now()
-	for i, sv := range r.GetVotes() {
-		refuse := func(err error) {
-			receipt.Refused = append(receipt.Refused, fmt.Sprintf("vote %d: %v", i, err))
-			s.votes.WithLabelValues("refused").Inc()
+	for i, v := range votes {
+		err := why[i]
+		if err == nil {
+			err = s.tally.Take(box, peers, v, now)
 		}
-		v, err := sitevote.Open(sv)
-		if err != nil {
-			refuse(err)
-			continue
-		}
-		if err := sitevote.VerifyKey(sv, key); err != nil {
-			refuse(err)
-			continue
-		}
-		switch err := s.tally.Take(box, peers, v, now); {
+		switch {
 		case err == nil:
 			receipt.Accepted++
 			s.votes.WithLabelValues("current").Inc()
@@ -222,7 +223,8 @@ func (s *Service) Vote(ctx context.Context, box string, r *edgeboxv1.VoteReport)
 			receipt.Accepted++
 			s.votes.WithLabelValues("kept").Inc()
 		default:
-			refuse(err)
+			receipt.Refused = append(receipt.Refused, fmt.Sprintf("vote %d: %v", i, err))
+			s.votes.WithLabelValues("refused").Inc()
 		}
 	}
 	if len(receipt.Refused) > 0 {
@@ -231,13 +233,11 @@ func (s *Service) Vote(ctx context.Context, box string, r *edgeboxv1.VoteReport)
 	return receipt, nil
 }
 
-// namesOthers reports whether a vote of r looks like it names a box not
-// in peers; the votes are not checked yet, so this is only a hint to read
-// the site again.
-func namesOthers(r *edgeboxv1.VoteReport, peers []string) bool {
-	for _, sv := range r.GetVotes() {
-		v := &edgeboxv1.SiteVote{}
-		if proto.Unmarshal(sv.GetVote(), v) != nil {
+// namesOthers reports whether a vote that opened and verified names a
+// box not in peers: the site is read again before the votes are taken.
+func namesOthers(votes []*edgeboxv1.SiteVote, why []error, peers []string) bool {
+	for i, v := range votes {
+		if why[i] != nil {
 			continue
 		}
 		for _, p := range v.GetPeers() {
