@@ -23,6 +23,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/sync/errgroup"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
@@ -34,6 +35,7 @@ import (
 	"github.com/edgebox/edgebox/agent/reconcile"
 	"github.com/edgebox/edgebox/agent/runtime"
 	"github.com/edgebox/edgebox/agent/session"
+	"github.com/edgebox/edgebox/agent/sitepeer"
 	"github.com/edgebox/edgebox/enroll"
 	"github.com/edgebox/edgebox/errdefs"
 	"github.com/edgebox/edgebox/errdefs/errgrpc"
@@ -103,6 +105,11 @@ type Config struct {
 	// its LAN addresses with the probe port, UDP. None: the box takes no
 	// part in site health (its peers cannot tell its line from its death).
 	SiteListen []string
+	// MetricsListen is the loopback address where the box's Prometheus
+	// metrics are served, at /metrics (DefaultMetricsListen is the
+	// command's default); "" or "off" serves none. Validate refuses any
+	// other address: the metrics are for the box's own host.
+	MetricsListen string
 	// Hooks are for fault-injection tests; production leaves them nil.
 	Hooks Hooks
 }
@@ -138,6 +145,9 @@ func (c Config) Validate() error {
 	if c.PendingRecheck <= 0 || c.RenewRetry <= 0 || c.RPCIdle <= 0 || c.SyncRetry <= 0 || c.Reconcile <= 0 ||
 		c.HelloTimeout <= 0 || c.UpAnswerTimeout <= 0 {
 		return errors.New("agent: PendingRecheck, RenewRetry, RPCIdle, SyncRetry, HelloTimeout, UpAnswerTimeout and Reconcile must be positive")
+	}
+	if err := checkMetricsListen(c.MetricsListen); err != nil {
+		return err
 	}
 	return c.Tunnel.Validate()
 }
@@ -210,6 +220,14 @@ type Agent struct {
 	sessionUp chan struct{}
 	// wipe is the console's wipe of this box (wipe.go).
 	wipe wipeState
+	// metrics and boxMetrics are what the agent serves on loopback
+	// (metrics.go), nil when it serves none; metricsAddr (a string) is
+	// where, while it does. prober hears the site's peers while site
+	// health runs, for the metrics.
+	metrics     *prometheus.Registry
+	boxMetrics  *boxCollector
+	metricsAddr atomic.Value
+	prober      atomic.Pointer[sitepeer.Prober]
 }
 
 // New loads the box identity from cfg.DataDir; it starts nothing.
@@ -239,9 +257,13 @@ func New(cfg Config, log *slog.Logger) (*Agent, error) {
 	a := &Agent{cfg: cfg, log: log.With("component", "agent", "box_id", creds.BoxID), creds: creds,
 		connected: make(chan struct{}, 1), resync: make(chan struct{}, 1), wipe: newWipeState()}
 	a.cert.Store(&creds.cert)
+	var tm *tunnel.Metrics
+	if !metricsOff(cfg.MetricsListen) {
+		tm = a.initMetrics()
+	}
 	tc, err := tunnel.NewClient(tunnel.ClientConfig{
 		Config: cfg.Tunnel, Addr: enroll.HostPort(u), Proxy: cfg.Proxy, ProxySource: cfg.ProxySource, Dial: cfg.Dial, Backoff: cfg.Backoff,
-		Name: creds.BoxID, Renew: cfg.Renew,
+		Name: creds.BoxID, Renew: cfg.Renew, Metrics: tm,
 		TLS: &tls.Config{
 			RootCAs: creds.ca, ServerName: u.Hostname(),
 			GetClientCertificate: func(*tls.CertificateRequestInfo) (*tls.Certificate, error) { return a.cert.Load(), nil },
@@ -463,6 +485,9 @@ func (a *Agent) Run(ctx context.Context) error {
 		runWork(func(ctx context.Context) { a.siteHealth(ctx, client) })
 	}
 	runWork(func(ctx context.Context) { a.reportVitals(ctx, client) })
+	if a.metrics != nil {
+		runWork(a.serveMetrics)
+	}
 	runWork(a.syncLoop)
 	g.Go(func() error {
 		a.wipeLoop(gctx, func() { stopWork(); work.Wait() })

@@ -148,3 +148,16 @@ func (r *reports) putBack(ms []*edgeboxv1.SyncStatus) {
 		r.events = append([]*edgeboxv1.Event(nil), r.events[n-maxPendingEvents:]...)
 	}
 }
+
+// phases counts the objects of kind by the phase reported last.
+func (r *reports) phases(kind string) map[string]int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := map[string]int{}
+	for _, s := range r.latest {
+		if s.GetKind() == kind {
+			out[s.GetPhase()]++
+		}
+	}
+	return out
+}

@@ -58,11 +58,12 @@ func (a *Agent) siteHealth(ctx context.Context, c edgeboxv1.ConsoleServiceClient
 		kept    []*edgeboxv1.SignedVote
 		nextVot time.Time
 	)
-	defer func() { stop() }()
+	defer func() { stop(); a.prober.Store(nil) }()
 	start := func(p time.Duration) {
 		stop()
 		prober = sitepeer.New(sitepeer.Config{Self: a.creds.BoxID, Cert: func() *tls.Certificate { return a.cert.Load() },
 			CA: a.creds.ca, Listen: a.cfg.SiteListen, Period: p, Log: a.log.With("component", "sitepeer")})
+		a.prober.Store(prober)
 		pctx, cancel := context.WithCancel(ctx)
 		done := make(chan struct{})
 		go func() {

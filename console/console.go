@@ -253,7 +253,8 @@ func New(cfg Config, log *slog.Logger) (_ *Console, err error) {
 	c.opened(srv.Close)
 	pres = presence.New(srv, fl, cfg.Tunnel, c.log)
 	syncs = boxsync.New(boxsync.Config{Desired: c.desired, Approved: fl.IsApproved, Status: boxsync.KeyReports(fl, keyRegistry),
-		CaughtUp: c.admission.CaughtUp, Before: cfg.Hooks.BeforeSync, Listener: srv.Listen(tunnel.KindSync), Log: c.log})
+		CaughtUp: c.admission.CaughtUp, Before: cfg.Hooks.BeforeSync, Listener: srv.Listen(tunnel.KindSync), Now: cfg.Clock, Log: c.log})
+	promReg.MustRegister(syncs.Metrics())
 	c.tunnel, c.fleet, c.presence, c.sync = srv, fl, pres, syncs
 	c.agents = agentrpc.NewAgents(srv)
 	agents, err := agentrel.New(st, filepath.Join(cfg.DataDir, "agent-releases"), authority.SignRelease, c.desired, fl, c.log)
@@ -278,6 +279,7 @@ func New(cfg Config, log *slog.Logger) (_ *Console, err error) {
 	// The public port, and the HTTP API behind it.
 	c.rollouts = rollout.New(rollout.Config{Store: st, Apps: catalogue, Agent: agents, Boxes: fl, Desired: c.desired,
 		Online: func(id string) bool { return pres.Presence(id).Online }, LineDown: sites.LineDown, Every: cfg.RolloutEvery, Now: cfg.Clock, Log: c.log})
+	promReg.MustRegister(c.rollouts.Collector())
 
 	c.alerts, err = alerts.New(alerts.Config{Store: st, Tenants: c.tenantIDs,
 		Facts: alerts.Facts{Boxes: fl.Boxes, Health: sites.Health, Statuses: c.desired.Statuses, Rollouts: c.rollouts.List,

@@ -52,6 +52,9 @@ type ClientConfig struct {
 	// Renew says when a session that carried bulk data is replaced; the
 	// zero value never renews.
 	Renew Renewal
+	// Metrics, if set, counts this side's session set-ups, sessions,
+	// streams, bytes and pings; nil counts nothing.
+	Metrics *Metrics
 }
 
 // Validate reports the first setting that cannot work.
@@ -289,22 +292,37 @@ func (c *Client) renew(ctx context.Context, old *Session) *Session {
 
 // connect dials the console and starts a session; see dial for fresh.
 func (c *Client) connect(ctx context.Context, fresh bool) (*Session, error) {
+	m := c.cfg.Metrics
 	conn, err := c.dial(ctx, fresh)
 	if err != nil {
+		var busy *BusyError
+		switch {
+		case ctx.Err() != nil: // stopping: not a failure of the link
+		case errors.As(err, &busy):
+			m.handshake("busy")
+		default:
+			m.handshake("failed")
+		}
 		return nil, err
 	}
 	hc := watchReads(yamuxConn(conn))
 	ys, err := yamux.Client(hc, c.cfg.yamux())
 	if err != nil {
 		conn.Close()
+		m.handshake("failed")
 		return nil, err
 	}
-	sess := newSession(ys, c.cfg.Name, "console", c.cfg.Config, &c.routes, c.log, nil)
+	sess := newSession(ys, c.cfg.Name, "console", c.cfg.Config, &c.routes, c.log, m)
 	sess.hears(hc)
 	sess.renewal = c.cfg.Renew
 	sess.renewDue = make(chan struct{}, 1)
 	sess.hearsGoodbye = true
-	sess.onEnd = func() { conn.Close() }
+	sess.onEnd = func() {
+		conn.Close()
+		m.sessionUp(-1)
+	}
+	m.sessionUp(1) // before anything can end it and count it down
+	m.handshake("ok")
 	sess.start()
 	c.log.Info("tunnel up", "addr", c.cfg.Addr, "resumed", conn.ConnectionState().DidResume)
 	return sess, nil

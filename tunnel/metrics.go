@@ -6,8 +6,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 )
 
-// Metrics are the tunnel's Prometheus collectors. A nil *Metrics records
-// nothing, so tests and the box side may leave it out.
+// Metrics are the tunnel's Prometheus collectors, of the console's side
+// (NewServer) or a box's (ClientConfig.Metrics). A nil *Metrics records
+// nothing, so tests may leave it out.
 type Metrics struct {
 	sessions   prometheus.Gauge
 	handshakes *prometheus.CounterVec

@@ -84,7 +84,7 @@ back. The token pins the console's CA: nothing else is trusted.`,
 	enrollCmd.Flags().StringVar(&name, "name", "", "box name (default: the host name)")
 
 	var rt runtimeFlags
-	var usbSim, proxy, keyServer, siteFlag string
+	var usbSim, proxy, keyServer, siteFlag, metricsListen string
 	runCmd := &cobra.Command{
 		Use:   "run",
 		Short: "Run the agent in the foreground until interrupted",
@@ -118,6 +118,7 @@ back. The token pins the console's CA: nothing else is trusted.`,
 			}
 			cfg.USB = hub
 			cfg.KeyServer = keyServer
+			cfg.MetricsListen = metricsListen
 			if cfg.SiteListen, err = siteListen(siteFlag); err != nil {
 				return err
 			}
@@ -140,6 +141,7 @@ back. The token pins the console's CA: nothing else is trusted.`,
 	runCmd.Flags().StringVar(&usbSim, "usb-sim", "", "simulate the box's USB keys from this JSON file (hubs and keys), for demos and tests")
 	runCmd.Flags().StringVar(&keyServer, "key-server", "", "loopback address where keys of other boxes leased to this box's containers and programs are offered over USB/IP (default 127.0.0.1:3240; \"off\" for none)")
 	runCmd.Flags().StringVar(&siteFlag, "site-listen", "off", "where this box hears the other boxes of its site, so the console can tell its line being down from its death: \"auto\" (its private LAN addresses, UDP port 7946), addresses such as 192.168.1.20:7946 separated by commas, or \"off\"")
+	runCmd.Flags().StringVar(&metricsListen, "metrics-listen", agent.DefaultMetricsListen, "loopback address where the box's Prometheus metrics are served at /metrics (tunnel, workloads, vitals, desired revision, site peers), or \"off\"; other addresses are refused")
 	runCmd.Flags().IntVar(&rt.firstUID, "workload-uids", 0, "first of the 10,000 user IDs native workloads run as (default 690000); give each agent its own when several share a host")
 	runCmd.Flags().StringVar(&rt.vmAccel, "vm-accel", "", "QEMU accelerator for VM workloads, such as kvm, tcg or whpx:tcg (default: kvm where /dev/kvm opens, else tcg on Linux; whpx:tcg on Windows)")
 	runCmd.Flags().StringVar(&rt.runcRoot, "runc-root", "", "runc's state directory, when another containerd on this host uses the namespace \"edgebox\" too")

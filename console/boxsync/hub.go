@@ -9,17 +9,18 @@ import (
 )
 
 // hub watches every box's desired objects with one watch and calls wake
-// with each box whose objects changed. One watch for the fleet, not one
-// goroutine per box.
+// with each box whose objects changed, and moved with each box's new
+// revision. One watch for the fleet, not one goroutine per box.
 type hub struct {
 	desired *desired.State
-	wake    func(box string) // must not block
-	wakeAll func()           // the watch was lost: every box re-reads
+	wake    func(box string)             // must not block
+	wakeAll func()                       // the watch was lost: every box re-reads
+	moved   func(box string, rev uint64) // must not block
 	log     *slog.Logger
 }
 
-func newHub(d *desired.State, wake func(box string), wakeAll func(), log *slog.Logger) *hub {
-	return &hub{desired: d, wake: wake, wakeAll: wakeAll, log: log}
+func newHub(d *desired.State, wake func(box string), wakeAll func(), moved func(box string, rev uint64), log *slog.Logger) *hub {
+	return &hub{desired: d, wake: wake, wakeAll: wakeAll, moved: moved, log: log}
 }
 
 // watch starts the watch. Call it before any Sync stream can read the
@@ -50,6 +51,8 @@ func (h *hub) follow(w <-chan store.WatchResponse) {
 		for _, e := range r.Events {
 			if box, ok := desired.BoxOf(e); ok {
 				h.wake(box)
+			} else if box, rev, ok := desired.RevisionOf(e); ok {
+				h.moved(box, rev)
 			}
 		}
 	}

@@ -49,6 +49,7 @@ type Server struct {
 	caughtUp func(box string)
 	before   func(ctx context.Context, box string) error // nil but in fault-injection tests
 	l        net.Listener
+	now      func() time.Time // the lag metrics' clock
 	log      *slog.Logger
 
 	mu     sync.Mutex // guards queue, boxes and closed
@@ -84,7 +85,9 @@ type Config struct {
 	Before func(ctx context.Context, box string) error
 	// Listener gives the tunnel's "sync" streams.
 	Listener net.Listener
-	Log      *slog.Logger
+	// Now tells the time for the sync lag metrics; nil is time.Now.
+	Now func() time.Time
+	Log *slog.Logger
 }
 
 // New returns a Server of cfg.Desired's state on cfg.Listener. It starts
@@ -92,9 +95,12 @@ type Config struct {
 func New(cfg Config) *Server {
 	log := cfg.Log.With("component", "sync")
 	s := &Server{desired: cfg.Desired, approved: cfg.Approved, status: cfg.Status, caughtUp: cfg.CaughtUp,
-		before: cfg.Before, l: cfg.Listener, log: log, boxes: make(map[string]*syncConn)}
+		before: cfg.Before, l: cfg.Listener, now: cfg.Now, log: log, boxes: make(map[string]*syncConn)}
+	if s.now == nil {
+		s.now = time.Now
+	}
 	s.cond = sync.NewCond(&s.mu)
-	s.hub = newHub(cfg.Desired, s.wake, s.wakeAll, log)
+	s.hub = newHub(cfg.Desired, s.wake, s.wakeAll, s.moved, log)
 	return s
 }
 
@@ -121,6 +127,16 @@ func (s *Server) wake(box string) {
 	s.mu.Unlock()
 	if sc != nil {
 		s.enqueue(sc)
+	}
+}
+
+// moved records that box's revision is now rev, if it has a stream open.
+func (s *Server) moved(box string, rev uint64) {
+	s.mu.Lock()
+	sc := s.boxes[box]
+	s.mu.Unlock()
+	if sc != nil {
+		sc.lag.moved(rev, s.now())
 	}
 }
 
@@ -153,6 +169,8 @@ type syncConn struct {
 	mu    sync.Mutex // one writer at a time; guards last and begun
 	last  uint64     // the revision sent last
 	begun bool       // the catch-up after the hello is done
+
+	lag lag // how far the box is behind, for the metrics
 }
 
 // write sends m, giving up after syncWriteTimeout. Hold c.mu.
@@ -322,6 +340,17 @@ func (s *Server) receive(ctx context.Context, c *tunnel.Conn, first *edgeboxv1.S
 	edgeboxv1.WriteFrame(c, &edgeboxv1.SyncDown{})
 }
 
+// acked records, for the lag metrics, that box stored everything up to
+// rev, if it has a stream open.
+func (s *Server) acked(box string, rev uint64) {
+	s.mu.Lock()
+	sc := s.boxes[box]
+	s.mu.Unlock()
+	if sc != nil {
+		sc.lag.ack(rev)
+	}
+}
+
 // refuse tells the box why its stream ends.
 func refuse(c net.Conn, msg string) {
 	c.SetWriteDeadline(time.Now().Add(syncWriteTimeout))
@@ -375,7 +404,10 @@ func (s *Server) begin(ctx context.Context, sc *syncConn) error {
 		return err
 	}
 	// A box ahead of the console cannot ack; catchUp resets it.
-	if err := s.desired.Ack(ctx, sc.box, sc.last); err != nil && !errors.Is(err, errdefs.ErrInvalid) {
+	switch err := s.desired.Ack(ctx, sc.box, sc.last); {
+	case err == nil:
+		sc.lag.ack(sc.last)
+	case !errors.Is(err, errdefs.ErrInvalid):
 		return err
 	}
 	return s.catchUp(ctx, sc, reset)
@@ -389,6 +421,7 @@ func (s *Server) catchUp(ctx context.Context, sc *syncConn, reset bool) error {
 	if err != nil {
 		return err
 	}
+	sc.lag.moved(cur, s.now())
 	if sc.last > cur {
 		// Our state was restored from an older copy. The box must take
 		// ours whole.
@@ -516,6 +549,7 @@ func (s *Server) handleUp(ctx context.Context, box string, m *edgeboxv1.SyncUp) 
 		if err := s.desired.Ack(ctx, box, msg.Ack.GetRevision()); err != nil {
 			return err
 		}
+		s.acked(box, msg.Ack.GetRevision())
 		_, err := s.desired.PurgeTombstones(ctx, box)
 		return err
 	case *edgeboxv1.SyncUp_Status:

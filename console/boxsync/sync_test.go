@@ -93,7 +93,7 @@ func TestHubWatchesAgainAfterItsWatchFails(t *testing.T) {
 	failed <- store.WatchResponse{Err: store.ErrCompacted}
 	close(failed)
 	woken := make(chan string, 4)
-	h := newHub(s.desired, func(box string) { woken <- box }, func() { woken <- "*" }, s.log)
+	h := newHub(s.desired, func(box string) { woken <- box }, func() { woken <- "*" }, func(string, uint64) {}, s.log)
 	done := make(chan struct{})
 	go func() { defer close(done); h.run(ctx, failed) }()
 	if got := <-woken; got != "*" { // everyone re-reads after the watch failed

@@ -2,6 +2,7 @@ package desired
 
 import (
 	"context"
+	"strconv"
 	"strings"
 
 	"github.com/edgebox/edgebox/console/store"
@@ -29,4 +30,23 @@ func BoxOf(e store.Event) (string, bool) {
 		return "", false
 	}
 	return box, true
+}
+
+// RevisionOf returns the box whose revision an event of WatchObjects
+// moved, and that revision: every change to a box's objects writes its
+// revision in the same transaction. False for every other event.
+func RevisionOf(e store.Event) (string, uint64, bool) {
+	rest, ok := strings.CutPrefix(e.KV.Key, "desired/")
+	if !ok || e.Type != store.EventPut {
+		return "", 0, false
+	}
+	box, tail, ok := strings.Cut(rest, "/")
+	if !ok || box == "" || tail != "rev" {
+		return "", 0, false
+	}
+	rev, err := strconv.ParseUint(string(e.KV.Value), 10, 64)
+	if err != nil {
+		return "", 0, false
+	}
+	return box, rev, true
 }

@@ -2,6 +2,7 @@ package desired
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"testing"
 	"time"
@@ -38,9 +39,39 @@ func TestBoxOf(t *testing.T) {
 	}
 }
 
+func TestRevisionOf(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		typ   store.EventType
+		key   string
+		value string
+		box   string
+		rev   uint64
+		want  bool
+	}{
+		{store.EventPut, "desired/b1/rev", "7", "b1", 7, true},
+		{store.EventPut, "desired/b-2/rev", "18446744073709551615", "b-2", 18446744073709551615, true},
+		{store.EventDelete, "desired/b1/rev", "", "", 0, false},
+		{store.EventPut, "desired/b1/rev", "seven", "", 0, false},
+		{store.EventPut, "desired/b1/acked", "7", "", 0, false},
+		{store.EventPut, "desired/b1/obj/Workload/rev", "7", "", 0, false},
+		{store.EventPut, "desired//rev", "7", "", 0, false},
+		{store.EventPut, "status/b1/rev", "7", "", 0, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.key+"="+tt.value, func(t *testing.T) {
+			t.Parallel()
+			box, rev, ok := RevisionOf(store.Event{Type: tt.typ, KV: store.KV{Key: tt.key, Value: []byte(tt.value)}})
+			if box != tt.box || rev != tt.rev || ok != tt.want {
+				t.Errorf("RevisionOf(%s %q=%q) = %q, %d, %v; want %q, %d, %v", tt.typ, tt.key, tt.value, box, rev, ok, tt.box, tt.rev, tt.want)
+			}
+		})
+	}
+}
+
 // TestWatchObjectsNamesTheBoxesThatChanged: every Put and Delete of an
-// object shows in WatchObjects as a change of its box, and a box's
-// acknowledgement does not.
+// object shows in WatchObjects as a change of its box, with the box's new
+// revision, and a box's acknowledgement does not.
 func TestWatchObjectsNamesTheBoxesThatChanged(t *testing.T) {
 	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -61,8 +92,9 @@ func TestWatchObjectsNamesTheBoxesThatChanged(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := []string{"b1", "b2", "b1"}
-	var got []string
-	for len(got) < len(want) {
+	wantRevs := []string{"b1@1", "b2@1", "b1@2"}
+	var got, revs []string
+	for len(got) < len(want) || len(revs) < len(wantRevs) {
 		select {
 		case r, ok := <-w:
 			if !ok || r.Err != nil {
@@ -72,6 +104,9 @@ func TestWatchObjectsNamesTheBoxesThatChanged(t *testing.T) {
 				if box, ok := BoxOf(e); ok {
 					got = append(got, box)
 				}
+				if box, rev, ok := RevisionOf(e); ok {
+					revs = append(revs, fmt.Sprintf("%s@%d", box, rev))
+				}
 			}
 		case <-ctx.Done():
 			t.Fatalf("changed boxes so far %v, want %v", got, want)
@@ -79,5 +114,8 @@ func TestWatchObjectsNamesTheBoxesThatChanged(t *testing.T) {
 	}
 	if !slices.Equal(got, want) {
 		t.Fatalf("changed boxes %v, want %v", got, want)
+	}
+	if !slices.Equal(revs, wantRevs) {
+		t.Fatalf("revisions %v, want %v", revs, wantRevs)
 	}
 }

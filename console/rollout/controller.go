@@ -35,18 +35,26 @@ func (s *Service) Run(ctx context.Context) error {
 	}
 }
 
-// TickAll moves every rollout the controller has work for along once.
+// TickAll moves every rollout the controller has work for along once,
+// and keeps where each stands for the metrics.
 func (s *Service) TickAll(ctx context.Context) error {
 	active, err := s.active(ctx, "")
 	if err != nil {
 		return err
 	}
 	var errs []error
+	seen := make([]progress, 0, len(active))
 	for _, r := range active {
-		if err := s.tick(ctx, r.TenantID, r.ID); err != nil {
+		after, err := s.tick(ctx, r.TenantID, r.ID)
+		if err != nil {
 			errs = append(errs, fmt.Errorf("rollout %s: %w", r.ID, err))
+			after = r // as it stood before the tick
 		}
+		seen = append(seen, progressOf(after))
 	}
+	s.mu.Lock()
+	s.progress = seen
+	s.mu.Unlock()
 	return errors.Join(errs...)
 }
 
@@ -60,18 +68,18 @@ func actor(r Rollout) audit.Actor {
 // the stored rollout says. Storing first and pinning after, from the
 // stored state alone, is what makes a console killed at any point carry
 // on with no box told twice: the next tick writes the pins still missing
-// and none that are there.
-func (s *Service) tick(ctx context.Context, tenant, id string) error {
+// and none that are there. It returns the rollout as the tick left it.
+func (s *Service) tick(ctx context.Context, tenant, id string) (Rollout, error) {
 	r, rev, err := s.get(ctx, tenant, id)
 	if err != nil {
-		return err
+		return r, err
 	}
 	before, _ := json.Marshal(r)
 	var entries []audit.Entry
 	var step Step
 	if r.Prefetch != nil && !r.State.over() {
 		if err := s.prefetch(ctx, &r, false); err != nil {
-			return err
+			return r, err
 		}
 	}
 	if r.State == Running || r.State == Paused {
@@ -79,7 +87,7 @@ func (s *Service) tick(ctx context.Context, tenant, id string) error {
 		paused := r.State == Paused
 		w, err := s.world(ctx, &r)
 		if err != nil {
-			return err
+			return r, err
 		}
 		now := s.now()
 		if s.firstLook(r.ID) && !r.Machine.Watched.IsZero() {
@@ -118,17 +126,17 @@ func (s *Service) tick(ctx context.Context, tenant, id string) error {
 		// Over: counted a last time; the boxes keep To's image only if
 		// they run it.
 		if err := s.prefetch(ctx, &r, true); err != nil {
-			return err
+			return r, err
 		}
 		if err := s.unprefetch(ctx, r); err != nil {
-			return err
+			return r, err
 		}
 		r.Prefetch.Placed = false
 	}
 	if after, _ := json.Marshal(r); !bytes.Equal(before, after) {
 		r.UpdatedAt = s.now().UTC()
 		if err := s.put(ctx, r, rev, true, entries...); err != nil {
-			return err // changed meanwhile: the next tick decides again
+			return r, err // changed meanwhile: the next tick decides again
 		}
 		if len(step.Update)+len(step.Revert) > 0 || step.RegionDone != "" || len(entries) > 0 {
 			s.log.Info("rollout step", "rollout", r.ID, "update", len(step.Update), "revert", len(step.Revert),
@@ -136,15 +144,15 @@ func (s *Service) tick(ctx context.Context, tenant, id string) error {
 		}
 	}
 	if err := s.ensurePins(ctx, r); err != nil {
-		return err
+		return r, err
 	}
 	if r.State.over() {
 		// Nothing more to do for it: off the controller's list. Nothing
 		// changes a rollout that is over, so no guard is needed.
 		_, err := store.Delete(ctx, s.s, activeKey(r.TenantID, r.ID))
-		return err
+		return r, err
 	}
-	return nil
+	return r, nil
 }
 
 // prefetchName is the name of a rollout's ImagePrefetch objects.

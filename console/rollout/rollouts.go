@@ -146,9 +146,12 @@ type Service struct {
 	every    time.Duration
 	log      *slog.Logger
 
-	mu      sync.Mutex           // guards counted and looked
+	mu      sync.Mutex           // guards counted, looked and progress
 	counted map[string]time.Time // rollout -> when its pre-pull was last counted
 	looked  map[string]bool      // rollouts this console ticked since it started
+	// progress is where each active rollout stood at the controller's
+	// last look (TickAll), for the metrics.
+	progress []progress
 }
 
 // Boxes is what rollouts need of the fleet.
