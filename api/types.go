@@ -27,9 +27,13 @@ type Box struct {
 	// site hears it: its line is down); "down" (a strict majority does
 	// not); "unknown" (too few of its site voted, or the whole site is out
 	// of sight). HealthDetail gives the grounds.
-	Health       string  `json:"health,omitempty"`
-	HealthDetail string  `json:"health_detail,omitempty"`
-	RTTMillis    float64 `json:"rtt_ms,omitempty"`
+	Health       string `json:"health,omitempty"`
+	HealthDetail string `json:"health_detail,omitempty"`
+	// RanUntil is the latest time its site's votes show the box running:
+	// its own, or a peer's that heard it. Votes kept while a site was out
+	// of sight carry it past the outage's start once the line is back.
+	RanUntil  *time.Time `json:"ran_until,omitempty"`
+	RTTMillis float64    `json:"rtt_ms,omitempty"`
 	// Address is where the box's tunnel comes from, as the console sees
 	// it (its office's public address, behind NAT), while it is online.
 	Address      string     `json:"address,omitempty"`

@@ -303,6 +303,9 @@ func boxesCmd(out printer) *cobra.Command {
 					if b.HealthDetail != "" {
 						fmt.Fprintf(w, "\nhealth: %s: %s\n", b.Health, b.HealthDetail)
 					}
+					if b.RanUntil != nil && !b.Online {
+						fmt.Fprintf(w, "ran until: %s, as its site's votes show\n", b.RanUntil.Local().Format(time.DateTime))
+					}
 					if v := b.Vitals; v != nil {
 						fmt.Fprintf(w, "\nvitals: %s\n", vitalsLine(v))
 					}

@@ -85,6 +85,8 @@ func timed(h *prometheus.HistogramVec) gin.HandlerFunc {
 // Sites is site health as the API shows it.
 type Sites interface {
 	Health(ctx context.Context, b fleet.Box) (state sitehealth.State, detail string)
+	// RanUntil is the latest time its site's votes show box running.
+	RanUntil(box string) time.Time
 }
 
 // Deps are the parts the API serves.
@@ -391,6 +393,10 @@ func (s *server) view(ctx context.Context, b fleet.Box) api.Box {
 	case s.Sites != nil && b.State == fleet.StateApproved:
 		st, detail := s.Sites.Health(ctx, b)
 		v.Health, v.HealthDetail = string(st), detail
+		if at := s.Sites.RanUntil(b.ID); !at.IsZero() {
+			at = at.UTC()
+			v.RanUntil = &at
+		}
 	case p.Online:
 		v.Health = string(sitehealth.Online)
 	}

@@ -282,6 +282,10 @@ func (s *Service) Health(ctx context.Context, b fleet.Box) (State, string) {
 	return v.State, fmt.Sprintf("%d of the %d boxes of its site hear it, %d do not; %d decide", v.Alive, len(site), v.Dead, v.Need)
 }
 
+// RanUntil is the latest time the votes of b's site show it running
+// (zero: none do).
+func (s *Service) RanUntil(id string) time.Time { return s.tally.RanUntil(id) }
+
 // LineDown reports whether box id has no tunnel but runs, as a strict
 // majority of its site hears it: nothing is moved away from it, and a
 // rollout neither fails it nor tells it anything.
@@ -392,6 +396,7 @@ func (s *Service) sweep(ctx context.Context) error {
 			s.mu.Unlock()
 			switch {
 			case b.State != fleet.StateApproved:
+				s.tally.Forget(b.ID)
 				if told {
 					if err := s.write(ctx, b.ID, nil); err != nil {
 						errs = append(errs, err)

@@ -66,6 +66,9 @@ type Tally struct {
 	// counters is the highest counter taken from each voter, for every
 	// vote, current or kept: a counter is taken once.
 	counters map[string]uint64
+	// ran is, for each box, the latest time a vote shows it running: its
+	// own vote (a box that votes runs), or a peer's that heard it.
+	ran map[string]time.Time
 }
 
 // ballot is one voter's latest vote: when it was made, and who it heard.
@@ -76,7 +79,7 @@ type ballot struct {
 
 // NewTally returns an empty tally.
 func NewTally(cfg Config) *Tally {
-	return &Tally{cfg: cfg.withDefaults(), votes: map[string]ballot{}, counters: map[string]uint64{}}
+	return &Tally{cfg: cfg.withDefaults(), votes: map[string]ballot{}, counters: map[string]uint64{}, ran: map[string]time.Time{}}
 }
 
 // Kept is a vote taken for history only: made longer ago than MaxAge (a
@@ -114,6 +117,12 @@ func (t *Tally) Take(voter string, site []string, v *edgeboxv1.SiteVote, now tim
 		return fmt.Errorf("vote %d of box %s was taken already (the last was %d): a replay", v.GetCounter(), voter, last)
 	}
 	t.counters[voter] = v.GetCounter()
+	t.noteRan(voter, at)
+	for _, p := range v.GetPeers() {
+		if heard := time.Unix(0, p.GetLastHeardUnixNano()); p.GetLastHeardUnixNano() > 0 && !heard.After(at) {
+			t.noteRan(p.GetBoxId(), heard)
+		}
+	}
 	if now.Sub(at) > t.cfg.MaxAge {
 		return Kept
 	}
@@ -124,11 +133,28 @@ func (t *Tally) Take(voter string, site []string, v *edgeboxv1.SiteVote, now tim
 	return nil
 }
 
+// noteRan notes that box ran at at, if that is later than known.
+func (t *Tally) noteRan(box string, at time.Time) {
+	if at.After(t.ran[box]) {
+		t.ran[box] = at
+	}
+}
+
+// RanUntil is the latest time a vote, current or kept, shows box running:
+// its own, or a peer's that heard it. After its site was out of sight,
+// the votes kept meanwhile carry it past the outage's start.
+func (t *Tally) RanUntil(box string) time.Time {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.ran[box]
+}
+
 // Forget drops what voter said: a box revoked or moved to another site.
 func (t *Tally) Forget(voter string) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	delete(t.votes, voter)
+	delete(t.ran, voter)
 }
 
 // Verdict is a decision with its grounds.

@@ -89,11 +89,16 @@ func TestSiteHealthTellsALineFromADeath(t *testing.T) {
 	t.Logf("box 1 was disconnected-running %v after its link was cut: %s", time.Since(cut).Round(100*time.Millisecond), health(one).HealthDetail)
 
 	// The line back after longer than a vote counts for: box 1 sends the
-	// votes it kept, which the console takes as history.
+	// votes it kept, which the console takes as history: they show it
+	// ran all along.
 	time.Sleep(6 * period)
 	if err := link.Heal(); err != nil {
 		t.Fatal(err)
 	}
+	testenv.WaitFor(t, 30*time.Second, "box 1's votes showing it ran through the cut", func() bool {
+		b := health(one)
+		return b.RanUntil != nil && b.RanUntil.After(cut.Add(5*period))
+	})
 	testenv.WaitFor(t, 30*time.Second, "box 1's kept votes taken", func() bool {
 		return strings.Contains(consoleMetrics(t, h), `edgebox_site_votes_total{result="kept"}`) &&
 			!strings.Contains(consoleMetrics(t, h), `edgebox_site_votes_total{result="kept"} 0`)
