@@ -251,10 +251,21 @@ func (e *Binaries) RestartConsole(t testing.TB) {
 }
 
 func (e *Binaries) Enroll(t testing.TB, token, name string) (Box, error) {
+	return enrollBinary(t, e.bin, token, name)
+}
+
+// EnrollBinary enrolls a box with the agent binary, with any console the
+// token names: its agent runs as a process of its own (StartAgentArgs,
+// StartAgentIn).
+func EnrollBinary(t testing.TB, token, name string) (Box, error) {
+	return enrollBinary(t, BuildBinaries(t), token, name)
+}
+
+func enrollBinary(t testing.TB, bin, token, name string) (Box, error) {
 	dir := t.TempDir()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	out, err := exec.CommandContext(ctx, filepath.Join(e.bin, "edgebox-agent"), "enroll", "--data", dir, "--name", name, token).CombinedOutput()
+	out, err := exec.CommandContext(ctx, filepath.Join(bin, "edgebox-agent"), "enroll", "--data", dir, "--name", name, token).CombinedOutput()
 	if err != nil {
 		return nil, fmt.Errorf("%s", bytes.TrimSpace(out))
 	}
@@ -265,7 +276,7 @@ func (e *Binaries) Enroll(t testing.TB, token, name string) (Box, error) {
 	}
 	id := strings.Fields(s[i+len("(box "):])[0]
 	id = strings.TrimSuffix(id, ")")
-	return &binaryBox{bin: e.bin, dir: dir, id: id}, nil
+	return &binaryBox{bin: bin, dir: dir, id: id}, nil
 }
 
 type binaryBox struct {
@@ -283,8 +294,13 @@ func (b *binaryBox) Start(t testing.TB) { b.StartArgs(t) }
 // StartArgs starts the agent with more flags for 'edgebox-agent run'.
 func (b *binaryBox) StartArgs(t testing.TB, args ...string) {
 	t.Helper()
+	b.start(t, exec.Command(filepath.Join(b.bin, "edgebox-agent"), append([]string{"run", "--data", b.dir}, args...)...))
+}
+
+// start starts cmd as the box's agent, which Stop stops.
+func (b *binaryBox) start(t testing.TB, cmd *exec.Cmd) {
+	t.Helper()
 	logs := &syncBuffer{b: new(bytes.Buffer)}
-	cmd := exec.Command(filepath.Join(b.bin, "edgebox-agent"), append([]string{"run", "--data", b.dir}, args...)...)
 	cmd.Stdout, cmd.Stderr = logs, logs
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -339,3 +355,26 @@ func (s *syncBuffer) String() string {
 // StartAgentArgs starts a box enrolled by Binaries with more flags for
 // 'edgebox-agent run'.
 func StartAgentArgs(t testing.TB, b Box, args ...string) { b.(*binaryBox).StartArgs(t, args...) }
+
+// StartAgentIn starts a box enrolled as a binary in the network namespace
+// netns ('ip netns exec', which becomes the agent), with more flags for
+// 'edgebox-agent run'.
+func StartAgentIn(t testing.TB, b Box, netns string, args ...string) {
+	t.Helper()
+	bb := b.(*binaryBox)
+	bb.start(t, exec.Command("ip", append([]string{"netns", "exec", netns, filepath.Join(bb.bin, "edgebox-agent"), "run", "--data", bb.dir}, args...)...))
+}
+
+// KillAgent kills a binary box's agent with SIGKILL, as a crash or a
+// power cut would, and waits for it to be gone.
+func KillAgent(t testing.TB, b Box) {
+	bb := b.(*binaryBox)
+	bb.mu.Lock()
+	cmd := bb.cmd
+	bb.cmd = nil
+	bb.mu.Unlock()
+	if cmd != nil {
+		cmd.Process.Kill()
+		cmd.Wait()
+	}
+}

@@ -46,6 +46,18 @@ func NewConnectProxyVia(t testing.TB, user, pass, via string) *ConnectProxy {
 	return startConnectProxy(t, ln, user, pass, via)
 }
 
+// NewConnectProxyAt starts a proxy that wants user and pass, listening
+// on addr (an address of the test's namespace that a box in a network
+// namespace reaches).
+func NewConnectProxyAt(t testing.TB, addr, user, pass string) *ConnectProxy {
+	t.Helper()
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return startConnectProxy(t, ln, user, pass, "")
+}
+
 // NewTLSConnectProxy starts a proxy that clients reach over TLS (an
 // https:// proxy), presenting cert.
 func NewTLSConnectProxy(t testing.TB, user, pass string, cert tls.Certificate) *ConnectProxy {
