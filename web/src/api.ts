@@ -31,6 +31,31 @@ export interface Box {
   cpus?: number;
   memory_bytes?: number;
   enrolled_at: string;
+  cert_not_after?: string;
+  /** health is what the console makes of the box; health_detail gives the grounds. */
+  health?: BoxHealth;
+  health_detail?: string;
+  /** vitals are the box's latest figures of itself, absent until its first report. */
+  vitals?: BoxVitals;
+}
+
+/**
+ * BoxHealth: online; disconnected-running (no tunnel, but most of its site
+ * hears it: its line is down); down (most of its site does not); unknown
+ * (too few of its site voted).
+ */
+export type BoxHealth = 'online' | 'disconnected-running' | 'down' | 'unknown';
+
+/** BoxVitals are a box's own figures at one moment; one its OS does not tell is 0. */
+export interface BoxVitals {
+  cpu_percent: number;
+  memory_used_bytes: number;
+  memory_total_bytes: number;
+  disk_used_bytes: number;
+  disk_total_bytes: number;
+  temperature_celsius?: number;
+  uptime_seconds: number;
+  reported_at: string;
 }
 
 export interface ObjectStatus {
@@ -620,3 +645,87 @@ export function boxWebPath(s: Session, box: string, port: number): string {
 }
 export const watchPath = (s: Session, id: string) => withTenant(s, `${sessionPath(id)}/watch`);
 export const recordingPath = (s: Session, id: string) => withTenant(s, `${sessionPath(id)}/recording`);
+
+/** AlertKind is what an alert rule watches. */
+export type AlertKind = 'box-offline' | 'box-down' | 'key-broken' | 'workload-unhealthy' | 'rollout-stopped' | 'cert-expiry';
+/** alertKinds are the kinds of rule, in the order they are shown. */
+export const alertKinds: AlertKind[] = ['box-offline', 'box-down', 'key-broken', 'workload-unhealthy', 'rollout-stopped', 'cert-expiry'];
+
+/** Incident is one condition of one thing under the tenant's alert rules, from when it began to hold to when it ended. */
+export interface Incident {
+  id: string;
+  kind: AlertKind;
+  /** subject is what it is about; summary what holds now. */
+  subject: string;
+  summary: string;
+  box?: string;
+  box_name?: string;
+  site?: string;
+  region?: string;
+  /** state: pending (not held for its rule's minutes yet), firing or resolved. */
+  state: 'pending' | 'firing' | 'resolved';
+  since: string;
+  fired_at?: string;
+  resolved_at?: string;
+  /** silenced: a silence (silenced_by) keeps it from the webhooks now. */
+  silenced?: boolean;
+  silenced_by?: string;
+  /** notified: the webhooks were told it fired. */
+  notified?: boolean;
+}
+
+/** AlertRule raises an incident for each thing of its kind that holds its condition for for_minutes. */
+export interface AlertRule {
+  kind: AlertKind;
+  for_minutes?: number;
+  /** days is, for cert-expiry, how close to its end a certificate is worth an alert; 14 when absent. */
+  days?: number;
+}
+
+/** Webhook is where alerts are posted; its secret is written, never read back (has_secret). */
+export interface Webhook {
+  url: string;
+  secret?: string;
+  has_secret?: boolean;
+}
+
+export interface AlertRules {
+  rules?: AlertRule[];
+  webhooks?: Webhook[];
+  updated_at?: string;
+  updated_by?: string;
+}
+
+/** Silence keeps the incidents it matches (its kind, box by ID or name, site: those it names) from the webhooks until until. */
+export interface Silence {
+  id: string;
+  kind?: AlertKind;
+  box?: string;
+  site?: string;
+  until: string;
+  comment?: string;
+  created_by?: string;
+  created_at: string;
+}
+
+/** SilenceRequest asks for a silence for a Go duration ("2h"). */
+export interface SilenceRequest {
+  kind?: AlertKind;
+  box?: string;
+  site?: string;
+  for: string;
+  comment?: string;
+}
+
+/** alerts are the tenant's open incidents, firing first, and the last resolved ones. */
+export const alerts = (s: Session, resolved: number) =>
+  call<{ open: Incident[]; resolved?: Incident[] }>(s, 'GET', `/api/v1/alerts?resolved=${resolved}`);
+export const alertRules = (s: Session) => call<AlertRules>(s, 'GET', '/api/v1/alert-rules');
+/** setAlertRules replaces the tenant's alert rules (admins); a webhook named without a secret keeps its own. */
+export const setAlertRules = (s: Session, r: AlertRules) => call<AlertRules>(s, 'PUT', '/api/v1/alert-rules', r);
+/** testWebhooks posts a test notice to each webhook now and says what each answered: no error when it took it. */
+export const testWebhooks = (s: Session) =>
+  call<{ webhooks: { url: string; error?: string }[] }>(s, 'POST', '/api/v1/alert-rules/test').then((r) => r.webhooks);
+export const silences = (s: Session) => call<{ silences: Silence[] }>(s, 'GET', '/api/v1/silences').then((r) => r.silences);
+export const silence = (s: Session, r: SilenceRequest) => call<Silence>(s, 'POST', '/api/v1/silences', r);
+export const unsilence = (s: Session, id: string) => call<void>(s, 'DELETE', `/api/v1/silences/${encodeURIComponent(id)}`);

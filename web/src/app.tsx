@@ -16,6 +16,7 @@ import { Matrix } from './pages/matrix';
 import { APITokens } from './pages/tokens';
 import { Audit } from './pages/audit';
 import { Sessions, SessionPage } from './pages/sessions';
+import { Alerts } from './pages/alerts';
 
 /** Ctx is what every page reads: who is logged in, where, and in which language. */
 export interface Ctx {
@@ -145,6 +146,7 @@ export function App() {
           <NavLink to="/matrix" label={t('nav.matrix')} />
           <NavLink to="/keys" label={t('nav.keys')} />
           <NavLink to="/sessions" label={t('nav.sessions')} />
+          <NavLink to="/alerts" label={t('nav.alerts')} />
           {api.can(me.role, 'operate') && <NavLink to="/waiting" label={t('nav.waiting')} />}
           {api.can(me.role, 'administer') && <NavLink to="/enroll" label={t('nav.enroll')} />}
           {api.can(me.role, 'audit') && <NavLink to="/audit" label={t('nav.audit')} />}
@@ -225,6 +227,7 @@ function Route({ pathname }: { pathname: string }) {
   if (rm) return <RolloutPage id={decodeURIComponent(rm[1])} />;
   if (pathname === '/audit') return <Audit />;
   if (pathname === '/sessions') return <Sessions />;
+  if (pathname === '/alerts') return <Alerts />;
   const sm = pathname.match(/^\/sessions\/([^/]+)$/);
   if (sm) return <SessionPage id={decodeURIComponent(sm[1])} />;
   return <h1>{t('notfound.title')}</h1>;

@@ -5,8 +5,13 @@
 // watches it at the admin's terminal's size; the admin edits the session
 // rules, which the maintainer only reads; the box page opens the box's
 // own web page in a new tab; an auditor plays the recording and sees it
-// intact; a viewer is offered no shell. Each step logs "ok <step>" or
-// fails the run, and saves a screenshot of the page it ends on.
+// intact; a viewer is offered no shell. Then alerts: the Go side set a
+// rule that each box's certificate ends too soon, so an incident fires for
+// each box; a maintainer silences one from its row and with the form,
+// which a viewer only sees, and ends them; an admin edits the rules as
+// JSON and tests the webhooks; the box page shows the box's health and
+// vitals. Each step logs "ok <step>" or fails the run, and saves a
+// screenshot of the page it ends on.
 import { launch, steady } from './browser.mjs';
 import { join } from 'node:path';
 
@@ -383,6 +388,161 @@ await step(auditor, "the auditor plays the recording and sees the shell's output
   );
   const failed = await auditor.$('[data-testid=player] .error');
   expect(!failed, `the player says: ${failed && (await failed.textContent())}`);
+});
+
+// Alerts. The Go side set the tenant's rules before the script: a box
+// certificate that ends within 365 days (each does) fires at once, and
+// is posted to a webhook that records what it takes.
+const hookURL = env('EDGEBOX_WEBHOOK_URL');
+const boxes = { 'shell-box': boxID, 'money-box': moneyBox };
+const incident = (name) => `[data-testid=open-incidents] tr[data-kind=cert-expiry][data-box="${name}"]`;
+const silenceRows = '[data-testid=silences] tr[data-silence]';
+/** silencesNow are the tenant's silences as the API tells them to page. */
+const silencesNow = (page) => page.evaluate(async () => (await (await fetch('/api/v1/silences')).json()).silences);
+const hours = (s) => Math.round((new Date(s.until) - new Date(s.created_at)) / 3600e3);
+
+await step(admin, 'the Alerts page lists a firing certificate incident for each box, and the rules in words', async () => {
+  await admin.goto(`${url}/alerts`);
+  for (const [name, id] of Object.entries(boxes)) {
+    // The rules were set before the script: the evaluation they started
+    // has run, or the next one (every 30 s) will.
+    const row = await admin.waitForSelector(`${incident(name)}[data-state=firing]`, { timeout: 45000 });
+    const text = await row.textContent();
+    expect(text.includes('firing') && text.includes('certificate ending') && text.includes(`box ${name}`) && text.includes('its certificate ends'), `the row of ${name}: ${text}`);
+    const href = await row.$eval('[data-testid=incident-box]', (a) => a.getAttribute('href'));
+    expect(href === `/boxes/${id}`, `the row of ${name} links to ${href}`);
+    expect(await row.$('[data-testid=silence]'), `an admin has no Silence button on the row of ${name}`);
+  }
+  const rules = await (await admin.waitForSelector('[data-testid=rules-list]')).textContent();
+  expect(rules.includes("A box's certificate ends within 365 days: fires at once"), `the rules shown: ${rules}`);
+  const hook = await (await admin.waitForSelector(`[data-testid=webhooks] tr[data-webhook="${hookURL}"]`)).textContent();
+  expect(hook.includes('none: posts are not signed'), `the webhook shown: ${hook}`);
+  await admin.waitForFunction(() => document.querySelector('[data-testid=silences] tbody')?.textContent.includes('No silence is on'), null, { timeout: 10000 });
+});
+
+await step(second, "a maintainer silences shell-box's incident from its row: the row says silenced, and the silence is listed", async () => {
+  await second.goto(`${url}/alerts`);
+  const row = incident('shell-box');
+  await second.waitForSelector(`${row}[data-silenced=false] [data-testid=silence]`, { timeout: 45000 });
+  await second.selectOption(`${row} [data-testid=silence-for]`, '1h');
+  await second.click(`${row} [data-testid=silence]`);
+  expect((await (await second.waitForSelector('[data-testid=done]')).textContent()).startsWith('Silence '), 'no word that the silence was added');
+  const sil = await second.waitForSelector(`${silenceRows}[data-box="${boxID}"][data-kind=cert-expiry]`);
+  const text = await sil.textContent();
+  expect(text.includes('certificate ending, box shell-box') && text.includes(env('EDGEBOX_MAINTAINER')), `the silence listed: ${text}`);
+  const all = await silencesNow(second);
+  expect(all.length === 1 && hours(all[0]) === 1, `the silences: ${JSON.stringify(all)}`);
+  // The silence starts an evaluation, which marks the incident.
+  await second.waitForSelector(`${row}[data-silenced=true] [data-testid=silenced]`, { timeout: 20000 });
+  expect((await second.textContent(row)).includes('silenced'), 'the row does not say silenced');
+  expect(await second.$(`${incident('money-box')}[data-silenced=false]`), "money-box's incident is silenced too");
+});
+
+await step(second, 'the maintainer adds a silence with the form; one that names nothing is refused on the page', async () => {
+  const form = '[data-testid=silence-form]';
+  await second.click(`${form} [data-testid=silence-add]`);
+  const err = await (await second.waitForSelector('[data-testid=silence-error]')).textContent();
+  expect(err.includes('A silence names a kind, a box or a site'), `the error says ${err}`);
+  expect((await silencesNow(second)).length === 1, 'a silence that names nothing was added');
+  await second.selectOption(`${form} select[name=kind]`, 'box-down');
+  await second.fill(`${form} input[name=site]`, 'shop-9');
+  await second.selectOption(`${form} select[name=for]`, '8h');
+  await second.fill(`${form} input[name=comment]`, 'power works at shop 9');
+  await second.click(`${form} [data-testid=silence-add]`);
+  const text = await (await second.waitForSelector(`${silenceRows}[data-site=shop-9]`)).textContent();
+  expect(text.includes('box down, site shop-9') && text.includes('power works at shop 9'), `the silence listed: ${text}`);
+  expect(!(await second.$('[data-testid=silence-error]')), 'the error stays after a good silence');
+  expect((await second.inputValue(`${form} input[name=site]`)) === '', 'the form keeps what was added');
+  const sil = (await silencesNow(second)).find((s) => s.site === 'shop-9');
+  expect(sil && sil.kind === 'box-down' && !sil.box && hours(sil) === 8, `the silence added: ${JSON.stringify(sil)}`);
+});
+
+await step(viewer, 'a viewer sees the incidents and the silences, with no button to silence or end one, and no rules editor', async () => {
+  await viewer.goto(`${url}/alerts`);
+  await viewer.waitForSelector(`${incident('shell-box')}[data-silenced=true]`);
+  await viewer.waitForSelector(incident('money-box'));
+  await viewer.waitForSelector(`${silenceRows}[data-site=shop-9]`);
+  await viewer.waitForSelector('[data-testid=webhooks]');
+  for (const sel of ['silence', 'silence-for', 'silence-form', 'unsilence', 'alert-rules-edit', 'test-webhooks']) {
+    expect(!(await viewer.$(`[data-testid=${sel}]`)), `a viewer sees ${sel}`);
+  }
+});
+
+await step(second, 'the maintainer ends both silences: none is listed, and the incident is no longer silenced', async () => {
+  for (let left = 2; left > 0; left--) {
+    expect((await second.$$(silenceRows)).length === left, `not ${left} silences listed`);
+    await second.click(`${silenceRows} [data-testid=unsilence] >> nth=0`);
+    await second.waitForFunction((args) => document.querySelectorAll(args[0]).length === args[1], [silenceRows, left - 1], { timeout: 10000 });
+  }
+  expect((await second.textContent('[data-testid=silences] tbody')).includes('No silence is on'), 'the silences do not say none is on');
+  expect((await silencesNow(second)).length === 0, 'a silence is still on');
+  await second.waitForSelector(`${incident('shell-box')}[data-silenced=false]`, { timeout: 20000 });
+  expect(!(await second.$(`${incident('shell-box')} [data-testid=silenced]`)), 'the row still says silenced');
+});
+
+const alertRulesField = '[data-testid=alert-rules-editor] textarea';
+await step(admin, 'an admin edits the alert rules as JSON: what is not right saves nothing, and says why; a secret is set', async () => {
+  await admin.goto(`${url}/alerts`);
+  await admin.click('[data-testid=alert-rules-edit]');
+  const start = JSON.parse(await admin.inputValue(alertRulesField));
+  const want = { rules: [{ kind: 'cert-expiry', days: 365 }], webhooks: [{ url: hookURL }] };
+  expect(JSON.stringify(start) === JSON.stringify(want), `the editor starts with ${JSON.stringify(start)}`);
+  const saved = () => admin.evaluate(async () => (await fetch('/api/v1/alert-rules')).text());
+  const was = await saved();
+  const refused = async (text, says) => {
+    await admin.fill(alertRulesField, text);
+    await admin.click('[data-testid=alert-rules-save]');
+    await admin.waitForFunction((s) => document.querySelector('[data-testid=alert-rules-error]')?.textContent.includes(s), says, { timeout: 10000 });
+  };
+  // The page's own checks: not JSON, a field it does not know.
+  await refused('{"rules": [', 'not JSON');
+  await refused(JSON.stringify({ rules: [{ kind: 'cert-expiry', day: 30 }] }), 'rule 1: unknown field "day"');
+  // The console's: a value out of range.
+  await refused(JSON.stringify({ rules: [{ kind: 'cert-expiry', days: 400 }], webhooks: [{ url: hookURL }] }), 'days must be 1 to 365');
+  expect((await saved()) === was, 'a refused edit changed the rules');
+  await admin.fill(alertRulesField, JSON.stringify({ rules: [{ kind: 'cert-expiry', days: 365 }], webhooks: [{ url: hookURL, secret: env('EDGEBOX_WEBHOOK_SECRET') }] }, null, 2));
+  await admin.click('[data-testid=alert-rules-save]');
+  await admin.waitForSelector('[data-testid=alert-rules-saved]');
+  expect(!(await admin.$('[data-testid=alert-rules-editor]')), 'the editor stays open after saving');
+  const hook = await admin.waitForSelector(`[data-testid=webhooks] tr[data-webhook="${hookURL}"][data-secret=true]`, { timeout: 10000 });
+  expect((await hook.textContent()).includes('has a secret'), 'the webhook does not say it has a secret');
+  expect(!(await saved()).includes(env('EDGEBOX_WEBHOOK_SECRET')), 'the rules read back the secret');
+});
+
+await step(admin, 'the admin tests the webhooks and sees the webhook took the test', async () => {
+  await admin.click('[data-testid=test-webhooks]');
+  const li = await admin.waitForSelector(`[data-testid=webhook-tests] li[data-url="${hookURL}"]`, { timeout: 20000 });
+  const text = await li.textContent();
+  expect((await li.getAttribute('data-ok')) === 'true' && text.includes('took it'), `the test says ${text}`);
+  expect(!(await admin.$('[data-testid=test-error]')), 'the test says it failed');
+});
+
+await step(admin, "the box page shows the box's health and vitals, and the fleet list its health", async () => {
+  // The box reports its vitals when it connects and each minute after.
+  const end = Date.now() + 75000;
+  for (;;) {
+    await admin.goto(`${url}/boxes/${boxID}`);
+    await admin.waitForSelector('[data-testid=box-name]');
+    await admin.waitForSelector('[data-testid=vitals-none], [data-testid=vital-cpu]');
+    if (await admin.$('[data-testid=vital-cpu]')) break;
+    expect(Date.now() < end, 'the box page shows no vitals after a minute');
+    await admin.waitForTimeout(3000);
+  }
+  const health = await admin.$('[data-testid=health]');
+  expect(health && (await health.getAttribute('data-health')) === 'online' && (await health.textContent()) === 'online', 'the box page does not say online');
+  const cpu = await admin.textContent('[data-testid=vital-cpu]');
+  expect(/^\d+\.\d %$/.test(cpu), `CPU: ${cpu}`);
+  for (const v of ['vital-memory', 'vital-disk']) {
+    const text = await admin.textContent(`[data-testid=${v}]`);
+    expect(/^[\d.]+ [KMGT]?i?B of [\d.]+ [KMGT]iB \(\d+ %\)$/.test(text), `${v}: ${text}`);
+  }
+  const up = await admin.textContent('[data-testid=vital-uptime]');
+  expect(/^\d+ (d|h) \d+ (h|min)$/.test(up), `up for ${up}`);
+  expect((await admin.textContent('[data-testid=vitals-at]')) !== '—', 'no time the vitals were reported');
+  await admin.screenshot({ path: join(shots, `${String(n).padStart(2, '0')}b-box-health.png`), fullPage: true });
+  await admin.goto(`${url}/`);
+  const row = await admin.waitForSelector('[data-testid=boxes] [data-box=shell-box][data-health=online]');
+  expect((await row.$eval('.state', (s) => s.textContent)) === 'online', 'the fleet list does not say online');
 });
 
 await browser.close();

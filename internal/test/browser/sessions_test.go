@@ -3,7 +3,12 @@ package browser
 import (
 	"bytes"
 	"context"
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -29,7 +34,13 @@ import (
 // size and ends it; an admin edits the session rules on the Sessions page
 // (a bad line saves nothing), which a maintainer only reads; the box page
 // opens a web page the box serves itself in a new tab; an auditor finds
-// the recording intact and plays it; a viewer is offered no shell. web/tests/sessions.mjs says each step.
+// the recording intact and plays it; a viewer is offered no shell. Then
+// the Alerts page, under a rule that every box's certificate ends too
+// soon: an incident fires for each box and reaches a webhook once; a
+// maintainer silences one and ends the silence, which repeats nothing;
+// a viewer only reads; an admin sets a webhook secret and tests the
+// webhook, whose test post comes signed; the box page shows the box's
+// health and vitals. web/tests/sessions.mjs says each step.
 func TestWebSessions(t *testing.T) {
 	t.Parallel()
 	h := testenv.NewBinaries(t)
@@ -90,6 +101,33 @@ func TestWebSessions(t *testing.T) {
 		return true
 	})
 
+	// Alerts: box certificates last less than a year, so this rule fires
+	// at once for each box (setting the rules starts an evaluation), and
+	// each incident is posted to the webhook, which records what it takes.
+	const hookSecret = "the webhook's secret"
+	var (
+		hookMu    sync.Mutex
+		hookPosts []webhookPost
+	)
+	hook := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, err := io.ReadAll(io.LimitReader(r.Body, 1<<20))
+		p := webhookPost{signature: r.Header.Get("X-Edgebox-Signature"), body: body}
+		if err == nil {
+			err = json.Unmarshal(body, &p)
+		}
+		if err != nil {
+			t.Errorf("the webhook took a post it cannot read: %v: %s", err, body)
+		}
+		hookMu.Lock()
+		hookPosts = append(hookPosts, p)
+		hookMu.Unlock()
+	}))
+	t.Cleanup(hook.Close)
+	if _, err := admin.SetAlertRules(ctx, api.AlertRules{Rules: []api.AlertRule{{Kind: "cert-expiry", Days: 365}},
+		Webhooks: []api.Webhook{{URL: hook.URL}}}); err != nil {
+		t.Fatal(err)
+	}
+
 	t.Cleanup(func() { // what the sessions recorded, when a step failed
 		if !t.Failed() {
 			return
@@ -117,7 +155,47 @@ func TestWebSessions(t *testing.T) {
 		"EDGEBOX_FOUR_EYES_BOX="+money.ID(),
 		"EDGEBOX_BOX_WEB_PORT="+strconv.Itoa(webPort),
 		"EDGEBOX_BOX_WEB_TEXT="+boxPage,
+		"EDGEBOX_WEBHOOK_URL="+hook.URL,
+		"EDGEBOX_WEBHOOK_SECRET="+hookSecret,
 		"EDGEBOX_SCREENSHOTS="+screenshots(t))
+
+	// The webhook was told once that each box's incident fired: the
+	// silence on shell-box's came after its post, and its end repeated
+	// nothing. The admin's test came once, signed with the secret the
+	// page set.
+	hookMu.Lock()
+	posts := append([]webhookPost(nil), hookPosts...)
+	hookMu.Unlock()
+	firing := map[string]int{}
+	tests := 0
+	for _, p := range posts {
+		switch {
+		case p.Status == "firing" && p.Incident.Kind == "cert-expiry":
+			firing[p.Incident.Box]++
+		case p.Status == "test":
+			tests++
+			mac := hmac.New(sha256.New, []byte(hookSecret))
+			mac.Write(p.body)
+			if want := "sha256=" + hex.EncodeToString(mac.Sum(nil)); p.signature != want {
+				t.Errorf("the test post is signed %q, not %q", p.signature, want)
+			}
+		default:
+			t.Errorf("the webhook took a post it should not have: %s", p.body)
+		}
+	}
+	if want := map[string]int{box.ID(): 1, money.ID(): 1}; !reflect.DeepEqual(firing, want) || tests != 1 {
+		t.Errorf("the webhook took firing cert-expiry posts by box %v (want one for each of %v) and %d test posts (want 1)", firing, want, tests)
+	}
+	alertRules, err := admin.GetAlertRules(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := []api.Webhook{{URL: hook.URL, HasSecret: true}}; !reflect.DeepEqual(alertRules.Webhooks, want) || alertRules.UpdatedBy != "admin" {
+		t.Errorf("the alert rules the page saved: %+v, want webhooks %+v by admin", alertRules, want)
+	}
+	if sils, err := admin.Silences(ctx); err != nil || len(sils.Silences) != 0 {
+		t.Errorf("silences after the page ended them: %+v %v", sils, err)
+	}
 
 	// The rules the admin saved on the page: the four-eyes rule kept, the
 	// one added, and the forward allow lists, in that order.
@@ -185,4 +263,13 @@ func TestWebSessions(t *testing.T) {
 	if !strings.Contains(cast.String(), `hello\r\n`) || strings.Count(cast.String(), `, "r", "`) < 2 {
 		t.Errorf("the recording has no hello, or fewer than two resizes:\n%s", cast.String())
 	}
+}
+
+// webhookPost is what the console posted to an alert webhook.
+type webhookPost struct {
+	Status   string       `json:"status"`
+	Incident api.Incident `json:"incident"`
+
+	signature string // X-Edgebox-Signature
+	body      []byte
 }

@@ -1,7 +1,9 @@
+import type { ComponentChild } from 'preact';
 import { useState } from 'preact/hooks';
 import * as api from '../api';
 import { useApp } from '../app';
-import { formatTime } from '../i18n';
+import { formatTime, type T } from '../i18n';
+import { healthWord } from '../ui/health';
 import { usePoll } from '../ui/poll';
 import { VMScreen } from '../ui/screen';
 import { SessionTerminal } from '../ui/terminal';
@@ -29,7 +31,17 @@ export function BoxPage({ id }: { id: string }) {
   // A shell or a VM's screen needs the maintainer's role, or the admin's.
   const mayShell = api.can(me.role, 'maintain');
   const sessionsOf = `/sessions?box=${encodeURIComponent(id)}`;
-  const facts: [string, string][] = [
+  // Each fact: its name, its value, and a test ID for those tests read.
+  const facts: [string, ComponentChild, string?][] = [
+    ...(b.health
+      ? [[
+          t('box.health'),
+          <>
+            <span class={'health ' + b.health} data-testid="health" data-health={b.health} title={b.health_detail}>{healthWord(t, b.health)}</span>
+            {b.health_detail && <span class="muted"> · {b.health_detail}</span>}
+          </>,
+        ] as [string, ComponentChild]]
+      : []),
     [t('box.os'), [b.os, b.os_version].filter(Boolean).join(' ')],
     [t('box.arch'), b.arch ?? ''],
     [t('box.agent'), b.agent_version ?? ''],
@@ -38,6 +50,8 @@ export function BoxPage({ id }: { id: string }) {
     [t('box.seen'), b.online ? t('state.online') : formatTime(lang, b.last_seen)],
     [t('box.rtt'), b.rtt_ms ? `${b.rtt_ms.toFixed(1)} ms` : '—'],
     [t('box.enrolled'), formatTime(lang, b.enrolled_at)],
+    [t('box.cert'), formatTime(lang, b.cert_not_after)],
+    ...vitalFacts(t, lang, b.vitals),
   ];
   return (
     <section class="box">
@@ -75,10 +89,10 @@ export function BoxPage({ id }: { id: string }) {
       )}
       <h2>{t('box.facts')}</h2>
       <dl class="facts">
-        {facts.map(([k, v]) => (
+        {facts.map(([k, v, id]) => (
           <>
             <dt>{k}</dt>
-            <dd>{v || '—'}</dd>
+            <dd data-testid={id}>{v || '—'}</dd>
           </>
         ))}
       </dl>
@@ -166,6 +180,39 @@ export function BoxPage({ id }: { id: string }) {
       </ul>
     </section>
   );
+}
+
+/** size says a number of bytes in KiB, MiB, GiB or TiB. */
+export function size(n: number): string {
+  const units = ['B', 'KiB', 'MiB', 'GiB', 'TiB'];
+  let i = 0;
+  while (n >= 1024 && i < units.length - 1) {
+    n /= 1024;
+    i++;
+  }
+  return `${i > 0 && n < 10 ? n.toFixed(1) : Math.round(n)} ${units[i]}`;
+}
+
+/** uptime says a number of seconds in days and hours, or hours and minutes. */
+function uptime(t: T, s: number): string {
+  const m = Math.floor(s / 60);
+  const h = Math.floor(m / 60);
+  return h >= 24 ? t('box.uptimeDays', { d: Math.floor(h / 24), h: h % 24 }) : t('box.uptimeHours', { h, m: m % 60 });
+}
+
+/** vitalFacts are the box's latest figures of itself, as facts; a figure its OS does not tell (0) is left out. */
+function vitalFacts(t: T, lang: Parameters<typeof formatTime>[0], v?: api.BoxVitals): [string, ComponentChild, string][] {
+  if (!v) return [[t('box.vitals'), <span class="muted">{t('box.noVitals')}</span>, 'vitals-none']];
+  const used = (u: number, total: number) =>
+    total > 0 ? t('box.used', { used: size(u), total: size(total), percent: Math.round((u / total) * 100) }) : '';
+  return [
+    [t('box.cpu'), `${v.cpu_percent.toFixed(1)} %`, 'vital-cpu'],
+    [t('box.memory'), used(v.memory_used_bytes, v.memory_total_bytes), 'vital-memory'],
+    [t('box.disk'), used(v.disk_used_bytes, v.disk_total_bytes), 'vital-disk'],
+    [t('box.temperature'), v.temperature_celsius ? `${v.temperature_celsius.toFixed(1)} °C` : '', 'vital-temperature'],
+    [t('box.uptime'), v.uptime_seconds ? uptime(t, v.uptime_seconds) : '', 'vital-uptime'],
+    [t('box.vitalsAt'), formatTime(lang, v.reported_at), 'vitals-at'],
+  ];
 }
 
 /**

@@ -2,6 +2,7 @@ import { useMemo, useState } from 'preact/hooks';
 import * as api from '../api';
 import { useApp } from '../app';
 import { formatTime } from '../i18n';
+import { healthWord } from '../ui/health';
 import { usePoll } from '../ui/poll';
 import { VirtualList } from '../ui/virtual';
 
@@ -50,8 +51,19 @@ export function Fleet() {
     [all, region, site, q, labelQ],
   );
   const total = count(all);
+  // An approved box's state is its health when the console tells it
+  // ("line down, running"), with the grounds as the tooltip.
   const stateOf = (b: api.Box) =>
-    b.state === 'pending' ? t('state.pending') : b.state === 'revoked' ? t('state.revoked') : b.online ? t('state.online') : t('state.offline');
+    b.state === 'pending'
+      ? t('state.pending')
+      : b.state === 'revoked'
+        ? t('state.revoked')
+        : b.health
+          ? healthWord(t, b.health)
+          : b.online
+            ? t('state.online')
+            : t('state.offline');
+  const stateClass = (b: api.Box) => 'state ' + b.state + (b.state === 'approved' && b.health ? ' health ' + b.health : '');
 
   return (
     <section class="fleet">
@@ -102,12 +114,12 @@ export function Fleet() {
             height={Math.max(300, window.innerHeight - 260)}
             testid="boxes"
             row={(b) => (
-              <a class={'boxrow ' + (b.online ? 'on' : 'off')} href={`/boxes/${encodeURIComponent(b.id)}`} data-box={b.name}
+              <a class={'boxrow ' + (b.online ? 'on' : 'off')} href={`/boxes/${encodeURIComponent(b.id)}`} data-box={b.name} data-health={b.health ?? ''}
                 onClick={(e) => { e.preventDefault(); navigate(`/boxes/${encodeURIComponent(b.id)}`); }}>
                 <span>{b.name}</span>
                 <span>{b.region}</span>
                 <span>{b.site}</span>
-                <span class={'state ' + b.state}>{stateOf(b)}</span>
+                <span class={stateClass(b)} title={b.state === 'approved' ? b.health_detail : undefined}>{stateOf(b)}</span>
                 <span>{b.online ? t('state.online') : formatTime(lang, b.last_seen)}</span>
                 <span class="labels">{api.formatLabels(b.labels)}</span>
               </a>
