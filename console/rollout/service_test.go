@@ -43,6 +43,8 @@ type env struct {
 	// pulling names boxes whose pre-pull goes on; prefail those whose
 	// pre-pull fails; locked those where a workload holds an update lock.
 	pulling, prefail, locked map[string]bool
+	// lineDown names offline boxes whose site hears them running.
+	lineDown map[string]bool
 	// stalled boxes take their time to act on release 2.
 	stalled map[string]bool
 	// ticking is the time spent in the controller's ticks.
@@ -66,7 +68,7 @@ func newEnvOn(t testing.TB, rt string, regions map[string]int) *env {
 	ctx := context.Background()
 	e := &env{t: t, ctx: ctx, st: storetest.Bolt(t), now: time.Date(2026, 11, 24, 9, 0, 0, 0, time.UTC),
 		op: audit.Actor{TenantID: "bank", Name: "alice"}, fail: map[string]string{}, offline: map[string]bool{},
-		pulling: map[string]bool{}, prefail: map[string]bool{}, locked: map[string]bool{}, stalled: map[string]bool{}}
+		pulling: map[string]bool{}, prefail: map[string]bool{}, locked: map[string]bool{}, stalled: map[string]bool{}, lineDown: map[string]bool{}}
 	var err error
 	if e.fl, err = fleet.New(ctx, e.st, func() time.Time { return e.now }); err != nil {
 		t.Fatal(err)
@@ -118,7 +120,8 @@ func newEnvOn(t testing.TB, rt string, regions map[string]int) *env {
 // restart is a console started again: a new Service over the same store.
 func (e *env) restart() {
 	e.svc = New(Config{Store: e.st, Apps: e.apps, Boxes: e.fl, Desired: e.desired, Now: func() time.Time { return e.now },
-		Online: func(id string) bool { return !e.offline[id] }, Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
+		Online: func(id string) bool { return !e.offline[id] }, LineDown: func(id string) bool { return e.lineDown[id] },
+		Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
 }
 
 // report has every online box report its robot workload as an agent
@@ -374,6 +377,64 @@ func TestRolloutWaitsForWindowsOfflineBoxesAndApprovals(t *testing.T) {
 	}
 	if got := e.get(r.ID); got.State != Finished || len(got.Approvals) != 2 {
 		t.Fatalf("rollout %s %q, %d approvals", got.State, got.Reason, len(got.Approvals))
+	}
+}
+
+// TestABoxWhoseLineIsDownIsNeitherFailedNorTouched: a box whose line
+// goes down while it updates is not failed however long it is away, and
+// one whose line is down when its wave comes is not told to update; both
+// are once they are back, and the rollout finishes.
+func TestABoxWhoseLineIsDownIsNeitherFailedNorTouched(t *testing.T) {
+	e := newEnv(t, map[string]int{"north": 3})
+	r, err := e.svc.Create(e.ctx, e.op, Request{App: "robot", From: "1", To: "2", Scope: Scope{Regions: []string{"north"}},
+		Settings: Settings{Gate: 2 * time.Minute, BoxTimeout: 10 * time.Minute, Waves: []Size{{Boxes: 1}, {Percent: 100}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	first := e.get(r.ID).Machine.Regions[0].Boxes[0].ID
+	var later string
+	for _, b := range e.boxes {
+		if b.ID != first {
+			later = b.ID
+			break
+		}
+	}
+	// The second wave's box loses its line before its wave; the first
+	// loses it once told to update, before it says it runs 2.
+	e.offline[later], e.lineDown[later] = true, true
+	e.stalled[first] = true
+	e.step()
+	if b := e.get(r.ID).Machine.Regions[0].Boxes[0]; b.Phase != Updating {
+		t.Fatalf("the first box: %s %q", b.Phase, b.Reason)
+	}
+	e.offline[first], e.lineDown[first] = true, true
+	for range 60 { // an hour, six box timeouts
+		e.step()
+	}
+	got := e.get(r.ID)
+	if got.State != Running {
+		t.Fatalf("the rollout is %s: %s", got.State, got.Reason)
+	}
+	for _, b := range got.Machine.Regions[0].Boxes {
+		if b.Phase == Failed {
+			t.Errorf("box %s failed while its line was down: %s", b.ID, b.Reason)
+		}
+		if b.ID == first && !strings.Contains(b.Reason, "line is down") {
+			t.Errorf("the first box waits for %q", b.Reason)
+		}
+	}
+	if n := e.told("2")[later]; n != 0 {
+		t.Errorf("a box whose line is down was told to update %d times", n)
+	}
+	delete(e.offline, first)
+	delete(e.offline, later)
+	delete(e.stalled, first)
+	e.lineDown = map[string]bool{}
+	for i := 0; i < 30 && !e.get(r.ID).State.over(); i++ {
+		e.step()
+	}
+	if got := e.get(r.ID); got.State != Finished {
+		t.Fatalf("once the lines were back, the rollout is %s: %s", got.State, got.Reason)
 	}
 }
 
