@@ -137,7 +137,8 @@ var (
 // the agent holds (statuses, the peers it hears), one read transaction of
 // the local store (the revision) and the operating system's figures
 // (package vitals: a few small files, one statfs). Figures the system
-// does not give (vitals reads only Linux's) are left out, not served as 0.
+// does not give (vitals reads Linux's and Windows') are left out, not
+// served as 0.
 type boxCollector struct {
 	a      *Agent
 	mu     sync.Mutex // guards vitals, whose CPU share is since its last Read
@@ -186,7 +187,7 @@ func (c *boxCollector) Collect(ch chan<- prometheus.Metric) {
 	v := c.vitals.Read()
 	c.mu.Unlock()
 	if v.GetUptimeSeconds() == 0 {
-		return // nothing was read: not Linux
+		return // nothing was read: neither Linux nor Windows
 	}
 	gauge(cpuDesc, float64(v.GetCpuPercent())/100)
 	gauge(uptimeDesc, float64(v.GetUptimeSeconds()))

@@ -25,6 +25,18 @@ type Reader struct {
 // dir.
 func NewReader(dir string) *Reader { return &Reader{Dir: dir, root: "/"} }
 
+// cpuShare is the percentage of busy time since the last call, from the
+// busy and total CPU times counted since boot (in any unit); 0 the
+// first time.
+func (r *Reader) cpuShare(busy, all uint64) float32 {
+	var share float32
+	if r.lastAll != 0 && all > r.lastAll {
+		share = float32(float64(busy-min(busy, r.lastBusy)) * 100 / float64(all-r.lastAll))
+	}
+	r.lastBusy, r.lastAll = busy, all
+	return share
+}
+
 // Read reads the vitals now.
 func (r *Reader) Read() *edgeboxv1.Vitals {
 	v := &edgeboxv1.Vitals{}

@@ -13,10 +13,7 @@ import (
 
 func (r *Reader) read(v *edgeboxv1.Vitals) {
 	if busy, all, ok := cpuTimes(filepath.Join(r.root, "proc/stat")); ok {
-		if r.lastAll != 0 && all > r.lastAll {
-			v.CpuPercent = float32(float64(busy-min(busy, r.lastBusy)) * 100 / float64(all-r.lastAll))
-		}
-		r.lastBusy, r.lastAll = busy, all
+		v.CpuPercent = r.cpuShare(busy, all)
 	}
 	total, avail := meminfo(filepath.Join(r.root, "proc/meminfo"))
 	v.MemoryTotalBytes = total
