@@ -104,6 +104,9 @@ func New(cfg Config) (*Service, error) {
 		deliveries: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "edgebox", Subsystem: "alerts", Name: "deliveries_total",
 			Help: "Posts of alert notices to webhooks, by result: ok, failed (tried again later), gave-up, dropped (the webhook is no longer listed)."},
 			[]string{"result"})}
+	for _, result := range []string{"ok", "failed", "gave-up", "dropped"} {
+		s.deliveries.WithLabelValues(result) // served from the start, at 0
+	}
 	if cfg.Metrics != nil {
 		if err := cfg.Metrics.Register(s.deliveries); err != nil {
 			return nil, err

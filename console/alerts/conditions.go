@@ -75,9 +75,9 @@ func (s *Service) conditions(ctx context.Context, tenant string, r Rules) ([]con
 				}
 				var what string
 				switch {
-				case st.GetPhase() == "Failed":
+				case st.GetPhase() == edgeboxv1.PhaseFailed:
 					what = fmt.Sprintf("failed (%s): %s", st.GetReason(), st.GetMessage())
-				case st.GetHealth() == "unhealthy":
+				case st.GetHealth() == edgeboxv1.Unhealthy:
 					what = fmt.Sprintf("its probes fail; restarted %d times", st.GetRestarts())
 				default:
 					continue

@@ -1,7 +1,6 @@
 package integration
 
 import (
-	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -23,7 +22,9 @@ import (
 // branch's LAN, each reaching the console through a line of its own (a
 // link to the test's namespace and a proxy there). Box 1's line is cut
 // with iptables: it is disconnected-running within three probe periods
-// of the console losing it, and its workload runs on. Its agent and
+// of the console losing it, its workload runs on and keeps its key's
+// lease, and a rollout over the branch updates the two others and holds
+// it, neither telling nor failing it. Its agent and
 // workload killed, it is down. The whole branch's line cut, the site is
 // unreachable and its boxes unknown, never down; back, their kept votes
 // show they ran all along. Healed, every box is online and no alert is
@@ -61,9 +62,18 @@ func TestSiteHealthInNetworkNamespaces(t *testing.T) {
 		for d := b.DataDir(); d != os.TempDir() && d != "/"; d = filepath.Dir(d) {
 			os.Chmod(d, 0o711) // its robot runs as a user of its own
 		}
+		args := []string{}
+		if i == 1 { // box 1 has a bank's key, leased to its robot
+			sim := filepath.Join(t.TempDir(), "usb-sim.json")
+			if err := os.WriteFile(sim, []byte(`{"keys": [{"port": "1-1", "vendor_id": "096e", "product_id": "0702", "serial": "ICBC0001", "class": "smartcard"}]}`), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			args = append(args, "--usb-sim", sim)
+		}
 		bb := branchBox{Box: b, host: host, args: []string{"--proxy", "http://branch:line@" + proxy.Addr,
 			"--site-listen", fmt.Sprintf("10.77.0.%d:7946", i), "--containerd", "/nonexistent/containerd.sock",
 			"--workload-uids", fmt.Sprint(770000 + 10000*i)}}
+		bb.args = append(bb.args, args...)
 		testenv.StartAgentIn(t, b, host.Name, bb.args...)
 		boxes = append(boxes, bb)
 	}
@@ -90,24 +100,59 @@ func TestSiteHealthInNetworkNamespaces(t *testing.T) {
 		Webhooks: []api.Webhook{{URL: hook.URL}}}); err != nil {
 		t.Fatal(err)
 	}
-	spec, _ := json.Marshal(map[string]any{"app": "robot", "runtime": "process", "image": "/bin/sh",
-		"args": []string{"-c", "trap 'exit 0' TERM; while :; do sleep 1; done"}})
-	if _, err := admin.PutDesired(ctx(t), one, "Workload", "robot", spec); err != nil {
+	// The branch runs robot 1.
+	if _, err := admin.CreateApp(ctx(t), "robot", ""); err != nil {
 		t.Fatal(err)
 	}
-	running := func() bool {
-		st, err := admin.BoxState(ctx(t), one)
+	for _, v := range []string{"1", "2"} {
+		if _, err := admin.CreateRelease(ctx(t), "robot", api.ReleaseSpec{Version: v, Runtime: "process", Image: "/bin/sh",
+			Args: []string{"-c", "trap 'exit 0' TERM; while :; do sleep 1; done # robot " + v}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := admin.Deploy(ctx(t), "robot", "1", "site", "branch-7"); err != nil {
+		t.Fatal(err)
+	}
+	runs := func(id string) string {
+		st, err := admin.BoxState(ctx(t), id)
 		if err != nil {
 			t.Fatal(err)
 		}
 		for _, s := range st.Statuses {
 			if s.Kind == "Workload" && s.Name == "robot" && s.Phase == "Running" {
-				return true
+				return s.Release
 			}
 		}
-		return false
+		return ""
 	}
-	testenv.WaitFor(t, 30*time.Second, "the robot running on box 1", running)
+	running := func() bool { return runs(one) != "" }
+	testenv.WaitFor(t, 30*time.Second, "the robot running on the branch's boxes", func() bool {
+		for _, b := range boxes {
+			if runs(b.ID()) != "1" {
+				return false
+			}
+		}
+		return true
+	})
+	var key api.Key
+	testenv.WaitFor(t, 30*time.Second, "box 1's key reported", func() bool {
+		ks, err := admin.Keys(ctx(t), one, nil)
+		if err != nil || len(ks) != 1 {
+			return false
+		}
+		key = ks[0]
+		return true
+	})
+	if _, err := admin.Lease(ctx(t), key.ID, "robot"); err != nil {
+		t.Fatal(err)
+	}
+	leased := func() bool {
+		ks, err := admin.Keys(ctx(t), one, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return len(ks) == 1 && ks[0].Holder == "robot"
+	}
 	agentPIDs := len(boxes[0].host.PIDs())
 
 	// Box 1's line cut.
@@ -127,6 +172,38 @@ func TestSiteHealthInNetworkNamespaces(t *testing.T) {
 	if h := health(one).Health; h != "disconnected-running" {
 		t.Errorf("box 1 is %s three periods into its cut", h)
 	}
+	if !leased() {
+		t.Error("box 1's key lost its lease while its line was down")
+	}
+	// A rollout of robot 2 over the branch: the two boxes with a line
+	// update; box 1 is held, neither told nor failed.
+	ro, err := admin.CreateRollout(ctx(t), api.RolloutRequest{App: "robot", From: "1", To: "2", Site: "branch-7",
+		Waves: []string{"100%"}, Gate: "1s", BoxTimeout: "10s", MaxUnavailable: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rolloutBox := func(id string) api.RolloutBox {
+		r, err := admin.Rollout(ctx(t), ro.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r.State != "running" {
+			t.Fatalf("the rollout is %s: %s", r.State, r.Reason)
+		}
+		for _, g := range r.Groups {
+			for _, b := range g.Boxes {
+				if b.ID == id {
+					return b
+				}
+			}
+		}
+		t.Fatalf("box %s is not in the rollout", id)
+		return api.RolloutBox{}
+	}
+	testenv.WaitFor(t, 60*time.Second, "boxes 2 and 3 updated, box 1 held", func() bool {
+		return rolloutBox(boxes[1].ID()).Phase == "done" && rolloutBox(boxes[2].ID()).Phase == "done" &&
+			rolloutBox(one).Phase == "held" && strings.Contains(rolloutBox(one).Reason, "line is down")
+	})
 
 	// Box 1 dies: its agent and its robot killed.
 	testenv.KillAgent(t, boxes[0].Box)
@@ -149,9 +226,20 @@ func TestSiteHealthInNetworkNamespaces(t *testing.T) {
 		return false
 	}
 	testenv.WaitFor(t, 10*time.Second, "box 1's alerts firing", func() bool { return firing(one, "box-down") && firing(one, "box-offline") })
+	time.Sleep(12 * time.Second) // past the rollout's box timeout
+	if b := rolloutBox(one); b.Phase != "held" {
+		t.Fatalf("box 1 is %s in the rollout while it is down: %s", b.Phase, b.Reason)
+	}
 	boxes[0].host.Heal("wan0")
 	testenv.StartAgentIn(t, boxes[0].Box, boxes[0].host.Name, boxes[0].args...)
 	testenv.WaitFor(t, 60*time.Second, "box 1 online again, its robot back", func() bool { return health(one).Online && running() })
+	if !leased() {
+		t.Error("box 1's key lost its lease")
+	}
+	testenv.WaitFor(t, 60*time.Second, "the rollout done, box 1 updated once back", func() bool {
+		r, err := admin.Rollout(ctx(t), ro.ID)
+		return err == nil && r.State == "done" && runs(one) == "2"
+	})
 
 	// The whole branch's line cut: the console has nothing to go on.
 	testenv.WaitFor(t, 30*time.Second, "box 1 heard by its site again", func() bool {
