@@ -218,12 +218,7 @@ func TestAgentServesItsMetrics(t *testing.T) {
 		c.Close()
 		t.Errorf("%s still listens after Run returned", addr)
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	n, all := leak.Count()
-	for n > before && time.Now().Before(deadline) {
-		time.Sleep(20 * time.Millisecond)
-		n, all = leak.Count()
-	}
+	n, all := leak.Settle(before, 10*time.Second)
 	if n > before {
 		t.Errorf("%d goroutines before the agent, %d after Run returned; all goroutines:\n%s", before, n, all)
 	}

@@ -51,12 +51,7 @@ func TestRunStopsCleanly(t *testing.T) {
 		t.Errorf("status after Run returned says connected: %+v", st)
 	}
 
-	deadline := time.Now().Add(10 * time.Second)
-	n, all := leak.Count()
-	for n > before && time.Now().Before(deadline) {
-		time.Sleep(20 * time.Millisecond)
-		n, all = leak.Count()
-	}
+	n, all := leak.Settle(before, 10*time.Second)
 	if n > before {
 		t.Errorf("%d goroutines before the agent, %d after Run returned; all goroutines:\n%s", before, n, all)
 	}

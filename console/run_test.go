@@ -120,12 +120,7 @@ func TestRunEndsWithItsFirstFailure(t *testing.T) {
 				t.Error("the public port still accepts connections after Run returned")
 			}
 
-			deadline := time.Now().Add(10 * time.Second)
-			n, all := leak.Count()
-			for n > before && time.Now().Before(deadline) {
-				time.Sleep(20 * time.Millisecond)
-				n, all = leak.Count()
-			}
+			n, all := leak.Settle(before, 10*time.Second)
 			if n > before {
 				t.Errorf("%d goroutines before Run, %d after it returned; all goroutines:\n%s", before, n, all)
 			}

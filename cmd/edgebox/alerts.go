@@ -66,30 +66,9 @@ func alertsLsCmd(out printer) *cobra.Command {
 }
 
 func alertRulesCmd(out printer) *cobra.Command {
-	c := &cobra.Command{
-		Use:   "rules",
-		Short: "Show or set the tenant's alert rules and webhooks; test the webhooks",
-	}
-	show := &cobra.Command{
-		Use:   "show",
-		Short: "Print the rules as JSON, ready to edit and set (secrets are not shown)",
-		Args:  cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, args []string) error {
-			cl, err := client()
-			if err != nil {
-				return err
-			}
-			r, err := cl.GetAlertRules(cmd.Context())
-			if err != nil {
-				return err
-			}
-			return printJSON(cmd, r)
-		},
-	}
-	set := &cobra.Command{
-		Use:   "set FILE",
-		Short: "Replace the rules with those in a JSON file ('-' reads standard input)",
-		Long: `Replace the tenant's alert rules and webhooks. The file is JSON such as:
+	c := rulesCmd(out, rulesSpec[api.AlertRules]{
+		short: "Show or set the tenant's alert rules and webhooks; test the webhooks",
+		long: `Replace the tenant's alert rules and webhooks. The file is JSON such as:
 
   {
     "rules": [
@@ -109,25 +88,12 @@ A webhook receives a POST of JSON: delivery (the same on every try of one
 notice), status (firing, resolved or test), tenant, console and incident.
 With a secret, X-Edgebox-Signature is sha256= and the hex HMAC-SHA256 of
 the body under it. A webhook named without a secret keeps the one it had.`,
-		Args: cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			var r api.AlertRules
-			if err := readJSONArg(cmd, args[0], &r); err != nil {
-				return err
-			}
-			cl, err := client()
-			if err != nil {
-				return err
-			}
-			r, err = cl.SetAlertRules(cmd.Context(), r)
-			if err != nil {
-				return err
-			}
-			return out(cmd, r, func(w io.Writer) {
-				fmt.Fprintf(w, "alert rules set: %d rules, %d webhooks\n", len(r.Rules), len(r.Webhooks))
-			})
+		get: (*api.Client).GetAlertRules,
+		set: (*api.Client).SetAlertRules,
+		said: func(r api.AlertRules) string {
+			return fmt.Sprintf("alert rules set: %d rules, %d webhooks", len(r.Rules), len(r.Webhooks))
 		},
-	}
+	})
 	test := &cobra.Command{
 		Use:   "test",
 		Short: "Post a test notice to each webhook now and say what each answered",
@@ -165,7 +131,7 @@ the body under it. A webhook named without a secret keeps the one it had.`,
 			return nil
 		},
 	}
-	c.AddCommand(show, set, test)
+	c.AddCommand(test)
 	return c
 }
 

@@ -1,11 +1,8 @@
 package main
 
 import (
-	"bytes"
-	"encoding/json"
 	"fmt"
 	"io"
-	"os"
 	"strings"
 	"time"
 
@@ -240,30 +237,9 @@ func rolloutActionCmd(out printer, action, short string) *cobra.Command {
 }
 
 func rolloutRulesCmd(out printer) *cobra.Command {
-	c := &cobra.Command{
-		Use:   "rules",
-		Short: "Show or set the tenant's rollout rules: approvals and maintenance windows",
-	}
-	show := &cobra.Command{
-		Use:   "show",
-		Short: "Print the rules as JSON, ready to edit and set",
-		Args:  cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, args []string) error {
-			cl, err := client()
-			if err != nil {
-				return err
-			}
-			r, err := cl.RolloutRules(cmd.Context())
-			if err != nil {
-				return err
-			}
-			return printJSON(cmd, r)
-		},
-	}
-	set := &cobra.Command{
-		Use:   "set FILE",
-		Short: "Replace the rules with those in a JSON file ('-' reads standard input)",
-		Long: `Replace the tenant's rollout rules. The file is JSON such as:
+	return rulesCmd(out, rulesSpec[api.RolloutRules]{
+		short: "Show or set the tenant's rollout rules: approvals and maintenance windows",
+		long: `Replace the tenant's rollout rules. The file is JSON such as:
 
   {
     "approve_start": true,
@@ -281,53 +257,10 @@ func rolloutRulesCmd(out printer) *cobra.Command {
 A box follows its site's policy where there is one, else its region's.
 "workdays" are Monday to Friday less the holidays, plus the extra
 workdays. A policy that never opens within 14 days is refused.`,
-		Args: cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			var r api.RolloutRules
-			if err := readJSONArg(cmd, args[0], &r); err != nil {
-				return err
-			}
-			cl, err := client()
-			if err != nil {
-				return err
-			}
-			r, err = cl.SetRolloutRules(cmd.Context(), r)
-			if err != nil {
-				return err
-			}
-			return out(cmd, r, func(w io.Writer) {
-				fmt.Fprintf(w, "rollout rules set: %d region and %d site policies\n", len(r.Regions), len(r.Sites))
-			})
+		get: (*api.Client).RolloutRules,
+		set: (*api.Client).SetRolloutRules,
+		said: func(r api.RolloutRules) string {
+			return fmt.Sprintf("rollout rules set: %d region and %d site policies", len(r.Regions), len(r.Sites))
 		},
-	}
-	c.AddCommand(show, set)
-	return c
-}
-
-// readJSONArg decodes the JSON file name ("-": standard input, at most
-// 1 MiB) into v, refusing fields v does not have.
-func readJSONArg(cmd *cobra.Command, name string, v any) error {
-	var raw []byte
-	var err error
-	if name == "-" {
-		raw, err = io.ReadAll(io.LimitReader(cmd.InOrStdin(), 1<<20))
-	} else {
-		raw, err = os.ReadFile(name)
-	}
-	if err != nil {
-		return err
-	}
-	dec := json.NewDecoder(bytes.NewReader(raw))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(v); err != nil {
-		return fmt.Errorf("%s: %w", name, err)
-	}
-	return nil
-}
-
-// printJSON prints v as indented JSON, ready to edit and set again.
-func printJSON(cmd *cobra.Command, v any) error {
-	enc := json.NewEncoder(cmd.OutOrStdout())
-	enc.SetIndent("", "  ")
-	return enc.Encode(v)
+	})
 }

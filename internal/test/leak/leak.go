@@ -5,6 +5,7 @@ package leak
 import (
 	"runtime"
 	"strings"
+	"time"
 )
 
 // leftBehind are goroutines that libraries a console uses start and never
@@ -32,4 +33,16 @@ next:
 		kept = append(kept, g)
 	}
 	return len(kept), strings.Join(kept, "\n\n")
+}
+
+// Settle waits up to d for the goroutines Count counts to be no more
+// than before, and returns how many there are then, with their stacks.
+func Settle(before int, d time.Duration) (int, string) {
+	deadline := time.Now().Add(d)
+	n, all := Count()
+	for n > before && time.Now().Before(deadline) {
+		time.Sleep(20 * time.Millisecond)
+		n, all = Count()
+	}
+	return n, all
 }
