@@ -67,6 +67,7 @@ bench: ## run the benchmarks, a few minutes (figures go in docs/benchmarks.md)
 	$(GO) test -run '^$$' -bench Votes -benchtime 20000x ./console/sitehealth/
 	$(GO) test -run '^$$' -bench ProbeBandwidth -benchtime 20x ./agent/sitepeer/
 	$(GO) test -run '^$$' -bench SiteVerdicts -benchtime 1x -timeout 20m ./internal/test/integration/
+	$(GO) test -run '^$$' -bench Evaluate -benchtime 3x ./console/alerts/
 
 fuzz: ## run each fuzz target for 30 s
 	$(GO) test -run '^$$' -fuzz FuzzReadHeader -fuzztime 30s ./tunnel/
