@@ -12,6 +12,7 @@ import (
 
 	"github.com/edgebox/edgebox/console/admission"
 	"github.com/edgebox/edgebox/console/port"
+	"github.com/edgebox/edgebox/console/store"
 	"github.com/edgebox/edgebox/enroll"
 	"github.com/edgebox/edgebox/tunnel"
 )
@@ -21,6 +22,11 @@ type Config struct {
 	// DataDir holds the CA, the database and everything else that must
 	// survive a restart.
 	DataDir string
+	// Store is where the console's records live: "" for the bbolt
+	// database in DataDir, or etcd://HOST:PORT[,HOST:PORT...][/PREFIX] for
+	// a store on etcd (the CA, the registry and the recordings stay in
+	// DataDir).
+	Store string
 	// Listen is the one public address, ":8443" by default.
 	Listen string
 	// Listener, when set, is the public port instead of a listener on
@@ -133,6 +139,11 @@ func (c Config) Validate() error {
 	var errs []error
 	if c.DataDir == "" {
 		errs = append(errs, errors.New("data directory is required"))
+	}
+	if c.Store != "" {
+		if _, err := store.ParseEtcdURL(c.Store); err != nil {
+			errs = append(errs, err)
+		}
 	}
 	if _, _, err := net.SplitHostPort(c.Listen); err != nil {
 		errs = append(errs, fmt.Errorf("listen address %q: %v", c.Listen, err))

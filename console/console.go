@@ -131,11 +131,6 @@ func New(cfg Config, log *slog.Logger) (_ *Console, err error) {
 	if cfg.Listener != nil {
 		c.opened(cfg.Listener.Close)
 	}
-	bdb, err := db.Open(cfg.DataDir)
-	if err != nil {
-		return nil, err
-	}
-	c.opened(bdb.Close)
 	ln := cfg.Listener
 	if ln == nil {
 		if ln, err = net.Listen("tcp", cfg.Listen); err != nil {
@@ -157,12 +152,8 @@ func New(cfg Config, log *slog.Logger) (_ *Console, err error) {
 	if created {
 		c.log.Info("created the console CA", "dir", filepath.Join(cfg.DataDir, "pki"))
 	}
-	st, err := store.OpenBolt(bdb)
+	st, err := c.openStore(ctx)
 	if err != nil {
-		return nil, err
-	}
-	c.opened(st.Close)
-	if err := db.MoveToStore(ctx, bdb, st); err != nil {
 		return nil, err
 	}
 
@@ -315,6 +306,36 @@ func New(cfg Config, log *slog.Logger) (_ *Console, err error) {
 		ErrorLog:          slog.NewLogLogger(c.log.Handler(), slog.LevelDebug),
 	}
 	return c, nil
+}
+
+// openStore opens the store cfg.Store names: the bbolt database in the
+// data directory (with what older consoles kept beside it moved in), or
+// the etcd cluster, which must answer within 10 s.
+func (c *Console) openStore(ctx context.Context) (store.Store, error) {
+	if c.cfg.Store != "" {
+		t, err := store.ParseEtcdURL(c.cfg.Store)
+		if err != nil {
+			return nil, err
+		}
+		st, err := store.DialEtcd(ctx, t, 10*time.Second)
+		if err != nil {
+			return nil, fmt.Errorf("console: %w", err)
+		}
+		c.opened(st.Close)
+		c.log.Info("the console's records are on etcd", "endpoints", strings.Join(t.Endpoints, ","), "prefix", t.Prefix)
+		return st, nil
+	}
+	bdb, err := db.Open(c.cfg.DataDir)
+	if err != nil {
+		return nil, err
+	}
+	c.opened(bdb.Close)
+	st, err := store.OpenBolt(bdb)
+	if err != nil {
+		return nil, err
+	}
+	c.opened(st.Close)
+	return st, db.MoveToStore(ctx, bdb, st)
 }
 
 // Ready is closed once Run serves.

@@ -45,6 +45,7 @@ Flags:
 	fs.StringVar(&cfg.DataDir, "data", cfg.DataDir, "data directory (CA, database)")
 	fs.StringVar(&cfg.Listen, "listen", cfg.Listen, "the one public address: tunnel, API and enrollment")
 	fs.StringVar(&cfg.PublicURL, "public-url", "", "URL boxes and operators use to reach this console (default https://<hostname>:<port>)")
+	fs.StringVar(&cfg.Store, "store", "", "where the console's records live: the database in --data (default), or etcd://HOST:PORT[,HOST:PORT...][/PREFIX] for an etcd cluster (the CA, registry and recordings stay in --data)")
 	var hosts listFlag
 	fs.Var(&hosts, "host", "another name or address for the serving certificate (repeatable)")
 	fs.StringVar(&cfg.DistDir, "dist", "", "directory of agent binaries served to installing boxes (default <data>/dist; 'make dist' fills dist/)")

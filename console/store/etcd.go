@@ -16,6 +16,7 @@ import (
 type Etcd struct {
 	cli    *clientv3.Client
 	prefix string
+	owned  bool // Close closes cli too (DialEtcd)
 
 	ctx    context.Context // cancelled by Close; parent of every watch
 	cancel context.CancelFunc
@@ -31,10 +32,14 @@ func NewEtcd(cli *clientv3.Client, prefix string) *Etcd {
 	return &Etcd{cli: cli, prefix: prefix, ctx: ctx, cancel: cancel}
 }
 
-// Close ends every watch and waits for them.
+// Close ends every watch and waits for them; a store DialEtcd made
+// closes its client too.
 func (s *Etcd) Close() error {
 	s.cancel()
 	s.wg.Wait()
+	if s.owned {
+		return s.cli.Close()
+	}
 	return nil
 }
 

@@ -1,6 +1,7 @@
 package store_test
 
 import (
+	"context"
 	"fmt"
 	"net"
 	"net/url"
@@ -91,3 +92,44 @@ func startEtcd(t *testing.T) (store.Store, error) {
 }
 
 func TestEtcd(t *testing.T) { storetest.Suite(t, newEtcd) }
+
+func TestParseEtcdURL(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		in        string
+		endpoints string
+		prefix    string
+		bad       bool
+	}{
+		{in: "etcd://10.0.0.1:2379", endpoints: "10.0.0.1:2379", prefix: "/edgebox/"},
+		{in: "etcd://a:2379,b:2379,c:2379/bank-east", endpoints: "a:2379 b:2379 c:2379", prefix: "/bank-east/"},
+		{in: "etcd://[::1]:2379/x/y/", endpoints: "[::1]:2379", prefix: "/x/y/"},
+		{in: "http://a:2379", bad: true},
+		{in: "etcd://a", bad: true},
+		{in: "etcd://a:2379,", bad: true},
+		{in: "etcd://", bad: true},
+	} {
+		got, err := store.ParseEtcdURL(tc.in)
+		switch {
+		case tc.bad && err == nil:
+			t.Errorf("%q: %+v, want an error", tc.in, got)
+		case !tc.bad && (err != nil || strings.Join(got.Endpoints, " ") != tc.endpoints || got.Prefix != tc.prefix):
+			t.Errorf("%q: %+v, %v; want %s under %s", tc.in, got, err, tc.endpoints, tc.prefix)
+		}
+	}
+}
+
+// TestDialEtcdSaysWhenNothingAnswers: a console does not start on an
+// etcd it cannot reach, and says which.
+func TestDialEtcdSaysWhenNothingAnswers(t *testing.T) {
+	t.Parallel()
+	addr := freePort(t) // nothing listens there
+	start := time.Now()
+	_, err := store.DialEtcd(context.Background(), store.EtcdTarget{Endpoints: []string{addr}, Prefix: "/x/"}, time.Second)
+	if err == nil || !strings.Contains(err.Error(), addr) {
+		t.Fatalf("dialled nothing: %v", err)
+	}
+	if d := time.Since(start); d > 10*time.Second {
+		t.Errorf("took %v to give up", d)
+	}
+}
