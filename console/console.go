@@ -41,6 +41,7 @@ import (
 	"github.com/edgebox/edgebox/console/fleet"
 	"github.com/edgebox/edgebox/console/httpapi"
 	"github.com/edgebox/edgebox/console/keys"
+	"github.com/edgebox/edgebox/console/leader"
 	"github.com/edgebox/edgebox/console/pki"
 	"github.com/edgebox/edgebox/console/port"
 	"github.com/edgebox/edgebox/console/presence"
@@ -92,6 +93,7 @@ type Console struct {
 	events    *events.Hub
 	rollouts  *rollout.Service
 	alerts    *alerts.Service
+	elect     leader.Elector // who runs the once-only controllers
 
 	mu      sync.Mutex     // guards state and closers
 	state   lifecycle      //
@@ -156,6 +158,16 @@ func New(cfg Config, log *slog.Logger) (_ *Console, err error) {
 	if err != nil {
 		return nil, err
 	}
+	promReg := prometheus.NewRegistry()
+	promReg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	c.elect = leader.Alone{}
+	if es, ok := st.(*store.Etcd); ok {
+		// Consoles sharing the cluster run the once-only controllers one
+		// at a time; a dead leader's lease ends within 10 s.
+		if c.elect, err = leader.NewEtcd(es.Client(), es.Prefix(), consoleID(public), 10*time.Second, promReg, c.log.With("component", "leader")); err != nil {
+			return nil, err
+		}
+	}
 
 	// The records: users, fleet, API tokens, audit log, all on the store.
 	tokens := auth.New(st)
@@ -202,8 +214,6 @@ func New(cfg Config, log *slog.Logger) (_ *Console, err error) {
 	c.events = events.NewHub(st, fl.BoxByID, 256, c.log)
 	var pres *presence.Tracker
 	var syncs *boxsync.Server
-	promReg := prometheus.NewRegistry()
-	promReg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	// Box sessions start at the pace the console completes them.
 	admCfg := cfg.Admission
 	if admCfg.RateFile == "" {
@@ -338,6 +348,13 @@ func (c *Console) openStore(ctx context.Context) (store.Store, error) {
 	return st, db.MoveToStore(ctx, bdb, st)
 }
 
+// consoleID names this console in its leader elections: its public URL,
+// host and process.
+func consoleID(public string) string {
+	h, _ := os.Hostname()
+	return fmt.Sprintf("%s (%s, pid %d)", public, h, os.Getpid())
+}
+
 // Ready is closed once Run serves.
 func (c *Console) Ready() <-chan struct{} { return c.ready }
 
@@ -412,11 +429,16 @@ func (c *Console) Run(ctx context.Context) error {
 	start(streams, "sync server", c.sync.Run)
 	start(loops, "fleet", c.fleet.Run)
 	start(loops, "presence", c.presence.Run)
-	start(loops, "compaction", c.compactor.Run)
-	start(loops, "app sync", c.appsync.Run)
+	// The controllers that must run once among consoles sharing a store
+	// run where this console leads.
+	once := func(name string, run func(context.Context) error) func(context.Context) error {
+		return func(ctx context.Context) error { return c.elect.Lead(ctx, name, run) }
+	}
+	start(loops, "compaction", once("compaction", c.compactor.Run))
+	start(loops, "app sync", once("app-sync", c.appsync.Run))
 	start(loops, "site peers", c.sites.Run)
-	start(loops, "rollouts", c.rollouts.Run)
-	start(loops, "alerts", c.alerts.Run)
+	start(loops, "rollouts", once("rollouts", c.rollouts.Run))
+	start(loops, "alerts", once("alerts", c.alerts.Run))
 	start(loops, "admission", c.admission.Run)
 	start(loops, "events", c.events.Run)
 	start(loops, "session sweep", func(ctx context.Context) error { return c.users.RunSweeper(ctx, 10*time.Minute, c.log) })

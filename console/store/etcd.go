@@ -45,6 +45,13 @@ func (s *Etcd) Close() error {
 
 func (s *Etcd) closed() bool { return s.ctx.Err() != nil }
 
+// Client is the etcd client the store works through, for what shares its
+// cluster (the console's leader elections); Prefix is where its keys live.
+func (s *Etcd) Client() *clientv3.Client { return s.cli }
+
+// Prefix is the prefix of every key of the store.
+func (s *Etcd) Prefix() string { return s.prefix }
+
 func etcdErr(err error) error {
 	switch {
 	case err == nil:

@@ -1,8 +1,13 @@
 package integration
 
 import (
+	"context"
+	"crypto/tls"
+	"io"
+	"net/http"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -62,4 +67,62 @@ func TestAConsoleOnEtcd(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(h.DataDir(), "console.db")); !os.IsNotExist(err) {
 		t.Errorf("a console on etcd made a database in its data directory: %v", err)
 	}
+}
+
+// TestConsolesOnOneEtcdRunTheControllersOnce: a second console on the
+// same etcd runs none of the once-only controllers while the first
+// leads them, and all of them once the first stops.
+func TestConsolesOnOneEtcdRunTheControllersOnce(t *testing.T) {
+	t.Parallel()
+	etcd := "etcd://" + etcdtest.Start(t) + "/two-consoles"
+	h := testenv.NewInProcess(t, testenv.Options{Console: func(c *console.Config) { c.Store = etcd }})
+	cfg := console.DefaultConfig()
+	cfg.DataDir, cfg.Listen, cfg.Store, cfg.Out = t.TempDir(), "127.0.0.1:0", etcd, io.Discard
+	second, err := console.New(cfg, testenv.Logger(t).With("side", "second console"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	runCtx, stop := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- second.Run(runCtx) }()
+	t.Cleanup(func() {
+		stop()
+		if err := <-done; err != nil {
+			t.Errorf("the second console's Run: %v", err)
+		}
+	})
+	<-second.Ready()
+	// The second console's CA is its own; the store, and so the admin's
+	// token, are shared.
+	metricsOf := func(url string) string {
+		hc := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}, Timeout: 10 * time.Second}
+		defer hc.CloseIdleConnections()
+		req, _ := http.NewRequest(http.MethodGet, url+"/metrics", nil)
+		req.Header.Set("Authorization", "Bearer "+h.AdminToken())
+		resp, err := hc.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		body, _ := io.ReadAll(resp.Body)
+		return string(body)
+	}
+	controllers := []string{"alerts", "app-sync", "compaction", "rollouts"}
+	leads := func(url string) (n int) {
+		m := metricsOf(url)
+		for _, c := range controllers {
+			if strings.Contains(m, `edgebox_console_leader{controller="`+c+`"} 1`) {
+				n++
+			}
+		}
+		return n
+	}
+	secondURL := "https://" + second.Addr().String()
+	testenv.WaitFor(t, 20*time.Second, "the first console leading every controller", func() bool { return leads(h.URL()) == len(controllers) })
+	if n := leads(secondURL); n != 0 {
+		t.Fatalf("the second console leads %d controllers beside the first", n)
+	}
+	h.StopConsole()
+	d := testenv.WaitFor(t, 20*time.Second, "the second console leading every controller", func() bool { return leads(secondURL) == len(controllers) })
+	t.Logf("the second console led every controller %v after the first stopped", d.Round(10*time.Millisecond))
 }
