@@ -5,9 +5,14 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"time"
 
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/edgebox/edgebox/errdefs"
 )
 
 // Etcd is the Store on an etcd cluster, for consoles that share state. Every
@@ -64,6 +69,34 @@ func etcdErr(err error) error {
 	return fmt.Errorf("store: etcd: %w", err)
 }
 
+// opTimeout bounds a call whose context has no deadline: an etcd without
+// quorum holds calls until they time out, and an operator's call or a
+// box's sync must hear that the store does not answer, not wait for ever.
+const opTimeout = 5 * time.Second
+
+// call runs f with a deadline, and says that the store does not answer
+// (errdefs.ErrUnavailable, HTTP 503) when it ran out of time or etcd was
+// unreachable while ctx was still on.
+func (s *Etcd) call(ctx context.Context, f func(context.Context) error) error {
+	cctx := ctx
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		cctx, cancel = context.WithTimeout(ctx, opTimeout)
+		defer cancel()
+	}
+	err := f(cctx)
+	if err == nil {
+		return nil
+	}
+	if ctx.Err() == nil {
+		switch code := status.Code(err); {
+		case errors.Is(err, context.DeadlineExceeded), code == codes.DeadlineExceeded, code == codes.Unavailable:
+			return errdefs.Unavailable("the console's store does not answer (etcd: %v); try again", err)
+		}
+	}
+	return etcdErr(err)
+}
+
 func (s *Etcd) kv(k []byte, v []byte, create, mod, version int64) KV {
 	return KV{Key: string(k[len(s.prefix):]), Value: v, CreateRevision: create, ModRevision: mod, Version: version}
 }
@@ -72,9 +105,9 @@ func (s *Etcd) Get(ctx context.Context, key string) (KV, error) {
 	if s.closed() {
 		return KV{}, ErrClosed
 	}
-	resp, err := s.cli.Get(ctx, s.prefix+key)
-	if err != nil {
-		return KV{}, etcdErr(err)
+	var resp *clientv3.GetResponse
+	if err := s.call(ctx, func(ctx context.Context) (err error) { resp, err = s.cli.Get(ctx, s.prefix+key); return err }); err != nil {
+		return KV{}, err
 	}
 	if len(resp.Kvs) == 0 {
 		return KV{}, ErrNotFound
@@ -95,10 +128,13 @@ func (s *Etcd) Scan(ctx context.Context, prefix, after string, limit int) ([]KV,
 	if after >= prefix {
 		from = s.prefix + after + "\x00" // the first key after it
 	}
-	resp, err := s.cli.Get(ctx, from, clientv3.WithRange(clientv3.GetPrefixRangeEnd(s.prefix+prefix)),
-		clientv3.WithLimit(int64(limit)), clientv3.WithSort(clientv3.SortByKey, clientv3.SortAscend))
-	if err != nil {
-		return nil, 0, etcdErr(err)
+	var resp *clientv3.GetResponse
+	if err := s.call(ctx, func(ctx context.Context) (err error) {
+		resp, err = s.cli.Get(ctx, from, clientv3.WithRange(clientv3.GetPrefixRangeEnd(s.prefix+prefix)),
+			clientv3.WithLimit(int64(limit)), clientv3.WithSort(clientv3.SortByKey, clientv3.SortAscend))
+		return err
+	}); err != nil {
+		return nil, 0, err
 	}
 	out := make([]KV, 0, len(resp.Kvs))
 	for _, k := range resp.Kvs {
@@ -111,9 +147,12 @@ func (s *Etcd) Revision(ctx context.Context) (int64, error) {
 	if s.closed() {
 		return 0, ErrClosed
 	}
-	resp, err := s.cli.Get(ctx, s.prefix, clientv3.WithCountOnly())
-	if err != nil {
-		return 0, etcdErr(err)
+	var resp *clientv3.GetResponse
+	if err := s.call(ctx, func(ctx context.Context) (err error) {
+		resp, err = s.cli.Get(ctx, s.prefix, clientv3.WithCountOnly())
+		return err
+	}); err != nil {
+		return 0, err
 	}
 	return resp.Header.Revision, nil
 }
@@ -137,9 +176,12 @@ func (s *Etcd) Txn(ctx context.Context, t Txn) (TxnResult, error) {
 			ops = append(ops, clientv3.OpPut(s.prefix+op.Key, string(op.Value)))
 		}
 	}
-	resp, err := s.cli.Txn(ctx).If(cmps...).Then(ops...).Commit()
-	if err != nil {
-		return TxnResult{}, etcdErr(err)
+	var resp *clientv3.TxnResponse
+	if err := s.call(ctx, func(ctx context.Context) (err error) {
+		resp, err = s.cli.Txn(ctx).If(cmps...).Then(ops...).Commit()
+		return err
+	}); err != nil {
+		return TxnResult{}, err
 	}
 	return TxnResult{Succeeded: resp.Succeeded, Revision: resp.Header.Revision}, nil
 }

@@ -4,6 +4,7 @@ package etcdtest
 
 import (
 	"net/url"
+	"sync"
 	"testing"
 	"time"
 
@@ -12,6 +13,24 @@ import (
 
 // Start starts the server and returns its client endpoint (HOST:PORT).
 func Start(t testing.TB) string {
+	t.Helper()
+	return StartServer(t).Endpoint
+}
+
+// Server is a running embedded etcd.
+type Server struct {
+	// Endpoint is its client endpoint, HOST:PORT.
+	Endpoint string
+	e        *embed.Etcd
+	once     sync.Once
+}
+
+// Stop stops the server, as a cluster that lost its quorum answers no
+// one; the test's end stops it too.
+func (s *Server) Stop() { s.once.Do(s.e.Close) }
+
+// StartServer starts the server.
+func StartServer(t testing.TB) *Server {
 	t.Helper()
 	cfg := embed.NewConfig()
 	cfg.Dir = t.TempDir()
@@ -24,11 +43,12 @@ func Start(t testing.TB) string {
 	if err != nil {
 		t.Fatalf("embedded etcd: %v", err)
 	}
-	t.Cleanup(e.Close)
+	s := &Server{Endpoint: e.Clients[0].Addr().String(), e: e}
+	t.Cleanup(s.Stop)
 	select {
 	case <-e.Server.ReadyNotify():
 	case <-time.After(30 * time.Second):
 		t.Fatal("embedded etcd not ready in 30 s")
 	}
-	return e.Clients[0].Addr().String()
+	return s
 }

@@ -3,6 +3,7 @@ package integration
 import (
 	"context"
 	"crypto/tls"
+	"errors"
 	"io"
 	"net/http"
 	"os"
@@ -12,6 +13,7 @@ import (
 	"time"
 
 	"github.com/edgebox/edgebox/agent/runtime/fake"
+	"github.com/edgebox/edgebox/api"
 	"github.com/edgebox/edgebox/console"
 	"github.com/edgebox/edgebox/internal/test/etcdtest"
 	"github.com/edgebox/edgebox/internal/test/testenv"
@@ -125,4 +127,35 @@ func TestConsolesOnOneEtcdRunTheControllersOnce(t *testing.T) {
 	h.StopConsole()
 	d := testenv.WaitFor(t, 20*time.Second, "the second console leading every controller", func() bool { return leads(secondURL) == len(controllers) })
 	t.Logf("the second console led every controller %v after the first stopped", d.Round(10*time.Millisecond))
+}
+
+// TestAConsoleWhoseEtcdIsGoneSaysSo: with its etcd gone, an operator's
+// call is answered within seconds that the store does not answer (503),
+// not held, and the console keeps serving what needs no store.
+func TestAConsoleWhoseEtcdIsGoneSaysSo(t *testing.T) {
+	t.Parallel()
+	srv := etcdtest.StartServer(t)
+	h := testenv.NewInProcess(t, testenv.Options{Console: func(c *console.Config) { c.Store = "etcd://" + srv.Endpoint }})
+	box := enrollOne(t, h, "etcd-gone")
+	admin := h.Admin()
+	srv.Stop()
+	start := time.Now()
+	_, err := admin.Label(ctx(t), box.ID(), map[string]string{"bank": "icbc"})
+	if err == nil || !strings.Contains(err.Error(), "does not answer") {
+		t.Fatalf("a write with the store gone: %v", err)
+	}
+	var apiErr *api.StatusError
+	if !errors.As(err, &apiErr) || apiErr.Status != http.StatusServiceUnavailable {
+		t.Errorf("a write with the store gone: %v, want a 503", err)
+	}
+	if d := time.Since(start); d > 15*time.Second {
+		t.Errorf("the write took %v to be refused", d)
+	}
+	t.Logf("refused after %v: %v", time.Since(start).Round(10*time.Millisecond), err)
+	hc := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}, Timeout: 5 * time.Second}
+	resp, err := hc.Get(h.URL() + "/healthz")
+	if err != nil {
+		t.Fatalf("healthz with the store gone: %v", err)
+	}
+	resp.Body.Close()
 }
