@@ -168,9 +168,6 @@ func (s *Service) Evaluate(ctx context.Context) error {
 	counts := map[string]map[[2]string]int{}
 	for _, t := range tenants {
 		c, err := s.evaluate(ctx, t)
-		if err == nil {
-			err = s.dropEnded(ctx, t)
-		}
 		if err != nil {
 			errs = append(errs, fmt.Errorf("tenant %s: %w", t, err))
 			continue

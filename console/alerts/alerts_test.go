@@ -210,13 +210,19 @@ func (e *env) setRules(t *testing.T, r Rules) {
 	}
 }
 
+// pending counts the notices in the outbox.
+func pending(st store.Store) (int, error) {
+	kvs, _, err := st.Range(context.Background(), outboxPrefix, 0)
+	return len(kvs), err
+}
+
 // settle waits until the outbox is empty, then a little for a post that
 // should not come.
 func (e *env) settle(t *testing.T) {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		n, err := e.s.Pending(context.Background())
+		n, err := pending(e.st)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -326,7 +332,7 @@ func TestANoticeOutlivesTheConsole(t *testing.T) {
 	first.setRules(t, Rules{Rules: []Rule{{Kind: KeyBroken}}, Webhooks: []Webhook{{URL: h.URL}}})
 	first.w.set(func() { first.w.keys = []keys.Key{{ID: "k1", BoxID: "bx-1", State: keys.Stuck, Holder: "robot"}} })
 	first.evaluate(t) // never runs its outbox
-	if n, _ := first.s.Pending(context.Background()); n != 1 {
+	if n, _ := pending(st); n != 1 {
 		t.Fatalf("the outbox holds %d notices, want 1", n)
 	}
 	next := newEnv(t, st)
@@ -457,5 +463,33 @@ func TestBadRules(t *testing.T) {
 				t.Errorf("got %v, want an invalid error saying %q", err, tc.want)
 			}
 		})
+	}
+}
+
+// TestEndedSilencesGo: a silence is listed until it ends, and kept a
+// day after, then a round drops it.
+func TestEndedSilencesGo(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, nil)
+	ctx := context.Background()
+	if _, err := e.s.Silence(ctx, admin, Silence{Site: "branch-7"}, time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	kept := func() int {
+		kvs, _, err := e.st.Range(ctx, silencesPrefix("bank1"), 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return len(kvs)
+	}
+	e.clock.add(2 * time.Hour)
+	e.evaluate(t)
+	if l, _ := e.s.Silences(ctx, "bank1"); len(l) != 0 || kept() != 1 {
+		t.Fatalf("an hour after its end: %d listed, %d kept; want 0 and 1", len(l), kept())
+	}
+	e.clock.add(24 * time.Hour)
+	e.evaluate(t)
+	if kept() != 0 {
+		t.Error("a silence that ended a day ago is still kept")
 	}
 }

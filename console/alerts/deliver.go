@@ -214,12 +214,6 @@ func (s *Service) send(ctx context.Context, n notice, secret string) error {
 	return nil
 }
 
-// Pending counts the notices in the outbox.
-func (s *Service) Pending(ctx context.Context) (int, error) {
-	kvs, _, err := s.cfg.Store.Range(ctx, outboxPrefix, 0)
-	return len(kvs), err
-}
-
 // TestResult is what one webhook said to a test notice: nothing, or why
 // it did not take it.
 type TestResult struct {

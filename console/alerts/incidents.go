@@ -153,9 +153,18 @@ func (s *Service) evaluate(ctx context.Context, tenant string) (counts map[[2]st
 	if err != nil {
 		return nil, err
 	}
-	silences, err := s.Silences(ctx, tenant)
+	silences, stale, err := s.silences(ctx, tenant)
 	if err != nil {
 		return nil, err
+	}
+	if len(stale) > 0 { // silences that ended a day ago go
+		ops := make([]store.Op, len(stale))
+		for i, k := range stale {
+			ops[i] = store.Op{Key: k, Delete: true}
+		}
+		if _, err := s.cfg.Store.Txn(ctx, store.Txn{Then: ops}); err != nil {
+			return nil, err
+		}
 	}
 	now := s.cfg.Now().UTC()
 	counts = map[[2]string]int{}

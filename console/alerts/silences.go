@@ -65,23 +65,34 @@ func covering(sils []Silence, in Incident, now time.Time) (Silence, bool) {
 // Silences returns the tenant's silences that have not ended, the one
 // that ends first first.
 func (s *Service) Silences(ctx context.Context, tenant string) ([]Silence, error) {
+	live, _, err := s.silences(ctx, tenant)
+	return live, err
+}
+
+// silences reads the tenant's silences once: those that have not ended,
+// sorted by their end, and the keys of those that ended a day ago or
+// more, for the round to drop.
+func (s *Service) silences(ctx context.Context, tenant string) (live []Silence, stale []string, err error) {
 	kvs, _, err := s.cfg.Store.Range(ctx, silencesPrefix(tenant), 0)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	now := s.cfg.Now()
-	out := make([]Silence, 0, len(kvs))
+	live = make([]Silence, 0, len(kvs))
 	for _, kv := range kvs {
 		var sil Silence
 		if err := json.Unmarshal(kv.Value, &sil); err != nil {
-			return nil, fmt.Errorf("alerts: %s: %w", kv.Key, err)
+			return nil, nil, fmt.Errorf("alerts: %s: %w", kv.Key, err)
 		}
-		if now.Before(sil.Until) {
-			out = append(out, sil)
+		switch {
+		case now.Before(sil.Until):
+			live = append(live, sil)
+		case now.Sub(sil.Until) > 24*time.Hour:
+			stale = append(stale, kv.Key)
 		}
 	}
-	sort.Slice(out, func(i, j int) bool { return out[i].Until.Before(out[j].Until) })
-	return out, nil
+	sort.Slice(live, func(i, j int) bool { return live[i].Until.Before(live[j].Until) })
+	return live, stale, nil
 }
 
 // Silence adds a silence to the caller's tenant for d from now. It names
@@ -133,9 +144,12 @@ func (s *Service) Silence(ctx context.Context, who audit.Actor, sil Silence, d t
 // Unsilence ends a silence of the caller's tenant now; the incidents it
 // covered that still fire are notified.
 func (s *Service) Unsilence(ctx context.Context, who audit.Actor, id string) error {
+	if len(id) > 64 {
+		return errdefs.NotFound("no silence %.64q", id)
+	}
 	key := silencesPrefix(who.TenantID) + id
 	kv, err := s.cfg.Store.Get(ctx, key)
-	if errors.Is(err, store.ErrNotFound) || len(id) > 64 {
+	if errors.Is(err, store.ErrNotFound) {
 		return errdefs.NotFound("no silence %q", id)
 	} else if err != nil {
 		return err
@@ -151,24 +165,4 @@ func (s *Service) Unsilence(ctx context.Context, who audit.Actor, id string) err
 	}
 	s.Kick()
 	return nil
-}
-
-// dropEnded deletes the tenant's silences that ended a day ago or more.
-func (s *Service) dropEnded(ctx context.Context, tenant string) error {
-	kvs, _, err := s.cfg.Store.Range(ctx, silencesPrefix(tenant), 0)
-	if err != nil {
-		return err
-	}
-	var ops []store.Op
-	for _, kv := range kvs {
-		var sil Silence
-		if json.Unmarshal(kv.Value, &sil) == nil && s.cfg.Now().Sub(sil.Until) > 24*time.Hour {
-			ops = append(ops, store.Op{Key: kv.Key, Delete: true})
-		}
-	}
-	if len(ops) == 0 {
-		return nil
-	}
-	_, err = s.cfg.Store.Txn(ctx, store.Txn{Then: ops})
-	return err
 }
