@@ -28,6 +28,17 @@ const ObjectName = "site"
 // longer sends what it kept in several.
 const MaxVotesPerReport = 256
 
+// MaxSiteBoxes is the largest site whose boxes watch each other. Every box
+// of a site probes every other, and each box's SitePeers lists every
+// other, so a site costs the square of its boxes: a branch office has a
+// handful, and 64 cost 4,032 peer entries. A larger site (a data centre,
+// or a fleet enrolled with one site name by mistake) gets no site health:
+// its boxes are told of no peers, are online or offline by their tunnels
+// alone, and the API says why. Before this bound, 10,000 boxes in one site
+// made each box's hello rewrite 10,000 objects of 10,000 peers, and the
+// console never brought that fleet online.
+const MaxSiteBoxes = 64
+
 // Boxes are the fleet's boxes, as the service reads them.
 type Boxes interface {
 	Boxes(ctx context.Context, tenant string) ([]fleet.Box, error)
@@ -73,6 +84,8 @@ type Service struct {
 	written map[string]*edgeboxv1.SitePeers
 	// sites are the tenants' sites, read at most every sitesFresh.
 	sites map[string]sites
+	// tooLarge are the sites over MaxSiteBoxes a warning was logged for.
+	tooLarge map[siteKey]bool
 	// votes counts votes by what became of them: "current", "kept"
 	// (history only) or "refused".
 	votes *prometheus.CounterVec
@@ -88,7 +101,7 @@ func NewService(cfg ServiceConfig) *Service {
 		cfg.Log = slog.New(slog.DiscardHandler)
 	}
 	s := &Service{cfg: cfg, tally: NewTally(cfg.Tally), keys: map[string]*ecdsa.PublicKey{},
-		written: map[string]*edgeboxv1.SitePeers{}, sites: map[string]sites{},
+		written: map[string]*edgeboxv1.SitePeers{}, sites: map[string]sites{}, tooLarge: map[siteKey]bool{},
 		votes: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "edgebox", Subsystem: "site", Name: "votes_total",
 			Help: "Site health votes the boxes sent, by what became of them: current, kept (history only) or refused."}, []string{"result"})}
 	for _, r := range []string{"current", "kept", "refused"} {
@@ -133,8 +146,10 @@ func (s *Service) siteOf(ctx context.Context, b fleet.Box) ([]fleet.Box, error) 
 // readSite is siteOf, reading the fleet again when reread is set.
 func (s *Service) readSite(ctx context.Context, b fleet.Box, reread bool) ([]fleet.Box, error) {
 	now := s.cfg.Now()
+	k := siteKey{b.Region, b.Site}
 	s.mu.Lock()
 	c, ok := s.sites[b.TenantID]
+	site := c.by[k] // under mu: patchSite changes the map in place
 	s.mu.Unlock()
 	if reread || !ok || now.Sub(c.at) > sitesFresh || now.Before(c.at) {
 		all, err := s.cfg.Boxes.Boxes(ctx, b.TenantID)
@@ -151,11 +166,59 @@ func (s *Service) readSite(ctx context.Context, b fleet.Box, reread bool) ([]fle
 		for _, site := range c.by {
 			slices.SortFunc(site, func(x, y fleet.Box) int { return strings.Compare(x.ID, y.ID) })
 		}
+		site = c.by[k] // before it is shared
 		s.mu.Lock()
 		s.sites[b.TenantID] = c
 		s.mu.Unlock()
 	}
-	return c.by[siteKey{b.Region, b.Site}], nil
+	return site, nil
+}
+
+// patchSite puts b, as its hello just recorded it, into the copy of its
+// tenant's sites, or takes it out when it is not approved, and returns its
+// site. A hello changes only its own box: reading the whole tenant again
+// for each would cost a fleet coming back the square of its size.
+func (s *Service) patchSite(ctx context.Context, b fleet.Box) ([]fleet.Box, error) {
+	if _, err := s.siteOf(ctx, b); err != nil { // a copy, fresh enough
+		return nil, err
+	}
+	k := siteKey{b.Region, b.Site}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	c := s.sites[b.TenantID]
+	// Readers may hold the old slice: the patched site is a new one.
+	site := slices.DeleteFunc(slices.Clone(c.by[k]), func(o fleet.Box) bool { return o.ID == b.ID })
+	if b.State == fleet.StateApproved {
+		i, _ := slices.BinarySearchFunc(site, b.ID, func(o fleet.Box, id string) int { return strings.Compare(o.ID, id) })
+		site = slices.Insert(site, i, b)
+	}
+	if c.by != nil {
+		c.by[k] = site
+	}
+	return site, nil
+}
+
+// watched reports whether site is small enough for site health, and logs
+// once per site when it is not.
+func (s *Service) watched(b fleet.Box, site []fleet.Box) bool {
+	if len(site) <= MaxSiteBoxes {
+		return true
+	}
+	k := siteKey{b.Region, b.Site}
+	s.mu.Lock()
+	first := !s.tooLarge[k]
+	s.tooLarge[k] = true
+	s.mu.Unlock()
+	if first {
+		s.cfg.Log.Warn("site too large for site health: its boxes are told of no peers and judged by their tunnels alone",
+			"tenant", b.TenantID, "region", b.Region, "site", b.Site, "boxes", len(site), "max", MaxSiteBoxes)
+	}
+	return false
+}
+
+// tooLargeDetail is what the API says of a box whose site is not watched.
+func tooLargeDetail(site []fleet.Box) string {
+	return fmt.Sprintf("its site of %d boxes is larger than the %d site health watches: judged by its tunnel alone", len(site), MaxSiteBoxes)
 }
 
 func ids(boxes []fleet.Box) []string {
@@ -181,6 +244,13 @@ func (s *Service) Vote(ctx context.Context, box string, r *edgeboxv1.VoteReport)
 	if b.State != fleet.StateApproved {
 		return nil, errdefs.Permission("box %s is %s and cannot vote", box, b.State)
 	}
+	site, err := s.siteOf(ctx, b)
+	if err != nil {
+		return nil, err
+	}
+	if len(site) > MaxSiteBoxes {
+		return nil, errdefs.Invalid("site %s has %d boxes; site health watches sites of at most %d", b.Site, len(site), MaxSiteBoxes)
+	}
 	s.mu.Lock()
 	key := s.keys[box]
 	s.mu.Unlock()
@@ -196,10 +266,6 @@ func (s *Service) Vote(ctx context.Context, box string, r *edgeboxv1.VoteReport)
 		if why[i] == nil {
 			why[i] = sitevote.VerifyKey(sv, key)
 		}
-	}
-	site, err := s.siteOf(ctx, b)
-	if err != nil {
-		return nil, err
 	}
 	peers := slices.DeleteFunc(ids(site), func(id string) bool { return id == box })
 	if namesOthers(votes, why, peers) { // a box joined since the console last read the site
@@ -255,6 +321,9 @@ func (s *Service) Verdict(ctx context.Context, b fleet.Box) (Verdict, error) {
 	if err != nil {
 		return Verdict{}, err
 	}
+	if len(site) > MaxSiteBoxes {
+		return s.tally.Decide(b.ID, s.cfg.Online(b.ID), []string{b.ID}, s.cfg.Now()), nil
+	}
 	return s.tally.Decide(b.ID, s.cfg.Online(b.ID), ids(site), s.cfg.Now()), nil
 }
 
@@ -265,10 +334,12 @@ func (s *Service) Health(ctx context.Context, b fleet.Box) (State, string) {
 	online := s.cfg.Online(b.ID)
 	site, err := s.siteOf(ctx, b)
 	switch {
-	case online && (err != nil || len(site) < 2):
+	case online && (err != nil || len(site) < 2 || len(site) > MaxSiteBoxes):
 		return Online, ""
 	case err != nil:
 		return Unknown, "the console cannot read the box's site: " + err.Error()
+	case len(site) > MaxSiteBoxes:
+		return Unknown, tooLargeDetail(site)
 	case online:
 		// What its site says of it now, should its line go.
 		v := s.tally.Decide(b.ID, false, ids(site), s.cfg.Now())
@@ -314,23 +385,14 @@ func (s *Service) SiteUnreachable(ctx context.Context, b fleet.Box) (bool, error
 // other boxes with their probe addresses. A box alone in its site, or
 // whose peers took no probes, has none.
 func (s *Service) SyncSite(ctx context.Context, b fleet.Box) error {
-	site, err := s.siteOf(ctx, b)
+	// b is as its hello says now; the others as the copy has them, at
+	// most sitesFresh old, and the sweep catches up with the rest.
+	site, err := s.patchSite(ctx, b)
 	if err != nil {
 		return err
 	}
-	// A box the copy does not have as it is now joined or changed since
-	// the console read the site, and others may have too: read it again.
-	// A fleet saying hello again after a restart reads it once.
-	if i := slices.IndexFunc(site, func(o fleet.Box) bool { return o.ID == b.ID }); i < 0 || !slices.Equal(site[i].PeerAddrs, b.PeerAddrs) {
-		if site, err = s.readSite(ctx, b, true); err != nil {
-			return err
-		}
-	}
-	// The fleet's record may be older than the hello: b is as it says now.
-	site = slices.DeleteFunc(slices.Clone(site), func(o fleet.Box) bool { return o.ID == b.ID })
-	if b.State == fleet.StateApproved {
-		site = append(site, b)
-		slices.SortFunc(site, func(x, y fleet.Box) int { return strings.Compare(x.ID, y.ID) })
+	if !s.watched(b, site) {
+		return s.unwatch(ctx, b, site)
 	}
 	var errs []error
 	for _, box := range site {
@@ -345,6 +407,23 @@ func (s *Service) SyncSite(ctx context.Context, b fleet.Box) error {
 		}
 		if err := s.write(ctx, box.ID, want); err != nil {
 			errs = append(errs, fmt.Errorf("box %s: %w", box.ID, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// unwatch takes the SitePeers object from b, and from every box of its
+// site told of peers before the site grew past MaxSiteBoxes.
+func (s *Service) unwatch(ctx context.Context, b fleet.Box, site []fleet.Box) error {
+	var errs []error
+	for _, o := range site {
+		s.mu.Lock()
+		told := s.written[o.ID] != nil
+		s.mu.Unlock()
+		if o.ID == b.ID || told {
+			if err := s.write(ctx, o.ID, nil); err != nil {
+				errs = append(errs, fmt.Errorf("box %s: %w", o.ID, err))
+			}
 		}
 	}
 	return errors.Join(errs...)

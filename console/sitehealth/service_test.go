@@ -224,3 +224,82 @@ func TestVotesAreCheckedAgainstTheVotersKey(t *testing.T) {
 		t.Fatalf("a report of %d votes: %v", len(many.Votes), err)
 	}
 }
+
+// TestASiteTooLargeIsNotWatched fills one site past MaxSiteBoxes, one
+// hello at a time, as a fleet enrolled with one site name comes online:
+// up to the bound every box is told of its peers; past it, nobody is, each
+// box is judged by its tunnel alone and the API says why, and each hello
+// costs a bounded number of writes instead of one per box of the site.
+func TestASiteTooLargeIsNotWatched(t *testing.T) {
+	const n = 3 * MaxSiteBoxes
+	fl := make(boxes, 0, n)
+	for i := range n {
+		fl = append(fl, fleet.Box{ID: fmt.Sprintf("bx-%04d", i), TenantID: "t", Region: "east", Site: "hall",
+			State: fleet.StateApproved, PeerAddrs: []string{fmt.Sprintf("10.0.%d.%d:7946", i/200, i%200+1)}})
+	}
+	obj := &objects{m: map[string]*edgeboxv1.DesiredObject{}}
+	now := time.Now()
+	var online sync.Map
+	s := NewService(ServiceConfig{Boxes: &growing{all: fl}, Desired: obj, Now: func() time.Time { return now },
+		Online: func(id string) bool { _, ok := online.Load(id); return ok }})
+	ctx := context.Background()
+	maxWrites := 0
+	for i, b := range fl {
+		growingTo(s, i+1)
+		online.Store(b.ID, true)
+		before := obj.writes
+		if err := s.SyncSite(ctx, b); err != nil {
+			t.Fatal(err)
+		}
+		maxWrites = max(maxWrites, obj.writes-before)
+		if i+1 == MaxSiteBoxes {
+			if peers := len(obj.m[b.ID].GetSitePeers().GetPeers()); peers != MaxSiteBoxes-1 {
+				t.Fatalf("at %d boxes, the last is told of %d peers, want %d", i+1, peers, MaxSiteBoxes-1)
+			}
+		}
+		now = now.Add(time.Millisecond) // the copy of the site stays fresh: hellos patch it
+	}
+	if len(obj.m) != 0 {
+		t.Fatalf("%d boxes of a site of %d still have site peers", len(obj.m), n)
+	}
+	if maxWrites > MaxSiteBoxes+1 {
+		t.Fatalf("one hello wrote %d objects", maxWrites)
+	}
+	online.Delete(fl[0].ID)
+	state, detail := s.Health(ctx, fl[0])
+	if state != Unknown || !strings.Contains(detail, "larger than the 64 site health watches") {
+		t.Fatalf("a box offline in a site too large: %v %q", state, detail)
+	}
+	if state, detail := s.Health(ctx, fl[1]); state != Online || detail != "" {
+		t.Fatalf("a box online in a site too large: %v %q", state, detail)
+	}
+	if _, err := s.Vote(ctx, fl[1].ID, &edgeboxv1.VoteReport{}); !errors.Is(err, errdefs.ErrInvalid) {
+		t.Fatalf("a vote from a site too large: %v", err)
+	}
+}
+
+// growing is a fleet whose first n boxes have enrolled.
+type growing struct {
+	mu  sync.Mutex
+	all boxes
+	n   int
+}
+
+func (g *growing) Boxes(ctx context.Context, tenant string) ([]fleet.Box, error) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.all[:g.n].Boxes(ctx, tenant)
+}
+
+func (g *growing) BoxByID(ctx context.Context, id string) (fleet.Box, error) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.all[:g.n].BoxByID(ctx, id)
+}
+
+func growingTo(s *Service, n int) {
+	g := s.cfg.Boxes.(*growing)
+	g.mu.Lock()
+	g.n = n
+	g.mu.Unlock()
+}
