@@ -36,6 +36,11 @@ type Config struct {
 	// PublicURL is how boxes and operators reach the console; it goes into
 	// enrollment tokens. Default: https://<this host name>:<listen port>.
 	PublicURL string
+	// AlsoAddrs are the console's other addresses (host:port) for boxes:
+	// its replicas, where no one name or load balancer reaches them all.
+	// Enrollment tokens carry them, and a box tries PublicURL's address
+	// and these in a random order. At most 8, in 160 bytes.
+	AlsoAddrs []string
 	// ExtraHosts are more names or addresses the serving certificate covers.
 	ExtraHosts []string
 	// BoxCertTTL is the lifetime of box certificates; boxes renew at two
@@ -112,6 +117,9 @@ func DefaultConfig() Config {
 	// sending its acks at once after a restart must not find it full, and
 	// a waiting stream costs one pointer.
 	tun.ListenBacklog = consoleListenBacklog
+	// Every box pings the console every PingInterval; the console pings a
+	// box only when it stops hearing it, and once a minute for its RTT.
+	tun.RTTEvery = time.Minute
 	return Config{
 		DataDir:       defaultDataDir(),
 		Listen:        ":8443",
@@ -152,6 +160,9 @@ func (c Config) Validate() error {
 		if _, err := enroll.ParseConsoleURL(c.PublicURL); err != nil {
 			errs = append(errs, fmt.Errorf("public URL: %v", err))
 		}
+	}
+	if err := enroll.ValidateAlso(c.AlsoAddrs); err != nil {
+		errs = append(errs, fmt.Errorf("--also-addr: %v", err))
 	}
 	if c.SessionTTL < time.Minute || c.SessionTTL > 30*24*time.Hour {
 		errs = append(errs, errors.New("browser session lifetime must be from 1m to 720h"))

@@ -56,6 +56,17 @@ type Config struct {
 	PingTimeout  time.Duration
 	DeadAfter    time.Duration
 
+	// RTTEvery, when set, is for the side whose far side pings every
+	// PingInterval: the console, as every box does. It pings only when it
+	// has heard nothing for DeadAfter - PingTimeout (15 s by default: past
+	// the box's own next ping), so a silent link is still closed DeadAfter
+	// after its last byte; and, while it hears the box, once every
+	// RTTEvery to keep its round-trip figure fresh. A ping of its own
+	// costs the console a timer run, a frame out and its answer in: with
+	// both sides pinging, an idle fleet's pings were most of an idle
+	// console's CPU (docs/benchmarks.md). 0 pings every PingInterval.
+	RTTEvery time.Duration
+
 	// OpenTimeout bounds opening a stream: sending its header and reading
 	// the far side's verdict, and on the accepting side reading the header.
 	OpenTimeout time.Duration
@@ -100,6 +111,9 @@ func (c Config) Validate() error {
 	} else if c.DeadAfter < c.PingInterval+c.PingTimeout {
 		errs = append(errs, fmt.Errorf("DeadAfter %v must be at least PingInterval + PingTimeout (%v), or a link that answers every ping in time could be declared dead",
 			c.DeadAfter, c.PingInterval+c.PingTimeout))
+	}
+	if c.RTTEvery < 0 {
+		errs = append(errs, errors.New("RTTEvery must not be negative"))
 	}
 	if c.OpenTimeout <= 0 {
 		errs = append(errs, errors.New("OpenTimeout must be positive"))

@@ -164,7 +164,9 @@ func TestSilentLinkIsDead(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			p := newTestPKI(t)
-			srv := startTestServer(t, p, cfg, "")
+			consoleCfg := cfg
+			consoleCfg.RTTEvery = time.Hour // as the console runs: it pings only when it hears nothing
+			srv := startTestServer(t, p, consoleCfg, "")
 			px := toxic.New(t, srv.addr)
 			cli := startTestClient(t, p, "box-1", px.Addr(), func(c *ClientConfig) {
 				c.Config = cfg
@@ -382,4 +384,60 @@ func count(c prometheus.Counter) float64 {
 		panic(err)
 	}
 	return m.GetCounter().GetValue()
+}
+
+// TestTheConsoleLeansOnTheBoxsPings runs a console whose box pings every
+// 100 ms. With RTTEvery set, the console pings once to learn the round
+// trip and then only every RTTEvery, however often the box pings; without
+// it, it pings every PingInterval too.
+func TestTheConsoleLeansOnTheBoxsPings(t *testing.T) {
+	t.Parallel()
+	const span = 3 * time.Second
+	tests := []struct {
+		name     string
+		rttEvery time.Duration
+		min, max float64 // the console's pings in span
+	}{
+		{"every PingInterval", 0, 15, 31},
+		{"leaning on the box", time.Second, 2, 5},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			box := livenessConfig()
+			console := box
+			console.RTTEvery = tt.rttEvery
+			p := newTestPKI(t)
+			srv := startTestServer(t, p, console, "")
+			cli := startTestClient(t, p, "box-1", srv.addr, func(c *ClientConfig) { c.Config = box })
+			waitFor(t, 10*time.Second, "a session", func() bool {
+				_, ok := srv.Session("box-1")
+				return ok && cli.Session() != nil
+			})
+			sess, _ := srv.Session("box-1")
+			before := pingsObserved(t, srv.metrics)
+			time.Sleep(span)
+			pings := pingsObserved(t, srv.metrics) - before
+			t.Logf("the console pinged %v times in %v", pings, span)
+			if pings < tt.min || pings > tt.max {
+				t.Fatalf("the console pinged %v times in %v, want %v to %v", pings, span, tt.min, tt.max)
+			}
+			if sess.RTT() == 0 {
+				t.Fatal("the console knows no round trip")
+			}
+			if ended(sess) {
+				t.Fatal("the session ended")
+			}
+		})
+	}
+}
+
+// pingsObserved is how many round trips m has measured.
+func pingsObserved(t *testing.T, m *Metrics) float64 {
+	t.Helper()
+	var d dto.Metric
+	if err := m.rtt.Write(&d); err != nil {
+		t.Fatal(err)
+	}
+	return float64(d.GetHistogram().GetSampleCount())
 }

@@ -278,6 +278,10 @@ func (s *Session) expireStreams() {
 // answer. Whether the link is dead is deadCheck's to say.
 func (s *Session) pingTick() {
 	defer s.wg.Done()
+	if wait := s.pingNotNeeded(); wait > 0 {
+		s.armPing(wait)
+		return
+	}
 	s.unanswered.CompareAndSwap(0, monoNow())
 	s.armDeadCheck(s.deadDue())
 	rtt, err := s.Ping()
@@ -316,6 +320,31 @@ func (s *Session) pingTick() {
 		default:
 		}
 	}
+	s.armPing(next)
+}
+
+// pingNotNeeded returns how long this side may wait before it pings, when
+// Config.RTTEvery lets it lean on the far side's pings and they show the
+// link alive; 0 when it should ping now. A side that has no round trip yet,
+// or whose last ping went unanswered, pings.
+func (s *Session) pingNotNeeded() time.Duration {
+	if s.cfg.RTTEvery <= 0 || s.rtt.Load() == 0 || s.unanswered.Load() != 0 {
+		return 0
+	}
+	quiet := s.heard.silence(monoNow())
+	measured := time.Since(time.Unix(0, s.lastTrip.Load()))
+	return min(s.quietLimit()-quiet, s.cfg.RTTEvery-measured)
+}
+
+// quietLimit is how long a side leaning on the far side's pings waits
+// for a byte before it pings: the latest that still closes a silent link
+// DeadAfter after its last byte, and never less than PingInterval.
+func (s *Session) quietLimit() time.Duration {
+	return max(s.cfg.DeadAfter-s.cfg.PingTimeout, s.cfg.PingInterval)
+}
+
+// armPing arms the ping timer to fire in d, unless the session is closed.
+func (s *Session) armPing(d time.Duration) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	select {
@@ -324,7 +353,7 @@ func (s *Session) pingTick() {
 	default:
 	}
 	s.wg.Add(1)
-	s.pingTimer.Reset(next)
+	s.pingTimer.Reset(d)
 }
 
 // deadDue returns how long until the link, if it stays silent, is dead:

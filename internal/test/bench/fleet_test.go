@@ -126,6 +126,41 @@ func limitCPU(pid int, cores string) error {
 	return nil
 }
 
+// idleCPU measures what the fleet, online and synced, costs the console's
+// CPU while nothing happens but the tunnels' keepalives, over span (a
+// duration such as "30s"), after 10 s for the cold start's last work to end.
+func idleCPU(b *testing.B, c *consoleProc, f *fleetsim.Fleet, n int, span string) {
+	d, err := time.ParseDuration(span)
+	if err != nil || d <= 0 {
+		b.Fatalf("EDGEBOX_BENCH_IDLE_CPU=%q: want a positive duration", span)
+	}
+	time.Sleep(10 * time.Second)
+	cpu := func() float64 {
+		v, err := c.metric("process_cpu_seconds_total")
+		if err != nil {
+			b.Fatal(err)
+		}
+		return v
+	}
+	c0, s0, t0 := cpu(), simCPU(f), time.Now()
+	time.Sleep(d)
+	c1, s1, secs := cpu(), simCPU(f), time.Since(t0).Seconds()
+	share := (c1 - c0) / secs
+	b.ReportMetric(share*1000, "idle-console-cpu-ms/s")
+	b.ReportMetric(share*1000/float64(n)*1000, "idle-console-cpu-us/s/box")
+	b.Logf("idle: over %v the console used %.1f ms of CPU a second for %d boxes (%.2f µs a second per box), the simulator %.1f ms a second",
+		d, share*1000, n, share*1e6/float64(n), (s1-s0)/secs*1000)
+}
+
+// simCPU is the simulator's CPU time in seconds, 0 if it cannot be read.
+func simCPU(f *fleetsim.Fleet) float64 {
+	d, err := f.CPUTime()
+	if err != nil {
+		return 0
+	}
+	return d.Seconds()
+}
+
 // waitHealthy waits until the console's /healthz answers.
 func (c *consoleProc) waitHealthy(b *testing.B, timeout time.Duration) {
 	deadline := time.Now().Add(timeout)
@@ -341,6 +376,8 @@ func holdIdle(addr string, n int) {
 // console (GOMAXPROCS=1 limits it to one core); EDGEBOX_BENCH_SIM_LOGS
 // names a directory for the simulated agents' logs at info, and
 // EDGEBOX_BENCH_SIM_PROFILES one for each child's CPU profile;
+// EDGEBOX_BENCH_IDLE_CPU (a duration) measures the console's CPU with the
+// fleet online and idle, for that long, before the storm;
 // EDGEBOX_BENCH_CPU_PROFILE names a file for the console's, over the
 // storm's first EDGEBOX_BENCH_CPU_PROFILE_SECONDS (8 unless set). The API is
 // measured from the moment the restarted console listens, and
@@ -422,6 +459,9 @@ func fleet(b *testing.B, n int) {
 
 	if !stormOnly {
 		idleMemory(b, c, n, heap0, rss0, stack0, live0, g0)
+	}
+	if v := os.Getenv("EDGEBOX_BENCH_IDLE_CPU"); v != "" {
+		idleCPU(b, c, f, n, v)
 	}
 
 	// An attacker holding idle connections, from a process of its own,
