@@ -261,8 +261,16 @@ func New(cfg Config, log *slog.Logger) (*Agent, error) {
 	if !metricsOff(cfg.MetricsListen) {
 		tm = a.initMetrics()
 	}
+	settings, err := ReadSettings(cfg.DataDir)
+	if err != nil {
+		return nil, fmt.Errorf("agent: %w", err)
+	}
+	also := creds.Also
+	if len(settings.Consoles) > 0 {
+		also = settings.Consoles
+	}
 	tc, err := tunnel.NewClient(tunnel.ClientConfig{
-		Config: cfg.Tunnel, Addr: enroll.HostPort(u), Proxy: cfg.Proxy, ProxySource: cfg.ProxySource, Dial: cfg.Dial, Backoff: cfg.Backoff,
+		Config: cfg.Tunnel, Addr: enroll.HostPort(u), Also: also, Proxy: cfg.Proxy, ProxySource: cfg.ProxySource, Dial: cfg.Dial, Backoff: cfg.Backoff,
 		Name: creds.BoxID, Renew: cfg.Renew, Metrics: tm,
 		TLS: &tls.Config{
 			RootCAs: creds.ca, ServerName: u.Hostname(),

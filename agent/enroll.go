@@ -15,11 +15,13 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	mrand "math/rand/v2"
 	"net"
 	"net/http"
 	"net/url"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"golang.org/x/net/http/httpproxy"
@@ -67,29 +69,27 @@ func Enroll(ctx context.Context, dir, tokenText string, opts EnrollOptions) (Ide
 	if err != nil {
 		return Identity{}, false, err
 	}
-	u, _ := enroll.ParseConsoleURL(tok.ConsoleURL)
-	pinned := enroll.PinnedTLS(tok.CAHash, u.Hostname())
-	tr := opts.Transport
-	if tr == nil {
-		tr = &http.Transport{DialTLSContext: pinnedDial(pinned, opts)}
-	} else {
-		tr = tr.Clone()
-		tr.TLSClientConfig = pinned
-	}
-	hc := &http.Client{Transport: tr, Timeout: 60 * time.Second}
-	defer tr.CloseIdleConnections() // one request: leave nothing open on the console
 	body, _ := json.Marshal(enroll.Request{Token: tok.String(), CSR: string(csr), Hostname: host, Name: opts.Name, Labels: opts.Labels})
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, "https://"+enroll.HostPort(u)+enroll.Path, bytes.NewReader(body))
-	if err != nil {
-		return Identity{}, false, err
-	}
-	req.Header.Set("Content-Type", "application/json")
-	resp, err := hc.Do(req)
-	if err != nil {
-		if errors.Is(err, enroll.ErrWrongConsole) {
-			return Identity{}, false, fmt.Errorf("%s is not the console that made this token (its CA does not match the token's pin); nothing was changed", tok.ConsoleURL)
+	// The console's addresses in a random order, the token's URL among
+	// them: the first that answers enrolls the box.
+	addrs := tok.Addrs()
+	mrand.Shuffle(len(addrs), func(i, j int) { addrs[i], addrs[j] = addrs[j], addrs[i] })
+	var resp *http.Response
+	for i, addr := range addrs {
+		resp, err = postEnroll(ctx, opts, tok.CAHash, addr, body)
+		if err == nil {
+			break
 		}
-		return Identity{}, false, fmt.Errorf("cannot reach the console at %s: %w", tok.ConsoleURL, err)
+		if errors.Is(err, enroll.ErrWrongConsole) {
+			return Identity{}, false, fmt.Errorf("%s is not the console that made this token (its CA does not match the token's pin); nothing was changed", addr)
+		}
+		if ctx.Err() != nil || i == len(addrs)-1 {
+			where := tok.ConsoleURL
+			if len(addrs) > 1 {
+				where = "any of " + strings.Join(tok.Addrs(), ", ")
+			}
+			return Identity{}, false, fmt.Errorf("cannot reach the console at %s: %w", where, err)
+		}
 	}
 	defer resp.Body.Close()
 	raw, err := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
@@ -116,12 +116,34 @@ func Enroll(ctx context.Context, dir, tokenText string, opts EnrollOptions) (Ide
 	if err := saveKeyAndCert(dir, key, []byte(out.CertificatePEM)); err != nil {
 		return Identity{}, false, err
 	}
-	id := Identity{BoxID: out.BoxID, Name: out.Name, ConsoleURL: tok.ConsoleURL, EnrolledAt: time.Now().UTC().Format(time.RFC3339)}
+	id := Identity{BoxID: out.BoxID, Name: out.Name, ConsoleURL: tok.ConsoleURL, Also: tok.Also, EnrolledAt: time.Now().UTC().Format(time.RFC3339)}
 	// identity.json last: its presence means enrollment completed.
 	if err := writeJSON(filepath.Join(dir, identityFile), id); err != nil {
 		return Identity{}, false, err
 	}
 	return id, out.Pending, nil
+}
+
+// postEnroll sends the enrollment request to the console at addr
+// (host:port), trusting only the pinned CA.
+func postEnroll(ctx context.Context, opts EnrollOptions, caHash [32]byte, addr string, body []byte) (*http.Response, error) {
+	host, _, _ := net.SplitHostPort(addr)
+	pinned := enroll.PinnedTLS(caHash, host)
+	tr := opts.Transport
+	if tr == nil {
+		tr = &http.Transport{DialTLSContext: pinnedDial(pinned, opts)}
+	} else {
+		tr = tr.Clone()
+		tr.TLSClientConfig = pinned
+	}
+	hc := &http.Client{Transport: tr, Timeout: 60 * time.Second}
+	defer tr.CloseIdleConnections() // one request: leave nothing open on the console
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, "https://"+addr+enroll.Path, bytes.NewReader(body))
+	if err != nil {
+		return nil, err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	return hc.Do(req)
 }
 
 // checkIssued verifies the returned CA is the pinned one and the

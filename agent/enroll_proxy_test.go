@@ -17,6 +17,7 @@ import (
 
 	"github.com/edgebox/edgebox/agent"
 	"github.com/edgebox/edgebox/api"
+	"github.com/edgebox/edgebox/enroll"
 	"github.com/edgebox/edgebox/internal/test/testenv"
 	"github.com/edgebox/edgebox/internal/test/toxic"
 )
@@ -65,5 +66,43 @@ func TestEnrollThroughHTTPSProxy(t *testing.T) {
 	}
 	if id.BoxID == "" || px.Used.Load() != 1 {
 		t.Fatalf("box %q, proxy carried %d connections, want 1", id.BoxID, px.Used.Load())
+	}
+}
+
+// TestEnrollTriesTheConsolesOtherAddresses enrolls with a token whose URL
+// leads nowhere and whose other address is the console: the box enrolls
+// there and keeps the other address for its tunnel.
+func TestEnrollTriesTheConsolesOtherAddresses(t *testing.T) {
+	h := testenv.NewInProcess(t, testenv.Options{})
+	text := h.Token(t, api.TokenRequest{Region: "east", Site: "replicas"})
+	tok, err := enroll.ParseToken(text)
+	if err != nil {
+		t.Fatal(err)
+	}
+	u, err := enroll.ParseConsoleURL(tok.ConsoleURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dead, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dead.Close()
+	tok.ConsoleURL = "https://" + dead.Addr().String()
+	tok.Also = []string{enroll.HostPort(u)}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	id, _, err := agent.Enroll(ctx, t.TempDir(), tok.String(), agent.EnrollOptions{Name: "replicated"})
+	if err != nil {
+		t.Fatalf("enrolling through the other address: %v", err)
+	}
+	if strings.Join(id.Also, ",") != enroll.HostPort(u) {
+		t.Fatalf("the identity keeps other addresses %q, want %q", id.Also, enroll.HostPort(u))
+	}
+
+	tok.Also = []string{dead.Addr().String()}
+	_, _, err = agent.Enroll(ctx, t.TempDir(), tok.String(), agent.EnrollOptions{Name: "nowhere"})
+	if err == nil || !strings.Contains(err.Error(), "cannot reach the console at any of") {
+		t.Fatalf("enrolling where no address answers: %v", err)
 	}
 }

@@ -42,7 +42,10 @@ type Identity struct {
 	BoxID      string `json:"box_id"`
 	Name       string `json:"name"`
 	ConsoleURL string `json:"console_url"`
-	EnrolledAt string `json:"enrolled_at"`
+	// Also are the console's other addresses (host:port) its token named:
+	// its replicas. agent.json's "consoles" replaces them.
+	Also       []string `json:"also,omitempty"`
+	EnrolledAt string   `json:"enrolled_at"`
 }
 
 // credentials are the box's key, certificate and pinned CA.

@@ -8,6 +8,8 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+
+	"github.com/edgebox/edgebox/enroll"
 )
 
 // settingsFile holds what an operator set on the box itself (for now the
@@ -19,10 +21,18 @@ type Settings struct {
 	// Proxy is an http(s):// URL, with user:password if the proxy wants
 	// them, used for the tunnel and enrollment instead of HTTPS_PROXY.
 	Proxy string `json:"proxy,omitempty"`
+	// Consoles are the console's other addresses (host:port, at most 8):
+	// its replicas, where no one name reaches them all. When set, they
+	// replace those the enrollment token named. The box tries its
+	// console's address and these in a random order.
+	Consoles []string `json:"consoles,omitempty"`
 }
 
 // Validate reports what is wrong with s.
 func (s Settings) Validate() error {
+	if err := enroll.ValidateAlso(s.Consoles); err != nil {
+		return fmt.Errorf("consoles: %w", err)
+	}
 	if s.Proxy == "" {
 		return nil
 	}

@@ -51,3 +51,23 @@ func TestSettingsErrorsNameTheSettingNotThePassword(t *testing.T) {
 		t.Fatalf("ProxySource %q, want %q", got, want)
 	}
 }
+
+func TestSettingsConsoles(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	for _, bad := range [][]string{{"console-b"}, {"https://console-b:8443"}, {"b:1", "c:2", "d:3", "e:4", "f:5", "g:6", "h:7", "i:8", "j:9"}} {
+		if err := WriteSettings(dir, Settings{Consoles: bad}); err == nil {
+			t.Errorf("consoles %q were accepted", bad)
+		} else if !strings.HasPrefix(err.Error(), "consoles: ") {
+			t.Errorf("%q: %v does not name the setting", bad, err)
+		}
+	}
+	want := []string{"console-b.corp:8443", "10.1.2.3:8443"}
+	if err := WriteSettings(dir, Settings{Consoles: want}); err != nil {
+		t.Fatal(err)
+	}
+	s, err := ReadSettings(dir)
+	if err != nil || strings.Join(s.Consoles, " ") != strings.Join(want, " ") {
+		t.Fatalf("read back %q (%v), want %q", s.Consoles, err, want)
+	}
+}

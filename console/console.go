@@ -307,7 +307,7 @@ func New(cfg Config, log *slog.Logger) (_ *Console, err error) {
 			Throttle: auth.NewThrottle(auth.DefaultThrottleConfig, now), PKI: authority, Sessions: pres, Sites: sites, Vitals: vitals, Desired: c.desired, Downloads: downloads,
 			Registry: reg, RegistryHosts: registryHosts, Apps: catalogue, Agents: c.agents, Keys: keyRegistry, Rollouts: c.rollouts, AgentReleases: agents,
 			RemoteSessions: c.remote, Alerts: c.alerts, Latency: httpapi.NewLatency(promReg),
-			ConsoleURL: public, BoxCertTTL: cfg.BoxCertTTL, Log: c.log,
+			ConsoleURL: public, ConsoleAlso: cfg.AlsoAddrs, BoxCertTTL: cfg.BoxCertTTL, Log: c.log,
 			Metrics: promhttp.HandlerFor(promReg, promhttp.HandlerOpts{}), WebUI: webui.Handler(), Events: c.events,
 		}),
 		ReadHeaderTimeout: cfg.HandshakeTimeout,

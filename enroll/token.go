@@ -14,7 +14,10 @@ import (
 	"errors"
 	"fmt"
 	"hash/crc32"
+	"net"
 	"net/url"
+	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/edgebox/edgebox/errdefs"
@@ -36,17 +39,20 @@ import (
 // live at most 30 days and are made again with one command.
 const (
 	tokenPrefix   = "ebx1."
-	MaxTokenLen   = 600 // characters of token text
+	MaxTokenLen   = 800 // characters of token text
 	fieldURL      = 1
 	fieldCAHash   = 2
 	fieldID       = 3
 	fieldSecret   = 4
 	fieldKeyPin   = 5 // SHA-256 of the console serving key's SubjectPublicKeyInfo
 	fieldCheck    = 6 // CRC-32C of the prefix and every field before it; last
+	fieldAlso     = 7 // the console's other addresses, host:port separated by commas
 	checkLen      = 4
 	IDLen         = 9
 	SecretLen     = 24
 	maxURLLen     = 200
+	maxAlsoLen    = 160 // bytes of the other addresses, commas included
+	MaxAlso       = 8   // other addresses in a token
 	sha256Len     = sha256.Size
 	fieldsMaximum = 16
 )
@@ -74,6 +80,11 @@ func checkOf(fields []byte) uint32 {
 // Token is a parsed enrollment token.
 type Token struct {
 	ConsoleURL string   // https://host:port
+	// Also are the same console's other addresses (host:port): its
+	// replicas, where no one name reaches them all. A box tries them, and
+	// ConsoleURL's, in a random order. Agents from before them skip the
+	// field and use ConsoleURL alone.
+	Also []string
 	CAHash     [32]byte // SHA-256 of the console CA certificate (DER)
 	KeyPin     [32]byte // SHA-256 of the console serving key (SPKI DER); zero if absent
 	ID         []byte   // names the token on the console
@@ -88,6 +99,9 @@ func (t Token) String() string {
 		b = append(b, v...)
 	}
 	add(fieldURL, []byte(t.ConsoleURL))
+	if len(t.Also) > 0 {
+		add(fieldAlso, []byte(strings.Join(t.Also, ",")))
+	}
 	add(fieldCAHash, t.CAHash[:])
 	if t.KeyPin != ([32]byte{}) {
 		add(fieldKeyPin, t.KeyPin[:])
@@ -156,6 +170,8 @@ func ParseToken(s string) (Token, error) {
 			t.ID = append([]byte(nil), v...)
 		case fieldSecret:
 			t.Secret = append([]byte(nil), v...)
+		case fieldAlso:
+			t.Also = strings.Split(string(v), ",")
 		}
 	}
 	if err := t.Validate(); err != nil {
@@ -224,7 +240,41 @@ func (t Token) Validate() error {
 	if _, err := ParseConsoleURL(t.ConsoleURL); err != nil {
 		return fmt.Errorf("%w: %v", ErrBadToken, err)
 	}
+	if err := ValidateAlso(t.Also); err != nil {
+		return fmt.Errorf("%w: %v", ErrBadToken, err)
+	}
 	return nil
+}
+
+// ValidateAlso checks a console's other addresses: at most MaxAlso, each
+// a host and a port, all of them in at most 160 bytes with their commas.
+func ValidateAlso(also []string) error {
+	if len(also) > MaxAlso {
+		return fmt.Errorf("%d other console addresses; at most %d", len(also), MaxAlso)
+	}
+	if n := len(strings.Join(also, ",")); n > maxAlsoLen {
+		return fmt.Errorf("the other console addresses take %d bytes; at most %d (give the replicas one DNS name instead)", n, maxAlsoLen)
+	}
+	for _, a := range also {
+		host, port, err := net.SplitHostPort(a)
+		if err != nil || host == "" || strings.ContainsAny(a, ",/@ ") {
+			return fmt.Errorf("console address %q must look like host:port", a)
+		}
+		if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 {
+			return fmt.Errorf("console address %q: port must be 1-65535", a)
+		}
+	}
+	return nil
+}
+
+// Addrs returns every host:port the console answers on: ConsoleURL's
+// first, then the others.
+func (t Token) Addrs() []string {
+	u, err := ParseConsoleURL(t.ConsoleURL)
+	if err != nil {
+		return slices.Clone(t.Also)
+	}
+	return append([]string{HostPort(u)}, t.Also...)
 }
 
 // ParseConsoleURL checks a console URL: https, a host, no path beyond "/".

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/crc32"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -225,4 +226,43 @@ func ExampleParseToken() {
 	tok, err := ParseToken(sampleToken().String())
 	fmt.Println(tok.ConsoleURL, tok.IDString(), err)
 	// Output: https://console.example.com:8443 070000000000000000 <nil>
+}
+
+func TestTokenWithOtherAddresses(t *testing.T) {
+	t.Parallel()
+	tok := sampleToken()
+	tok.Also = []string{"console-b.example.com:8443", "10.0.0.3:443"}
+	got, err := ParseToken(tok.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := []string{"console.example.com:8443", "console-b.example.com:8443", "10.0.0.3:443"}; fmt.Sprint(got.Addrs()) != fmt.Sprint(want) {
+		t.Fatalf("addresses %v, want %v", got.Addrs(), want)
+	}
+
+	// The longest token still fits.
+	tok.ConsoleURL = "https://" + strings.Repeat("c", maxURLLen-len("https://:8443")) + ":8443"
+	tok.Also = nil
+	for next := strings.Repeat("h", 14) + ":65535"; len(strings.Join(append(tok.Also, next), ",")) <= maxAlsoLen && len(tok.Also) < MaxAlso; {
+		tok.Also = append(tok.Also, next)
+	}
+	if err := tok.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	if n := len(tok.String()); n > MaxTokenLen {
+		t.Fatalf("the longest token is %d characters, over %d", n, MaxTokenLen)
+	}
+
+	for _, bad := range [][]string{
+		{"console-b"}, {"console-b:"}, {":8443"}, {"a:1,b:2"}, {"https://b:1"}, {"b:0"}, {"b:70000"},
+		slices.Repeat([]string{"b:1"}, MaxAlso+1), {strings.Repeat("h", maxAlsoLen) + ":1"},
+	} {
+		tok := sampleToken()
+		tok.Also = bad
+		if err := tok.Validate(); err == nil {
+			t.Errorf("other addresses %q were accepted", bad)
+		} else if !errors.Is(err, ErrBadToken) {
+			t.Errorf("%q: %v is not ErrBadToken", bad, err)
+		}
+	}
 }

@@ -7,9 +7,11 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math/rand/v2"
 	"net"
 	"net/url"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/yamux"
@@ -21,6 +23,14 @@ type ClientConfig struct {
 	Config
 	// Addr is the console's host:port.
 	Addr string
+	// Also are the console's other addresses (host:port): its replicas,
+	// where no one name reaches them all. The client starts at one of
+	// Addr and Also picked at random, and moves on to the next after a
+	// dial that brought no session up, with its usual back-off between
+	// dials; a console that answered busy said when to come back, and is
+	// dialled again. Each address's host is the TLS server name its
+	// certificate must match.
+	Also []string
 	// TLS must carry the pinned console CA (RootCAs) and the box
 	// certificate (Certificates or GetClientCertificate). Dial adds the
 	// tunnel ALPN, TLS 1.3 and a session cache for resumption.
@@ -65,6 +75,11 @@ func (c ClientConfig) Validate() error {
 	if _, _, err := net.SplitHostPort(c.Addr); err != nil {
 		return fmt.Errorf("tunnel: console address %q: %w", c.Addr, err)
 	}
+	for _, a := range c.Also {
+		if _, _, err := net.SplitHostPort(a); err != nil {
+			return fmt.Errorf("tunnel: console address %q: %w", a, err)
+		}
+	}
 	if c.TLS == nil || c.TLS.RootCAs == nil {
 		return errors.New("tunnel: ClientConfig.TLS with the pinned console CA is required")
 	}
@@ -84,8 +99,8 @@ func (c ClientConfig) Validate() error {
 // long as its context lives. Listen and Open work across reconnects.
 type Client struct {
 	cfg     ClientConfig
-	tls     *tls.Config
-	fullTLS *tls.Config // tls without resumption
+	addrs   []consoleAddr // Addr and Also, in the order they are tried
+	next    atomic.Int32  // index in addrs of the address to dial
 	tickets *ticketCache
 	log     *slog.Logger
 	routes  listeners
@@ -129,22 +144,45 @@ func NewClient(cfg ClientConfig, log *slog.Logger) (*Client, error) {
 	t := cfg.TLS.Clone()
 	t.MinVersion = tls.VersionTLS13
 	t.NextProtos = []string{ALPN}
-	if t.ServerName == "" {
-		host, _, _ := net.SplitHostPort(cfg.Addr)
-		t.ServerName = host
-	}
 	if t.ClientSessionCache == nil {
-		t.ClientSessionCache = tls.NewLRUClientSessionCache(4)
+		t.ClientSessionCache = tls.NewLRUClientSessionCache(4 * (1 + len(cfg.Also)))
 	}
 	tickets := &ticketCache{ClientSessionCache: t.ClientSessionCache}
 	t.ClientSessionCache = tickets
-	full := t.Clone()
-	full.ClientSessionCache = nil
-	return &Client{
-		cfg: cfg, tls: t, fullTLS: full, tickets: tickets, log: log.With("component", "tunnel"),
+	c := &Client{
+		cfg: cfg, tickets: tickets, log: log.With("component", "tunnel"),
 		routes: listeners{self: cfg.Name, backlog: cfg.ListenBacklog},
 		ready:  make(chan struct{}),
-	}, nil
+	}
+	for i, addr := range append([]string{cfg.Addr}, cfg.Also...) {
+		a := consoleAddr{addr: addr, tls: t.Clone()}
+		if i > 0 || a.tls.ServerName == "" {
+			a.tls.ServerName, _, _ = net.SplitHostPort(addr)
+		}
+		a.fullTLS = a.tls.Clone()
+		a.fullTLS.ClientSessionCache = nil
+		c.addrs = append(c.addrs, a)
+	}
+	c.next.Store(int32(rand.N(len(c.addrs))))
+	return c, nil
+}
+
+// consoleAddr is one address of the console, with the TLS settings that
+// dial it.
+type consoleAddr struct {
+	addr    string
+	tls     *tls.Config
+	fullTLS *tls.Config // tls without resumption
+}
+
+// addr returns the address to dial.
+func (c *Client) addr() consoleAddr { return c.addrs[int(c.next.Load())%len(c.addrs)] }
+
+// moveOn makes the next dial go to the next of the console's addresses.
+func (c *Client) moveOn() {
+	if len(c.addrs) > 1 {
+		c.next.Store((c.next.Load() + 1) % int32(len(c.addrs)))
+	}
 }
 
 // Listen returns the listener for streams of kind opened by the console.
@@ -324,7 +362,7 @@ func (c *Client) connect(ctx context.Context, fresh bool) (*Session, error) {
 	m.sessionUp(1) // before anything can end it and count it down
 	m.handshake("ok")
 	sess.start()
-	c.log.Info("tunnel up", "addr", c.cfg.Addr, "resumed", conn.ConnectionState().DidResume)
+	c.log.Info("tunnel up", "addr", conn.RemoteAddr().String(), "resumed", conn.ConnectionState().DidResume)
 	return sess, nil
 }
 
@@ -360,24 +398,36 @@ func (t *ticketCache) Put(key string, cs *tls.ClientSessionState) {
 // dial opens the TLS connection, through a proxy when one applies. With
 // fresh, the handshake is a full one.
 func (c *Client) dial(ctx context.Context, fresh bool) (*tls.Conn, error) {
+	a := c.addr()
+	conn, err := c.dialAddr(ctx, a, fresh)
+	var busy *BusyError
+	if err != nil && ctx.Err() == nil && !errors.As(err, &busy) {
+		c.moveOn()
+	}
+	return conn, err
+}
+
+// dialAddr opens the TLS connection to one of the console's addresses.
+func (c *Client) dialAddr(ctx context.Context, a consoleAddr, fresh bool) (*tls.Conn, error) {
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	proxy, err := c.cfg.Proxy(&url.URL{Scheme: "https", Host: c.cfg.Addr})
+	addr := a.addr
+	proxy, err := c.cfg.Proxy(&url.URL{Scheme: "https", Host: addr})
 	if err != nil {
 		return nil, fmt.Errorf("tunnel: choosing proxy: %w", err)
 	}
 	var raw net.Conn
 	if proxy != nil {
-		raw, err = DialProxy(ctx, c.cfg.Dial, c.cfg.ProxyRoots, proxy, c.cfg.ProxySource, c.cfg.Addr)
+		raw, err = DialProxy(ctx, c.cfg.Dial, c.cfg.ProxyRoots, proxy, c.cfg.ProxySource, addr)
 	} else {
-		raw, err = c.cfg.Dial(ctx, "tcp", c.cfg.Addr)
+		raw, err = c.cfg.Dial(ctx, "tcp", addr)
 	}
 	if err != nil {
-		return nil, fmt.Errorf("tunnel: dial %s: %w", c.cfg.Addr, err)
+		return nil, fmt.Errorf("tunnel: dial %s: %w", addr, err)
 	}
-	cfg := c.tls
+	cfg := a.tls
 	if fresh {
-		cfg = c.fullTLS
+		cfg = a.fullTLS
 	}
 	early := &earlyConn{Conn: raw}
 	tc := tls.Client(CorkConn(early), cfg)
@@ -389,13 +439,13 @@ func (c *Client) dial(ctx context.Context, fresh bool) (*tls.Conn, error) {
 		if busy := early.Busy(); busy != nil {
 			// Too busy to start the handshake: the console said when to
 			// come back, before either side spent any crypto.
-			return nil, fmt.Errorf("tunnel: console %s: %w", c.cfg.Addr, busy)
+			return nil, fmt.Errorf("tunnel: console %s: %w", addr, busy)
 		}
-		return nil, fmt.Errorf("tunnel: TLS handshake with %s: %w", c.cfg.Addr, err)
+		return nil, fmt.Errorf("tunnel: TLS handshake with %s: %w", addr, err)
 	}
 	if tc.ConnectionState().NegotiatedProtocol != ALPN {
 		tc.Close()
-		return nil, fmt.Errorf("tunnel: %s does not speak %s", c.cfg.Addr, ALPN)
+		return nil, fmt.Errorf("tunnel: %s does not speak %s", addr, ALPN)
 	}
 	// The console's first byte says whether it accepts this box; in TLS
 	// 1.3 a refused client certificate also shows up here, as an alert.
@@ -404,7 +454,7 @@ func (c *Client) dial(ctx context.Context, fresh bool) (*tls.Conn, error) {
 	}
 	if err := readVerdict(tc); err != nil {
 		tc.Close()
-		return nil, fmt.Errorf("tunnel: console %s: %w", c.cfg.Addr, err)
+		return nil, fmt.Errorf("tunnel: console %s: %w", addr, err)
 	}
 	tc.SetReadDeadline(time.Time{})
 	return tc, nil

@@ -156,7 +156,7 @@ func dropAndResume(t *testing.T, srv *testServer, cli *Client, box string) bool 
 	roundTrip(t, st, "hello")
 	st.Close()
 	var resumed atomic.Bool
-	cli.tls.VerifyConnection = func(cs tls.ConnectionState) error {
+	cli.addrs[0].tls.VerifyConnection = func(cs tls.ConnectionState) error {
 		resumed.Store(cs.DidResume)
 		return nil
 	}

@@ -3,6 +3,8 @@ package tunnel
 import (
 	"crypto/tls"
 	"fmt"
+	"net"
+	"strings"
 	"testing"
 	"time"
 )
@@ -142,5 +144,49 @@ func TestClientRejoinWindow(t *testing.T) {
 				t.Fatalf("Rejoin %v, want %v", c.cfg.Rejoin, tt.want)
 			}
 		})
+	}
+}
+
+// TestAClientTriesTheConsolesOtherAddresses gives a box three addresses of
+// its console: one where nothing listens and two replicas. It comes up on
+// a replica whichever it starts at, and when that replica stops, it comes
+// up on the other.
+func TestAClientTriesTheConsolesOtherAddresses(t *testing.T) {
+	t.Parallel()
+	p := newTestPKI(t)
+	dead, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	deadAddr := dead.Addr().String()
+	dead.Close()
+	a := startTestServer(t, p, DefaultConfig(), "")
+	b := startTestServer(t, p, DefaultConfig(), "")
+	cli := startTestClient(t, p, "box-1", deadAddr, func(c *ClientConfig) { c.Also = []string{a.addr, b.addr} })
+	on := func() *testServer {
+		for _, s := range []*testServer{a, b} {
+			if _, ok := s.Session("box-1"); ok && cli.Session() != nil {
+				return s
+			}
+		}
+		return nil
+	}
+	waitFor(t, 10*time.Second, "a session on a replica", func() bool { return on() != nil })
+	first := on()
+	other := a
+	if first == a {
+		other = b
+	}
+	first.stop()
+	waitFor(t, 10*time.Second, "a session on the other replica", func() bool { return on() == other })
+}
+
+func TestClientConfigRefusesABadOtherAddress(t *testing.T) {
+	t.Parallel()
+	p := newTestPKI(t)
+	_, err := NewClient(ClientConfig{Config: DefaultConfig(), Addr: "console:8443", Also: []string{"replica-b"},
+		TLS: &tls.Config{RootCAs: p.pool}}, testLogger(t))
+	if err == nil || !strings.Contains(err.Error(), `"replica-b"`) {
+		t.Fatalf("got %v, want an error naming the bad address", err)
 	}
 }

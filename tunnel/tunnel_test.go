@@ -403,7 +403,7 @@ func TestSessionResumesTLS(t *testing.T) {
 	cli := startTestClient(t, p, "box-1", srv.addr, nil)
 	waitFor(t, 5*time.Second, "session", func() bool { _, ok := srv.Session("box-1"); return ok })
 	var resumed atomic.Bool
-	cli.tls.VerifyConnection = func(cs tls.ConnectionState) error {
+	cli.addrs[0].tls.VerifyConnection = func(cs tls.ConnectionState) error {
 		if cs.DidResume {
 			resumed.Store(true)
 		}

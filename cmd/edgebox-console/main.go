@@ -46,7 +46,8 @@ Flags:
 	fs.StringVar(&cfg.Listen, "listen", cfg.Listen, "the one public address: tunnel, API and enrollment")
 	fs.StringVar(&cfg.PublicURL, "public-url", "", "URL boxes and operators use to reach this console (default https://<hostname>:<port>)")
 	fs.StringVar(&cfg.Store, "store", "", "where the console's records live: the database in --data (default), or etcd://HOST:PORT[,HOST:PORT...][/PREFIX] for an etcd cluster (the CA, registry and recordings stay in --data)")
-	var hosts listFlag
+	var hosts, also listFlag
+	fs.Var(&also, "also-addr", "another HOST:PORT boxes may reach this console at, such as a replica's own address where no one name or load balancer reaches them all; enrollment tokens carry it (repeatable, at most 8)")
 	fs.Var(&hosts, "host", "another name or address for the serving certificate (repeatable)")
 	fs.StringVar(&cfg.DistDir, "dist", "", "directory of agent binaries served to installing boxes (default <data>/dist; 'make dist' fills dist/)")
 	fs.DurationVar(&cfg.BoxCertTTL, "box-cert-ttl", cfg.BoxCertTTL, "lifetime of box certificates; boxes renew at two thirds")
@@ -69,6 +70,7 @@ Flags:
 		return nil
 	}
 	cfg.ExtraHosts = hosts
+	cfg.AlsoAddrs = also
 	// A smaller ceiling lowers where the limit starts and its floor too.
 	cfg.Admission.Initial = min(cfg.Admission.Initial, cfg.Admission.Max)
 	cfg.Admission.Min = min(cfg.Admission.Min, cfg.Admission.Initial)

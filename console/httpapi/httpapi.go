@@ -125,8 +125,11 @@ type Deps struct {
 	// Alerts keeps the tenants' alert rules, incidents and silences.
 	Alerts     *alerts.Service
 	ConsoleURL string
-	BoxCertTTL time.Duration
-	Metrics    http.Handler
+	// ConsoleAlso are the console's other addresses (host:port) new
+	// enrollment tokens name; see Config.AlsoAddrs.
+	ConsoleAlso []string
+	BoxCertTTL  time.Duration
+	Metrics     http.Handler
 	// Events tells web pages what changed; nil serves no event stream.
 	Events *events.Hub
 	// WebUI serves the web console on every path that is not the API's
@@ -585,6 +588,7 @@ func (s *server) createToken(c *gin.Context) {
 		s.fail(c, err)
 		return
 	}
+	tok.Also = s.ConsoleAlso
 	text := tok.String()
 	c.JSON(http.StatusCreated, api.CreatedToken{Token: tokenView(rec), Text: text,
 		EnrollCommand: "edgebox-agent enroll " + text,
