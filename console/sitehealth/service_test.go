@@ -303,3 +303,54 @@ func growingTo(s *Service, n int) {
 	g.n = n
 	g.mu.Unlock()
 }
+
+// counting is a fleet that counts its reads of a whole tenant, each slow.
+type counting struct {
+	boxes
+	mu    sync.Mutex
+	reads int
+}
+
+func (c *counting) Boxes(ctx context.Context, tenant string) ([]fleet.Box, error) {
+	c.mu.Lock()
+	c.reads++
+	c.mu.Unlock()
+	time.Sleep(20 * time.Millisecond)
+	return c.boxes.Boxes(ctx, tenant)
+}
+
+// TestOneReadOfTheFleetAtATime: a fleet saying hello all at once, with no
+// copy of its sites and then with one gone stale, reads the fleet once
+// each time, not once per hello.
+func TestOneReadOfTheFleetAtATime(t *testing.T) {
+	fl := &counting{boxes: shop()}
+	now := time.Now()
+	var clock sync.Mutex
+	s := NewService(ServiceConfig{Boxes: fl, Desired: &objects{m: map[string]*edgeboxv1.DesiredObject{}},
+		Online: func(string) bool { return false },
+		Now:    func() time.Time { clock.Lock(); defer clock.Unlock(); return now }})
+	hellos := func() {
+		var wg sync.WaitGroup
+		for i := range 200 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				if _, err := s.siteOf(context.Background(), fl.boxes[i%3]); err != nil {
+					t.Error(err)
+				}
+			}()
+		}
+		wg.Wait()
+	}
+	hellos()
+	if fl.reads != 1 {
+		t.Fatalf("200 hellos with no copy read the fleet %d times", fl.reads)
+	}
+	clock.Lock()
+	now = now.Add(time.Minute)
+	clock.Unlock()
+	hellos()
+	if fl.reads != 2 {
+		t.Fatalf("200 hellos with a stale copy read the fleet %d times in all", fl.reads)
+	}
+}
