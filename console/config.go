@@ -41,6 +41,16 @@ type Config struct {
 	// Enrollment tokens carry them, and a box tries PublicURL's address
 	// and these in a random order. At most 8, in 160 bytes.
 	AlsoAddrs []string
+	// ReplicaListen, for a console on etcd, is the address the other
+	// replicas sharing the cluster forward calls for this one's boxes to
+	// (logs, shells, screens, port forwards, files of boxes whose tunnel
+	// landed here), over TLS on which both sides show replica certificates
+	// of the console CA. Empty runs no listener: the console then shares
+	// its etcd with no other that serves boxes.
+	ReplicaListen string
+	// ReplicaURL is how the other replicas reach ReplicaListen:
+	// https://HOST:PORT; empty is this host's name and the listener's port.
+	ReplicaURL string
 	// ExtraHosts are more names or addresses the serving certificate covers.
 	ExtraHosts []string
 	// BoxCertTTL is the lifetime of box certificates; boxes renew at two

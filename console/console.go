@@ -94,6 +94,7 @@ type Console struct {
 	rollouts  *rollout.Service
 	alerts    *alerts.Service
 	elect     leader.Elector // who runs the once-only controllers
+	repl      *replication   // nil unless the console is one of several replicas
 
 	mu      sync.Mutex     // guards state and closers
 	state   lifecycle      //
@@ -214,6 +215,9 @@ func New(cfg Config, log *slog.Logger) (_ *Console, err error) {
 	c.events = events.NewHub(st, fl.BoxByID, 256, c.log)
 	var pres *presence.Tracker
 	var syncs *boxsync.Server
+	var repl *replication // set below, for a console among replicas
+	// A box is online when its tunnel is up here or on another replica.
+	online := func(id string) bool { return pres.Presence(id).Online || repl.held(id) }
 	// Box sessions start at the pace the console completes them.
 	admCfg := cfg.Admission
 	if admCfg.RateFile == "" {
@@ -225,7 +229,7 @@ func New(cfg Config, log *slog.Logger) (_ *Console, err error) {
 	// Site health hears the boxes' votes, checked against the keys their
 	// tunnels came with.
 	sites := sitehealth.NewService(sitehealth.ServiceConfig{Boxes: fl, Desired: c.desired,
-		Online: func(id string) bool { return pres.Presence(id).Online }, Tenants: c.tenantIDs, Now: cfg.Clock,
+		Online: online, Tenants: c.tenantIDs, Now: cfg.Clock,
 		Tally: sitehealth.Config{Period: cfg.SitePeriod}, Metrics: promReg,
 		Log: c.log.With("component", "sitehealth")})
 	identify := presence.Identify(fl)
@@ -240,6 +244,7 @@ func New(cfg Config, log *slog.Logger) (_ *Console, err error) {
 		Admit: c.admission.Admit,
 		OnSession: func(ev tunnel.SessionEvent) {
 			pres.OnSession(ev)
+			repl.onSession(ev)
 			c.events.BoxChanged(ev.BoxID)
 			if !ev.Up {
 				syncs.SessionEnded(ev.BoxID, ev.Session)
@@ -252,6 +257,12 @@ func New(cfg Config, log *slog.Logger) (_ *Console, err error) {
 		return nil, err
 	}
 	c.opened(srv.Close)
+	if es, ok := st.(*store.Etcd); ok {
+		if repl, err = c.replicate(ctx, es, authority, srv, public, promReg); err != nil {
+			return nil, err
+		}
+	}
+	c.repl = repl
 	pres = presence.New(srv, fl, cfg.Tunnel, c.log)
 	syncs = boxsync.New(boxsync.Config{Desired: c.desired, Approved: fl.IsApproved, Status: boxsync.KeyReports(fl, keyRegistry),
 		CaughtUp: c.admission.CaughtUp, Before: cfg.Hooks.BeforeSync, Listener: srv.Listen(tunnel.KindSync), Now: cfg.Clock, Log: c.log})
@@ -279,7 +290,7 @@ func New(cfg Config, log *slog.Logger) (_ *Console, err error) {
 
 	// The public port, and the HTTP API behind it.
 	c.rollouts = rollout.New(rollout.Config{Store: st, Apps: catalogue, Agent: agents, Boxes: fl, Desired: c.desired,
-		Online: func(id string) bool { return pres.Presence(id).Online }, LineDown: sites.LineDown, Every: cfg.RolloutEvery, Now: cfg.Clock, Log: c.log})
+		Online: online, LineDown: sites.LineDown, Every: cfg.RolloutEvery, Now: cfg.Clock, Log: c.log})
 	promReg.MustRegister(c.rollouts.Collector())
 
 	c.alerts, err = alerts.New(alerts.Config{Store: st, Tenants: c.tenantIDs,
@@ -304,7 +315,7 @@ func New(cfg Config, log *slog.Logger) (_ *Console, err error) {
 	c.api = &http.Server{
 		Handler: httpapi.New(httpapi.Deps{
 			Fleet: fl, Audit: auditLog, Tokens: tokens, Users: c.users, SessionTTL: cfg.SessionTTL,
-			Throttle: auth.NewThrottle(auth.DefaultThrottleConfig, now), PKI: authority, Sessions: pres, Sites: sites, Vitals: vitals, Desired: c.desired, Downloads: downloads,
+			Throttle: auth.NewThrottle(auth.DefaultThrottleConfig, now), PKI: authority, Sessions: replicatedPresence{pres, repl}, Replicas: repl.forwarder(), Sites: sites, Vitals: vitals, Desired: c.desired, Downloads: downloads,
 			Registry: reg, RegistryHosts: registryHosts, Apps: catalogue, Agents: c.agents, Keys: keyRegistry, Rollouts: c.rollouts, AgentReleases: agents,
 			RemoteSessions: c.remote, Alerts: c.alerts, Latency: httpapi.NewLatency(promReg),
 			ConsoleURL: public, ConsoleAlso: cfg.AlsoAddrs, BoxCertTTL: cfg.BoxCertTTL, Log: c.log,
@@ -423,6 +434,9 @@ func (c *Console) Run(ctx context.Context) error {
 	start(edge, "public port", c.port.Run)
 	start(edge, "HTTP API", c.serveAPI)
 	start(edge, "remote sessions", c.remote.Run)
+	if c.repl != nil {
+		start(edge, "replica listener", func(ctx context.Context) error { return c.repl.serve(ctx, c.api.Handler) })
+	}
 	start(streams, "agent RPC", c.rpc.Run)
 	start(streams, "box registry", c.registry.Run)
 	start(streams, "UKEY broker", c.usb.Run)

@@ -47,6 +47,8 @@ Flags:
 	fs.StringVar(&cfg.PublicURL, "public-url", "", "URL boxes and operators use to reach this console (default https://<hostname>:<port>)")
 	fs.StringVar(&cfg.Store, "store", "", "where the console's records live: the database in --data (default), or etcd://HOST:PORT[,HOST:PORT...][/PREFIX] for an etcd cluster (the CA, registry and recordings stay in --data)")
 	var hosts, also listFlag
+	fs.StringVar(&cfg.ReplicaListen, "replica-listen", "", "with --store etcd://: the address the other console replicas forward calls for this one's boxes to, over mutual TLS with certificates of the console CA (default :8444; 'off' runs none)")
+	fs.StringVar(&cfg.ReplicaURL, "replica-url", "", "how the other replicas reach --replica-listen, https://HOST:PORT (default https://<hostname>:<its port>)")
 	fs.Var(&also, "also-addr", "another HOST:PORT boxes may reach this console at, such as a replica's own address where no one name or load balancer reaches them all; enrollment tokens carry it (repeatable, at most 8)")
 	fs.Var(&hosts, "host", "another name or address for the serving certificate (repeatable)")
 	fs.StringVar(&cfg.DistDir, "dist", "", "directory of agent binaries served to installing boxes (default <data>/dist; 'make dist' fills dist/)")
@@ -70,6 +72,12 @@ Flags:
 		return nil
 	}
 	cfg.ExtraHosts = hosts
+	switch {
+	case cfg.ReplicaListen == "off":
+		cfg.ReplicaListen = ""
+	case cfg.ReplicaListen == "" && cfg.Store != "":
+		cfg.ReplicaListen = ":8444"
+	}
 	cfg.AlsoAddrs = also
 	// A smaller ceiling lowers where the limit starts and its floor too.
 	cfg.Admission.Initial = min(cfg.Admission.Initial, cfg.Admission.Max)

@@ -47,6 +47,14 @@ type Sessions interface {
 	Drop(boxID string) bool
 }
 
+// Replicas forwards a call for a box whose tunnel another console
+// replica holds to that replica.
+type Replicas interface {
+	// Forward serves r on the replica that holds box's tunnel when
+	// another does, and reports whether it did.
+	Forward(w http.ResponseWriter, r *http.Request, box string) bool
+}
+
 // NewLatency is the API's latency histogram,
 // edgebox_api_request_seconds by method, route (its pattern, such as
 // /api/v1/boxes/:id) and status class, registered with reg.
@@ -100,6 +108,9 @@ type Deps struct {
 	SessionTTL time.Duration
 	PKI        *pki.Authority
 	Sessions   Sessions
+	// Replicas forwards calls that need a box's tunnel to the console
+	// replica that holds it; nil when the console runs alone.
+	Replicas Replicas
 	// Sites judges boxes without a tunnel by their site's votes; nil
 	// judges none.
 	Sites Sites
@@ -233,20 +244,20 @@ func (s *server) routes() []route {
 		{"GET", v1 + "/boxes/:id/state", auth.Read, s.boxState},
 		{"PUT", v1 + "/boxes/:id/desired/:kind/:name", auth.Operate, s.putDesired},
 		{"DELETE", v1 + "/boxes/:id/desired/:kind/:name", auth.Operate, s.deleteDesired},
-		{"GET", v1 + "/boxes/:id/workloads/:name/logs", auth.Read, s.workloadLogs},
-		{"GET", v1 + "/boxes/:id/exec", auth.Maintain, s.openSession},
-		{"GET", v1 + "/boxes/:id/forward", auth.Maintain, s.openForward},
-		{"GET", v1 + "/boxes/:id/workloads/:name/screen", auth.Maintain, s.openScreen},
+		{"GET", v1 + "/boxes/:id/workloads/:name/logs", auth.Read, s.live(s.workloadLogs)},
+		{"GET", v1 + "/boxes/:id/exec", auth.Maintain, s.live(s.openSession)},
+		{"GET", v1 + "/boxes/:id/forward", auth.Maintain, s.live(s.openForward)},
+		{"GET", v1 + "/boxes/:id/workloads/:name/screen", auth.Maintain, s.live(s.openScreen)},
 		{"POST", v1 + "/boxes/:id/session-requests", auth.Maintain, s.askSession},
-		{"GET", v1 + "/boxes/:id/web/:port/*path", auth.Maintain, s.boxWeb},
-		{"HEAD", v1 + "/boxes/:id/web/:port/*path", auth.Maintain, s.boxWeb},
+		{"GET", v1 + "/boxes/:id/web/:port/*path", auth.Maintain, s.live(s.boxWeb)},
+		{"HEAD", v1 + "/boxes/:id/web/:port/*path", auth.Maintain, s.live(s.boxWeb)},
 		// The same, in a tenant the path names: a page's own links and
 		// subresources keep it, where a query would be lost.
-		{"GET", v1 + "/tenants/:tenant/boxes/:id/web/:port/*path", auth.Maintain, s.boxWeb},
-		{"HEAD", v1 + "/tenants/:tenant/boxes/:id/web/:port/*path", auth.Maintain, s.boxWeb},
-		{"GET", v1 + "/boxes/:id/files", auth.Maintain, s.readFile},
-		{"GET", v1 + "/boxes/:id/files/stat", auth.Maintain, s.statFile},
-		{"PUT", v1 + "/boxes/:id/files", auth.Maintain, s.writeFile},
+		{"GET", v1 + "/tenants/:tenant/boxes/:id/web/:port/*path", auth.Maintain, s.live(s.boxWeb)},
+		{"HEAD", v1 + "/tenants/:tenant/boxes/:id/web/:port/*path", auth.Maintain, s.live(s.boxWeb)},
+		{"GET", v1 + "/boxes/:id/files", auth.Maintain, s.live(s.readFile)},
+		{"GET", v1 + "/boxes/:id/files/stat", auth.Maintain, s.live(s.statFile)},
+		{"PUT", v1 + "/boxes/:id/files", auth.Maintain, s.live(s.writeFile)},
 
 		{"GET", v1 + "/sessions", auth.Read, s.listSessions},
 		{"GET", v1 + "/sessions/:sid", auth.Read, s.getSession},
@@ -430,6 +441,26 @@ func (s *server) view(ctx context.Context, b fleet.Box) api.Box {
 }
 
 // findBox accepts a box ID or a unique name in the path's :id.
+// live serves a call that needs the box's tunnel (logs, sessions, files,
+// a box's web pages) where the tunnel is: on the replica that holds it,
+// when another does.
+func (s *server) live(h gin.HandlerFunc) gin.HandlerFunc {
+	if s.Replicas == nil {
+		return h
+	}
+	return func(c *gin.Context) {
+		b, ok := s.findBox(c)
+		if !ok {
+			return
+		}
+		if s.Replicas.Forward(c.Writer, c.Request, b.ID) {
+			c.Abort()
+			return
+		}
+		h(c)
+	}
+}
+
 func (s *server) findBox(c *gin.Context) (fleet.Box, bool) { return s.lookupBox(c, c.Param("id")) }
 
 // lookupBox finds a box by ID or unique name, answering the call when

@@ -159,3 +159,67 @@ func TestAConsoleWhoseEtcdIsGoneSaysSo(t *testing.T) {
 	}
 	resp.Body.Close()
 }
+
+// TestReplicasServeEachOthersBoxes: two console replicas on one etcd,
+// sharing a CA, a box's tunnel on the first. The second knows the box is
+// online, and a call that needs its tunnel (logs, a command) made to the
+// second is served by the first, forwarded over mutual TLS between them;
+// its user sees no difference.
+func TestReplicasServeEachOthersBoxes(t *testing.T) {
+	t.Parallel()
+	etcd := "etcd://" + etcdtest.Start(t) + "/replicas"
+	h := testenv.NewInProcess(t, testenv.Options{Console: func(c *console.Config) { c.Store, c.ReplicaListen = etcd, "127.0.0.1:0" }})
+	box := enrollOne(t, h, "replicated")
+	testenv.StartAgent(t, box, withDriver(fake.New("containerd")))
+
+	// The second replica shares the first's CA and serving key, as
+	// replicas with --shared do.
+	cfg := console.DefaultConfig()
+	cfg.DataDir, cfg.Listen, cfg.Store, cfg.ReplicaListen, cfg.Out = t.TempDir(), "127.0.0.1:0", etcd, "127.0.0.1:0", io.Discard
+	if err := os.CopyFS(filepath.Join(cfg.DataDir, "pki"), os.DirFS(filepath.Join(h.DataDir(), "pki"))); err != nil {
+		t.Fatal(err)
+	}
+	second, err := console.New(cfg, testenv.Logger(t).With("side", "second replica"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	runCtx, stop := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- second.Run(runCtx) }()
+	t.Cleanup(func() {
+		stop()
+		if err := <-done; err != nil {
+			t.Errorf("the second replica's Run: %v", err)
+		}
+	})
+	<-second.Ready()
+	admin2, err := api.NewClient("https://"+second.Addr().String(), h.AdminToken(), h.CAPEM())
+	if err != nil {
+		t.Fatal(err)
+	}
+	testenv.WaitFor(t, 20*time.Second, "the second replica to see the box online", func() bool {
+		b, err := admin2.Box(ctx(t), box.ID())
+		return err == nil && b.Online
+	})
+
+	// The box itself answers a logs call made to the second replica.
+	if _, err := admin2.Logs(ctx(t), box.ID(), "nothing-here", 10); err == nil || !strings.Contains(err.Error(), "no workload") {
+		t.Fatalf("logs through the second replica: %v", err)
+	}
+	// A command runs on the box through the second replica.
+	s, err := admin2.OpenSession(ctx(t), box.ID(), api.SessionOptions{Command: []string{"sh", "-c", "echo forwarded-$((6*7))"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	var out strings.Builder
+	for !strings.Contains(out.String(), "forwarded-42") {
+		f, err := s.Recv()
+		if err != nil {
+			t.Fatalf("the command through the second replica: %v (%q)", err, out.String())
+		}
+		if f.Type == api.FrameOutput {
+			out.Write(f.Payload)
+		}
+	}
+}

@@ -1,0 +1,138 @@
+package replicas
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/httputil"
+	"net/url"
+	"time"
+
+	"github.com/edgebox/edgebox/console/pki"
+)
+
+// ClientHeader carries the address of the caller a replica forwards a call
+// for; the replica listener believes it only from another replica.
+const ClientHeader = "X-Edgebox-Client"
+
+// ForwardedByHeader names the replica a call was forwarded by.
+const ForwardedByHeader = "X-Edgebox-Forwarded-By"
+
+// fromReplica marks a request's context as one that came through the
+// replica listener: it is served where it landed, never forwarded again.
+type fromReplica struct{}
+
+// Forwarder sends a call for a box whose tunnel another replica holds to
+// that replica, over TLS on which both sides show their replica
+// certificates. The replica that holds the box authenticates the caller
+// again, from the same store: the call is served as if made there.
+type Forwarder struct {
+	set   *Set
+	proxy *httputil.ReverseProxy
+	log   *slog.Logger
+}
+
+type target struct{}
+
+// NewForwarder returns a forwarder for the replicas of set; cert is this
+// replica's certificate, roots the console CA.
+func NewForwarder(set *Set, cert *pki.ReplicaCert, roots *x509.CertPool, log *slog.Logger) *Forwarder {
+	f := &Forwarder{set: set, log: log}
+	tr := &http.Transport{
+		TLSClientConfig: &tls.Config{
+			MinVersion: tls.VersionTLS13, RootCAs: roots,
+			GetClientCertificate:  cert.ForClient,
+			VerifyPeerCertificate: pki.VerifyReplica,
+		},
+		DialContext:           (&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
+		TLSHandshakeTimeout:   5 * time.Second,
+		ResponseHeaderTimeout: 2 * time.Minute, // a file copy's first byte may wait for the box
+		IdleConnTimeout:       90 * time.Second,
+		MaxIdleConnsPerHost:   32,
+	}
+	f.proxy = &httputil.ReverseProxy{
+		Rewrite: func(pr *httputil.ProxyRequest) {
+			to := pr.In.Context().Value(target{}).(Replica)
+			u, _ := url.Parse(to.URL)
+			pr.SetURL(u)
+			pr.Out.Host = pr.In.Host
+			host, _, err := net.SplitHostPort(pr.In.RemoteAddr)
+			if err != nil {
+				host = pr.In.RemoteAddr
+			}
+			pr.Out.Header.Set(ClientHeader, host)
+			pr.Out.Header.Set(ForwardedByHeader, set.Self().ID)
+		},
+		Transport:     tr,
+		FlushInterval: -1, // logs, files and sessions stream as they come
+		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
+			to := r.Context().Value(target{}).(Replica)
+			f.log.Warn("a call forwarded to another console replica failed", "replica", to.ID, "url", to.URL, "path", r.URL.Path, "err", err)
+			writeError(w, http.StatusBadGateway, fmt.Sprintf(
+				"the console replica that holds the box's tunnel (%s) did not answer (%v); the box reconnects to another within a minute if that replica is gone: try again", to.Name, err))
+		},
+	}
+	return f
+}
+
+// Forward serves r on the replica that holds box's tunnel when another
+// does, and reports whether it did. A call that came from a replica is
+// never forwarded again.
+func (f *Forwarder) Forward(w http.ResponseWriter, r *http.Request, box string) bool {
+	if f == nil || r.Context().Value(fromReplica{}) != nil {
+		return false
+	}
+	to, ok := f.set.Holder(box)
+	if !ok {
+		return false
+	}
+	f.proxy.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), target{}, to)))
+	return true
+}
+
+// Held reports whether another replica holds box's tunnel.
+func (f *Forwarder) Held(box string) bool {
+	if f == nil {
+		return false
+	}
+	_, ok := f.set.Holder(box)
+	return ok
+}
+
+// ServeReplicas returns the handler of the replica listener: h, for calls
+// forwarded by other replicas, whose callers' addresses it believes. The
+// listener's TLS must require a replica's certificate (ListenerTLS).
+func ServeReplicas(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.TLS == nil || len(r.TLS.PeerCertificates) == 0 {
+			writeError(w, http.StatusForbidden, "only console replicas call here")
+			return
+		}
+		if ip := net.ParseIP(r.Header.Get(ClientHeader)); ip != nil {
+			r.RemoteAddr = net.JoinHostPort(ip.String(), "0")
+		}
+		h.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), fromReplica{}, true)))
+	})
+}
+
+// ListenerTLS is the replica listener's TLS: its certificate is cert, and
+// it takes only clients that show a replica certificate of the CA roots.
+func ListenerTLS(cert *pki.ReplicaCert, roots *x509.CertPool) *tls.Config {
+	return &tls.Config{
+		MinVersion: tls.VersionTLS13, GetCertificate: cert.ForServer,
+		ClientAuth: tls.RequireAndVerifyClientCert, ClientCAs: roots,
+		VerifyPeerCertificate: pki.VerifyReplica,
+		NextProtos:            []string{"http/1.1"},
+	}
+}
+
+func writeError(w http.ResponseWriter, code int, msg string) {
+	w.Header().Set("Content-Type", "application/json; charset=utf-8")
+	w.WriteHeader(code)
+	json.NewEncoder(w).Encode(map[string]string{"error": msg})
+}

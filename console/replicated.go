@@ -1,0 +1,158 @@
+package console
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/tls"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"strconv"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/edgebox/edgebox/console/httpapi"
+	"github.com/edgebox/edgebox/console/pki"
+	"github.com/edgebox/edgebox/console/presence"
+	"github.com/edgebox/edgebox/console/replicas"
+	"github.com/edgebox/edgebox/console/store"
+	"github.com/edgebox/edgebox/tunnel"
+)
+
+// replicaTTL is the lease under which a replica holds its boxes: how long
+// a dead replica's boxes still seem held by it. A box's own tunnel finds
+// the replica dead within its DeadAfter (25 s) and redials at once.
+const replicaTTL = 10 * time.Second
+
+// replication is what a console sharing an etcd cluster with others runs
+// beside the rest: its place among the replicas, the listener the others
+// forward calls for its boxes to, and the forwarder of calls for theirs.
+type replication struct {
+	set     *replicas.Set
+	forward *replicas.Forwarder
+	ln      net.Listener
+	srv     *http.Server
+}
+
+// replicate joins the replicas on es when the console has a replica
+// listener; nil when it runs alone. srv's sessions are held as this
+// replica's.
+func (c *Console) replicate(ctx context.Context, es *store.Etcd, authority *pki.Authority, srv *tunnel.Server, public string, reg prometheus.Registerer) (*replication, error) {
+	cfg := c.cfg
+	if cfg.ReplicaListen == "" {
+		return nil, nil
+	}
+	ln, err := net.Listen("tcp", cfg.ReplicaListen)
+	if err != nil {
+		return nil, fmt.Errorf("console: replica listener on %s: %w", cfg.ReplicaListen, err)
+	}
+	c.opened(ln.Close)
+	u, err := replicaURL(cfg.ReplicaURL, ln.Addr())
+	if err != nil {
+		return nil, err
+	}
+	id := make([]byte, 6)
+	rand.Read(id)
+	self := replicas.Replica{ID: "r-" + hex.EncodeToString(id), Name: consoleID(public), URL: u.String()}
+	cert, err := authority.ReplicaCert(self.ID, []string{u.Hostname(), "localhost", "127.0.0.1", "::1"})
+	if err != nil {
+		return nil, err
+	}
+	set, err := replicas.Start(ctx, replicas.Config{Client: es.Client(), Prefix: es.Prefix(), Self: self, TTL: replicaTTL,
+		Drop:    func(box string) { go srv.Drop(box) },
+		Log:     c.log.With("component", "replicas"),
+		Metrics: reg})
+	if err != nil {
+		return nil, fmt.Errorf("console: joining the replicas: %w", err)
+	}
+	c.opened(set.Close)
+	c.log.Info("console replica", "id", self.ID, "replica_url", self.URL)
+	return &replication{set: set, ln: ln,
+		forward: replicas.NewForwarder(set, cert, authority.Pool(), c.log.With("component", "replicas")),
+		srv: &http.Server{TLSConfig: replicas.ListenerTLS(cert, authority.Pool()),
+			ReadHeaderTimeout: cfg.HandshakeTimeout, IdleTimeout: 2 * time.Minute, MaxHeaderBytes: 64 << 10}}, nil
+}
+
+// replicaURL is where the other replicas reach this one: the configured
+// URL, or https:// this host's name and the listener's port.
+func replicaURL(configured string, addr net.Addr) (*url.URL, error) {
+	if configured != "" {
+		u, err := url.Parse(configured)
+		if err != nil || u.Scheme != "https" || u.Host == "" || (u.Path != "" && u.Path != "/") {
+			return nil, fmt.Errorf("console: replica URL %q must look like https://host:port", configured)
+		}
+		u.Path = ""
+		return u, nil
+	}
+	host, err := os.Hostname()
+	if err != nil {
+		return nil, fmt.Errorf("console: naming this replica for the others: %w; give --replica-url", err)
+	}
+	port := strconv.Itoa(addr.(*net.TCPAddr).Port)
+	return &url.URL{Scheme: "https", Host: net.JoinHostPort(host, port)}, nil
+}
+
+// onSession records a box's session coming and going as this replica's.
+func (r *replication) onSession(ev tunnel.SessionEvent) {
+	if r == nil {
+		return
+	}
+	if ev.Up {
+		r.set.Hold(ev.BoxID, ev.Session.Started())
+	} else {
+		r.set.Release(ev.BoxID, ev.Session.Started())
+	}
+}
+
+// held reports whether another replica holds box's tunnel.
+func (r *replication) held(box string) bool { return r != nil && r.forward.Held(box) }
+
+// serve serves the API to the other replicas until ctx ends.
+func (r *replication) serve(ctx context.Context, api http.Handler) error {
+	r.srv.Handler = replicas.ServeReplicas(api)
+	served := make(chan error, 1)
+	go func() { served <- r.srv.Serve(tls.NewListener(r.ln, r.srv.TLSConfig)) }()
+	select {
+	case err := <-served:
+		return err
+	case <-ctx.Done():
+	}
+	shutdownCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := r.srv.Shutdown(shutdownCtx); err != nil {
+		r.srv.Close()
+	}
+	if err := <-served; !errors.Is(err, http.ErrServerClosed) && !errors.Is(err, net.ErrClosed) {
+		return err
+	}
+	return nil
+}
+
+// replicatedPresence is presence as the API shows it: a box whose tunnel
+// another replica holds is online.
+type replicatedPresence struct {
+	*presence.Tracker
+	r *replication
+}
+
+func (p replicatedPresence) Presence(box string) presence.Status {
+	st := p.Tracker.Presence(box)
+	if !st.Online && p.r.held(box) {
+		st.Online = true
+	}
+	return st
+}
+
+// forwarder is what the API forwards calls for other replicas' boxes
+// with; nil (no forwarding) when the console runs alone.
+func (r *replication) forwarder() httpapi.Replicas {
+	if r == nil {
+		return nil
+	}
+	return r.forward
+}
