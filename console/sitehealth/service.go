@@ -86,7 +86,8 @@ type Service struct {
 	// loading are the reads of them under way.
 	sites   map[string]sites
 	loading map[string]*load
-	// tooLarge are the sites over MaxSiteBoxes a warning was logged for.
+	// tooLarge are the sites over MaxSiteBoxes whose boxes were all
+	// told of no peers, and a warning logged.
 	tooLarge map[siteKey]bool
 	// votes counts votes by what became of them: "current", "kept"
 	// (history only) or "refused".
@@ -242,24 +243,6 @@ func (s *Service) patchSite(ctx context.Context, b fleet.Box) ([]fleet.Box, erro
 		c.by[k] = site
 	}
 	return site, nil
-}
-
-// watched reports whether site is small enough for site health, and logs
-// once per site when it is not.
-func (s *Service) watched(b fleet.Box, site []fleet.Box) bool {
-	if len(site) <= MaxSiteBoxes {
-		return true
-	}
-	k := siteKey{b.Region, b.Site}
-	s.mu.Lock()
-	first := !s.tooLarge[k]
-	s.tooLarge[k] = true
-	s.mu.Unlock()
-	if first {
-		s.cfg.Log.Warn("site too large for site health: its boxes are told of no peers and judged by their tunnels alone",
-			"tenant", b.TenantID, "region", b.Region, "site", b.Site, "boxes", len(site), "max", MaxSiteBoxes)
-	}
-	return false
 }
 
 // tooLargeDetail is what the API says of a box whose site is not watched.
@@ -431,15 +414,26 @@ func (s *Service) SiteUnreachable(ctx context.Context, b fleet.Box) (bool, error
 // other boxes with their probe addresses. A box alone in its site, or
 // whose peers took no probes, has none.
 func (s *Service) SyncSite(ctx context.Context, b fleet.Box) error {
-	// b is as its hello says now; the others as the copy has them, at
-	// most sitesFresh old, and the sweep catches up with the rest.
-	site, err := s.patchSite(ctx, b)
+	// A site too large already stays so whatever b's hello changed: its
+	// boxes cost no copy of the site each.
+	site, err := s.siteOf(ctx, b)
 	if err != nil {
 		return err
 	}
-	if !s.watched(b, site) {
+	if len(site) > MaxSiteBoxes {
 		return s.unwatch(ctx, b, site)
 	}
+	// b is as its hello says now; the others as the copy has them, at
+	// most sitesFresh old, and the sweep catches up with the rest.
+	if site, err = s.patchSite(ctx, b); err != nil {
+		return err
+	}
+	if len(site) > MaxSiteBoxes {
+		return s.unwatch(ctx, b, site)
+	}
+	s.mu.Lock()
+	delete(s.tooLarge, siteKey{b.Region, b.Site})
+	s.mu.Unlock()
 	var errs []error
 	for _, box := range site {
 		want := &edgeboxv1.SitePeers{PeriodMillis: uint32(s.cfg.Tally.Period / time.Millisecond)}
@@ -458,19 +452,36 @@ func (s *Service) SyncSite(ctx context.Context, b fleet.Box) error {
 	return errors.Join(errs...)
 }
 
-// unwatch takes the SitePeers object from b, and from every box of its
-// site told of peers before the site grew past MaxSiteBoxes.
+// unwatch takes the SitePeers object from b, a box of a site too large
+// for site health. The first time the site is found too large, it takes it
+// from every box of the site told of peers before, and logs it; after that
+// only from b, so that a hello costs the same in a site of any size.
 func (s *Service) unwatch(ctx context.Context, b fleet.Box, site []fleet.Box) error {
-	var errs []error
+	k := siteKey{b.Region, b.Site}
+	s.mu.Lock()
+	first := !s.tooLarge[k]
+	s.tooLarge[k] = true
+	var told []string
 	for _, o := range site {
-		s.mu.Lock()
-		told := s.written[o.ID] != nil
-		s.mu.Unlock()
-		if o.ID == b.ID || told {
-			if err := s.write(ctx, o.ID, nil); err != nil {
-				errs = append(errs, fmt.Errorf("box %s: %w", o.ID, err))
-			}
+		if first && o.ID != b.ID && s.written[o.ID] != nil {
+			told = append(told, o.ID)
 		}
+	}
+	s.mu.Unlock()
+	if first {
+		s.cfg.Log.Warn("site too large for site health: its boxes are told of no peers and judged by their tunnels alone",
+			"tenant", b.TenantID, "region", b.Region, "site", b.Site, "boxes", len(site), "max", MaxSiteBoxes)
+	}
+	var errs []error
+	for _, id := range append(told, b.ID) {
+		if err := s.write(ctx, id, nil); err != nil {
+			errs = append(errs, fmt.Errorf("box %s: %w", id, err))
+		}
+	}
+	if len(errs) > 0 && first {
+		s.mu.Lock()
+		delete(s.tooLarge, k) // the next hello of the site tries them again
+		s.mu.Unlock()
 	}
 	return errors.Join(errs...)
 }

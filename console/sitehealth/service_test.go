@@ -8,6 +8,7 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -275,6 +276,20 @@ func TestASiteTooLargeIsNotWatched(t *testing.T) {
 	}
 	if _, err := s.Vote(ctx, fl[1].ID, &edgeboxv1.VoteReport{}); !errors.Is(err, errdefs.ErrInvalid) {
 		t.Fatalf("a vote from a site too large: %v", err)
+	}
+
+	// A hello in a site too large costs what it costs in a small one:
+	// no copy of the site, no look at each of its boxes.
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	for _, b := range fl[:100] {
+		if err := s.SyncSite(ctx, b); err != nil {
+			t.Fatal(err)
+		}
+	}
+	runtime.ReadMemStats(&after)
+	if per := (after.TotalAlloc - before.TotalAlloc) / 100; per > 16<<10 {
+		t.Fatalf("a hello in a site of %d boxes allocated %d bytes", n, per)
 	}
 }
 
