@@ -36,8 +36,11 @@ type Box struct {
 	RTTMillis float64    `json:"rtt_ms,omitempty"`
 	// Address is where the box's tunnel comes from, as the console sees
 	// it (its office's public address, behind NAT), while it is online.
-	Address      string     `json:"address,omitempty"`
-	ConnectedAt  *time.Time `json:"connected_at,omitempty"`
+	Address     string     `json:"address,omitempty"`
+	ConnectedAt *time.Time `json:"connected_at,omitempty"`
+	// Replica is the console replica that holds the box's tunnel, when
+	// the console runs as several (docs/ha.md).
+	Replica      string     `json:"replica,omitempty"`
 	LastSeen     *time.Time `json:"last_seen,omitempty"`
 	Hostname     string     `json:"hostname,omitempty"`
 	OS           string     `json:"os,omitempty"`

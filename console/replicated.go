@@ -142,8 +142,13 @@ type replicatedPresence struct {
 
 func (p replicatedPresence) Presence(box string) presence.Status {
 	st := p.Tracker.Presence(box)
-	if !st.Online && p.r.held(box) {
-		st.Online = true
+	if p.r == nil {
+		return st
+	}
+	if st.Online {
+		st.Replica = p.r.set.Self().ID
+	} else if r, ok := p.r.set.Holder(box); ok {
+		st.Online, st.Replica = true, r.ID
 	}
 	return st
 }

@@ -14,7 +14,8 @@ GO_PROTOC_GEN_GO_GRPC=google.golang.org/grpc/cmd/protoc-gen-go-grpc@v1.6.2
 # playwright-core (never a downloaded browser). asciinema plays the
 # console's session recordings. usbip (the kernel project's tool, with
 # hwdata's USB IDs) is a real client of the box's USB/IP server.
-APT_PACKAGES="protobuf-compiler libprotobuf-dev systemd lintian rpm curl util-linux ca-certificates containerd runc busybox-static qemu-system-x86 qemu-utils libusb-1.0-0-dev pkg-config containernetworking-plugins iproute2 iptables chromium fonts-dejavu-core asciinema usbip hwdata"
+# HAProxy, in TCP mode, is the load balancer in front of console replicas.
+APT_PACKAGES="protobuf-compiler libprotobuf-dev systemd lintian rpm curl util-linux ca-certificates containerd runc busybox-static qemu-system-x86 qemu-utils libusb-1.0-0-dev pkg-config containernetworking-plugins iproute2 iptables chromium fonts-dejavu-core asciinema usbip hwdata haproxy"
 # Node and npm build the web console (make web): Debian's, unless the
 # machine has its own.
 command -v node >/dev/null 2>&1 || APT_PACKAGES="$APT_PACKAGES nodejs"

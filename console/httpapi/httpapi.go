@@ -425,9 +425,11 @@ func (s *server) view(ctx context.Context, b fleet.Box) api.Box {
 	}
 	if p.Online {
 		v.RTTMillis = float64(p.RTT.Microseconds()) / 1000
-		v.Address = p.Address
-		at := p.ConnectedAt.UTC()
-		v.ConnectedAt = &at
+		v.Address, v.Replica = p.Address, p.Replica
+		if !p.ConnectedAt.IsZero() {
+			at := p.ConnectedAt.UTC()
+			v.ConnectedAt = &at
+		}
 	}
 	seen := b.LastSeen
 	if p.LastSeen.After(seen) {

@@ -54,6 +54,9 @@ type Status struct {
 	// session, when its last session began or ended since the last flush
 	// (older times are in its fleet record).
 	LastSeen time.Time
+	// Replica names the console replica that holds the session, when
+	// the console runs as several; empty otherwise.
+	Replica string
 }
 
 // Tracker follows the tunnel server's sessions. Its methods are safe for

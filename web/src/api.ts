@@ -22,6 +22,7 @@ export interface Box {
   rtt_ms?: number;
   address?: string;
   connected_at?: string;
+  replica?: string;
   last_seen?: string;
   hostname?: string;
   os?: string;
