@@ -136,6 +136,8 @@ const sitesFresh = 2 * time.Second
 type sites struct {
 	at time.Time
 	by map[siteKey][]fleet.Box
+	// others counts the boxes not approved, by region and state.
+	others map[[2]string]int
 }
 
 type siteKey struct{ region, site string }
@@ -156,43 +158,52 @@ func (s *Service) siteOf(ctx context.Context, b fleet.Box) ([]fleet.Box, error) 
 // and gigabytes of memory on reads of the same records.
 func (s *Service) readSite(ctx context.Context, b fleet.Box, reread bool) ([]fleet.Box, error) {
 	k := siteKey{b.Region, b.Site}
+	var site []fleet.Box
+	err := s.withSites(ctx, b.TenantID, reread, func(c sites) { site = c.by[k] })
+	return site, err
+}
+
+// withSites calls f, under s.mu, with the copy of tenant's sites,
+// reading them again when the copy is older than sitesFresh or reread is
+// set: see readSite. f must not keep c.by: patchSite changes it.
+func (s *Service) withSites(ctx context.Context, tenant string, reread bool, f func(c sites)) error {
 	for {
 		now := s.cfg.Now()
 		s.mu.Lock()
-		c, ok := s.sites[b.TenantID]
-		site := c.by[k] // under mu: patchSite changes the map in place
+		c, ok := s.sites[tenant]
 		fresh := ok && now.Sub(c.at) <= sitesFresh && !now.Before(c.at)
-		l, loading := s.loading[b.TenantID]
+		l, loading := s.loading[tenant]
 		switch {
 		case fresh && !reread, ok && !reread && loading:
+			f(c)
 			s.mu.Unlock()
-			return site, nil
+			return nil
 		case loading: // no copy, or a reread: the read under way serves
 			s.mu.Unlock()
 			select {
 			case <-l.done:
 			case <-ctx.Done():
-				return nil, ctx.Err()
+				return ctx.Err()
 			}
 			if l.err != nil {
-				return nil, l.err
+				return l.err
 			}
 			reread = false
 			continue
 		}
 		l = &load{done: make(chan struct{})}
-		s.loading[b.TenantID] = l
+		s.loading[tenant] = l
 		s.mu.Unlock()
-		c, l.err = s.readSites(ctx, b.TenantID, now)
+		c, l.err = s.readSites(ctx, tenant, now)
 		s.mu.Lock()
 		if l.err == nil {
-			site = c.by[k] // before it is shared
-			s.sites[b.TenantID] = c
+			s.sites[tenant] = c
+			f(c)
 		}
-		delete(s.loading, b.TenantID)
+		delete(s.loading, tenant)
 		s.mu.Unlock()
 		close(l.done)
-		return site, l.err
+		return l.err
 	}
 }
 
@@ -208,11 +219,13 @@ func (s *Service) readSites(ctx context.Context, tenant string, now time.Time) (
 	if err != nil {
 		return sites{}, err
 	}
-	c := sites{at: now, by: map[siteKey][]fleet.Box{}}
+	c := sites{at: now, by: map[siteKey][]fleet.Box{}, others: map[[2]string]int{}}
 	for _, o := range all {
 		if o.State == fleet.StateApproved {
 			k := siteKey{o.Region, o.Site}
 			c.by[k] = append(c.by[k], o)
+		} else {
+			c.others[[2]string{o.Region, string(o.State)}]++
 		}
 	}
 	for _, site := range c.by {
@@ -613,21 +626,29 @@ func (b boxStates) Collect(ch chan<- prometheus.Metric) {
 		b.s.cfg.Log.Warn("boxes by state not counted", "err", err)
 		return
 	}
+	// From the copy of each tenant's sites, as every other look at the
+	// boxes: a scrape reads no record, however large the fleet.
 	type key struct{ region, state string }
 	counts := map[key]int{}
 	for _, t := range tenants {
-		all, err := b.s.cfg.Boxes.Boxes(ctx, t)
+		var approved [][]fleet.Box
+		err := b.s.withSites(ctx, t, false, func(c sites) {
+			for _, site := range c.by { // patchSite replaces a site's slice, never changes it
+				approved = append(approved, site)
+			}
+			for k, n := range c.others {
+				counts[key{k[0], k[1]}] += n
+			}
+		})
 		if err != nil {
 			b.s.cfg.Log.Warn("boxes by state not counted", "tenant", t, "err", err)
 			continue
 		}
-		for _, box := range all {
-			state := string(box.State)
-			if box.State == fleet.StateApproved {
+		for _, site := range approved {
+			for _, box := range site {
 				st, _ := b.s.Health(ctx, box)
-				state = string(st)
+				counts[key{box.Region, string(st)}]++
 			}
-			counts[key{box.Region, state}]++
 		}
 	}
 	for k, n := range counts {
