@@ -9,19 +9,36 @@ import (
 
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
-
-	"github.com/edgebox/edgebox/errdefs"
 )
 
 // Etcd is the Store on an etcd cluster, for consoles that share state. Every
 // key lives under Prefix, so several stores can share a cluster; revisions
 // are etcd's own, so they also grow with writes of other stores.
+//
+// Every read and write gets 5 s when its context has no deadline; one
+// that runs out of time or finds etcd unreachable fails as
+// errdefs.ErrUnavailable (HTTP 503, "try again").
+//
+// When the cluster loses members, a console on it carries on while a
+// quorum is left: a cluster of three that loses its leader elects another
+// within 1 to 2 s, and calls meanwhile wait for it. When it loses its
+// quorum (two of three), writes are refused within their 5 s, as
+// Unavailable saying that the cluster has lost its quorum; reads still
+// answer, from the copy of the member the console reaches, which may lag
+// the cluster's last writes (a read asks for a linearizable answer for
+// 2 s, then for a serializable one; while the quorum is lost, one read a
+// second asks for a linearizable one again and the others take the
+// member's copy at once); and watches stay open, silent as nothing is
+// written (see Watch), so that what the console holds open on them, such
+// as a key carried between two boxes, goes on. The store logs when its
+// reads become stale and current again, and shows it as
+// edgebox_console_store_reads_stale (Observe). When the members return,
+// the first write or linearizable read that succeeds ends it all.
 type Etcd struct {
 	cli    *clientv3.Client
 	prefix string
-	owned  bool // Close closes cli too (DialEtcd)
+	owned  bool   // Close closes cli too (DialEtcd)
+	reads  *reads // whether reads are stale
 
 	ctx    context.Context // cancelled by Close; parent of every watch
 	cancel context.CancelFunc
@@ -34,7 +51,7 @@ var _ Store = (*Etcd)(nil)
 // closes it after the store.
 func NewEtcd(cli *clientv3.Client, prefix string) *Etcd {
 	ctx, cancel := context.WithCancel(context.Background())
-	return &Etcd{cli: cli, prefix: prefix, ctx: ctx, cancel: cancel}
+	return &Etcd{cli: cli, prefix: prefix, reads: newReads(), ctx: ctx, cancel: cancel}
 }
 
 // Close ends every watch and waits for them; a store DialEtcd made
@@ -69,34 +86,6 @@ func etcdErr(err error) error {
 	return fmt.Errorf("store: etcd: %w", err)
 }
 
-// opTimeout bounds a call whose context has no deadline: an etcd without
-// quorum holds calls until they time out, and an operator's call or a
-// box's sync must hear that the store does not answer, not wait for ever.
-const opTimeout = 5 * time.Second
-
-// call runs f with a deadline, and says that the store does not answer
-// (errdefs.ErrUnavailable, HTTP 503) when it ran out of time or etcd was
-// unreachable while ctx was still on.
-func (s *Etcd) call(ctx context.Context, f func(context.Context) error) error {
-	cctx := ctx
-	if _, ok := ctx.Deadline(); !ok {
-		var cancel context.CancelFunc
-		cctx, cancel = context.WithTimeout(ctx, opTimeout)
-		defer cancel()
-	}
-	err := f(cctx)
-	if err == nil {
-		return nil
-	}
-	if ctx.Err() == nil {
-		switch code := status.Code(err); {
-		case errors.Is(err, context.DeadlineExceeded), code == codes.DeadlineExceeded, code == codes.Unavailable:
-			return errdefs.Unavailable("the console's store does not answer (etcd: %v); try again", err)
-		}
-	}
-	return etcdErr(err)
-}
-
 func (s *Etcd) kv(k []byte, v []byte, create, mod, version int64) KV {
 	return KV{Key: string(k[len(s.prefix):]), Value: v, CreateRevision: create, ModRevision: mod, Version: version}
 }
@@ -105,8 +94,8 @@ func (s *Etcd) Get(ctx context.Context, key string) (KV, error) {
 	if s.closed() {
 		return KV{}, ErrClosed
 	}
-	var resp *clientv3.GetResponse
-	if err := s.call(ctx, func(ctx context.Context) (err error) { resp, err = s.cli.Get(ctx, s.prefix+key); return err }); err != nil {
+	resp, err := s.get(ctx, s.prefix+key)
+	if err != nil {
 		return KV{}, err
 	}
 	if len(resp.Kvs) == 0 {
@@ -128,12 +117,9 @@ func (s *Etcd) Scan(ctx context.Context, prefix, after string, limit int) ([]KV,
 	if after >= prefix {
 		from = s.prefix + after + "\x00" // the first key after it
 	}
-	var resp *clientv3.GetResponse
-	if err := s.call(ctx, func(ctx context.Context) (err error) {
-		resp, err = s.cli.Get(ctx, from, clientv3.WithRange(clientv3.GetPrefixRangeEnd(s.prefix+prefix)),
-			clientv3.WithLimit(int64(limit)), clientv3.WithSort(clientv3.SortByKey, clientv3.SortAscend))
-		return err
-	}); err != nil {
+	resp, err := s.get(ctx, from, clientv3.WithRange(clientv3.GetPrefixRangeEnd(s.prefix+prefix)),
+		clientv3.WithLimit(int64(limit)), clientv3.WithSort(clientv3.SortByKey, clientv3.SortAscend))
+	if err != nil {
 		return nil, 0, err
 	}
 	out := make([]KV, 0, len(resp.Kvs))
@@ -147,11 +133,8 @@ func (s *Etcd) Revision(ctx context.Context) (int64, error) {
 	if s.closed() {
 		return 0, ErrClosed
 	}
-	var resp *clientv3.GetResponse
-	if err := s.call(ctx, func(ctx context.Context) (err error) {
-		resp, err = s.cli.Get(ctx, s.prefix, clientv3.WithCountOnly())
-		return err
-	}); err != nil {
+	resp, err := s.get(ctx, s.prefix, clientv3.WithCountOnly())
+	if err != nil {
 		return 0, err
 	}
 	return resp.Header.Revision, nil
@@ -177,7 +160,7 @@ func (s *Etcd) Txn(ctx context.Context, t Txn) (TxnResult, error) {
 		}
 	}
 	var resp *clientv3.TxnResponse
-	if err := s.call(ctx, func(ctx context.Context) (err error) {
+	if err := s.write(ctx, func(ctx context.Context) (err error) {
 		resp, err = s.cli.Txn(ctx).If(cmps...).Then(ops...).Commit()
 		return err
 	}); err != nil {
@@ -194,6 +177,16 @@ func (s *Etcd) Compact(ctx context.Context, rev int64) error {
 	return etcdErr(err)
 }
 
+// Watch asks etcd for a watch served by a member that has a leader, so
+// that a member cut off from its cluster does not keep it silent while the
+// others write. A member without a leader ends such a watch with
+// "etcdserver: no leader": when it opens, and after three election
+// timeouts (3 s) when it was open. The store then opens it again from the
+// revision after the last one sent, after a pause growing from
+// watchPauseMin to watchPauseMax, and keeps the channel open: while the
+// cluster has lost its quorum nothing is written that the watch could
+// miss, and the console's watchers, which watch again at once when a
+// watch ends (and some re-read everything then), wait instead of spinning.
 func (s *Etcd) Watch(ctx context.Context, prefix string, from int64) <-chan WatchResponse {
 	out := make(chan WatchResponse, 4)
 	if from == 0 {
@@ -207,13 +200,8 @@ func (s *Etcd) Watch(ctx context.Context, prefix string, from int64) <-chan Watc
 		}
 		from = cur + 1
 	}
-	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
+	wctx, cancel := context.WithCancel(ctx)
 	stop := context.AfterFunc(s.ctx, cancel)
-	opts := []clientv3.OpOption{clientv3.WithPrefix()}
-	if from > 0 {
-		opts = append(opts, clientv3.WithRev(from))
-	}
-	wch := s.cli.Watch(wctx, s.prefix+prefix, opts...)
 	s.wg.Add(1)
 	go func() {
 		defer s.wg.Done()
@@ -228,29 +216,71 @@ func (s *Etcd) Watch(ctx context.Context, prefix string, from int64) <-chan Watc
 				return false
 			}
 		}
-		for resp := range wch {
-			if err := resp.Err(); err != nil {
-				if resp.CompactRevision != 0 {
-					err = fmt.Errorf("%w: watch from %d, history starts at %d", ErrCompacted, from, resp.CompactRevision)
+		pause := watchPauseMin
+		for {
+			next, err := s.watch(wctx, prefix, from, send)
+			if next > from {
+				from, pause = next, watchPauseMin
+			}
+			switch {
+			case err == nil || wctx.Err() != nil:
+				return
+			case !errors.Is(rpctypes.Error(err), rpctypes.ErrNoLeader):
+				if errors.Is(err, ErrCompacted) {
+					send(WatchResponse{Err: err})
 				} else {
-					err = etcdErr(err)
+					send(WatchResponse{Err: etcdErr(err)})
 				}
-				send(WatchResponse{Err: err})
 				return
 			}
-			evs := make([]Event, 0, len(resp.Events))
-			for _, e := range resp.Events {
-				k := e.Kv
-				ev := Event{Type: EventPut, KV: s.kv(k.Key, k.Value, k.CreateRevision, k.ModRevision, k.Version)}
-				if e.Type == clientv3.EventTypeDelete {
-					ev = Event{Type: EventDelete, KV: KV{Key: string(k.Key[len(s.prefix):]), ModRevision: k.ModRevision}}
-				}
-				evs = append(evs, ev)
-			}
-			if len(evs) > 0 && !send(WatchResponse{Events: evs}) {
+			s.reads.logger().Debug("etcd watch ended for want of a leader; watching again", "prefix", prefix, "from", from, "after", pause)
+			if !sleep(wctx, pause) {
 				return
 			}
+			pause = min(2*pause, watchPauseMax)
 		}
 	}()
 	return out
+}
+
+// The pauses before a watch a member ended for having no leader is opened
+// again: a cluster that got its leader back is followed again within
+// watchPauseMax, and one without costs a refused watch that often.
+const (
+	watchPauseMin = 250 * time.Millisecond
+	watchPauseMax = 2 * time.Second
+)
+
+// watch follows one etcd watch of prefix from revision from, sending its
+// events, until it ends. It returns the revision to watch from next, and
+// the error that ended the watch; nil when ctx ended or etcd closed the
+// watch without one.
+func (s *Etcd) watch(ctx context.Context, prefix string, from int64, send func(WatchResponse) bool) (int64, error) {
+	ctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
+	defer cancel()
+	for resp := range s.cli.Watch(ctx, s.prefix+prefix, clientv3.WithPrefix(), clientv3.WithRev(from)) {
+		if err := resp.Err(); err != nil {
+			if resp.CompactRevision != 0 {
+				err = fmt.Errorf("%w: watch from %d, history starts at %d", ErrCompacted, from, resp.CompactRevision)
+			}
+			return from, err
+		}
+		evs := make([]Event, 0, len(resp.Events))
+		for _, e := range resp.Events {
+			k := e.Kv
+			ev := Event{Type: EventPut, KV: s.kv(k.Key, k.Value, k.CreateRevision, k.ModRevision, k.Version)}
+			if e.Type == clientv3.EventTypeDelete {
+				ev = Event{Type: EventDelete, KV: KV{Key: string(k.Key[len(s.prefix):]), ModRevision: k.ModRevision}}
+			}
+			evs = append(evs, ev)
+		}
+		if len(evs) == 0 {
+			continue
+		}
+		if !send(WatchResponse{Events: evs}) {
+			return from, nil
+		}
+		from = evs[len(evs)-1].KV.ModRevision + 1
+	}
+	return from, nil
 }

@@ -47,8 +47,10 @@ func ParseEtcdURL(s string) (EtcdTarget, error) {
 }
 
 // DialEtcd connects to the cluster t names and checks that it answers
-// within timeout: a console does not start on a store it cannot reach.
-// The store it returns owns its client and closes it.
+// within timeout: a console does not start on a store it cannot reach. It
+// starts on a cluster that has lost its quorum, as a console on it runs:
+// with reads from the member it reaches, and writes refused. The store it
+// returns owns its client and closes it.
 func DialEtcd(ctx context.Context, t EtcdTarget, timeout time.Duration) (*Etcd, error) {
 	if len(t.Endpoints) == 0 {
 		return nil, errors.New("store: no etcd endpoints")
@@ -59,13 +61,13 @@ func DialEtcd(ctx context.Context, t EtcdTarget, timeout time.Duration) (*Etcd, 
 	if err != nil {
 		return nil, fmt.Errorf("store: etcd at %s: %w", strings.Join(t.Endpoints, ","), err)
 	}
-	cctx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
-	if _, err := cli.Get(cctx, t.Prefix, clientv3.WithCountOnly()); err != nil {
-		cli.Close()
-		return nil, fmt.Errorf("store: etcd at %s does not answer: %w", strings.Join(t.Endpoints, ","), err)
-	}
 	s := NewEtcd(cli, t.Prefix)
 	s.owned = true
+	cctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	if _, err := s.read(cctx, t.Prefix, clientv3.WithCountOnly()); err != nil {
+		s.Close()
+		return nil, fmt.Errorf("store: etcd at %s does not answer: %w", strings.Join(t.Endpoints, ","), err)
+	}
 	return s, nil
 }

@@ -1,5 +1,7 @@
-// Package etcdtest starts an embedded etcd server of a test's own, one
-// member on loopback ports the kernel picks, stopped when the test ends.
+// Package etcdtest starts embedded etcd of a test's own on loopback
+// ports, stopped when the test ends: one server (Start, StartServer), or
+// a cluster of several members that a test stops and restarts one by one
+// (StartCluster), to see what a console does when etcd loses members.
 package etcdtest
 
 import (
@@ -32,9 +34,7 @@ func (s *Server) Stop() { s.once.Do(s.e.Close) }
 // StartServer starts the server.
 func StartServer(t testing.TB) *Server {
 	t.Helper()
-	cfg := embed.NewConfig()
-	cfg.Dir = t.TempDir()
-	cfg.LogLevel = "error"
+	cfg := newConfig(t.TempDir())
 	u, _ := url.Parse("http://127.0.0.1:0")
 	cfg.ListenClientUrls, cfg.AdvertiseClientUrls = []url.URL{*u}, []url.URL{*u}
 	cfg.ListenPeerUrls, cfg.AdvertisePeerUrls = []url.URL{*u}, []url.URL{*u}
@@ -47,8 +47,21 @@ func StartServer(t testing.TB) *Server {
 	t.Cleanup(s.Stop)
 	select {
 	case <-e.Server.ReadyNotify():
-	case <-time.After(30 * time.Second):
-		t.Fatal("embedded etcd not ready in 30 s")
+	case <-time.After(readyTimeout):
+		t.Fatalf("embedded etcd not ready in %v", readyTimeout)
 	}
 	return s
+}
+
+// readyTimeout bounds the wait for a server, or a cluster, to serve.
+const readyTimeout = 30 * time.Second
+
+// newConfig is an etcd of etcd's default timing (100 ms heartbeats, a
+// 1 s election timeout), as a console's cluster most likely runs, that
+// logs only its errors.
+func newConfig(dir string) *embed.Config {
+	cfg := embed.NewConfig()
+	cfg.Dir = dir
+	cfg.LogLevel = "error"
+	return cfg
 }
