@@ -20,12 +20,23 @@ import (
 // Config is the console's configuration.
 type Config struct {
 	// DataDir holds the CA, the database and everything else that must
-	// survive a restart.
+	// survive a restart; with SharedDir, what is this console's own.
 	DataDir string
+	// SharedDir, when set, holds what console replicas sharing one store
+	// must share: the CA and the serving key (pki), the registry's
+	// storage, the agent release binaries and the remote session
+	// recordings. It is an absolute path, made if missing, on a file
+	// system every replica mounts, such as NFS, whose file locks hold
+	// across machines (NFSv4, or NFSv3 with lockd): replicas starting at
+	// once make one CA and one serving key under a lock there. DataDir
+	// keeps the rest: the admission rate, the default DistDir, and the
+	// database, which only a console without replicas (Store empty) has.
+	// Empty keeps everything in DataDir.
+	SharedDir string
 	// Store is where the console's records live: "" for the bbolt
 	// database in DataDir, or etcd://HOST:PORT[,HOST:PORT...][/PREFIX] for
 	// a store on etcd (the CA, the registry and the recordings stay in
-	// DataDir).
+	// DataDir, or SharedDir when set).
 	Store string
 	// Listen is the one public address, ":8443" by default.
 	Listen string
@@ -157,6 +168,9 @@ func (c Config) Validate() error {
 	var errs []error
 	if c.DataDir == "" {
 		errs = append(errs, errors.New("data directory is required"))
+	}
+	if c.SharedDir != "" && !filepath.IsAbs(c.SharedDir) {
+		errs = append(errs, fmt.Errorf("--shared %q: the shared directory must be an absolute path", c.SharedDir))
 	}
 	if c.Store != "" {
 		if _, err := store.ParseEtcdURL(c.Store); err != nil {

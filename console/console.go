@@ -52,6 +52,7 @@ import (
 	"github.com/edgebox/edgebox/console/usbbroker"
 	"github.com/edgebox/edgebox/console/webui"
 	"github.com/edgebox/edgebox/enroll"
+	"github.com/edgebox/edgebox/errdefs"
 	"github.com/edgebox/edgebox/images/registry"
 	edgeboxv1 "github.com/edgebox/edgebox/proto/edgebox/v1"
 	"github.com/edgebox/edgebox/tunnel"
@@ -112,10 +113,11 @@ const (
 )
 
 // New validates cfg, opens what the console keeps (the data directory's
-// database and store, its PKI and registry, and the public port's
-// listener) and builds every part on them. It starts nothing: Run serves,
-// and releases everything when it returns; a Console that is never run is
-// released by Close. When New fails, it releases what it opened.
+// database and store, its PKI and registry, in the shared directory when
+// there is one, and the public port's listener) and builds every part on
+// them. It starts nothing: Run serves, and releases everything when it
+// returns; a Console that is never run is released by Close. When New
+// fails, it releases what it opened.
 func New(cfg Config, log *slog.Logger) (_ *Console, err error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("console config: %w", err)
@@ -129,8 +131,16 @@ func New(cfg Config, log *slog.Logger) (_ *Console, err error) {
 			c.release()
 		}
 	}()
-	// What New opens is local: files under DataDir and a listener.
+	// What New opens is files, under DataDir and SharedDir, and a
+	// listener; the store on etcd is dialled with its own deadline.
 	ctx := context.Background()
+	shared := cfg.DataDir // what replicas share: the CA, registry, agent releases, recordings
+	if cfg.SharedDir != "" {
+		shared = cfg.SharedDir
+		if err := os.MkdirAll(shared, 0o700); err != nil {
+			return nil, fmt.Errorf("console: shared directory: %w", err)
+		}
+	}
 	if cfg.Listener != nil {
 		c.opened(cfg.Listener.Close)
 	}
@@ -148,12 +158,14 @@ func New(cfg Config, log *slog.Logger) (_ *Console, err error) {
 	if h, err := os.Hostname(); err == nil {
 		hosts = append(hosts, h)
 	}
-	authority, created, err := pki.Open(filepath.Join(cfg.DataDir, "pki"), dedupe(hosts))
+	// Consoles sharing the directory open the PKI one at a time: the
+	// first makes the CA and the serving key, and all serve with them.
+	authority, created, err := pki.Open(filepath.Join(shared, "pki"), dedupe(hosts))
 	if err != nil {
 		return nil, fmt.Errorf("console: PKI: %w", err)
 	}
 	if created {
-		c.log.Info("created the console CA", "dir", filepath.Join(cfg.DataDir, "pki"))
+		c.log.Info("created the console CA", "dir", filepath.Join(shared, "pki"))
 	}
 	st, err := c.openStore(ctx)
 	if err != nil {
@@ -163,6 +175,7 @@ func New(cfg Config, log *slog.Logger) (_ *Console, err error) {
 	promReg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	c.elect = leader.Alone{}
 	if es, ok := st.(*store.Etcd); ok {
+		es.Observe(c.log.With("component", "store"), promReg)
 		// Consoles sharing the cluster run the once-only controllers one
 		// at a time; a dead leader's lease ends within 10 s.
 		if c.elect, err = leader.NewEtcd(es.Client(), es.Prefix(), consoleID(public), 10*time.Second, promReg, c.log.With("component", "leader")); err != nil {
@@ -186,7 +199,7 @@ func New(cfg Config, log *slog.Logger) (_ *Console, err error) {
 	}
 	auditLog := audit.New(st, cfg.Clock)
 
-	reg, err := registry.Open(ctx, filepath.Join(cfg.DataDir, "registry"), c.log)
+	reg, err := registry.Open(ctx, filepath.Join(shared, "registry"), c.log)
 	if err != nil {
 		return nil, fmt.Errorf("console: %w", err)
 	}
@@ -269,7 +282,7 @@ func New(cfg Config, log *slog.Logger) (_ *Console, err error) {
 	promReg.MustRegister(syncs.Metrics())
 	c.tunnel, c.fleet, c.presence, c.sync = srv, fl, pres, syncs
 	c.agents = agentrpc.NewAgents(srv)
-	agents, err := agentrel.New(st, filepath.Join(cfg.DataDir, "agent-releases"), authority.SignRelease, c.desired, fl, c.log)
+	agents, err := agentrel.New(st, filepath.Join(shared, "agent-releases"), authority.SignRelease, c.desired, fl, c.log)
 	if err != nil {
 		return nil, fmt.Errorf("console: agent releases: %w", err)
 	}
@@ -304,8 +317,14 @@ func New(cfg Config, log *slog.Logger) (_ *Console, err error) {
 		return nil, err
 	}
 
-	c.remote = sessions.New(sessions.Config{Store: st, Agents: c.agents, Tunnel: srv, Dir: filepath.Join(cfg.DataDir, "recordings"),
-		IdleTimeout: cfg.SessionIdleTimeout, MaxDuration: cfg.SessionMaxDuration, Now: cfg.Clock, Log: c.log})
+	remoteCfg := sessions.Config{Store: st, Agents: c.agents, Tunnel: srv, Dir: filepath.Join(shared, "recordings"),
+		IdleTimeout: cfg.SessionIdleTimeout, MaxDuration: cfg.SessionMaxDuration, Now: cfg.Clock, Log: c.log}
+	if repl != nil {
+		// A replica starting ends only its own records left open, and
+		// those of replicas that stopped; the others' sessions run on.
+		remoteCfg.Replica, remoteCfg.Alive = repl.set.Self().ID, repl.set.Alive
+	}
+	c.remote = sessions.New(remoteCfg)
 	promReg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: "edgebox", Subsystem: "remote", Name: "sessions",
 		Help: "Remote maintenance sessions (shells, screens, port forwards, file copies) open now."}, func() float64 { return float64(c.remote.Live()) }))
 
@@ -430,7 +449,7 @@ func (c *Console) Run(ctx context.Context) error {
 		})
 	}
 	close(c.ready)
-	c.log.Info("console up", "listen", c.addr.String(), "data", c.cfg.DataDir)
+	c.log.Info("console up", "listen", c.addr.String(), "data", c.cfg.DataDir, "shared", c.cfg.SharedDir)
 	start(edge, "public port", c.port.Run)
 	start(edge, "HTTP API", c.serveAPI)
 	start(edge, "remote sessions", c.remote.Run)
@@ -600,7 +619,9 @@ func (c *Console) tenantIDs(ctx context.Context) ([]string, error) {
 // It prints before it stores: killed after printing, the next start finds
 // no user and prints new credentials; killed after storing, they were
 // printed. Storing first would leave, killed before the print, an admin
-// whose password nobody has.
+// whose password nobody has. Of consoles that share a store and start at
+// once, one stores its admin user; the others find it made and say that
+// what they printed was not stored.
 func (c *Console) firstStart(ctx context.Context, toks *auth.Tokens, users *auth.Users, a *pki.Authority, public string) error {
 	anyUser, err := users.Any(ctx)
 	if err != nil || anyUser {
@@ -634,6 +655,12 @@ The password and token are shown once. Open %s in a browser, or log in with:
 	}
 	by := audit.Actor{TenantID: auth.ConsoleTenant, Name: "console"}
 	admin, err := users.Create(ctx, by, "admin", password, auth.ConsoleTenant, auth.Admin)
+	if errors.Is(err, errdefs.ErrConflict) {
+		// Another console on the store, started at the same time, made
+		// the admin user first and printed its credentials.
+		fmt.Fprintf(c.cfg.Out, "edgebox console: another console on this store made the admin user at the same time and printed its password and token; the ones above were not stored.\n")
+		return nil
+	}
 	if err != nil {
 		return err
 	}

@@ -79,16 +79,16 @@ func checkOf(fields []byte) uint32 {
 
 // Token is a parsed enrollment token.
 type Token struct {
-	ConsoleURL string   // https://host:port
+	ConsoleURL string // https://host:port
 	// Also are the same console's other addresses (host:port): its
 	// replicas, where no one name reaches them all. A box tries them, and
 	// ConsoleURL's, in a random order. Agents from before them skip the
 	// field and use ConsoleURL alone.
-	Also []string
-	CAHash     [32]byte // SHA-256 of the console CA certificate (DER)
-	KeyPin     [32]byte // SHA-256 of the console serving key (SPKI DER); zero if absent
-	ID         []byte   // names the token on the console
-	Secret     []byte   // proves the holder may use it; the console keeps only its hash
+	Also   []string
+	CAHash [32]byte // SHA-256 of the console CA certificate (DER)
+	KeyPin [32]byte // SHA-256 of the console serving key (SPKI DER); zero if absent
+	ID     []byte   // names the token on the console
+	Secret []byte   // proves the holder may use it; the console keeps only its hash
 }
 
 // String encodes the token as the text an operator pastes.

@@ -42,10 +42,11 @@ Flags:
 `)
 		fs.PrintDefaults()
 	}
-	fs.StringVar(&cfg.DataDir, "data", cfg.DataDir, "data directory (CA, database)")
+	fs.StringVar(&cfg.DataDir, "data", cfg.DataDir, "data directory (database, and the CA unless --shared)")
 	fs.StringVar(&cfg.Listen, "listen", cfg.Listen, "the one public address: tunnel, API and enrollment")
 	fs.StringVar(&cfg.PublicURL, "public-url", "", "URL boxes and operators use to reach this console (default https://<hostname>:<port>)")
-	fs.StringVar(&cfg.Store, "store", "", "where the console's records live: the database in --data (default), or etcd://HOST:PORT[,HOST:PORT...][/PREFIX] for an etcd cluster (the CA, registry and recordings stay in --data)")
+	fs.StringVar(&cfg.Store, "store", "", "where the console's records live: the database in --data (default), or etcd://HOST:PORT[,HOST:PORT...][/PREFIX] for an etcd cluster (the CA, registry and recordings stay in --data, or --shared)")
+	fs.StringVar(&cfg.SharedDir, "shared", "", "absolute path of a directory every console replica on the same etcd mounts, such as NFS with working file locks (NFSv4, or v3 with lockd): the CA and serving key, registry, agent releases and recordings live there instead of in --data, and replicas starting at once make one CA between them (default: everything in --data)")
 	var hosts, also listFlag
 	fs.StringVar(&cfg.ReplicaListen, "replica-listen", "", "with --store etcd://: the address the other console replicas forward calls for this one's boxes to, over mutual TLS with certificates of the console CA (default :8444; 'off' runs none)")
 	fs.StringVar(&cfg.ReplicaURL, "replica-url", "", "how the other replicas reach --replica-listen, https://HOST:PORT (default https://<hostname>:<its port>)")

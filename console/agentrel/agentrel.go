@@ -90,12 +90,19 @@ func New(s store.Store, dir string, sign func([]byte) ([]byte, error), d *desire
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, err
 	}
-	// Uploads a killed console left half done.
-	if left, _ := filepath.Glob(filepath.Join(dir, "*", ".upload-*")); len(left) > 0 {
-		for _, f := range left {
+	// Uploads a killed console left half done: files not written to for
+	// an hour. The directory may be shared by console replicas, and an
+	// upload another is writing now stays.
+	left, _ := filepath.Glob(filepath.Join(dir, "*", ".upload-*"))
+	removed := 0
+	for _, f := range left {
+		if fi, err := os.Stat(f); err == nil && time.Since(fi.ModTime()) > time.Hour {
 			os.Remove(f)
+			removed++
 		}
-		log.Info("removed unfinished agent uploads", "files", len(left))
+	}
+	if removed > 0 {
+		log.Info("removed unfinished agent uploads", "files", removed)
 	}
 	return &Service{s: s, dir: dir, sign: sign, desired: d, boxes: boxes, log: log, now: time.Now}, nil
 }

@@ -8,9 +8,19 @@
 //	server.pem, server-key.pem  the serving certificate chain and key; the key
 //	                            is kept across re-issues so install scripts can
 //	                            pin it
+//	lock                        held by Open while it reads and writes the rest
+//
+// Dir may be shared by console replicas (a directory on NFS mounted on
+// each): Open holds an exclusive lock on Dir/lock (internal/filelock)
+// from its first read to its last write, so replicas starting at once on
+// an empty Dir make one CA and one serving key, and a replica that
+// re-issues the serving certificate for its own names never races
+// another. Each file is written whole (internal/atomicfile), so a crash
+// leaves no torn file, and the lock goes with the process that held it.
 package pki
 
 import (
+	"context"
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
@@ -31,6 +41,7 @@ import (
 
 	"github.com/edgebox/edgebox/enroll"
 	"github.com/edgebox/edgebox/internal/atomicfile"
+	"github.com/edgebox/edgebox/internal/filelock"
 )
 
 // BoxURIPrefix is how a box ID appears in a certificate's URI SAN.
@@ -48,14 +59,34 @@ type Authority struct {
 	pool   *x509.CertPool
 }
 
+// lockWait is how long Open waits for another console that holds dir's
+// lock. A holder keeps it for as long as it takes to write four small
+// files, milliseconds; one that keeps it for a minute is stuck.
+const lockWait = time.Minute
+
 // Open loads the authority from dir, creating the CA and the serving
 // certificate on first use. hosts are the names and addresses the serving
 // certificate must cover; it is re-issued (same key) when they change or it
 // nears expiry. created reports a first start.
+//
+// Open holds dir's lock throughout, waiting up to a minute for a console
+// that holds it; consoles that share dir open it one at a time and all
+// serve with the one key. A console re-issues the certificate for its own
+// hosts: consoles sharing dir whose names differ each serve their own
+// certificate, and server.pem is the last one's.
 func Open(dir string, hosts []string) (a *Authority, created bool, err error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, false, err
 	}
+	ctx, cancel := context.WithTimeout(context.Background(), lockWait)
+	defer cancel()
+	lock, err := filelock.Acquire(ctx, filepath.Join(dir, "lock"))
+	if err != nil {
+		return nil, false, fmt.Errorf("pki: %w", err)
+	}
+	// Unlock closes the lock's file, which releases the lock whatever the
+	// unlock itself answered.
+	defer lock.Unlock()
 	a = &Authority{dir: dir}
 	caPath := filepath.Join(dir, "ca.pem")
 	if _, err := os.Stat(caPath); errors.Is(err, os.ErrNotExist) {

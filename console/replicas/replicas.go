@@ -257,6 +257,15 @@ func (s *Set) Holder(box string) (Replica, bool) {
 	return r, ok
 }
 
+// Alive reports whether replica id is registered: it runs, or died less
+// than its lease ago.
+func (s *Set) Alive(id string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	_, ok := s.known[id]
+	return ok
+}
+
 // Replicas lists the replicas, this one included, by ID.
 func (s *Set) Replicas() []Replica {
 	s.mu.Lock()

@@ -68,6 +68,9 @@ type Record struct {
 	TTY      bool       `json:"tty"`
 	User     string     `json:"user"`
 	Remote   string     `json:"remote,omitempty"`
+	// Replica is the console replica the session runs on, when the
+	// console runs as several.
+	Replica string `json:"replica,omitempty"`
 	Started  time.Time  `json:"started"`
 	Ended    *time.Time `json:"ended,omitempty"`
 	EndedBy  string     `json:"ended_by,omitempty"`
@@ -130,6 +133,12 @@ type Config struct {
 	ApprovalWait time.Duration
 	Now          func() time.Time
 	Log          *slog.Logger
+	// Replica is this console's replica ID when it is one of several;
+	// Alive reports whether another replica still runs. A record left
+	// open is ended by Recover only when its replica is this one, or one
+	// that no longer runs.
+	Replica string
+	Alive   func(replica string) bool
 }
 
 // Broker runs sessions.
@@ -359,6 +368,9 @@ func (b *Broker) begin(ctx context.Context, rec Record, cancel context.CancelCau
 
 // put writes rec with its audit entry, in one transaction.
 func (b *Broker) put(ctx context.Context, rec Record, e audit.Entry) error {
+	if rec.Replica == "" && rec.Live() {
+		rec.Replica = b.cfg.Replica
+	}
 	raw, err := json.Marshal(rec)
 	if err != nil {
 		return err
@@ -531,7 +543,11 @@ func (b *Broker) List(ctx context.Context, tenant string, q Query) ([]Record, er
 // Recover ends the records of sessions a console that stopped left open:
 // they end when their recording last flushed, as "console stopped", with
 // what the recording verifies to. Run it before serving sessions.
-func (b *Broker) Recover(ctx context.Context) error {
+func (b *Broker) Recover(ctx context.Context) error { return b.recover(ctx, true) }
+
+// recover ends the records left open by replicas that stopped, and at
+// start this console's own.
+func (b *Broker) recover(ctx context.Context, start bool) error {
 	after := ""
 	for {
 		kvs, _, err := b.cfg.Store.Scan(ctx, Prefix, after, 500)
@@ -546,7 +562,8 @@ func (b *Broker) Recover(ctx context.Context) error {
 			b.mu.Lock()
 			_, running := b.live[r.ID]
 			b.mu.Unlock()
-			if running {
+			mine := r.Replica == "" || r.Replica == b.cfg.Replica
+			if running || b.othersRunning(r) || (mine && !start) {
 				continue
 			}
 			ended := r.Started
@@ -588,11 +605,34 @@ func (b *Broker) Run(ctx context.Context) error {
 	if err := b.Recover(ctx); err != nil && ctx.Err() == nil {
 		return fmt.Errorf("sessions: %w", err)
 	}
+	// Among replicas, the records a replica that died left open are
+	// ended by the others.
+	if b.cfg.Alive != nil {
+		t := time.NewTicker(time.Minute)
+		defer t.Stop()
+	sweep:
+		for {
+			select {
+			case <-ctx.Done():
+				break sweep
+			case <-t.C:
+			}
+			if err := b.recover(ctx, false); err != nil && ctx.Err() == nil {
+				b.cfg.Log.Warn("the records of sessions a stopped console replica left open were not ended; trying again in a minute", "err", err)
+			}
+		}
+	}
 	<-ctx.Done()
 	sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	b.Shutdown(sctx)
 	return nil
+}
+
+// othersRunning reports whether r runs on another console replica that
+// still runs.
+func (b *Broker) othersRunning(r Record) bool {
+	return r.Replica != "" && r.Replica != b.cfg.Replica && b.cfg.Alive != nil && b.cfg.Alive(r.Replica)
 }
 
 // OpenRecording opens a session's recording (.cast) for reading.

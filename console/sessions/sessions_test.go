@@ -549,3 +549,45 @@ func TestAWatcherIsToldTheTerminalsSize(t *testing.T) {
 	<-done
 	<-watched
 }
+
+// TestAReplicaEndsOnlyWhatNobodyRuns: among console replicas, a replica's
+// start ends the records its own last run left open and those of
+// replicas that stopped, never those another replica runs; and its sweep
+// while it runs ends only the stopped replicas'.
+func TestAReplicaEndsOnlyWhatNobodyRuns(t *testing.T) {
+	st := newStore(t)
+	alive := map[string]bool{"r-other": true}
+	b := newBroker(t, st, Config{Replica: "r-self", Alive: func(id string) bool { return alive[id] }})
+	now := time.Now()
+	put := func(replica string) string {
+		rec := Record{ID: newID(now), TenantID: "default", Box: "bx-1", Kind: KindShell, User: "alice", Started: now, Replica: replica}
+		now = now.Add(time.Millisecond)
+		raw, _ := json.Marshal(rec)
+		store.Put(t.Context(), st, key("default", rec.ID), raw)
+		return rec.ID
+	}
+	live := func(id string) bool {
+		r, err := b.Get(t.Context(), "default", id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r.Live()
+	}
+	mine, others, dead := put("r-self"), put("r-other"), put("r-dead")
+	if err := b.Recover(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if live(mine) || !live(others) || live(dead) {
+		t.Fatalf("after the start: own live %v, another replica's live %v, a stopped replica's live %v", live(mine), live(others), live(dead))
+	}
+	// While it runs: the other replica stops, and this one has a record
+	// open that it is about to run.
+	mine = put("r-self")
+	delete(alive, "r-other")
+	if err := b.recover(t.Context(), false); err != nil {
+		t.Fatal(err)
+	}
+	if !live(mine) || live(others) {
+		t.Fatalf("after a sweep: own live %v, the stopped replica's live %v", live(mine), live(others))
+	}
+}

@@ -1,8 +1,9 @@
 // Package registry is the console's OCI registry: distribution v3 as a
-// library, filesystem storage in the console's data directory. Operators
-// push and pull on the console's public port with their API token; boxes
-// pull through the tunnel's "registry" streams with their certificate, and
-// only what their desired state references.
+// library, filesystem storage in the console's data directory, or in the
+// directory its replicas share. Operators push and pull on the console's
+// public port with their API token; boxes pull through the tunnel's
+// "registry" streams with their certificate, and only what their desired
+// state references.
 //
 // In front of distribution, serve checks every path (a malformed name is a
 // 400 NAME_INVALID, never a 500), serves what distribution v3 lacks or
@@ -38,6 +39,8 @@ import (
 	"github.com/sirupsen/logrus"
 
 	"github.com/edgebox/edgebox/errdefs"
+	"github.com/edgebox/edgebox/internal/atomicfile"
+	"github.com/edgebox/edgebox/internal/filelock"
 )
 
 // Registry is the console's image store and its two doors.
@@ -69,7 +72,8 @@ const maxCachedManifests = 4096
 // abandoned uploads.
 type Config struct {
 	// Dir holds the registry's storage, its referrers index and the key
-	// that signs upload state.
+	// that signs upload state, made under a lock on Dir/lock. Registries
+	// of console replicas may share it.
 	Dir string
 	// BodyIdle is how long a request body may send nothing before the
 	// request is cut. Each byte that arrives gives the body this long
@@ -120,7 +124,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (r *Registry, err er
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("registry: %w", err)
 	}
-	secret, err := loadSecret(filepath.Join(dir, "http-secret"))
+	secret, err := loadSecret(ctx, dir)
 	if err != nil {
 		return nil, err
 	}
@@ -174,16 +178,36 @@ func (r *Registry) Close() error {
 	return r.closeErr
 }
 
-// loadSecret returns the key that signs upload state, made once: an
-// upload in progress survives a console restart.
-func loadSecret(path string) (string, error) {
-	if b, err := os.ReadFile(path); err == nil && len(b) >= 32 {
-		return strings.TrimSpace(string(b)), nil
+// loadSecret returns the key that signs upload state, kept in
+// dir/http-secret and made once: an upload in progress survives a console
+// restart, and goes on through another console sharing dir. It is made
+// under dir/lock, so consoles starting at once on a shared dir make one,
+// and written whole.
+func loadSecret(ctx context.Context, dir string) (string, error) {
+	path := filepath.Join(dir, "http-secret")
+	read := func() (string, bool) {
+		b, err := os.ReadFile(path)
+		return strings.TrimSpace(string(b)), err == nil && len(b) >= 32
+	}
+	if s, ok := read(); ok {
+		return s, nil
+	}
+	// Another console holds the lock for as long as it takes to write
+	// one small file.
+	ctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	lock, err := filelock.Acquire(ctx, filepath.Join(dir, "lock"))
+	if err != nil {
+		return "", fmt.Errorf("registry: %w", err)
+	}
+	defer lock.Unlock()
+	if s, ok := read(); ok {
+		return s, nil
 	}
 	buf := make([]byte, 32)
 	rand.Read(buf)
 	s := hex.EncodeToString(buf)
-	if err := os.WriteFile(path, []byte(s+"\n"), 0o600); err != nil {
+	if err := atomicfile.Write(path, []byte(s+"\n")); err != nil {
 		return "", fmt.Errorf("registry: %w", err)
 	}
 	return s, nil
