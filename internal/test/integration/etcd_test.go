@@ -223,3 +223,62 @@ func TestReplicasServeEachOthersBoxes(t *testing.T) {
 		}
 	}
 }
+
+// TestAConsoleOnAClusterThatLosesMembers: a console on a three-member
+// etcd cluster with a box online. One member lost: nothing stops. Two
+// lost: a write is refused within seconds saying the quorum is lost,
+// reads are still answered and the box's tunnel stays up. Both back: the
+// next write goes through and reaches the box.
+func TestAConsoleOnAClusterThatLosesMembers(t *testing.T) {
+	t.Parallel()
+	cluster := etcdtest.StartCluster(t, 3)
+	h := testenv.NewInProcess(t, testenv.Options{Console: func(c *console.Config) {
+		c.Store = "etcd://" + strings.Join(cluster.Endpoints(), ",") + "/quorum"
+	}})
+	box := enrollOne(t, h, "quorum")
+	testenv.StartAgent(t, box, withDriver(fake.New("containerd")))
+	admin := h.Admin()
+	testenv.WaitFor(t, 20*time.Second, "the box online", func() bool {
+		b, err := admin.Box(ctx(t), box.ID())
+		return err == nil && b.Online
+	})
+	write := func(release string) (uint64, error) {
+		return admin.PutDesired(ctx(t), box.ID(), "Workload", "robot", spec("robot", release, "containerd"))
+	}
+
+	cluster.Members[0].Stop()
+	if _, err := write("1"); err != nil {
+		t.Fatalf("a write with one member of three gone: %v", err)
+	}
+
+	cluster.Members[1].Stop()
+	start := time.Now()
+	_, err := write("2")
+	var apiErr *api.StatusError
+	if err == nil || !errors.As(err, &apiErr) || apiErr.Status != http.StatusServiceUnavailable || !strings.Contains(err.Error(), "quorum") {
+		t.Fatalf("a write with two members of three gone: %v, want a 503 that names the lost quorum", err)
+	}
+	t.Logf("refused after %v: %v", time.Since(start).Round(10*time.Millisecond), err)
+	b, err := admin.Box(ctx(t), box.ID())
+	if err != nil {
+		t.Fatalf("a read with two members of three gone: %v", err)
+	}
+	if !b.Online {
+		t.Fatal("the box's tunnel went down with the quorum")
+	}
+	if st, err := admin.BoxState(ctx(t), box.ID()); err != nil || len(st.Objects) != 1 {
+		t.Fatalf("the box's state with two members of three gone: %+v, %v", st, err)
+	}
+
+	cluster.Members[0].Restart()
+	cluster.Members[1].Restart()
+	var rev uint64
+	testenv.WaitFor(t, 60*time.Second, "a write to go through again", func() bool {
+		rev, err = write("3")
+		return err == nil
+	})
+	testenv.WaitFor(t, 30*time.Second, "the box to ack it", func() bool {
+		st, err := admin.BoxState(ctx(t), box.ID())
+		return err == nil && st.Acked >= rev
+	})
+}
