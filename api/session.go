@@ -120,6 +120,11 @@ func (s *Session) CloseInput() error { return s.send(EncodeFrame(FrameEOF, nil))
 func (s *Session) Recv() (Frame, error) {
 	for {
 		t, msg, err := s.ws.ReadMessage()
+		if websocket.IsCloseError(err, websocket.CloseAbnormalClosure) {
+			// No goodbye: the connection broke, or the console, or the
+			// console replica the session ran on, stopped.
+			return Frame{}, fmt.Errorf("%w: %w", ErrSessionLost, err)
+		}
 		if err != nil {
 			return Frame{}, err
 		}
@@ -129,6 +134,11 @@ func (s *Session) Recv() (Frame, error) {
 		return Frame{Type: msg[0], Payload: msg[1:]}, nil
 	}
 }
+
+// ErrSessionLost is the end of a session whose connection to the console
+// broke without a goodbye: the network, or the console (or the console
+// replica it ran on) stopped. The command on the box ends with it.
+var ErrSessionLost = errors.New("the connection to the console broke off: the network failed, or the console (or the console replica serving this session) stopped; the session's command on the box ends with it")
 
 // Close closes the session's connection; a session still running ends.
 func (s *Session) Close() error {
