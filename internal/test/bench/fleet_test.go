@@ -128,28 +128,61 @@ func limitCPU(pid int, cores string) error {
 
 // idleCPU measures what the fleet, online and synced, costs the console's
 // CPU while nothing happens but the tunnels' keepalives, over span (a
-// duration such as "30s"), after 10 s for the cold start's last work to end.
+// duration such as "30s"), after 10 s for the cold start's last work to
+// end; and how long one /metrics scrape takes meanwhile. With
+// EDGEBOX_BENCH_IDLE_PROFILE set, the console's CPU profile over the span
+// goes to that file.
 func idleCPU(b *testing.B, c *consoleProc, f *fleetsim.Fleet, n int, span string) {
 	d, err := time.ParseDuration(span)
 	if err != nil || d <= 0 {
 		b.Fatalf("EDGEBOX_BENCH_IDLE_CPU=%q: want a positive duration", span)
 	}
 	time.Sleep(10 * time.Second)
-	cpu := func() float64 {
-		v, err := c.metric("process_cpu_seconds_total")
-		if err != nil {
-			b.Fatal(err)
-		}
-		return v
+	c0, s0, t0 := procCPU(b, c.cmd.Process.Pid), simCPU(f), time.Now()
+	if p := os.Getenv("EDGEBOX_BENCH_IDLE_PROFILE"); p != "" {
+		go fetchDebug(c, "profile", strconv.Itoa(int(d.Seconds())), p)
 	}
-	c0, s0, t0 := cpu(), simCPU(f), time.Now()
-	time.Sleep(d)
-	c1, s1, secs := cpu(), simCPU(f), time.Since(t0).Seconds()
+	scrape := time.Now()
+	if _, err := c.metric("edgebox_tunnel_sessions"); err != nil {
+		b.Logf("idle: a /metrics scrape failed after %v: %v", time.Since(scrape).Round(time.Millisecond), err)
+	} else {
+		b.ReportMetric(float64(time.Since(scrape).Milliseconds()), "idle-metrics-scrape-ms")
+	}
+	time.Sleep(time.Until(t0.Add(d)))
+	c1, s1, secs := procCPU(b, c.cmd.Process.Pid), simCPU(f), time.Since(t0).Seconds()
 	share := (c1 - c0) / secs
 	b.ReportMetric(share*1000, "idle-console-cpu-ms/s")
-	b.ReportMetric(share*1000/float64(n)*1000, "idle-console-cpu-us/s/box")
+	b.ReportMetric(share*1e6/float64(n), "idle-console-cpu-us/s/box")
 	b.Logf("idle: over %v the console used %.1f ms of CPU a second for %d boxes (%.2f µs a second per box), the simulator %.1f ms a second",
 		d, share*1000, n, share*1e6/float64(n), (s1-s0)/secs*1000)
+}
+
+// procCPU is the CPU time, in seconds, process pid has used.
+func procCPU(b *testing.B, pid int) float64 {
+	raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		b.Fatal(err)
+	}
+	// The fields after the command's closing parenthesis; utime and
+	// stime are the 12th and 13th of them, in clock ticks of 1/100 s.
+	f := strings.Fields(string(raw[bytes.LastIndexByte(raw, ')')+2:]))
+	utime, _ := strconv.ParseFloat(f[11], 64)
+	stime, _ := strconv.ParseFloat(f[12], 64)
+	return (utime + stime) / 100
+}
+
+// fetchDebug saves what the console's /debug/pprof/NAME?seconds=SECS
+// answers to file.
+func fetchDebug(c *consoleProc, name, secs, file string) {
+	req, _ := http.NewRequest(http.MethodGet, c.url+"/debug/pprof/"+name+"?seconds="+secs, nil)
+	req.Header.Set("Authorization", "Bearer "+c.token)
+	resp, err := (&http.Client{Timeout: 10 * time.Minute, Transport: c.hc.Transport}).Do(req)
+	if err != nil {
+		return
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	os.WriteFile(file, body, 0o644)
 }
 
 // simCPU is the simulator's CPU time in seconds, 0 if it cannot be read.
