@@ -139,14 +139,14 @@ func idleCPU(b *testing.B, c *consoleProc, f *fleetsim.Fleet, n int, span string
 	}
 	time.Sleep(10 * time.Second)
 	c0, s0, t0 := procCPU(b, c.cmd.Process.Pid), simCPU(f), time.Now()
-	if p := os.Getenv("EDGEBOX_BENCH_IDLE_PROFILE"); p != "" {
-		go fetchDebug(c, "profile", strconv.Itoa(int(d.Seconds())), p)
-	}
 	scrape := time.Now()
 	if _, err := c.metric("edgebox_tunnel_sessions"); err != nil {
 		b.Logf("idle: a /metrics scrape failed after %v: %v", time.Since(scrape).Round(time.Millisecond), err)
 	} else {
 		b.ReportMetric(float64(time.Since(scrape).Milliseconds()), "idle-metrics-scrape-ms")
+	}
+	if p := os.Getenv("EDGEBOX_BENCH_IDLE_PROFILE"); p != "" {
+		fetchDebug(c, "profile", strconv.Itoa(int(time.Until(t0.Add(d)).Seconds())), p)
 	}
 	time.Sleep(time.Until(t0.Add(d)))
 	c1, s1, secs := procCPU(b, c.cmd.Process.Pid), simCPU(f), time.Since(t0).Seconds()
