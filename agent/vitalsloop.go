@@ -12,8 +12,13 @@ import (
 	edgeboxv1 "github.com/edgebox/edgebox/proto/edgebox/v1"
 )
 
-// vitalsEvery is how often the box tells the console its vitals.
-const vitalsEvery = time.Minute
+// vitalsEvery is how often the box tells the console its vitals. A report
+// opens the agent's gRPC connection, which closes after RPCIdle without
+// calls: each costs the console a tunnel stream and an HTTP/2 handshake.
+// Every minute, that was most of what an idle fleet cost the console's CPU
+// (2.4 ms a report; docs/benchmarks.md); vitals are for people, and five
+// minutes old is fresh enough for them.
+const vitalsEvery = 5 * time.Minute
 
 // reportVitals tells the console the box's vitals each vitalsEvery, and
 // at once whenever the tunnel comes back, until ctx ends. A console too
