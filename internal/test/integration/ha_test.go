@@ -5,6 +5,7 @@ package integration
 import (
 	"bytes"
 	"crypto/tls"
+	"errors"
 	"fmt"
 	"net/http"
 	"os/exec"
@@ -64,17 +65,39 @@ func (r *replicaProc) start(t *testing.T) string {
 	}
 }
 
-// stop ends the replica with sig (SIGKILL: as if its machine died).
-func (r *replicaProc) stop(sig syscall.Signal) {
+// stop ends the replica with sig (SIGKILL: as if its machine died) and
+// returns how it exited: nil for a clean exit. A replica still running
+// 30 s after sig is killed, and stop says so. Stopping a stopped replica
+// does nothing.
+func (r *replicaProc) stop(sig syscall.Signal) error {
 	r.mu.Lock()
 	cmd := r.cmd
 	r.cmd = nil
 	r.mu.Unlock()
 	if cmd == nil {
-		return
+		return nil
 	}
 	cmd.Process.Signal(sig)
-	cmd.Wait()
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	select {
+	case err := <-done:
+		return err
+	case <-time.After(30 * time.Second):
+		cmd.Process.Kill()
+		<-done
+		return fmt.Errorf("still running 30 s after %v; killed", sig)
+	}
+}
+
+// log is what the replica's current run wrote so far.
+func (r *replicaProc) log() string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.out == nil {
+		return ""
+	}
+	return r.out.String()
 }
 
 var (
@@ -85,14 +108,140 @@ var (
 // id is the replica's ID, from its log.
 func (r *replicaProc) id(t *testing.T) string {
 	t.Helper()
-	r.mu.Lock()
-	out := r.out.String()
-	r.mu.Unlock()
+	out := r.log()
 	m := replicaIDRE.FindStringSubmatch(out)
 	if m == nil {
 		t.Fatalf("replica on %s logged no ID:\n%s", r.addr, out)
 	}
 	return m[1]
+}
+
+// haDeployment is the deployment of docs/ha.md, run by a test: console
+// replicas as binaries on a three-member etcd cluster with one shared
+// directory, HAProxy in TCP mode in front of them.
+type haDeployment struct {
+	reps []*replicaProc
+	lb   *haproxytest.Proxy
+	// public is HAProxy's URL, the only one boxes know.
+	public string
+	token  string // the admin's API token
+	caPEM  []byte
+	// admin calls the API through HAProxy; direct[i] calls reps[i].
+	admin  *api.Client
+	direct []*api.Client
+}
+
+// startReplicas starts n replicas behind HAProxy: the first alone, which
+// makes the CA and the admin, then the others, which find them. It
+// returns once HAProxy sends connections to every replica.
+func startReplicas(t *testing.T, n int) *haDeployment {
+	t.Helper()
+	bin := testenv.BuildBinaries(t)
+	cluster := etcdtest.StartCluster(t, 3)
+	store := "etcd://" + strings.Join(cluster.Endpoints(), ",") + "/ha-test"
+	shared := t.TempDir()
+	d := &haDeployment{reps: make([]*replicaProc, n)}
+	backends := make([]string, n)
+	for i := range d.reps {
+		d.reps[i] = &replicaProc{bin: bin, data: t.TempDir(), shared: shared, store: store,
+			addr: testenv.FreeAddr(t), replicaAddr: testenv.FreeAddr(t)}
+		backends[i] = d.reps[i].addr
+	}
+	d.lb = haproxytest.Start(t, backends)
+	d.public = "https://" + d.lb.Addr
+	for _, r := range d.reps {
+		r.public = d.public
+	}
+	// The first start makes the CA and the admin; the others find them.
+	m := adminTokenRE.FindStringSubmatch(d.reps[0].start(t))
+	if m == nil {
+		t.Fatal("the first replica printed no admin token")
+	}
+	d.token = m[1]
+	var wg sync.WaitGroup
+	for _, r := range d.reps[1:] {
+		wg.Add(1)
+		go func() { defer wg.Done(); r.start(t) }()
+	}
+	wg.Wait()
+	// HAProxy sends nothing to a replica until its checks find it up.
+	for i := range d.reps {
+		d.waitRouted(t, i, 20*time.Second)
+	}
+	d.caPEM = testenv.FetchCA(t, d.public)
+	d.admin = d.client(t, d.public)
+	d.direct = make([]*api.Client, n)
+	for i, r := range d.reps {
+		d.direct[i] = d.client(t, "https://"+r.addr)
+	}
+	return d
+}
+
+// client is a client of the admin's, of the console at url, with its own
+// connections.
+func (d *haDeployment) client(t *testing.T, url string) *api.Client {
+	t.Helper()
+	c, err := api.NewClient(url, d.token, d.caPEM)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// waitRouted waits until HAProxy finds replica i up and sends it
+// connections, and returns how long that took.
+func (d *haDeployment) waitRouted(t *testing.T, i int, timeout time.Duration) time.Duration {
+	t.Helper()
+	var last string
+	var lastErr error
+	start := time.Now()
+	for {
+		last, lastErr = d.lb.Status(d.reps[i].addr)
+		if lastErr == nil && last == "UP" {
+			return time.Since(start)
+		}
+		if time.Since(start) > timeout {
+			t.Fatalf("HAProxy does not route to replica %d on %s %v after it started: its state is %q (%v)", i, d.reps[i].addr, timeout, last, lastErr)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// enrollBoxes enrolls n boxes, agent binaries named prefix-0, prefix-1…,
+// through HAProxy, and starts them.
+func (d *haDeployment) enrollBoxes(t *testing.T, n int, prefix string) []testenv.Box {
+	t.Helper()
+	tok, err := d.admin.CreateToken(ctx(t), api.TokenRequest{Region: "east", Site: "ha", Uses: n})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var boxes []testenv.Box
+	for i := range n {
+		b, err := testenv.EnrollBinary(t, tok.Text, fmt.Sprintf("%s-%d", prefix, i))
+		if err != nil {
+			t.Fatal(err)
+		}
+		b.Start(t)
+		boxes = append(boxes, b)
+	}
+	return boxes
+}
+
+// holders is the replica holding each box, as c answers: ok when all n
+// boxes are online, each held by a replica.
+func holders(t *testing.T, c *api.Client, n int) (map[string]string, bool) {
+	all, err := c.Boxes(ctx(t))
+	if err != nil {
+		return nil, false
+	}
+	by := map[string]string{}
+	for _, b := range all {
+		if !b.Online || b.Replica == "" {
+			return nil, false
+		}
+		by[b.ID] = b.Replica
+	}
+	return by, len(by) == n
 }
 
 // TestThreeReplicasBehindHAProxy runs the documented deployment: three
@@ -108,94 +257,15 @@ func (r *replicaProc) id(t *testing.T) string {
 //     confirmed before the kill, and one made after it, is on every box.
 func TestThreeReplicasBehindHAProxy(t *testing.T) {
 	t.Parallel()
-	bin := testenv.BuildBinaries(t)
-	cluster := etcdtest.StartCluster(t, 3)
-	store := "etcd://" + strings.Join(cluster.Endpoints(), ",") + "/ha-test"
-	shared := t.TempDir()
-	reps := make([]*replicaProc, 3)
-	backends := make([]string, 3)
-	for i := range reps {
-		reps[i] = &replicaProc{bin: bin, data: t.TempDir(), shared: shared, store: store,
-			addr: testenv.FreeAddr(t), replicaAddr: testenv.FreeAddr(t)}
-		backends[i] = reps[i].addr
-	}
-	lb := haproxytest.Start(t, backends)
-	public := "https://" + lb.Addr
-	for _, r := range reps {
-		r.public = public
-	}
-	// The first start makes the CA and the admin; the others find them.
-	m := adminTokenRE.FindStringSubmatch(reps[0].start(t))
-	if m == nil {
-		t.Fatal("the first replica printed no admin token")
-	}
-	token := m[1]
-	var wg sync.WaitGroup
-	for _, r := range reps[1:] {
-		wg.Add(1)
-		go func() { defer wg.Done(); r.start(t) }()
-	}
-	wg.Wait()
-	// HAProxy sends nothing to a replica until its checks find it up.
-	hc := &http.Client{Timeout: time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}}
-	testenv.WaitFor(t, 20*time.Second, "HAProxy to find every replica up", func() bool {
-		n := 0
-		for range 2 * len(reps) {
-			resp, err := hc.Get(public + "/healthz")
-			if err == nil {
-				resp.Body.Close()
-				n++
-			}
-		}
-		return n == 2*len(reps)
-	})
-	hc.CloseIdleConnections()
-	caPEM := testenv.FetchCA(t, public)
-	client := func(url string) *api.Client {
-		c, err := api.NewClient(url, token, caPEM)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return c
-	}
-	admin := client(public)
-	direct := make([]*api.Client, len(reps))
-	for i, r := range reps {
-		direct[i] = client("https://" + r.addr)
-	}
+	ha := startReplicas(t, 3)
+	reps, admin, direct := ha.reps, ha.admin, ha.direct
 
 	// Six boxes, enrolled and connected through the load balancer.
-	tok, err := admin.CreateToken(ctx(t), api.TokenRequest{Region: "east", Site: "ha", Uses: 6})
-	if err != nil {
-		t.Fatal(err)
-	}
-	var boxes []testenv.Box
-	for i := range 6 {
-		b, err := testenv.EnrollBinary(t, tok.Text, fmt.Sprintf("ha-box-%d", i))
-		if err != nil {
-			t.Fatal(err)
-		}
-		b.Start(t)
-		boxes = append(boxes, b)
-	}
-	holders := func(c *api.Client) (map[string]string, bool) {
-		all, err := c.Boxes(ctx(t))
-		if err != nil {
-			return nil, false
-		}
-		by := map[string]string{}
-		for _, b := range all {
-			if !b.Online || b.Replica == "" {
-				return nil, false
-			}
-			by[b.ID] = b.Replica
-		}
-		return by, len(by) == len(boxes)
-	}
+	boxes := ha.enrollBoxes(t, 6, "ha-box")
 	var held map[string]string
 	testenv.WaitFor(t, 60*time.Second, "every box online, each held by a replica", func() bool {
 		var ok bool
-		held, ok = holders(admin)
+		held, ok = holders(t, admin, len(boxes))
 		return ok
 	})
 	count := map[string]int{}
@@ -278,12 +348,15 @@ func TestThreeReplicasBehindHAProxy(t *testing.T) {
 	select {
 	case err := <-ended:
 		t.Logf("the session through the dead replica ended %v after the kill: %v", time.Since(killed).Round(time.Millisecond), err)
+		if !errors.Is(err, api.ErrSessionLost) {
+			t.Errorf("the session ended with %v, want api.ErrSessionLost", err)
+		}
 	case <-time.After(30 * time.Second):
 		t.Fatal("a session to a box of the dead replica still runs 30 s after the kill")
 	}
 
 	d := testenv.WaitFor(t, 90*time.Second, "every box online again, none on the dead replica", func() bool {
-		by, ok := holders(admin)
+		by, ok := holders(t, admin, len(boxes))
 		if !ok {
 			return false
 		}
