@@ -155,6 +155,13 @@ func New(cfg Config, log *slog.Logger) (_ *Console, err error) {
 	public := c.publicURL(ln)
 	pu, _ := enroll.ParseConsoleURL(public)
 	hosts := append([]string{pu.Hostname(), "localhost", "127.0.0.1", "::1"}, cfg.ExtraHosts...)
+	// A box checks the name of the address it dialled: the serving
+	// certificate covers the replicas' other addresses too.
+	for _, a := range cfg.AlsoAddrs {
+		if h, _, err := net.SplitHostPort(a); err == nil {
+			hosts = append(hosts, h)
+		}
+	}
 	if h, err := os.Hostname(); err == nil {
 		hosts = append(hosts, h)
 	}
@@ -270,6 +277,8 @@ func New(cfg Config, log *slog.Logger) (_ *Console, err error) {
 		return nil, err
 	}
 	c.opened(srv.Close)
+	// A box revoked, here or by another replica, loses the tunnel it has.
+	fl.OnRevoked = func(id string) { go srv.Drop(id) }
 	if es, ok := st.(*store.Etcd); ok {
 		if repl, err = c.replicate(ctx, es, authority, srv, public, promReg); err != nil {
 			return nil, err
@@ -454,7 +463,9 @@ func (c *Console) Run(ctx context.Context) error {
 	start(edge, "HTTP API", c.serveAPI)
 	start(edge, "remote sessions", c.remote.Run)
 	if c.repl != nil {
-		start(edge, "replica listener", func(ctx context.Context) error { return c.repl.serve(ctx, c.api.Handler) })
+		// The other replicas forward calls for this one's boxes until its
+		// tunnels are closed (stage 3), so it stops with the loops.
+		start(loops, "replica listener", func(ctx context.Context) error { return c.repl.serve(ctx, c.api.Handler) })
 	}
 	start(streams, "agent RPC", c.rpc.Run)
 	start(streams, "box registry", c.registry.Run)

@@ -115,6 +115,12 @@ type Fleet struct {
 	// rev is the revision the set is complete up to: the watch goes on
 	// from rev+1.
 	rev int64
+
+	// OnRevoked, when set before Run, is called with each box the watch
+	// finds newly revoked, wherever the revocation was written: a
+	// console among replicas ends the tunnel it holds of a box another
+	// revoked. It must not block.
+	OnRevoked func(id string)
 }
 
 // Keys on the store.
@@ -268,6 +274,7 @@ func (f *Fleet) follow(ctx context.Context, w <-chan store.WatchResponse) error 
 		if resp.Err != nil {
 			return resp.Err
 		}
+		var newly []string
 		f.mu.Lock()
 		for _, ev := range resp.Events {
 			id, rev := strings.TrimPrefix(ev.KV.Key, RevokedPrefix), ev.KV.ModRevision
@@ -276,6 +283,7 @@ func (f *Fleet) follow(ctx context.Context, w <-chan store.WatchResponse) error 
 				if _, ok := f.revoked[id]; !ok {
 					f.revoked[id] = rev
 				}
+				newly = append(newly, id)
 			case store.EventDelete:
 				if f.revoked[id] < rev {
 					delete(f.revoked, id)
@@ -284,6 +292,11 @@ func (f *Fleet) follow(ctx context.Context, w <-chan store.WatchResponse) error 
 			f.rev = max(f.rev, rev)
 		}
 		f.mu.Unlock()
+		if f.OnRevoked != nil {
+			for _, id := range newly {
+				f.OnRevoked(id)
+			}
+		}
 	}
 	return nil
 }

@@ -53,6 +53,9 @@ type Replicas interface {
 	// Forward serves r on the replica that holds box's tunnel when
 	// another does, and reports whether it did.
 	Forward(w http.ResponseWriter, r *http.Request, box string) bool
+	// ForwardTo serves r on the replica named, when it is another that
+	// runs, and reports whether it did.
+	ForwardTo(w http.ResponseWriter, r *http.Request, replica string) bool
 }
 
 // NewLatency is the API's latency histogram,
@@ -156,6 +159,11 @@ func New(d Deps) http.Handler {
 	gin.SetMode(gin.ReleaseMode)
 	s := &server{d}
 	r := gin.New()
+	// The caller's address is the connection's: no header a caller
+	// sends can change it (the login throttle and the audit count on
+	// it). A call another replica forwards carries its caller's address
+	// in a header the replica listener alone reads.
+	r.SetTrustedProxies(nil)
 	r.Use(gin.Recovery())
 	if d.Latency != nil {
 		r.Use(timed(d.Latency))
@@ -240,7 +248,7 @@ func (s *server) routes() []route {
 		{"GET", v1 + "/boxes/:id", auth.Read, s.getBox},
 		{"POST", v1 + "/boxes/:id/labels", auth.Operate, s.labelBox},
 		{"POST", v1 + "/boxes/:id/approve", auth.Operate, s.approveBox},
-		{"POST", v1 + "/boxes/:id/revoke", auth.Administer, s.revokeBox},
+		{"POST", v1 + "/boxes/:id/revoke", auth.Administer, s.live(s.revokeBox)},
 		{"GET", v1 + "/boxes/:id/state", auth.Read, s.boxState},
 		{"PUT", v1 + "/boxes/:id/desired/:kind/:name", auth.Operate, s.putDesired},
 		{"DELETE", v1 + "/boxes/:id/desired/:kind/:name", auth.Operate, s.deleteDesired},
@@ -248,7 +256,7 @@ func (s *server) routes() []route {
 		{"GET", v1 + "/boxes/:id/exec", auth.Maintain, s.live(s.openSession)},
 		{"GET", v1 + "/boxes/:id/forward", auth.Maintain, s.live(s.openForward)},
 		{"GET", v1 + "/boxes/:id/workloads/:name/screen", auth.Maintain, s.live(s.openScreen)},
-		{"POST", v1 + "/boxes/:id/session-requests", auth.Maintain, s.askSession},
+		{"POST", v1 + "/boxes/:id/session-requests", auth.Maintain, s.live(s.askSession)},
 		{"GET", v1 + "/boxes/:id/web/:port/*path", auth.Maintain, s.live(s.boxWeb)},
 		{"HEAD", v1 + "/boxes/:id/web/:port/*path", auth.Maintain, s.live(s.boxWeb)},
 		// The same, in a tenant the path names: a page's own links and
@@ -261,11 +269,11 @@ func (s *server) routes() []route {
 
 		{"GET", v1 + "/sessions", auth.Read, s.listSessions},
 		{"GET", v1 + "/sessions/:sid", auth.Read, s.getSession},
-		{"POST", v1 + "/sessions/:sid/end", auth.Maintain, s.endSession},
+		{"POST", v1 + "/sessions/:sid/end", auth.Maintain, s.sessionsReplica(s.endSession)},
 		{"GET", v1 + "/sessions/:sid/recording", auth.Audit, s.sessionRecording},
 		{"GET", v1 + "/sessions/:sid/recording/verify", auth.Audit, s.verifySession},
-		{"POST", v1 + "/sessions/:sid/approve", auth.Maintain, s.approveSession},
-		{"GET", v1 + "/sessions/:sid/watch", auth.Maintain, s.watchSession},
+		{"POST", v1 + "/sessions/:sid/approve", auth.Maintain, s.sessionsReplica(s.approveSession)},
+		{"GET", v1 + "/sessions/:sid/watch", auth.Maintain, s.sessionsReplica(s.watchSession)},
 		{"GET", v1 + "/session-rules", auth.Read, s.getSessionRules},
 		{"PUT", v1 + "/session-rules", auth.Administer, s.setSessionRules},
 
@@ -456,6 +464,23 @@ func (s *server) live(h gin.HandlerFunc) gin.HandlerFunc {
 			return
 		}
 		if s.Replicas.Forward(c.Writer, c.Request, b.ID) {
+			c.Abort()
+			return
+		}
+		h(c)
+	}
+}
+
+// sessionsReplica serves a call about a live remote session on the
+// replica the session runs on, when another one runs it: its end, its
+// approval and watching it need the session itself.
+func (s *server) sessionsReplica(h gin.HandlerFunc) gin.HandlerFunc {
+	if s.Replicas == nil {
+		return h
+	}
+	return func(c *gin.Context) {
+		r, err := s.RemoteSessions.Get(c.Request.Context(), caller(c).TenantID, c.Param("sid"))
+		if err == nil && r.Live() && s.Replicas.ForwardTo(c.Writer, c.Request, r.Replica) {
 			c.Abort()
 			return
 		}

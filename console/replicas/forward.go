@@ -95,6 +95,22 @@ func (f *Forwarder) Forward(w http.ResponseWriter, r *http.Request, box string) 
 	return true
 }
 
+// ForwardTo serves r on replica id when it is another running replica,
+// and reports whether it did: for a call about what runs there, such as
+// a remote session. A call that came from a replica is never forwarded
+// again.
+func (f *Forwarder) ForwardTo(w http.ResponseWriter, r *http.Request, id string) bool {
+	if f == nil || id == "" || id == f.set.Self().ID || r.Context().Value(fromReplica{}) != nil {
+		return false
+	}
+	to, ok := f.set.replica(id)
+	if !ok {
+		return false
+	}
+	f.proxy.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), target{}, to)))
+	return true
+}
+
 // Held reports whether another replica holds box's tunnel.
 func (f *Forwarder) Held(box string) bool {
 	if f == nil {

@@ -175,14 +175,26 @@ func (s *Set) load(ctx context.Context) (int64, error) {
 	if err != nil {
 		return 0, fmt.Errorf("replicas: reading the replicas and their boxes: %w", err)
 	}
-	s.mu.Lock()
-	s.known, s.claims = map[string]Replica{}, map[string]claim{}
-	s.mu.Unlock()
+	// The copy is built aside and swapped in whole: meanwhile Holder and
+	// Alive answer from the old one, never from a half-read one.
+	known, claims := map[string]Replica{}, map[string]claim{}
 	for _, kv := range resp.Kvs {
-		s.apply(kv, false)
+		key := string(kv.Key)
+		if id, ok := strings.CutPrefix(key, s.replicas); ok {
+			var r Replica
+			if json.Unmarshal(kv.Value, &r) == nil {
+				known[id] = r
+			}
+		} else if box, ok := strings.CutPrefix(key, s.owners); ok {
+			var c claim
+			if json.Unmarshal(kv.Value, &c) == nil {
+				claims[box] = c
+			}
+		}
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.known, s.claims = known, claims
 	// Claims of ours that went meanwhile are written again.
 	for box, since := range s.held {
 		if c, ok := s.claims[box]; !ok || c.Replica != s.cfg.Self.ID || c.Since != since {
@@ -257,6 +269,14 @@ func (s *Set) Holder(box string) (Replica, bool) {
 	return r, ok
 }
 
+// replica returns replica id, when it is registered.
+func (s *Set) replica(id string) (Replica, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	r, ok := s.known[id]
+	return r, ok
+}
+
 // Alive reports whether replica id is registered: it runs, or died less
 // than its lease ago.
 func (s *Set) Alive(id string) bool {
@@ -282,6 +302,7 @@ func (s *Set) write() {
 	alive, err := s.keepAlive()
 	if err != nil {
 		s.cfg.Log.Warn("replica lease not kept alive; taking a new one", "err", err)
+		alive = s.renew()
 	}
 	retry := time.NewTimer(time.Hour)
 	defer retry.Stop()

@@ -33,8 +33,8 @@ const MaxVotesPerReport = 256
 // other, so a site costs the square of its boxes: a branch office has a
 // handful, and 64 cost 4,032 peer entries. A larger site (a data centre,
 // or a fleet enrolled with one site name by mistake) gets no site health:
-// its boxes are told of no peers, are online or offline by their tunnels
-// alone, and the API says why. Before this bound, 10,000 boxes in one site
+// its boxes are told of no peers and judged by their tunnels alone
+// (online, or unknown while it is down), and the API says why. Before this bound, 10,000 boxes in one site
 // made each box's hello rewrite 10,000 objects of 10,000 peers, and the
 // console never brought that fleet online.
 const MaxSiteBoxes = 64
@@ -138,6 +138,8 @@ type sites struct {
 	by map[siteKey][]fleet.Box
 	// others counts the boxes not approved, by region and state.
 	others map[[2]string]int
+	// where is the site of each approved box.
+	where map[string]siteKey
 }
 
 type siteKey struct{ region, site string }
@@ -185,10 +187,12 @@ func (s *Service) withSites(ctx context.Context, tenant string, reread bool, f f
 			case <-ctx.Done():
 				return ctx.Err()
 			}
-			if l.err != nil {
+			if l.err != nil && !errors.Is(l.err, context.Canceled) && !errors.Is(l.err, context.DeadlineExceeded) {
 				return l.err
 			}
-			reread = false
+			// The read ended with its caller, whose box went: this
+			// caller's own read, or the copy it left, serves.
+			reread = reread && l.err != nil
 			continue
 		}
 		l = &load{done: make(chan struct{})}
@@ -219,11 +223,12 @@ func (s *Service) readSites(ctx context.Context, tenant string, now time.Time) (
 	if err != nil {
 		return sites{}, err
 	}
-	c := sites{at: now, by: map[siteKey][]fleet.Box{}, others: map[[2]string]int{}}
+	c := sites{at: now, by: map[siteKey][]fleet.Box{}, others: map[[2]string]int{}, where: map[string]siteKey{}}
 	for _, o := range all {
 		if o.State == fleet.StateApproved {
 			k := siteKey{o.Region, o.Site}
 			c.by[k] = append(c.by[k], o)
+			c.where[o.ID] = k
 		} else {
 			c.others[[2]string{o.Region, string(o.State)}]++
 		}
@@ -246,15 +251,22 @@ func (s *Service) patchSite(ctx context.Context, b fleet.Box) ([]fleet.Box, erro
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	c := s.sites[b.TenantID]
-	// Readers may hold the old slice: the patched site is a new one.
+	if c.by == nil {
+		return nil, nil
+	}
+	// A box that moved leaves its old site. Readers may hold the old
+	// slices: a patched site is a new one.
+	if old, ok := c.where[b.ID]; ok && old != k {
+		c.by[old] = slices.DeleteFunc(slices.Clone(c.by[old]), func(o fleet.Box) bool { return o.ID == b.ID })
+	}
+	delete(c.where, b.ID)
 	site := slices.DeleteFunc(slices.Clone(c.by[k]), func(o fleet.Box) bool { return o.ID == b.ID })
 	if b.State == fleet.StateApproved {
 		i, _ := slices.BinarySearchFunc(site, b.ID, func(o fleet.Box, id string) int { return strings.Compare(o.ID, id) })
 		site = slices.Insert(site, i, b)
+		c.where[b.ID] = k
 	}
-	if c.by != nil {
-		c.by[k] = site
-	}
+	c.by[k] = site
 	return site, nil
 }
 

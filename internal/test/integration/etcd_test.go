@@ -222,6 +222,43 @@ func TestReplicasServeEachOthersBoxes(t *testing.T) {
 			out.Write(f.Payload)
 		}
 	}
+
+	// A session that runs on the first replica is ended through the
+	// second.
+	long, err := admin2.OpenSession(ctx(t), box.ID(), api.SessionOptions{Command: []string{"sh", "-c", "exec sleep 600"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer long.Close()
+	id := ""
+	for id == "" {
+		f, err := long.Recv()
+		if err != nil {
+			t.Fatalf("the long session: %v", err)
+		}
+		if f.Type == api.FrameStatus && strings.Contains(string(f.Payload), `"session":"`) {
+			id = strings.Split(strings.Split(string(f.Payload), `"session":"`)[1], `"`)[0]
+		}
+	}
+	if err := admin2.EndSession(ctx(t), id); err != nil {
+		t.Fatalf("ending through the second replica a session the first runs: %v", err)
+	}
+	for {
+		f, err := long.Recv()
+		if err != nil || f.Type == api.FrameExit {
+			break
+		}
+	}
+
+	// Revoked through the second replica, the box loses its tunnel on
+	// the first.
+	if _, err := admin2.Revoke(ctx(t), box.ID()); err != nil {
+		t.Fatal(err)
+	}
+	testenv.WaitFor(t, 20*time.Second, "the revoked box's tunnel to end", func() bool {
+		b, err := h.Admin().Box(ctx(t), box.ID())
+		return err == nil && !b.Online
+	})
 }
 
 // TestAConsoleOnAClusterThatLosesMembers: a console on a three-member
