@@ -58,19 +58,19 @@ const (
 // left", "bad input", "refused", "not approved", "recording failed",
 // "console stopped".
 type Record struct {
-	ID       string     `json:"id"`
-	TenantID string     `json:"tenant_id"`
-	Box      string     `json:"box"`
-	BoxName  string     `json:"box_name,omitempty"`
-	Workload string     `json:"workload,omitempty"`
-	Kind     string     `json:"kind"`
-	Command  []string   `json:"command,omitempty"`
-	TTY      bool       `json:"tty"`
-	User     string     `json:"user"`
-	Remote   string     `json:"remote,omitempty"`
+	ID       string   `json:"id"`
+	TenantID string   `json:"tenant_id"`
+	Box      string   `json:"box"`
+	BoxName  string   `json:"box_name,omitempty"`
+	Workload string   `json:"workload,omitempty"`
+	Kind     string   `json:"kind"`
+	Command  []string `json:"command,omitempty"`
+	TTY      bool     `json:"tty"`
+	User     string   `json:"user"`
+	Remote   string   `json:"remote,omitempty"`
 	// Replica is the console replica the session runs on, when the
 	// console runs as several.
-	Replica string `json:"replica,omitempty"`
+	Replica  string     `json:"replica,omitempty"`
 	Started  time.Time  `json:"started"`
 	Ended    *time.Time `json:"ended,omitempty"`
 	EndedBy  string     `json:"ended_by,omitempty"`
