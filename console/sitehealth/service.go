@@ -487,8 +487,8 @@ func (s *Service) unwatch(ctx context.Context, b fleet.Box, site []fleet.Box) er
 	first := !s.tooLarge[k]
 	s.tooLarge[k] = true
 	var told []string
-	for _, o := range site {
-		if first && o.ID != b.ID && s.written[o.ID] != nil {
+	for i := 0; first && i < len(site); i++ {
+		if o := site[i]; o.ID != b.ID && s.written[o.ID] != nil {
 			told = append(told, o.ID)
 		}
 	}
