@@ -80,20 +80,7 @@ func TestConsolesOnOneEtcdRunTheControllersOnce(t *testing.T) {
 	h := testenv.NewInProcess(t, testenv.Options{Console: func(c *console.Config) { c.Store = etcd }})
 	cfg := console.DefaultConfig()
 	cfg.DataDir, cfg.Listen, cfg.Store, cfg.Out = t.TempDir(), "127.0.0.1:0", etcd, io.Discard
-	second, err := console.New(cfg, testenv.Logger(t).With("side", "second console"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	runCtx, stop := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- second.Run(runCtx) }()
-	t.Cleanup(func() {
-		stop()
-		if err := <-done; err != nil {
-			t.Errorf("the second console's Run: %v", err)
-		}
-	})
-	<-second.Ready()
+	second := runConsole(t, cfg, "second console")
 	// The second console's CA is its own; the store, and so the admin's
 	// token, are shared.
 	metricsOf := func(url string) string {
@@ -179,20 +166,7 @@ func TestReplicasServeEachOthersBoxes(t *testing.T) {
 	if err := os.CopyFS(filepath.Join(cfg.DataDir, "pki"), os.DirFS(filepath.Join(h.DataDir(), "pki"))); err != nil {
 		t.Fatal(err)
 	}
-	second, err := console.New(cfg, testenv.Logger(t).With("side", "second replica"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	runCtx, stop := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- second.Run(runCtx) }()
-	t.Cleanup(func() {
-		stop()
-		if err := <-done; err != nil {
-			t.Errorf("the second replica's Run: %v", err)
-		}
-	})
-	<-second.Ready()
+	second := runConsole(t, cfg, "second replica")
 	admin2, err := api.NewClient("https://"+second.Addr().String(), h.AdminToken(), h.CAPEM())
 	if err != nil {
 		t.Fatal(err)
@@ -318,4 +292,25 @@ func TestAConsoleOnAClusterThatLosesMembers(t *testing.T) {
 		st, err := admin.BoxState(ctx(t), box.ID())
 		return err == nil && st.Acked >= rev
 	})
+}
+
+// runConsole runs a console of cfg in the test's process until the test
+// ends, and returns it once it serves; side names it in the log.
+func runConsole(t *testing.T, cfg console.Config, side string) *console.Console {
+	t.Helper()
+	c, err := console.New(cfg, testenv.Logger(t).With("side", side))
+	if err != nil {
+		t.Fatal(err)
+	}
+	runCtx, stop := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- c.Run(runCtx) }()
+	t.Cleanup(func() {
+		stop()
+		if err := <-done; err != nil {
+			t.Errorf("the %s's Run: %v", side, err)
+		}
+	})
+	<-c.Ready()
+	return c
 }
