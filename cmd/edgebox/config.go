@@ -113,6 +113,9 @@ func login(ctx context.Context, o loginOpts) (api.Me, error) {
 		if errors.Is(err, enroll.ErrWrongConsole) {
 			return me, fmt.Errorf("%s presented a CA other than %s; check the URL and the hash", o.url, o.caHash)
 		}
+		if errors.Is(err, enroll.ErrNameMismatch) {
+			return me, fmt.Errorf("%s is the console of that CA, but its certificate does not name %s: use a name it has, or start it with --host %s", o.url, u.Hostname(), u.Hostname())
+		}
 		return me, fmt.Errorf("cannot reach %s: %w", o.url, err)
 	}
 	defer resp.Body.Close()
