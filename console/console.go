@@ -331,7 +331,7 @@ func New(cfg Config, log *slog.Logger) (_ *Console, err error) {
 	if repl != nil {
 		// A replica starting ends only its own records left open, and
 		// those of replicas that stopped; the others' sessions run on.
-		remoteCfg.Replica, remoteCfg.Alive = repl.set.Self().ID, repl.set.Alive
+		remoteCfg.Replica, remoteCfg.Replicas = repl.set.Self().ID, repl.set.IDs
 	}
 	c.remote = sessions.New(remoteCfg)
 	promReg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: "edgebox", Subsystem: "remote", Name: "sessions",

@@ -277,13 +277,12 @@ func (s *Set) replica(id string) (Replica, bool) {
 	return r, ok
 }
 
-// Alive reports whether replica id is registered: it runs, or died less
-// than its lease ago.
-func (s *Set) Alive(id string) bool {
+// IDs lists the registered replicas, this one included: those that run,
+// or died less than their lease ago.
+func (s *Set) IDs() []string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	_, ok := s.known[id]
-	return ok
+	return slices.Collect(maps.Keys(s.known))
 }
 
 // Replicas lists the replicas, this one included, by ID.

@@ -21,6 +21,7 @@
 package sessions
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -134,11 +135,15 @@ type Config struct {
 	Now          func() time.Time
 	Log          *slog.Logger
 	// Replica is this console's replica ID when it is one of several;
-	// Alive reports whether another replica still runs. A record left
-	// open is ended by Recover only when its replica is this one, or one
-	// that no longer runs.
-	Replica string
-	Alive   func(replica string) bool
+	// Replicas lists the replicas that run, this one included. A record
+	// left open is ended only when its replica is this one (at start), or
+	// one that stopped: missing from Replicas at two looks a minute apart,
+	// so that a replica cut off from etcd for a moment keeps its sessions'
+	// records.
+	Replica  string
+	Replicas func() []string
+	// LookEvery is how often Replicas is looked at; 0 is a minute.
+	LookEvery time.Duration
 }
 
 // Broker runs sessions.
@@ -543,11 +548,17 @@ func (b *Broker) List(ctx context.Context, tenant string, q Query) ([]Record, er
 // Recover ends the records of sessions a console that stopped left open:
 // they end when their recording last flushed, as "console stopped", with
 // what the recording verifies to. Run it before serving sessions.
-func (b *Broker) Recover(ctx context.Context) error { return b.recover(ctx, true) }
+func (b *Broker) Recover(ctx context.Context) error {
+	var running map[string]bool
+	if b.cfg.Replicas != nil {
+		running = setOf(b.cfg.Replicas())
+	}
+	return b.recover(ctx, true, func(id string) bool { return running[id] })
+}
 
-// recover ends the records left open by replicas that stopped, and at
-// start this console's own.
-func (b *Broker) recover(ctx context.Context, start bool) error {
+// recover ends the records left open by replicas not alive, and at start
+// this console's own.
+func (b *Broker) recover(ctx context.Context, start bool, alive func(replica string) bool) error {
 	after := ""
 	for {
 		kvs, _, err := b.cfg.Store.Scan(ctx, Prefix, after, 500)
@@ -563,7 +574,8 @@ func (b *Broker) recover(ctx context.Context, start bool) error {
 			_, running := b.live[r.ID]
 			b.mu.Unlock()
 			mine := r.Replica == "" || r.Replica == b.cfg.Replica
-			if running || b.othersRunning(r) || (mine && !start) {
+			others := !mine && alive(r.Replica)
+			if running || others || (mine && !start) {
 				continue
 			}
 			ended := r.Started
@@ -607,20 +619,8 @@ func (b *Broker) Run(ctx context.Context) error {
 	}
 	// Among replicas, the records a replica that died left open are
 	// ended by the others.
-	if b.cfg.Alive != nil {
-		t := time.NewTicker(time.Minute)
-		defer t.Stop()
-	sweep:
-		for {
-			select {
-			case <-ctx.Done():
-				break sweep
-			case <-t.C:
-			}
-			if err := b.recover(ctx, false); err != nil && ctx.Err() == nil {
-				b.cfg.Log.Warn("the records of sessions a stopped console replica left open were not ended; trying again in a minute", "err", err)
-			}
-		}
+	if b.cfg.Replicas != nil {
+		b.sweepStopped(ctx)
 	}
 	<-ctx.Done()
 	sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -629,10 +629,57 @@ func (b *Broker) Run(ctx context.Context) error {
 	return nil
 }
 
-// othersRunning reports whether r runs on another console replica that
-// still runs.
-func (b *Broker) othersRunning(r Record) bool {
-	return r.Replica != "" && r.Replica != b.cfg.Replica && b.cfg.Alive != nil && b.cfg.Alive(r.Replica)
+// sweepStopped looks at the replicas each minute until ctx ends, and ends
+// the records of sessions a replica left open once it has been missing at
+// two looks in a row. It reads the sessions only then.
+func (b *Broker) sweepStopped(ctx context.Context) {
+	t := time.NewTicker(cmp.Or(b.cfg.LookEvery, time.Minute))
+	defer t.Stop()
+	seen := setOf(b.cfg.Replicas())
+	missing := map[string]bool{} // seen, then missing at a look
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		now := setOf(b.cfg.Replicas())
+		dead := map[string]bool{} // missing at this look and the last
+		for id := range missing {
+			if now[id] {
+				delete(missing, id) // back: it was cut off for a moment
+			} else {
+				dead[id] = true
+			}
+		}
+		for id := range seen {
+			if !now[id] {
+				missing[id] = true
+			}
+		}
+		seen = now
+		if len(dead) == 0 {
+			continue
+		}
+		alive := func(id string) bool { return !dead[id] && (now[id] || missing[id]) }
+		if err := b.recover(ctx, false, alive); err != nil {
+			if ctx.Err() == nil {
+				b.cfg.Log.Warn("the records of sessions a stopped console replica left open were not ended; trying again in a minute", "err", err)
+			}
+			continue
+		}
+		for id := range dead {
+			delete(missing, id)
+		}
+	}
+}
+
+func setOf(ids []string) map[string]bool {
+	m := make(map[string]bool, len(ids))
+	for _, id := range ids {
+		m[id] = true
+	}
+	return m
 }
 
 // OpenRecording opens a session's recording (.cast) for reading.

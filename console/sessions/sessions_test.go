@@ -556,8 +556,7 @@ func TestAWatcherIsToldTheTerminalsSize(t *testing.T) {
 // while it runs ends only the stopped replicas'.
 func TestAReplicaEndsOnlyWhatNobodyRuns(t *testing.T) {
 	st := newStore(t)
-	alive := map[string]bool{"r-other": true}
-	b := newBroker(t, st, Config{Replica: "r-self", Alive: func(id string) bool { return alive[id] }})
+	b := newBroker(t, st, Config{Replica: "r-self", Replicas: func() []string { return []string{"r-self", "r-other"} }})
 	now := time.Now()
 	put := func(replica string) string {
 		rec := Record{ID: newID(now), TenantID: "default", Box: "bx-1", Kind: KindShell, User: "alice", Started: now, Replica: replica}
@@ -583,11 +582,53 @@ func TestAReplicaEndsOnlyWhatNobodyRuns(t *testing.T) {
 	// While it runs: the other replica stops, and this one has a record
 	// open that it is about to run.
 	mine = put("r-self")
-	delete(alive, "r-other")
-	if err := b.recover(t.Context(), false); err != nil {
+	if err := b.recover(t.Context(), false, func(id string) bool { return false }); err != nil {
 		t.Fatal(err)
 	}
 	if !live(mine) || live(others) {
 		t.Fatalf("after a sweep: own live %v, the stopped replica's live %v", live(mine), live(others))
+	}
+}
+
+// TestARecordIsEndedOnceItsReplicaIsGoneTwice: a replica missing at one
+// look (cut off from etcd for a moment) keeps its sessions' records; one
+// missing at two looks in a row has them ended by the others.
+func TestARecordIsEndedOnceItsReplicaIsGoneTwice(t *testing.T) {
+	st := newStore(t)
+	var mu sync.Mutex
+	looks := [][]string{{"r-self", "r-b"}, {"r-self"}, {"r-self", "r-b"}, {"r-self"}, {"r-self"}}
+	n := 0
+	replicas := func() []string {
+		mu.Lock()
+		defer mu.Unlock()
+		l := looks[min(n, len(looks)-1)]
+		n++
+		return l
+	}
+	lookN := func() int { mu.Lock(); defer mu.Unlock(); return n }
+	b := newBroker(t, st, Config{Replica: "r-self", Replicas: replicas, LookEvery: 300 * time.Millisecond})
+	now := time.Now()
+	rec := Record{ID: newID(now), TenantID: "default", Box: "bx-1", Kind: KindShell, User: "alice", Started: now, Replica: "r-b"}
+	raw, _ := json.Marshal(rec)
+	store.Put(t.Context(), st, key("default", rec.ID), raw)
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan struct{})
+	go func() { defer close(done); b.sweepStopped(ctx) }()
+	defer func() { cancel(); <-done }()
+	for lookN() < 4 { // the start's look, missing, back, missing once
+		time.Sleep(5 * time.Millisecond)
+	}
+	if r, _ := b.Get(t.Context(), "default", rec.ID); !r.Live() {
+		t.Fatal("a record was ended while its replica had been missing at one look only")
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		if r, _ := b.Get(t.Context(), "default", rec.ID); !r.Live() {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the record of a replica missing at two looks in a row was not ended")
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }
