@@ -37,6 +37,10 @@ type consoleProc struct {
 	bin, data, addr, url, token string
 	cmd                         *exec.Cmd
 	hc                          *http.Client
+	// public, when set, is its --public-url (a load balancer's) instead
+	// of url; args are more flags.
+	public string
+	args   []string
 }
 
 func (c *consoleProc) start(b *testing.B) []byte {
@@ -58,8 +62,9 @@ func (c *consoleProc) start(b *testing.B) []byte {
 func (c *consoleProc) launch(b *testing.B) *bytes.Buffer {
 	level := cmp.Or(os.Getenv("EDGEBOX_BENCH_CONSOLE_LOG_LEVEL"), "error")
 	var out bytes.Buffer
-	args := append([]string{"--data", c.data, "--listen", c.addr, "--public-url", c.url, "--log-level", level},
+	args := append([]string{"--data", c.data, "--listen", c.addr, "--public-url", cmp.Or(c.public, c.url), "--log-level", level},
 		strings.Fields(os.Getenv("EDGEBOX_BENCH_CONSOLE_ARGS"))...)
+	args = append(args, c.args...)
 	c.cmd = exec.Command(filepath.Join(c.bin, "edgebox-console"), args...)
 	c.cmd.Stdout, c.cmd.Stderr = &out, os.Stderr
 	c.cmd.Env = os.Environ()

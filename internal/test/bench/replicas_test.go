@@ -1,0 +1,267 @@
+package bench
+
+import (
+	"context"
+	"crypto/tls"
+	"fmt"
+	"math/rand/v2"
+	"net/http"
+	"os"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/edgebox/edgebox/api"
+	"github.com/edgebox/edgebox/internal/test/etcdtest"
+	"github.com/edgebox/edgebox/internal/test/fleetsim"
+	"github.com/edgebox/edgebox/internal/test/haproxytest"
+	"github.com/edgebox/edgebox/internal/test/testenv"
+)
+
+// BenchmarkReplicas runs the simulated fleet (EDGEBOX_BENCH_BOXES boxes,
+// 2,000 unless set) against three console replicas as docs/ha.md deploys
+// them: a three-member etcd (embedded in the benchmark), one --shared
+// directory, HAProxy in TCP mode in front. It reports the cold start, the
+// memory per idle box on each replica, etcd's size and write rate while
+// the fleet is idle and while the API writes 100 desired objects a second
+// (with how long a write takes to be acked by its box), and a restart of
+// all three replicas at once: how long until every box is online and
+// synced, and the API meanwhile.
+func BenchmarkReplicas(b *testing.B) {
+	n := boxCount(b, 2000)
+	bin := testenv.BuildBinaries(b)
+	cluster := etcdtest.StartCluster(b, 3)
+	store := "etcd://" + strings.Join(cluster.Endpoints(), ",") + "/bench"
+	shared := b.TempDir()
+	reps := make([]*consoleProc, 3)
+	addrs := make([]string, len(reps))
+	for i := range reps {
+		addrs[i] = testenv.FreeAddr(b)
+		reps[i] = &consoleProc{bin: bin, data: b.TempDir(), addr: addrs[i], url: "https://" + addrs[i],
+			hc: &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}},
+			args: []string{"--store", store, "--shared", shared, "--replica-listen", testenv.FreeAddr(b)}}
+	}
+	lb := haproxytest.Start(b, addrs)
+	public := "https://" + lb.Addr
+	for _, r := range reps {
+		r.public = public
+		r.args = append(r.args, "--replica-url", "https://"+r.args[len(r.args)-1])
+	}
+	out := reps[0].start(b)
+	token := ""
+	for _, line := range strings.Split(string(out), "\n") {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "admin token:"); ok {
+			token = strings.TrimSpace(v)
+		}
+	}
+	for _, r := range reps[1:] {
+		r.start(b)
+	}
+	defer func() {
+		for _, r := range reps {
+			r.kill()
+		}
+	}()
+	for _, r := range reps {
+		r.token = token
+	}
+	for i := range reps {
+		for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+			if st, err := lb.Status(addrs[i]); err == nil && st == "UP" {
+				break
+			}
+			if time.Now().After(deadline) {
+				b.Fatalf("HAProxy does not find replica %d up", i+1)
+			}
+		}
+	}
+	caPEM := fetch(b, reps[0].hc, public+"/api/v1/ca")
+	admin, err := api.NewClient(public, token, caPEM)
+	if err != nil {
+		b.Fatal(err)
+	}
+	f := startFleet(b, admin, n)
+	defer f.Close()
+	sessions := func() (float64, error) {
+		sum := 0.0
+		for _, r := range reps {
+			v, err := r.metric("edgebox_tunnel_sessions")
+			if err != nil {
+				return 0, err
+			}
+			sum += v
+		}
+		return sum, nil
+	}
+	start, err := f.StartAgents()
+	if err != nil {
+		b.Fatal(err)
+	}
+	waitOnline(b, admin, n, 5*time.Minute+time.Duration(n)*20*time.Millisecond, sessions)
+	logFleet(b, "cold start", waitSynced(b, f, fleetsim.Window{Since: start}))
+
+	// Memory per idle box on each replica.
+	time.Sleep(10 * time.Second)
+	var perBox []string
+	for i, r := range reps {
+		held, err := r.metric("edgebox_console_boxes_held")
+		if err != nil {
+			b.Fatal(err)
+		}
+		rss := procRSS(b, r.cmd.Process.Pid)
+		perBox = append(perBox, fmt.Sprintf("replica %d: %.0f boxes, RSS %.0f MiB", i+1, held, rss/(1<<20)))
+		if held > 0 {
+			b.ReportMetric(rss/held/1024, fmt.Sprintf("idle-rss-KiB/box-replica%d", i+1))
+		}
+	}
+	b.Logf("idle: %s", strings.Join(perBox, "; "))
+
+	cli, err := clientv3.New(clientv3.Config{Endpoints: cluster.Endpoints(), DialTimeout: 5 * time.Second})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer cli.Close()
+	etcdStatus := func() (rev, size int64) {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		st, err := cli.Status(ctx, cluster.Endpoints()[0])
+		if err != nil {
+			b.Fatal(err)
+		}
+		return st.Header.Revision, st.DbSize
+	}
+	rev0, _ := etcdStatus()
+	t0 := time.Now()
+	time.Sleep(30 * time.Second)
+	rev1, size := etcdStatus()
+	idleRate := float64(rev1-rev0) / time.Since(t0).Seconds()
+	b.ReportMetric(idleRate, "etcd-idle-writes/s")
+	b.ReportMetric(float64(size)/(1<<20), "etcd-db-MiB")
+
+	// 100 writes a second through the load balancer for 30 s; one in
+	// ten is followed until its box acks it.
+	ids := f.IDs()
+	var lagMu sync.Mutex
+	var lags []time.Duration
+	var followers sync.WaitGroup
+	rev0, _ = etcdStatus()
+	t0 = time.Now()
+	tick := time.NewTicker(10 * time.Millisecond)
+	failed := 0
+	for i := 0; time.Since(t0) < 30*time.Second; i++ {
+		<-tick.C
+		box := ids[rand.N(len(ids))]
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		at := time.Now()
+		rev, err := admin.PutDesired(ctx, box, "Workload", "robot",
+			[]byte(fmt.Sprintf(`{"app":"robot","release":"%d","runtime":"process"}`, i)))
+		cancel()
+		if err != nil {
+			failed++
+			continue
+		}
+		if i%10 != 0 {
+			continue
+		}
+		followers.Add(1)
+		go func() {
+			defer followers.Done()
+			for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+				st, err := admin.BoxState(ctx, box)
+				cancel()
+				if err == nil && st.Acked >= rev {
+					lagMu.Lock()
+					lags = append(lags, time.Since(at))
+					lagMu.Unlock()
+					return
+				}
+			}
+		}()
+	}
+	tick.Stop()
+	writeSecs := time.Since(t0).Seconds()
+	followers.Wait()
+	rev1, size = etcdStatus()
+	b.ReportMetric(float64(rev1-rev0)/writeSecs, "etcd-writes/s-at-100-api-writes/s")
+	b.ReportMetric(float64(size)/(1<<20), "etcd-db-MiB-after-writes")
+	slices.Sort(lags)
+	pct := func(q float64) time.Duration {
+		if len(lags) == 0 {
+			return 0
+		}
+		return lags[min(len(lags)-1, int(q*float64(len(lags))))]
+	}
+	b.ReportMetric(float64(pct(0.5).Microseconds())/1000, "write-to-ack-p50-ms")
+	b.ReportMetric(float64(pct(0.99).Microseconds())/1000, "write-to-ack-p99-ms")
+	b.Logf("writes: %d failed; write to ack over %d followed: p50 %v, p99 %v; etcd %.0f writes/s idle, db %.1f MiB",
+		failed, len(lags), pct(0.5), pct(0.99), idleRate, float64(size)/(1<<20))
+
+	// Every replica killed and started again at once.
+	window := fleetsim.Window{Since: time.Now()}
+	for _, r := range reps {
+		r.kill()
+	}
+	restart := time.Now()
+	var wg sync.WaitGroup
+	for _, r := range reps {
+		wg.Add(1)
+		go func() { defer wg.Done(); r.launch(b) }()
+	}
+	wg.Wait()
+	// An operator's calls through the load balancer from the restart on.
+	stop := make(chan struct{})
+	var apiLat []time.Duration
+	var probe sync.WaitGroup
+	probe.Add(1)
+	go func() {
+		defer probe.Done()
+		hc := &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}}
+		for {
+			select {
+			case <-stop:
+				return
+			case <-time.After(50 * time.Millisecond):
+			}
+			req, _ := http.NewRequest(http.MethodGet, public+"/api/v1/boxes/"+ids[rand.N(len(ids))], nil)
+			req.Header.Set("Authorization", "Bearer "+token)
+			at := time.Now()
+			resp, err := hc.Do(req)
+			d := time.Since(at)
+			if err == nil {
+				resp.Body.Close()
+			}
+			apiLat = append(apiLat, d)
+		}
+	}()
+	st := waitSynced(b, f, window)
+	close(stop)
+	probe.Wait()
+	logFleet(b, "restart of every replica", st)
+	b.ReportMetric((st.AllSyncedAfter - restart.Sub(window.Since)).Seconds(), "restart-s-all-synced")
+	slices.Sort(apiLat)
+	if len(apiLat) > 0 {
+		b.ReportMetric(float64(apiLat[len(apiLat)*99/100].Microseconds())/1000, "restart-api-p99-ms")
+		b.Logf("restart: API over %d calls p50 %v p99 %v", len(apiLat), apiLat[len(apiLat)/2], apiLat[len(apiLat)*99/100])
+	}
+}
+
+// procRSS is the resident memory of process pid, in bytes.
+func procRSS(b *testing.B, pid int) float64 {
+	raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, line := range strings.Split(string(raw), "\n") {
+		if v, ok := strings.CutPrefix(line, "VmRSS:"); ok {
+			var kb float64
+			fmt.Sscanf(strings.TrimSpace(v), "%f", &kb)
+			return kb * 1024
+		}
+	}
+	return 0
+}
