@@ -42,7 +42,7 @@ func BenchmarkReplicas(b *testing.B) {
 	for i := range reps {
 		addrs[i] = testenv.FreeAddr(b)
 		reps[i] = &consoleProc{bin: bin, data: b.TempDir(), addr: addrs[i], url: "https://" + addrs[i],
-			hc: &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}},
+			hc:   &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}},
 			args: []string{"--store", store, "--shared", shared, "--replica-listen", testenv.FreeAddr(b)}}
 	}
 	lb := haproxytest.Start(b, addrs)
