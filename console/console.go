@@ -277,8 +277,19 @@ func New(cfg Config, log *slog.Logger) (_ *Console, err error) {
 		return nil, err
 	}
 	c.opened(srv.Close)
-	// A box revoked, here or by another replica, loses the tunnel it has.
-	fl.OnRevoked = func(id string) { go srv.Drop(id) }
+	// A box revoked, here or by another replica, loses the tunnel it has;
+	// one asked to wipe itself keeps it until the console that asked has
+	// its answer, and that console ends it then.
+	fl.OnRevoked = func(id string) {
+		go func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			if b, err := fl.BoxByID(ctx, id); err == nil && b.Wipe != nil && b.Wipe.Result == fleet.WipeAsked {
+				return
+			}
+			srv.Drop(id)
+		}()
+	}
 	if es, ok := st.(*store.Etcd); ok {
 		if repl, err = c.replicate(ctx, es, authority, srv, public, promReg); err != nil {
 			return nil, err
