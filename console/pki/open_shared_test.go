@@ -52,7 +52,7 @@ func TestOpenOnASharedDirMakesOneCA(t *testing.T) {
 			return openedOf(Open(dir, replicaHosts(i)))
 		}},
 		{"processes", func(t *testing.T, dir string, i int) opened {
-			cmd := exec.Command(os.Args[0], "-test.run=^TestOpenHelper$", "-test.count=1")
+			cmd := exec.Command(os.Args[0])
 			cmd.Env = append(os.Environ(), "EDGEBOX_PKI_OPEN_DIR="+dir, "EDGEBOX_PKI_OPEN_REPLICA="+strconv.Itoa(i))
 			out, err := cmd.Output()
 			if err != nil {
@@ -136,18 +136,21 @@ func TestOpenOnASharedDirMakesOneCA(t *testing.T) {
 	}
 }
 
-// TestOpenHelper opens the directory EDGEBOX_PKI_OPEN_DIR names as
-// replica EDGEBOX_PKI_OPEN_REPLICA and prints what it serves with; run
-// alone, it does nothing.
-func TestOpenHelper(t *testing.T) {
+// TestMain runs the test binary as one replica of
+// TestOpenOnASharedDirMakesOneCA when EDGEBOX_PKI_OPEN_DIR names the
+// directory to open: it opens it as replica EDGEBOX_PKI_OPEN_REPLICA,
+// prints what it serves with and exits.
+func TestMain(m *testing.M) {
 	dir := os.Getenv("EDGEBOX_PKI_OPEN_DIR")
 	if dir == "" {
-		t.Skip("a helper of TestOpenOnASharedDirMakesOneCA")
+		os.Exit(m.Run())
 	}
 	i, _ := strconv.Atoi(os.Getenv("EDGEBOX_PKI_OPEN_REPLICA"))
 	o := openedOf(Open(dir, replicaHosts(i)))
 	if o.err != nil {
-		t.Fatal(o.err)
+		fmt.Fprintln(os.Stderr, o.err)
+		os.Exit(1)
 	}
 	fmt.Printf("opened ca=%s pin=%s created=%t\n", o.ca, o.pin, o.created)
+	os.Exit(0)
 }
