@@ -198,13 +198,7 @@ func (a *Authority) ensureServer(hosts []string) error {
 		KeyUsage:     x509.KeyUsageDigitalSignature,
 		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
 	}
-	for _, h := range hosts {
-		if ip := net.ParseIP(h); ip != nil {
-			tmpl.IPAddresses = append(tmpl.IPAddresses, ip)
-		} else if h != "" {
-			tmpl.DNSNames = append(tmpl.DNSNames, h)
-		}
-	}
+	name(tmpl, hosts)
 	der, err := x509.CreateCertificate(rand.Reader, tmpl, a.CA, &key.PublicKey, a.caKey)
 	if err != nil {
 		return err
@@ -215,6 +209,18 @@ func (a *Authority) ensureServer(hosts []string) error {
 	leaf, _ := x509.ParseCertificate(der)
 	a.Server = tls.Certificate{Certificate: [][]byte{der, a.CA.Raw}, PrivateKey: key, Leaf: leaf}
 	return nil
+}
+
+// name adds hosts to tmpl's names: IP addresses as such, the rest as
+// DNS names.
+func name(tmpl *x509.Certificate, hosts []string) {
+	for _, h := range hosts {
+		if ip := net.ParseIP(h); ip != nil {
+			tmpl.IPAddresses = append(tmpl.IPAddresses, ip)
+		} else if h != "" {
+			tmpl.DNSNames = append(tmpl.DNSNames, h)
+		}
+	}
 }
 
 func covers(leaf *x509.Certificate, hosts []string) bool {
