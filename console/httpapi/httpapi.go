@@ -467,9 +467,13 @@ func (s *server) live(h gin.HandlerFunc) gin.HandlerFunc {
 			c.Abort()
 			return
 		}
+		c.Set(foundBox, b) // the handler's findBox reads no record again
 		h(c)
 	}
 }
+
+// foundBox is the gin key of the box live found.
+const foundBox = "edgebox.box"
 
 // sessionsReplica serves a call about a live remote session on the
 // replica the session runs on, when another one runs it: its end, its
@@ -488,7 +492,12 @@ func (s *server) sessionsReplica(h gin.HandlerFunc) gin.HandlerFunc {
 	}
 }
 
-func (s *server) findBox(c *gin.Context) (fleet.Box, bool) { return s.lookupBox(c, c.Param("id")) }
+func (s *server) findBox(c *gin.Context) (fleet.Box, bool) {
+	if b, ok := c.Get(foundBox); ok {
+		return b.(fleet.Box), true
+	}
+	return s.lookupBox(c, c.Param("id"))
+}
 
 // lookupBox finds a box by ID or unique name, answering the call when
 // there is none.
