@@ -172,8 +172,12 @@ await step(admin, 'the Sessions page shows the ended session and how it ended', 
   sessionID = await row.getAttribute('data-session');
   const text = await row.textContent();
   expect(text.includes('shell-box') && text.includes('the box itself') && text.includes('shell') && text.includes('exited with code 0'), `row ${text}`);
+  // The live list loads on its own; it may be empty for a moment.
+  const noneOpen = await admin.waitForFunction(
+    () => document.querySelector('[data-testid=live-sessions] tbody')?.textContent.includes('No session is open'),
+    null, { timeout: 10000 }).then(() => true, () => false);
   const live = await admin.textContent('[data-testid=live-sessions] tbody');
-  expect(live.includes('No session is open'), `live sessions: ${live}`);
+  expect(noneOpen, `live sessions: ${live}`);
   // In Chinese too.
   await admin.selectOption('[data-testid=lang]', 'zh-CN');
   await admin.waitForFunction(() => document.querySelector('h1')?.textContent === '远程会话');
