@@ -40,7 +40,6 @@ import (
 	"github.com/edgebox/edgebox/errdefs"
 	"github.com/edgebox/edgebox/errdefs/errgrpc"
 	"github.com/edgebox/edgebox/images/pull"
-	"github.com/edgebox/edgebox/internal/atomicfile"
 	edgeboxv1 "github.com/edgebox/edgebox/proto/edgebox/v1"
 	"github.com/edgebox/edgebox/tunnel"
 	"github.com/edgebox/edgebox/usbhub"
@@ -182,8 +181,10 @@ type Agent struct {
 	cert  atomic.Pointer[tls.Certificate]
 	tc    *tunnel.Client
 
-	statusMu sync.Mutex // guards status
-	status   Status
+	statusMu  sync.Mutex // guards status and statusSeq
+	status    Status
+	statusSeq uint64        // counts the changes of status
+	statusOut *statusWriter // status.json
 
 	connected chan struct{} // one signal per session that came up
 	resync    chan struct{} // the same, for the Sync stream
@@ -308,6 +309,8 @@ func New(cfg Config, log *slog.Logger) (*Agent, error) {
 		a.local.Close()
 		return nil, err
 	}
+	a.statusOut = &statusWriter{path: filepath.Join(cfg.DataDir, statusFile), skip: a.wipe.active.Load,
+		warn: func(err error) { a.log.Warn("writing status", "err", err) }}
 	a.status = Status{BoxID: creds.BoxID, Name: creds.Name, ConsoleURL: creds.ConsoleURL,
 		CertNotAfter: creds.leaf.NotAfter, PID: os.Getpid(), Since: time.Now().UTC()}
 	return a, nil
@@ -336,21 +339,10 @@ func (a *Agent) setStatus(f func(*Status)) {
 	a.statusMu.Lock()
 	f(&a.status)
 	a.status.UpdatedAt = time.Now().UTC()
-	s := a.status
+	a.statusSeq++
+	s, seq := a.status, a.statusSeq
 	a.statusMu.Unlock()
-	if a.wipe.active.Load() {
-		return // a wiped box leaves nothing of itself
-	}
-	// Not synced: the agent writes it anew at every start and on every
-	// failed dial, which must cost an outage neither an fsync each nor
-	// the flash's wear.
-	b, err := json.MarshalIndent(s, "", "  ")
-	if err == nil {
-		err = atomicfile.WriteUnsynced(filepath.Join(a.cfg.DataDir, statusFile), append(b, '\n'))
-	}
-	if err != nil {
-		a.log.Warn("writing status", "err", err)
-	}
+	a.statusOut.put(s, seq)
 }
 
 func (a *Agent) onSession(_ *tunnel.Session, up bool) {
@@ -516,6 +508,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	work.Wait()
 	err = g.Wait()
 	a.setStatus(func(s *Status) { s.Connected = false })
+	a.statusOut.close()
 	a.local.Close()
 	if err == nil && errors.Is(context.Cause(ctx), ErrRestart) {
 		a.log.Info("agent stopped to run its new version")

@@ -42,6 +42,7 @@ type selfUpdate struct {
 	dir      string
 	trial    string // the version on probation, in its own process
 	reported string // the object whose status was reported
+	pending  bool   // what was reported last is pending: on probation, or staging
 	healthy  bool
 	// failed are the objects (version, digest, revision) whose staging
 	// failed, and when to try again: a cut download after a minute; a
@@ -62,16 +63,27 @@ func (a *Agent) kickUpdate() {
 
 func (a *Agent) updateLoop(ctx context.Context, restart func()) {
 	u := &selfUpdate{a: a, dir: UpdateDir(a.cfg.DataDir), trial: os.Getenv(update.EnvTrial), failed: map[string]time.Time{}, restart: restart}
-	t := time.NewTicker(2 * time.Second)
-	defer t.Stop()
 	for {
 		u.check(ctx)
+		// A change of the desired state or of the session kicks the loop;
+		// between kicks it looks every 2 s only while a new version is on
+		// probation or its status is pending (the launcher adopts it at
+		// the end of its probation), else every minute (a failed fetch is
+		// tried again after one). Looking every 2 s read the local store
+		// of every box in the fleet for nothing.
+		every := time.Minute
+		if u.pending || u.trial != "" && u.trial == a.cfg.Version && !u.healthy {
+			every = 2 * time.Second
+		}
+		t := time.NewTimer(every)
 		select {
 		case <-ctx.Done():
+			t.Stop()
 			return
 		case <-a.updateKick:
 		case <-t.C:
 		}
+		t.Stop()
 	}
 }
 
@@ -86,6 +98,7 @@ func (u *selfUpdate) check(ctx context.Context) {
 			a.log.Info("new agent version healthy: it reached the console and took its desired state", "version", a.cfg.Version)
 		}
 	}
+	u.pending = false
 	objs, err := a.local.Objects(edgeboxv1.KindAgentRelease)
 	if err != nil || len(objs) == 0 {
 		if u.reported != "" {
@@ -97,7 +110,7 @@ func (u *selfUpdate) check(ctx context.Context) {
 	o := objs[0]
 	rel := o.GetAgentRelease()
 	report := func(phase, reason, msg string) {
-		u.reported = o.GetName()
+		u.reported, u.pending = o.GetName(), phase == edgeboxv1.PhasePending
 		a.reports.Report(&edgeboxv1.ObjectStatus{Kind: edgeboxv1.KindAgentRelease, Name: o.GetName(), ObservedRevision: o.GetRevision(),
 			Phase: phase, Reason: reason, Message: msg, Release: a.cfg.Version, UpdatedUnixNano: time.Now().UnixNano()})
 	}

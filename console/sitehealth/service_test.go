@@ -1,6 +1,7 @@
 package sitehealth
 
 import (
+	"cmp"
 	"context"
 	"crypto/ecdsa"
 	"crypto/elliptic"
@@ -324,13 +325,14 @@ type counting struct {
 	boxes
 	mu    sync.Mutex
 	reads int
+	slow  time.Duration // each read's time; 20 ms when 0
 }
 
 func (c *counting) Boxes(ctx context.Context, tenant string) ([]fleet.Box, error) {
 	c.mu.Lock()
 	c.reads++
 	c.mu.Unlock()
-	time.Sleep(20 * time.Millisecond)
+	time.Sleep(cmp.Or(c.slow, 20*time.Millisecond))
 	return c.boxes.Boxes(ctx, tenant)
 }
 
@@ -367,5 +369,33 @@ func TestOneReadOfTheFleetAtATime(t *testing.T) {
 	hellos()
 	if fl.reads != 2 {
 		t.Fatalf("200 hellos with a stale copy read the fleet %d times in all", fl.reads)
+	}
+}
+
+// TestASlowReadIsKeptLonger: a copy of the sites that took long to read
+// serves readShare times as long as its read took before it is read
+// again, so a starved console with a large fleet does not spend itself on
+// reading it.
+func TestASlowReadIsKeptLonger(t *testing.T) {
+	fl := &counting{boxes: shop(), slow: 200 * time.Millisecond}
+	now := time.Now()
+	s := NewService(ServiceConfig{Boxes: fl, Desired: &objects{m: map[string]*edgeboxv1.DesiredObject{}},
+		Online: func(string) bool { return false }, Now: func() time.Time { return now }})
+	read := func() {
+		t.Helper()
+		if _, err := s.siteOf(context.Background(), fl.boxes[0]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	read()
+	now = now.Add(sitesFresh + time.Second) // stale for a fast read
+	read()
+	if fl.reads != 1 {
+		t.Fatalf("a copy that took 200 ms to read was read again after %v: %d reads", sitesFresh+time.Second, fl.reads)
+	}
+	now = now.Add(readShare*fl.slow - sitesFresh) // past readShare times its read
+	read()
+	if fl.reads != 2 {
+		t.Fatalf("a copy %v old was not read again: %d reads", readShare*fl.slow+time.Second, fl.reads)
 	}
 }

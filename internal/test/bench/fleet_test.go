@@ -307,6 +307,30 @@ func (c *consoleProc) liveHeap(b *testing.B) float64 {
 // boxCount is EDGEBOX_BENCH_BOXES, or def.
 func boxCount(b *testing.B, def int) int { return envInt(b, "EDGEBOX_BENCH_BOXES", def) }
 
+// simDir is where the simulated boxes keep their data: on tmpfs
+// (/dev/shm) where the machine has one, or in EDGEBOX_BENCH_SIM_DIR.
+// Thousands of boxes creating files on one ext4 journal spent a quarter of
+// the simulator's CPU in a storm creating them (each agent's status file,
+// mostly), a contention that separate boxes, each with its own disk, do
+// not share.
+func simDir(b *testing.B) string {
+	parent := os.Getenv("EDGEBOX_BENCH_SIM_DIR")
+	if parent == "" {
+		if st, err := os.Stat("/dev/shm"); err == nil && st.IsDir() {
+			parent = "/dev/shm"
+		}
+	}
+	if parent == "" {
+		return b.TempDir()
+	}
+	dir, err := os.MkdirTemp(parent, "edgebox-fleet-")
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { os.RemoveAll(dir) })
+	return dir
+}
+
 // envInt is the integer in the environment variable name, or def.
 func envInt(b *testing.B, name string, def int) int {
 	if s := os.Getenv(name); s != "" {
@@ -414,10 +438,14 @@ func holdIdle(addr string, n int) {
 // console (GOMAXPROCS=1 limits it to one core); EDGEBOX_BENCH_SIM_LOGS
 // names a directory for the simulated agents' logs at info, and
 // EDGEBOX_BENCH_SIM_PROFILES one for each child's CPU profile;
+// EDGEBOX_BENCH_SIM_DIR is where the simulated boxes keep their data
+// (/dev/shm unless set, see simDir);
 // EDGEBOX_BENCH_IDLE_CPU (a duration) measures the console's CPU with the
 // fleet online and idle, for that long, before the storm;
 // EDGEBOX_BENCH_CPU_PROFILE names a file for the console's, over the
-// storm's first EDGEBOX_BENCH_CPU_PROFILE_SECONDS (8 unless set). The API is
+// storm's first EDGEBOX_BENCH_CPU_PROFILE_SECONDS (8 unless set);
+// EDGEBOX_BENCH_GOROUTINES one for its goroutines by stack at
+// EDGEBOX_BENCH_GOROUTINES_AFTER (5s unless set) after the restart. The API is
 // measured from the moment the restarted console listens, and
 // storm-s-healthz is when /healthz first answered.
 //
@@ -571,7 +599,11 @@ func fleet(b *testing.B, n int) {
 		go func() {
 			defer profiled.Done()
 			time.Sleep(time.Until(at))
-			req, _ := http.NewRequest(http.MethodGet, c.url+"/debug/pprof/"+name+"?seconds="+secs, nil)
+			q := "?seconds=" + secs
+			if secs == "" {
+				q = "?debug=1"
+			}
+			req, _ := http.NewRequest(http.MethodGet, c.url+"/debug/pprof/"+name+q, nil)
 			req.Header.Set("Authorization", "Bearer "+c.token)
 			resp, err := (&http.Client{Timeout: 10 * time.Minute, Transport: c.hc.Transport}).Do(req)
 			if err != nil {
@@ -587,6 +619,16 @@ func fleet(b *testing.B, n int) {
 		// The console's CPU during the storm's first
 		// EDGEBOX_BENCH_CPU_PROFILE_SECONDS (8 unless set).
 		debugFetch("profile", cmp.Or(os.Getenv("EDGEBOX_BENCH_CPU_PROFILE_SECONDS"), "8"), p, time.Now())
+	}
+	if p := os.Getenv("EDGEBOX_BENCH_GOROUTINES"); p != "" {
+		// The console's goroutines, grouped by stack, at
+		// EDGEBOX_BENCH_GOROUTINES_AFTER (5 s unless set) after the
+		// restart: what the sessions in flight wait on.
+		after, err := time.ParseDuration(cmp.Or(os.Getenv("EDGEBOX_BENCH_GOROUTINES_AFTER"), "5s"))
+		if err != nil {
+			b.Fatal(err)
+		}
+		debugFetch("goroutine", "", p, time.Now().Add(after))
 	}
 	if p := os.Getenv("EDGEBOX_BENCH_TRACE"); p != "" {
 		// The console's execution trace (go tool trace) over
@@ -783,7 +825,7 @@ func startFleet(b *testing.B, admin *api.Client, n int) *fleetsim.Fleet {
 	if err != nil {
 		b.Fatal(err)
 	}
-	cfg := fleetsim.DefaultConfig(n, tok.Text, b.TempDir())
+	cfg := fleetsim.DefaultConfig(n, tok.Text, simDir(b))
 	cfg.Processes = envInt(b, "EDGEBOX_BENCH_PROCS", 0)
 	cfg.BoxesPerAddr = envInt(b, "EDGEBOX_BENCH_BOXES_PER_ADDR", 8)
 	cfg.LogDir = os.Getenv("EDGEBOX_BENCH_SIM_LOGS")
