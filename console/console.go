@@ -312,7 +312,7 @@ func New(cfg Config, log *slog.Logger) (_ *Console, err error) {
 		Version: Version, CapabilityVersion: CapabilityVersion, BeforeHello: cfg.Hooks.BeforeHello}, srv.Listen(tunnel.KindRPC), c.log)
 	c.registry = boxregistry.New(reg, c.desired, registryHosts, agents, srv.Listen(tunnel.KindRegistry), c.log)
 	promReg.MustRegister(c.registry.Metrics())
-	c.usb = usbbroker.New(usbbroker.Config{Keys: keyRegistry, Boxes: fl.BoxByID, Tunnel: srv, Listener: srv.Listen(tunnel.KindUSBIP),
+	c.usb = usbbroker.New(usbbroker.Config{Keys: keyRegistry, Boxes: fl.BoxByID, Tunnel: repl.opener(srv), Listener: srv.Listen(tunnel.KindUSBIP),
 		Log: c.log.With("component", "usbbroker")})
 	if c.compactor, err = store.NewCompactor(st, cfg.CompactEvery, cfg.KeepRevisions, c.log); err != nil {
 		return nil, err

@@ -31,10 +31,12 @@ const replicaTTL = 10 * time.Second
 
 // replication is what a console sharing an etcd cluster with others runs
 // beside the rest: its place among the replicas, the listener the others
-// forward calls for its boxes to, and the forwarder of calls for theirs.
+// forward calls and open streams for its boxes on, the forwarder of
+// calls for theirs, and the opener of streams to any box.
 type replication struct {
 	set     *replicas.Set
 	forward *replicas.Forwarder
+	streams *replicas.Streams
 	ln      net.Listener
 	srv     *http.Server
 }
@@ -71,8 +73,14 @@ func (c *Console) replicate(ctx context.Context, es *store.Etcd, authority *pki.
 		return nil, fmt.Errorf("console: joining the replicas: %w", err)
 	}
 	c.opened(set.Close)
+	streams, err := replicas.NewStreams(replicas.StreamsConfig{Set: set, Local: srv, Cert: cert, Roots: authority.Pool(),
+		Log: c.log.With("component", "replica-streams")})
+	if err != nil {
+		return nil, err
+	}
+	c.opened(streams.Close)
 	c.log.Info("console replica", "id", self.ID, "replica_url", self.URL)
-	return &replication{set: set, ln: ln,
+	return &replication{set: set, ln: ln, streams: streams,
 		forward: replicas.NewForwarder(set, cert, authority.Pool(), c.log.With("component", "replicas")),
 		srv: &http.Server{TLSConfig: replicas.ListenerTLS(cert, authority.Pool()),
 			ReadHeaderTimeout: cfg.HandshakeTimeout, IdleTimeout: 2 * time.Minute, MaxHeaderBytes: 64 << 10}}, nil
@@ -109,12 +117,24 @@ func (r *replication) onSession(ev tunnel.SessionEvent) {
 	}
 }
 
+// opener opens streams to boxes wherever their tunnels are: through the
+// replica that holds a box when another does; local alone when the
+// console runs alone.
+func (r *replication) opener(local *tunnel.Server) replicas.Opener {
+	if r == nil {
+		return local
+	}
+	return r.streams
+}
+
 // held reports whether another replica holds box's tunnel.
 func (r *replication) held(box string) bool { return r != nil && r.forward.Held(box) }
 
-// serve serves the API to the other replicas until ctx ends.
+// serve serves the API, and streams to this replica's boxes, to the other
+// replicas until ctx ends; then it cuts the streams it carries.
 func (r *replication) serve(ctx context.Context, api http.Handler) error {
-	r.srv.Handler = replicas.ServeReplicas(api)
+	defer r.streams.Close()
+	r.srv.Handler = replicas.ServeReplicas(r.streams.Mount(api))
 	served := make(chan error, 1)
 	go func() { served <- r.srv.Serve(tls.NewListener(r.ln, r.srv.TLSConfig)) }()
 	select {

@@ -44,11 +44,7 @@ type target struct{}
 func NewForwarder(set *Set, cert *pki.ReplicaCert, roots *x509.CertPool, log *slog.Logger) *Forwarder {
 	f := &Forwarder{set: set, log: log}
 	tr := &http.Transport{
-		TLSClientConfig: &tls.Config{
-			MinVersion: tls.VersionTLS13, RootCAs: roots,
-			GetClientCertificate:  cert.ForClient,
-			VerifyPeerCertificate: pki.VerifyReplica,
-		},
+		TLSClientConfig:       clientTLS(cert, roots),
 		DialContext:           (&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
 		TLSHandshakeTimeout:   5 * time.Second,
 		ResponseHeaderTimeout: 2 * time.Minute, // a file copy's first byte may wait for the box
@@ -134,6 +130,16 @@ func ServeReplicas(h http.Handler) http.Handler {
 		}
 		h.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), fromReplica{}, true)))
 	})
+}
+
+// clientTLS is the TLS of a replica calling another: it shows cert, and
+// takes only a replica certificate of the CA roots.
+func clientTLS(cert *pki.ReplicaCert, roots *x509.CertPool) *tls.Config {
+	return &tls.Config{
+		MinVersion: tls.VersionTLS13, RootCAs: roots,
+		GetClientCertificate:  cert.ForClient,
+		VerifyPeerCertificate: pki.VerifyReplica,
+	}
 }
 
 // ListenerTLS is the replica listener's TLS: its certificate is cert, and
