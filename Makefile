@@ -98,6 +98,8 @@ fuzz: ## run each fuzz target for 30 s
 	$(GO) test -run '^$$' -fuzz FuzzParseConfig -fuzztime 30s ./usbhub/usbdev/
 	$(GO) test -run '^$$' -fuzz FuzzOpen -fuzztime 30s ./sitevote/
 	$(GO) test -run '^$$' -fuzz FuzzParseHeartbeat -fuzztime 30s ./agent/sitepeer/
+	$(GO) test -run '^$$' -fuzz FuzzParseStreamRequest -fuzztime 30s ./console/replicas/
+	$(GO) test -run '^$$' -fuzz FuzzAnswerError -fuzztime 30s ./console/replicas/
 
 soak: ## 500 randomized sync histories with faults (make test runs 50), about 10 minutes
 	$(GO) test -race -count=1 -timeout 60m -run TestSyncHistory ./internal/test/integration/ -history-runs=500
