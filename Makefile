@@ -101,8 +101,8 @@ fuzz: ## run each fuzz target for 30 s
 	$(GO) test -run '^$$' -fuzz FuzzParseStreamRequest -fuzztime 30s ./console/replicas/
 	$(GO) test -run '^$$' -fuzz FuzzAnswerError -fuzztime 30s ./console/replicas/
 
-soak: ## 500 randomized sync histories with faults (make test runs 50), about 10 minutes
-	$(GO) test -race -count=1 -timeout 60m -run TestSyncHistory ./internal/test/integration/ -history-runs=500
+soak: ## 500 randomized sync histories with faults (make test runs 50), and 20 on three replicas (make test runs 4), about 10 minutes
+	$(GO) test -race -count=1 -timeout 60m -run TestSyncHistory ./internal/test/integration/ -history-runs=500 -ha-history-runs=20
 
 clean: ## remove build output
 	rm -rf bin dist .demo
