@@ -68,7 +68,9 @@ func actor(r Rollout) audit.Actor {
 // the stored rollout says. Storing first and pinning after, from the
 // stored state alone, is what makes a console killed at any point carry
 // on with no box told twice: the next tick writes the pins still missing
-// and none that are there. It returns the rollout as the tick left it.
+// and none that are there, and a console's first tick tells the boxes
+// on their way what pins already there say, if they were not told yet
+// (ensurePins). It returns the rollout as the tick left it.
 func (s *Service) tick(ctx context.Context, tenant, id string) (Rollout, error) {
 	r, rev, err := s.get(ctx, tenant, id)
 	if err != nil {
@@ -143,8 +145,12 @@ func (s *Service) tick(ctx context.Context, tenant, id string) (Rollout, error) 
 				"group_done", step.RegionDone, "state", r.State, "reason", r.Reason)
 		}
 	}
-	if err := s.ensurePins(ctx, r); err != nil {
+	resync := !s.wasSynced(r.ID)
+	if err := s.ensurePins(ctx, r, resync); err != nil {
 		return r, err
+	}
+	if resync {
+		s.setSynced(r.ID)
 	}
 	if r.State.over() {
 		// Nothing more to do for it: off the controller's list. Nothing
@@ -226,6 +232,20 @@ func (s *Service) firstLook(id string) bool {
 	return true
 }
 
+// wasSynced reports whether this console brought the told boxes of
+// rollout id in line with their pins since it started.
+func (s *Service) wasSynced(id string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.synced[id]
+}
+
+func (s *Service) setSynced(id string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.synced[id] = true
+}
+
 // countDue says whether the pre-pull of rollout id is to be counted now:
 // every 10 s, as counting reads every box's status.
 func (s *Service) countDue(id string) bool {
@@ -291,7 +311,14 @@ func finalScope(r Rollout) string {
 // is pinned to To, a box sent back is pinned to From, and a group that
 // is through is pinned to To as a whole, its moved boxes' own pins then
 // dropped. Pins already right are not written again.
-func (s *Service) ensurePins(ctx context.Context, r Rollout) error {
+//
+// With resync (a console's first look at r), the boxes updating or sent
+// back whose pins are right already are synced with them too: a pin is
+// written before its box's desired state, and the console that wrote it
+// may have died in between (a leader killed), leaving a box that would
+// wait for the periodic app sync. A box whose desired state follows its
+// pin is not written again.
+func (s *Service) ensurePins(ctx context.Context, r Rollout, resync bool) error {
 	tg, err := s.target(r.App)
 	if err != nil {
 		return err
@@ -312,6 +339,23 @@ func (s *Service) ensurePins(ctx context.Context, r Rollout) error {
 		}
 		return true
 	}
+	// follow syncs box id with its pin to version when resync and the
+	// pin was there before this tick.
+	follow := func(id, version string) {
+		if !resync || have[apps.ScopeBox+"/"+id] != version {
+			return
+		}
+		b, err := s.boxes.Box(ctx, r.TenantID, id)
+		if errdefs.Kind(err) == errdefs.ErrNotFound {
+			return // a box gone has nothing to follow
+		}
+		if err == nil {
+			err = tg.Sync(ctx, b)
+		}
+		if err != nil {
+			errs = append(errs, fmt.Errorf("sync box %s with its pin to %s: %w", id, version, err))
+		}
+	}
 	final := finalScope(r)
 	m := r.Machine
 	var fleetBoxes []fleet.Box // read once, when a group is through
@@ -329,6 +373,7 @@ func (s *Service) ensurePins(ctx context.Context, r Rollout) error {
 		for _, b := range g.Boxes {
 			switch {
 			case b.Reverted:
+				follow(b.ID, r.From)
 				pin(apps.ScopeBox, b.ID, r.From)
 			case pinned:
 				// The group's pin holds the box now. Its own pin goes,
@@ -340,6 +385,9 @@ func (s *Service) ensurePins(ctx context.Context, r Rollout) error {
 					errs = append(errs, err)
 				}
 			case b.Phase == Updating || b.Phase == Gating || b.Phase == Done || (through && b.Phase != Waiting):
+				if b.Phase == Updating {
+					follow(b.ID, r.To)
+				}
 				pin(apps.ScopeBox, b.ID, r.To)
 			}
 		}

@@ -146,9 +146,12 @@ type Service struct {
 	every    time.Duration
 	log      *slog.Logger
 
-	mu      sync.Mutex           // guards counted, looked and progress
+	mu      sync.Mutex           // guards counted, looked, synced and progress
 	counted map[string]time.Time // rollout -> when its pre-pull was last counted
 	looked  map[string]bool      // rollouts this console ticked since it started
+	// synced are the rollouts whose told boxes this console brought in
+	// line with their pins since it started (ensurePins).
+	synced map[string]bool
 	// progress is where each active rollout stood at the controller's
 	// last look (TickAll), for the metrics.
 	progress []progress
@@ -185,7 +188,8 @@ type Config struct {
 // New returns the rollout service over cfg. It starts nothing.
 func New(cfg Config) *Service {
 	s := &Service{s: cfg.Store, apps: cfg.Apps, agent: cfg.Agent, boxes: cfg.Boxes, desired: cfg.Desired, online: cfg.Online, lineDown: cfg.LineDown,
-		now: cfg.Now, every: cfg.Every, log: cfg.Log.With("component", "rollout"), counted: map[string]time.Time{}, looked: map[string]bool{}}
+		now: cfg.Now, every: cfg.Every, log: cfg.Log.With("component", "rollout"), counted: map[string]time.Time{}, looked: map[string]bool{},
+		synced: map[string]bool{}}
 	if s.now == nil {
 		s.now = time.Now
 	}

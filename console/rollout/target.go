@@ -24,6 +24,11 @@ type Target interface {
 	Pins(ctx context.Context, tenant, app string) (map[string]string, error)
 	Pin(ctx context.Context, who audit.Actor, app, version, scope, target string) error
 	Unpin(ctx context.Context, who audit.Actor, app, scope, target string) error
+	// Sync writes box b's desired state from the pins, and writes
+	// nothing when it says what they say already. Pin writes the pin,
+	// then the boxes' desired state: a console that died between the two
+	// left a pin its box was never told of.
+	Sync(ctx context.Context, b fleet.Box) error
 	// Status names the object whose status a box reports of the app.
 	Status(app string) (kind, name string)
 	// Probes reports whether version has probes: a box runs it healthy
@@ -75,6 +80,11 @@ func (t appTarget) Unpin(ctx context.Context, who audit.Actor, app, scope, targe
 	return err
 }
 
+func (t appTarget) Sync(ctx context.Context, b fleet.Box) error {
+	_, err := t.a.SyncBox(ctx, b)
+	return err
+}
+
 func (appTarget) Status(app string) (string, string) { return edgeboxv1.KindWorkload, app }
 
 func (t appTarget) Probes(ctx context.Context, tenant, app, version string) (bool, error) {
@@ -114,6 +124,8 @@ func (t agentTarget) Pin(ctx context.Context, who audit.Actor, _, version, scope
 func (t agentTarget) Unpin(ctx context.Context, who audit.Actor, _, scope, target string) error {
 	return t.r.Unpin(ctx, who, scope, target)
 }
+
+func (t agentTarget) Sync(ctx context.Context, b fleet.Box) error { return t.r.SyncBox(ctx, b) }
 
 func (agentTarget) Status(string) (string, string) {
 	return edgeboxv1.KindAgentRelease, agentrel.ObjectName
