@@ -155,8 +155,11 @@ func (s *Service) tick(ctx context.Context, tenant, id string) (Rollout, error) 
 	if r.State.over() {
 		// Nothing more to do for it: off the controller's list. Nothing
 		// changes a rollout that is over, so no guard is needed.
-		_, err := store.Delete(ctx, s.s, activeKey(r.TenantID, r.ID))
-		return r, err
+		if _, err := store.Delete(ctx, s.s, activeKey(r.TenantID, r.ID)); err != nil {
+			return r, err
+		}
+		s.forget(r.ID)
+		return r, nil
 	}
 	return r, nil
 }
@@ -220,15 +223,23 @@ func (s *Service) prefetch(ctx context.Context, r *Rollout, last bool) error {
 // at most one write of an idle rollout per period.
 const watchedEvery = 10 * time.Second
 
+// look is what this console did of a rollout since it started.
+type look struct {
+	ticked bool // it looked at the rollout
+	synced bool // it brought the rollout's told boxes in line with their pins (ensurePins)
+}
+
 // firstLook reports whether this console looks at rollout id for the
 // first time since it started.
 func (s *Service) firstLook(id string) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.looked[id] {
+	l := s.looks[id]
+	if l.ticked {
 		return false
 	}
-	s.looked[id] = true
+	l.ticked = true
+	s.looks[id] = l
 	return true
 }
 
@@ -237,13 +248,23 @@ func (s *Service) firstLook(id string) bool {
 func (s *Service) wasSynced(id string) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.synced[id]
+	return s.looks[id].synced
 }
 
 func (s *Service) setSynced(id string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.synced[id] = true
+	l := s.looks[id]
+	l.synced = true
+	s.looks[id] = l
+}
+
+// forget drops what this console kept of rollout id, which is over.
+func (s *Service) forget(id string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.looks, id)
+	delete(s.counted, id)
 }
 
 // countDue says whether the pre-pull of rollout id is to be counted now:

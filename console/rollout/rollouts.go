@@ -146,12 +146,9 @@ type Service struct {
 	every    time.Duration
 	log      *slog.Logger
 
-	mu      sync.Mutex           // guards counted, looked, synced and progress
+	mu      sync.Mutex           // guards counted, looks and progress
 	counted map[string]time.Time // rollout -> when its pre-pull was last counted
-	looked  map[string]bool      // rollouts this console ticked since it started
-	// synced are the rollouts whose told boxes this console brought in
-	// line with their pins since it started (ensurePins).
-	synced map[string]bool
+	looks   map[string]look      // what this console did of each rollout since it started
 	// progress is where each active rollout stood at the controller's
 	// last look (TickAll), for the metrics.
 	progress []progress
@@ -188,8 +185,7 @@ type Config struct {
 // New returns the rollout service over cfg. It starts nothing.
 func New(cfg Config) *Service {
 	s := &Service{s: cfg.Store, apps: cfg.Apps, agent: cfg.Agent, boxes: cfg.Boxes, desired: cfg.Desired, online: cfg.Online, lineDown: cfg.LineDown,
-		now: cfg.Now, every: cfg.Every, log: cfg.Log.With("component", "rollout"), counted: map[string]time.Time{}, looked: map[string]bool{},
-		synced: map[string]bool{}}
+		now: cfg.Now, every: cfg.Every, log: cfg.Log.With("component", "rollout"), counted: map[string]time.Time{}, looks: map[string]look{}}
 	if s.now == nil {
 		s.now = time.Now
 	}
