@@ -139,9 +139,7 @@ func (h *haHistory) enroll(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		for dir := b.DataDir(); dir != os.TempDir() && dir != "/"; dir = filepath.Dir(dir) {
-			os.Chmod(dir, 0o711)
-		}
+		openToWorkloads(b.DataDir())
 		h.boxes = append(h.boxes, b)
 		h.args = append(h.args, []string{"--workload-uids", strconv.Itoa(haHistoryUIDs + i*10_000)})
 		testenv.StartAgentArgs(t, b, h.args[i]...)

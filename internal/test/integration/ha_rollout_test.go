@@ -5,8 +5,6 @@ package integration
 import (
 	"encoding/json"
 	"fmt"
-	"os"
-	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
@@ -322,31 +320,6 @@ func TestRolloutCarriesOnAfterItsLeaderIsKilled(t *testing.T) {
 		seen = append(seen, fmt.Sprintf("%s: desired revision %d to %d, robot replaced with 2 %d time(s)", id, before[id], st.Revision, replaced))
 	}
 	t.Logf("the boxes: %s", strings.Join(seen, "; "))
-}
-
-// enrollBoxesWithUIDs is enrollBoxes for boxes that run native
-// workloads: each agent gets 10,000 workload users of its own from
-// firstUID (an agent ends the processes of its range it does not know),
-// and its data directory lets them through.
-func (d *haDeployment) enrollBoxesWithUIDs(t *testing.T, n int, prefix string, firstUID int) []testenv.Box {
-	t.Helper()
-	tok, err := d.admin.CreateToken(ctx(t), api.TokenRequest{Region: "east", Site: "ha", Uses: n})
-	if err != nil {
-		t.Fatal(err)
-	}
-	var boxes []testenv.Box
-	for i := range n {
-		b, err := testenv.EnrollBinary(t, tok.Text, fmt.Sprintf("%s-%d", prefix, i))
-		if err != nil {
-			t.Fatal(err)
-		}
-		for dir := b.DataDir(); dir != os.TempDir() && dir != "/"; dir = filepath.Dir(dir) {
-			os.Chmod(dir, 0o711)
-		}
-		testenv.StartAgentArgs(t, b, "--workload-uids", strconv.Itoa(firstUID+i*10_000))
-		boxes = append(boxes, b)
-	}
-	return boxes
 }
 
 // logRolloutBoxes logs what the console knows of the boxes of rollout r

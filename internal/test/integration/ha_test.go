@@ -8,9 +8,11 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -210,6 +212,14 @@ func (d *haDeployment) waitRouted(t *testing.T, i int, timeout time.Duration) ti
 // enrollBoxes enrolls n boxes, agent binaries named prefix-0, prefix-1…,
 // through HAProxy, and starts them.
 func (d *haDeployment) enrollBoxes(t *testing.T, n int, prefix string) []testenv.Box {
+	return d.enrollBoxesWithUIDs(t, n, prefix, 0)
+}
+
+// enrollBoxesWithUIDs is enrollBoxes for boxes that run native workloads
+// when firstUID is not 0: each agent gets 10,000 workload users of its
+// own from firstUID (an agent ends the processes of its range it does
+// not know), and its data directory lets them through.
+func (d *haDeployment) enrollBoxesWithUIDs(t *testing.T, n int, prefix string, firstUID int) []testenv.Box {
 	t.Helper()
 	tok, err := d.admin.CreateToken(ctx(t), api.TokenRequest{Region: "east", Site: "ha", Uses: n})
 	if err != nil {
@@ -221,10 +231,24 @@ func (d *haDeployment) enrollBoxes(t *testing.T, n int, prefix string) []testenv
 		if err != nil {
 			t.Fatal(err)
 		}
-		b.Start(t)
+		if firstUID == 0 {
+			b.Start(t)
+		} else {
+			openToWorkloads(b.DataDir())
+			testenv.StartAgentArgs(t, b, "--workload-uids", strconv.Itoa(firstUID+i*10_000))
+		}
 		boxes = append(boxes, b)
 	}
 	return boxes
+}
+
+// openToWorkloads lets the users of a box's workloads through dir, a
+// box's data directory, and the directories above it up to the system's
+// temporary one.
+func openToWorkloads(dir string) {
+	for ; dir != os.TempDir() && dir != "/"; dir = filepath.Dir(dir) {
+		os.Chmod(dir, 0o711)
+	}
 }
 
 // holders is the replica holding each box, as c answers: ok when all n

@@ -48,9 +48,7 @@ func TestARemoteKeyAcrossReplicas(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for d := robot.DataDir(); d != os.TempDir() && d != "/"; d = filepath.Dir(d) {
-		os.Chmod(d, 0o711) // its program runs as a user of its own
-	}
+	openToWorkloads(robot.DataDir()) // its program runs as a user of its own
 	// Each box reaches one replica only.
 	toKeys := toxic.NewConnectProxyVia(t, "hub", "s3cret", ha.reps[1].addr)
 	toRobot := toxic.NewConnectProxyVia(t, "robot", "s3cret", ha.reps[0].addr)
