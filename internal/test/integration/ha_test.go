@@ -146,7 +146,7 @@ func startReplicas(t *testing.T, n int) *haDeployment {
 	backends := make([]string, n)
 	for i := range d.reps {
 		d.reps[i] = &replicaProc{bin: bin, data: t.TempDir(), shared: shared, store: store,
-			addr: testenv.FreeAddr(t), replicaAddr: testenv.FreeAddr(t)}
+			addr: testenv.FreeAddr(t), replicaAddr: testenv.RestartableAddr(t)}
 		backends[i] = d.reps[i].addr
 	}
 	d.lb = haproxytest.Start(t, backends)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/tls"
 	"io"
+	"math/rand/v2"
 	"net"
 	"net/http"
 	"testing"
@@ -33,6 +34,27 @@ func FreeAddr(t testing.TB) string {
 	}
 	defer l.Close()
 	return l.Addr().String()
+}
+
+// RestartableAddr is a free loopback address for a listener a test stops
+// and starts again on the same address. FreeAddr's ports come from the
+// range outgoing connections take theirs from, so one of the test's own
+// connections may hold the port by the restart ("address already in
+// use"); this address is on a loopback IP of its own (127.88.x.y), where
+// outgoing connections, which leave from 127.0.0.1, never bind.
+func RestartableAddr(t testing.TB) string {
+	t.Helper()
+	for range 16 {
+		ip := net.IPv4(127, 88, byte(1+rand.IntN(254)), byte(1+rand.IntN(254)))
+		l, err := net.Listen("tcp", net.JoinHostPort(ip.String(), "0"))
+		if err != nil {
+			continue
+		}
+		defer l.Close()
+		return l.Addr().String()
+	}
+	t.Fatal("no free address on 127.88.0.0/16")
+	return ""
 }
 
 // FetchCA reads the console CA without verifying; tests then pin it.
