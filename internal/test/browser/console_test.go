@@ -105,8 +105,11 @@ func TestWebConsole(t *testing.T) {
 		"serial": "ICBC0001", "manufacturer": "Feitian", "product": "ICBC <b>U-Key</b>", "class": "smartcard"}]}`), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	testenv.StartAgentArgs(t, first, "--usb-sim", sim)
-	waiting.Start(t)
+	// Each agent has workload users of its own: an agent stops what runs
+	// as its users when it replaces a workload, so two on one range stop
+	// each other's.
+	testenv.StartAgentArgs(t, first, "--usb-sim", sim, "--workload-uids", "2000000")
+	testenv.StartAgentArgs(t, waiting, "--workload-uids", "2010000")
 	// Workloads outlive their agent, as on a box: the clock the page
 	// deploys is undeployed before the agents stop (cleanups run last
 	// first), and the boxes remove it.

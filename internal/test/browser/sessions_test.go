@@ -51,14 +51,14 @@ func TestWebSessions(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	testenv.StartAgentArgs(t, box)
+	testenv.StartAgentArgs(t, box, "--workload-uids", "2020000") // users of its own, as in TestWebConsole
 	// A second box, where money is: the tenant keeps its sessions to
 	// four eyes.
 	money, err := h.Enroll(t, h.Token(t, api.TokenRequest{Region: "east", Site: "shop-1"}), "money-box")
 	if err != nil {
 		t.Fatal(err)
 	}
-	testenv.StartAgentArgs(t, money)
+	testenv.StartAgentArgs(t, money, "--workload-uids", "2030000")
 	if _, err := admin.Label(ctx, money.ID(), map[string]string{"money": "yes"}); err != nil {
 		t.Fatal(err)
 	}
