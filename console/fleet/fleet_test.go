@@ -556,8 +556,9 @@ func TestRunOutlastsAFailingStore(t *testing.T) {
 }
 
 // TestHelloThatChangesNothingWritesNothing: a box that reconnects and says
-// what its record already says, having been seen within the minute, costs
-// no write; new facts, or a last-seen time older than that, are written.
+// what its record already says costs no write, however long ago it was
+// seen (its last-seen time is the presence tracker's to write, in
+// batches); new facts are written.
 func TestHelloThatChangesNothingWritesNothing(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -581,8 +582,9 @@ func TestHelloThatChangesNothingWritesNothing(t *testing.T) {
 		{"first hello", facts, t0, true},
 		{"the same, 30 s later", facts, t0.Add(30 * time.Second), false},
 		{"the same, 59 s later", facts, t0.Add(59 * time.Second), false},
+		{"the same, an hour later", facts, t0.Add(time.Hour), false},
 		{"a new agent version", Facts{Hostname: "h", OS: "linux", Arch: "amd64", AgentVersion: "1.3.0", Capability: 1, CPUs: 4, MemoryBytes: 8 << 30}, t0.Add(60 * time.Second), true},
-		{"the same, 2 minutes after that", Facts{Hostname: "h", OS: "linux", Arch: "amd64", AgentVersion: "1.3.0", Capability: 1, CPUs: 4, MemoryBytes: 8 << 30}, t0.Add(3 * time.Minute), true},
+		{"the same, 2 minutes after that", Facts{Hostname: "h", OS: "linux", Arch: "amd64", AgentVersion: "1.3.0", Capability: 1, CPUs: 4, MemoryBytes: 8 << 30}, t0.Add(3 * time.Minute), false},
 	} {
 		before := rev()
 		b, err := f.ReportFacts(ctx, box.ID, c.facts, c.seen)

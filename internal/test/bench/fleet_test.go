@@ -215,6 +215,37 @@ func (c *consoleProc) waitHealthy(b *testing.B, timeout time.Duration) {
 	}
 }
 
+// debugFetch saves what the console's /debug/pprof/NAME?seconds=SECS
+// answers (?debug=1 when secs is empty) to file, from at on or as soon
+// as it listens, in a goroutine wg waits for.
+func (c *consoleProc) debugFetch(b *testing.B, wg *sync.WaitGroup, name, secs, file string, at time.Time) {
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		time.Sleep(time.Until(at))
+		q := "?seconds=" + secs
+		if secs == "" {
+			q = "?debug=1"
+		}
+		// A console just started may not listen yet.
+		var resp *http.Response
+		for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+			req, _ := http.NewRequest(http.MethodGet, c.url+"/debug/pprof/"+name+q, nil)
+			req.Header.Set("Authorization", "Bearer "+c.token)
+			var err error
+			if resp, err = (&http.Client{Timeout: 10 * time.Minute, Transport: c.hc.Transport}).Do(req); err == nil {
+				break
+			} else if time.Now().After(deadline) {
+				b.Log(err)
+				return
+			}
+		}
+		defer resp.Body.Close()
+		body, _ := io.ReadAll(resp.Body)
+		os.WriteFile(file, body, 0o644)
+	}()
+}
+
 func (c *consoleProc) kill() {
 	c.cmd.Process.Signal(syscall.SIGKILL)
 	c.cmd.Wait()
@@ -592,29 +623,7 @@ func fleet(b *testing.B, n int) {
 	c.waitHealthy(b, stormTimeout)
 	b.ReportMetric(time.Since(restart).Seconds(), "storm-s-healthz")
 	var profiled sync.WaitGroup
-	// debugFetch saves what the console's /debug/pprof/NAME?seconds=SECS
-	// answers to file, from at on.
-	debugFetch := func(name, secs, file string, at time.Time) {
-		profiled.Add(1)
-		go func() {
-			defer profiled.Done()
-			time.Sleep(time.Until(at))
-			q := "?seconds=" + secs
-			if secs == "" {
-				q = "?debug=1"
-			}
-			req, _ := http.NewRequest(http.MethodGet, c.url+"/debug/pprof/"+name+q, nil)
-			req.Header.Set("Authorization", "Bearer "+c.token)
-			resp, err := (&http.Client{Timeout: 10 * time.Minute, Transport: c.hc.Transport}).Do(req)
-			if err != nil {
-				b.Log(err)
-				return
-			}
-			defer resp.Body.Close()
-			body, _ := io.ReadAll(resp.Body)
-			os.WriteFile(file, body, 0o644)
-		}()
-	}
+	debugFetch := func(name, secs, file string, at time.Time) { c.debugFetch(b, &profiled, name, secs, file, at) }
 	if p := os.Getenv("EDGEBOX_BENCH_CPU_PROFILE"); p != "" {
 		// The console's CPU during the storm's first
 		// EDGEBOX_BENCH_CPU_PROFILE_SECONDS (8 unless set).

@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"cmp"
 	"context"
 	"crypto/tls"
 	"fmt"
@@ -13,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/edgebox/edgebox/api"
@@ -220,6 +222,18 @@ func BenchmarkReplicas(b *testing.B) {
 		go func() { defer wg.Done(); r.launch(b) }()
 	}
 	wg.Wait()
+	var profiled sync.WaitGroup
+	defer profiled.Wait()
+	if p := os.Getenv("EDGEBOX_BENCH_CPU_PROFILE"); p != "" {
+		// Each replica's CPU over the restart's first
+		// EDGEBOX_BENCH_CPU_PROFILE_SECONDS (30 unless set), in P.1, P.2
+		// and P.3; go test's -cpuprofile has etcd's, which runs here.
+		for i, r := range reps {
+			r.debugFetch(b, &profiled, "profile", cmp.Or(os.Getenv("EDGEBOX_BENCH_CPU_PROFILE_SECONDS"), "30"), fmt.Sprintf("%s.%d", p, i+1), time.Now())
+		}
+	}
+	// What the restart writes to etcd, by kind of key.
+	census := writeCensus(cli, "/bench/")
 	// An operator's calls through the load balancer from the restart on.
 	stop := make(chan struct{})
 	var apiLat []time.Duration
@@ -249,6 +263,9 @@ func BenchmarkReplicas(b *testing.B) {
 	close(stop)
 	probe.Wait()
 	logFleet(b, "restart of every replica", st)
+	writes, byKind := census()
+	b.ReportMetric(float64(writes)/float64(n), "restart-etcd-revisions/box")
+	b.Logf("restart: %d etcd revisions until every box synced; keys written by kind: %s", writes, byKind)
 	b.ReportMetric((st.AllSyncedAfter - restart.Sub(window.Since)).Seconds(), "restart-s-all-synced")
 	slices.Sort(apiLat)
 	if len(apiLat) > 0 {
@@ -271,4 +288,53 @@ func procRSS(b *testing.B, pid int) float64 {
 		}
 	}
 	return 0
+}
+
+// writeCensus follows every write under prefix from now on; census stops
+// it and returns how many revisions there were and how many keys of each
+// kind were written: the key's first segment under prefix, and its
+// second under ha/ (a replica's own keys).
+func writeCensus(cli *clientv3.Client, prefix string) (census func() (int64, string)) {
+	ctx, cancel := context.WithCancel(context.Background())
+	var mu sync.Mutex
+	var first, last int64
+	kinds := map[string]int{}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for resp := range cli.Watch(ctx, prefix, clientv3.WithPrefix()) {
+			mu.Lock()
+			for _, ev := range resp.Events {
+				if first == 0 {
+					first = ev.Kv.ModRevision
+				}
+				last = ev.Kv.ModRevision
+				parts := strings.SplitN(strings.TrimPrefix(string(ev.Kv.Key), prefix), "/", 3)
+				kind := parts[0]
+				if kind == "ha" && len(parts) > 2 {
+					kind += "/" + parts[1]
+				}
+				if ev.Type == mvccpb.DELETE {
+					kind += " (deleted)"
+				}
+				kinds[kind]++
+			}
+			mu.Unlock()
+		}
+	}()
+	return func() (int64, string) {
+		cancel()
+		<-done
+		mu.Lock()
+		defer mu.Unlock()
+		var out []string
+		for k, v := range kinds {
+			out = append(out, fmt.Sprintf("%s %d", k, v))
+		}
+		slices.Sort(out)
+		if first == 0 {
+			return 0, "none"
+		}
+		return last - first + 1, strings.Join(out, ", ")
+	}
 }
