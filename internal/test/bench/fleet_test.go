@@ -605,15 +605,7 @@ func fleet(b *testing.B, n int) {
 	// The operator's calls come from another process, as they would, so
 	// the agents do not slow the prober itself. It starts with the
 	// console, and measures from the moment the console listens.
-	probe := exec.Command(os.Args[0])
-	probe.Env = append(os.Environ(), "EDGEBOX_PROBE_URL="+c.url, "EDGEBOX_PROBE_TOKEN="+c.token,
-		"EDGEBOX_PROBE_BOX="+ids[0], "EDGEBOX_PROBE_CA="+string(caPEM))
-	var probeOut bytes.Buffer
-	probe.Stdout = &probeOut
-	stdin, _ := probe.StdinPipe()
-	if err := probe.Start(); err != nil {
-		b.Fatal(err)
-	}
+	probe := startProber(b, c.url, c.token, ids[0], caPEM)
 	stormTimeout := 10 * time.Minute
 	if v := os.Getenv("EDGEBOX_BENCH_STORM_TIMEOUT"); v != "" {
 		if stormTimeout, err = time.ParseDuration(v); err != nil {
@@ -661,8 +653,7 @@ func fleet(b *testing.B, n int) {
 		if idle != nil {
 			b.Log(idle.figures(killed, restart, time.Now()))
 		}
-		stdin.Close()
-		probe.Wait()
+		probe.stop()
 		b.Fatal(err)
 	}
 	back := time.Since(restart)
@@ -671,8 +662,7 @@ func fleet(b *testing.B, n int) {
 	if idle != nil {
 		idleFig = idle.figures(killed, restart, time.Now())
 	}
-	stdin.Close() // tells the prober to stop
-	probe.Wait()
+	calls := probe.stop()
 	if idle != nil {
 		idle.stop() // once the prober has stopped: closing them is no part of the storm
 	}
@@ -703,25 +693,14 @@ func fleet(b *testing.B, n int) {
 	// restart: where in the storm the slow ones were.
 	const span = 5 * time.Second
 	var spans [][]time.Duration
-	for _, line := range strings.Split(probeOut.String(), "\n") {
-		v, ok := strings.CutPrefix(line, "lat ")
-		if !ok {
-			continue
-		}
-		dur, at, _ := strings.Cut(v, " ")
-		d, _ := time.ParseDuration(dur)
-		lat = append(lat, d)
-		if ms, err := strconv.ParseInt(at, 10, 64); err == nil {
-			if i := int(time.UnixMilli(ms).Sub(restart) / span); i >= 0 {
-				for len(spans) <= i {
-					spans = append(spans, nil)
-				}
-				spans[i] = append(spans[i], d)
+	for _, call := range calls {
+		lat = append(lat, call.took)
+		if i := int(call.at.Sub(restart) / span); i >= 0 {
+			for len(spans) <= i {
+				spans = append(spans, nil)
 			}
+			spans[i] = append(spans[i], call.took)
 		}
-	}
-	if len(lat) == 0 {
-		b.Fatalf("the prober measured nothing: %s", probeOut.String())
 	}
 	var bySpan []string
 	for i, ds := range spans {
@@ -965,6 +944,62 @@ func TestMain(m *testing.M) {
 		os.Exit(0)
 	}
 	os.Exit(m.Run())
+}
+
+// prober is the operator's calls to the API in a storm, from a process of
+// its own (probeAPI), as they would come: the simulated boxes and the
+// benchmark's own work do not slow the caller.
+type prober struct {
+	b     *testing.B
+	cmd   *exec.Cmd
+	out   bytes.Buffer
+	stdin io.WriteCloser
+}
+
+// probeCall is one call the prober made: when it began and how long it
+// took (10 s for a call that failed).
+type probeCall struct {
+	at   time.Time
+	took time.Duration
+}
+
+// startProber starts calling url's API for box, from the moment url
+// listens, until stop.
+func startProber(b *testing.B, url, token, box string, caPEM []byte) *prober {
+	p := &prober{b: b, cmd: exec.Command(os.Args[0])}
+	p.cmd.Env = append(os.Environ(), "EDGEBOX_PROBE_URL="+url, "EDGEBOX_PROBE_TOKEN="+token,
+		"EDGEBOX_PROBE_BOX="+box, "EDGEBOX_PROBE_CA="+string(caPEM))
+	p.cmd.Stdout = &p.out
+	p.stdin, _ = p.cmd.StdinPipe()
+	if err := p.cmd.Start(); err != nil {
+		b.Fatal(err)
+	}
+	return p
+}
+
+// stop ends the prober and returns its calls; it fails the benchmark if
+// there were none.
+func (p *prober) stop() []probeCall {
+	p.stdin.Close() // tells the prober to stop
+	p.cmd.Wait()
+	var calls []probeCall
+	for _, line := range strings.Split(p.out.String(), "\n") {
+		v, ok := strings.CutPrefix(line, "lat ")
+		if !ok {
+			continue
+		}
+		dur, at, _ := strings.Cut(v, " ")
+		d, err := time.ParseDuration(dur)
+		ms, err2 := strconv.ParseInt(at, 10, 64)
+		if err != nil || err2 != nil {
+			continue
+		}
+		calls = append(calls, probeCall{at: time.UnixMilli(ms), took: d})
+	}
+	if len(calls) == 0 {
+		p.b.Fatalf("the prober measured nothing: %s", p.out.String())
+	}
+	return calls
 }
 
 // probeAPI is the operator in BenchmarkFleet's storm, in a process of its

@@ -234,44 +234,50 @@ func BenchmarkReplicas(b *testing.B) {
 	}
 	// What the restart writes to etcd, by kind of key.
 	census := writeCensus(cli, "/bench/")
-	// An operator's calls through the load balancer from the restart on.
-	stop := make(chan struct{})
-	var apiLat []time.Duration
-	var probe sync.WaitGroup
-	probe.Add(1)
-	go func() {
-		defer probe.Done()
-		hc := &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}}
-		for {
-			select {
-			case <-stop:
-				return
-			case <-time.After(50 * time.Millisecond):
-			}
-			req, _ := http.NewRequest(http.MethodGet, public+"/api/v1/boxes/"+ids[rand.N(len(ids))], nil)
-			req.Header.Set("Authorization", "Bearer "+token)
-			at := time.Now()
-			resp, err := hc.Do(req)
-			d := time.Since(at)
-			if err == nil {
-				resp.Body.Close()
-			}
-			apiLat = append(apiLat, d)
-		}
-	}()
+	// An operator's calls through the load balancer from the restart
+	// on, from a process of its own.
+	probe := startProber(b, public, token, ids[0], caPEM)
+	// Until HAProxy's checks find a replica up, calls through it fail:
+	// the figures below are also given from the moment every replica
+	// answers.
+	for _, r := range reps {
+		r.waitHealthy(b, 2*time.Minute)
+	}
+	allUp := time.Now()
 	st := waitSynced(b, f, window)
-	close(stop)
-	probe.Wait()
+	calls := probe.stop()
 	logFleet(b, "restart of every replica", st)
 	writes, byKind := census()
 	b.ReportMetric(float64(writes)/float64(n), "restart-etcd-revisions/box")
 	b.Logf("restart: %d etcd revisions until every box synced; keys written by kind: %s", writes, byKind)
 	b.ReportMetric((st.AllSyncedAfter - restart.Sub(window.Since)).Seconds(), "restart-s-all-synced")
-	slices.Sort(apiLat)
-	if len(apiLat) > 0 {
-		b.ReportMetric(float64(apiLat[len(apiLat)*99/100].Microseconds())/1000, "restart-api-p99-ms")
-		b.Logf("restart: API over %d calls p50 %v p99 %v", len(apiLat), apiLat[len(apiLat)/2], apiLat[len(apiLat)*99/100])
+	// Failed calls count as 10 s, the prober's worst case.
+	var apiLat, upLat []time.Duration
+	failedBefore, failedAfter := 0, 0
+	for _, c := range calls {
+		apiLat = append(apiLat, c.took)
+		up := !c.at.Before(allUp)
+		if up {
+			upLat = append(upLat, c.took)
+		}
+		switch {
+		case c.took < 10*time.Second:
+		case up:
+			failedAfter++
+		default:
+			failedBefore++
+		}
 	}
+	if len(upLat) == 0 {
+		b.Fatal("the prober made no call once every replica answered")
+	}
+	slices.Sort(apiLat)
+	slices.Sort(upLat)
+	b.Logf("restart: every replica answered %v after the kill; API over %d calls p50 %v p99 %v, %d failed; from then on over %d calls p50 %v p99 %v, %d failed",
+		allUp.Sub(restart).Round(time.Millisecond), len(apiLat), apiLat[len(apiLat)/2], apiLat[len(apiLat)*99/100], failedBefore+failedAfter,
+		len(upLat), upLat[len(upLat)/2], upLat[len(upLat)*99/100], failedAfter)
+	b.ReportMetric(float64(apiLat[len(apiLat)*99/100].Microseconds())/1000, "restart-api-p99-ms")
+	b.ReportMetric(float64(upLat[len(upLat)*99/100].Microseconds())/1000, "restart-api-p99-ms-replicas-up")
 }
 
 // procRSS is the resident memory of process pid, in bytes.
