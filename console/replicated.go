@@ -3,7 +3,6 @@ package console
 import (
 	"context"
 	"crypto/rand"
-	"crypto/tls"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -37,7 +36,7 @@ type replication struct {
 	set     *replicas.Set
 	forward *replicas.Forwarder
 	streams *replicas.Streams
-	ln      net.Listener
+	ln      net.Listener // the replica port, guarded (replicas.Guard)
 	srv     *http.Server
 }
 
@@ -80,9 +79,15 @@ func (c *Console) replicate(ctx context.Context, es *store.Etcd, authority *pki.
 	}
 	c.opened(streams.Close)
 	c.log.Info("console replica", "id", self.ID, "replica_url", self.URL)
-	return &replication{set: set, ln: ln, streams: streams,
+	// Strangers reaching the replica port are held to a few connections
+	// in their handshake, each closed after HandshakeTimeout (the
+	// server's ReadHeaderTimeout bounds the handshake too).
+	guard := replicas.DefaultGuardConfig()
+	guard.Metrics = reg
+	tlsCfg := replicas.ListenerTLS(cert, authority.Pool())
+	return &replication{set: set, ln: replicas.Guard(ln, tlsCfg, guard), streams: streams,
 		forward: replicas.NewForwarder(set, cert, authority.Pool(), c.log.With("component", "replicas")),
-		srv: &http.Server{TLSConfig: replicas.ListenerTLS(cert, authority.Pool()),
+		srv: &http.Server{TLSConfig: tlsCfg,
 			ReadHeaderTimeout: cfg.HandshakeTimeout, IdleTimeout: 2 * time.Minute, MaxHeaderBytes: 64 << 10}}, nil
 }
 
@@ -136,7 +141,7 @@ func (r *replication) serve(ctx context.Context, api http.Handler) error {
 	defer r.streams.Close()
 	r.srv.Handler = replicas.ServeReplicas(r.streams.Mount(api))
 	served := make(chan error, 1)
-	go func() { served <- r.srv.Serve(tls.NewListener(r.ln, r.srv.TLSConfig)) }()
+	go func() { served <- r.srv.Serve(r.ln) }()
 	select {
 	case err := <-served:
 		return err

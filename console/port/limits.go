@@ -210,10 +210,10 @@ func newAdmission(lim limits, reg prometheus.Registerer) *admission {
 	return a
 }
 
-// sourceAddr is the address a connection is counted under: its remote IP,
+// SourceAddr is the address a connection is counted under: its remote IP,
 // with an IPv6 address cut to its /64, since one host usually has a whole
 // /64 to pick from.
-func sourceAddr(c net.Conn) netip.Addr {
+func SourceAddr(c net.Conn) netip.Addr {
 	var ap netip.AddrPort
 	if ta, ok := c.RemoteAddr().(*net.TCPAddr); ok {
 		ap = ta.AddrPort()
@@ -233,7 +233,7 @@ func sourceAddr(c net.Conn) netip.Addr {
 // connection must be refused, and the idle connections that were evicted
 // to make room; the caller closes both.
 func (a *admission) admit(c net.Conn, now time.Time) (pc *portConn, evicted []*portConn) {
-	addr := sourceAddr(c)
+	addr := SourceAddr(c)
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	book := a.addrs[addr]

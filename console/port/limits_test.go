@@ -236,8 +236,8 @@ func TestSourceAddr(t *testing.T) {
 	} {
 		ap := netip.MustParseAddrPort(tc.remote)
 		c := fromConn{addr: net.TCPAddrFromAddrPort(ap)}
-		if got := sourceAddr(c).String(); got != tc.want {
-			t.Errorf("sourceAddr(%s) = %s, want %s", tc.remote, got, tc.want)
+		if got := SourceAddr(c).String(); got != tc.want {
+			t.Errorf("SourceAddr(%s) = %s, want %s", tc.remote, got, tc.want)
 		}
 	}
 }
