@@ -28,8 +28,11 @@ type GuardConfig struct {
 }
 
 // DefaultGuardConfig is the bounds the console's replica listener runs
-// with: a few replicas start a few connections each at once.
-func DefaultGuardConfig() GuardConfig { return GuardConfig{Handshakes: 256, PerAddr: 32} }
+// with. Each stream another replica opens to a box here is a connection
+// of its own, so a replica starting fifty UKEY sessions at once starts
+// fifty handshakes from one address: the bound per address leaves room
+// for that, and the bound in all for a few replicas doing it at once.
+func DefaultGuardConfig() GuardConfig { return GuardConfig{Handshakes: 512, PerAddr: 128} }
 
 // Guard wraps ln, a listener of the replica port, in TLS with cfg (see
 // ListenerTLS), and holds the connections still in their handshake to
