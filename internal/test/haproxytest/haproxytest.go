@@ -15,6 +15,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -124,7 +125,20 @@ func Start(t testing.TB, backends []string) *Proxy {
 // addresses Start was given: "UP" when HAProxy sends it connections,
 // "DOWN" when its checks failed, "UP 1/2" or "DOWN 1/2" on the way from
 // one to the other.
-func (p *Proxy) Status(backend string) (string, error) {
+func (p *Proxy) Status(backend string) (string, error) { return p.Stat(backend, "status") }
+
+// Downs is how many times HAProxy has marked the server at backend down
+// since it started (each cut the sessions it carried).
+func (p *Proxy) Downs(backend string) (int, error) {
+	v, err := p.Stat(backend, "chkdown")
+	if err != nil {
+		return 0, err
+	}
+	return strconv.Atoi(v)
+}
+
+// Stat is column of HAProxy's "show stat" for the server at backend.
+func (p *Proxy) Stat(backend, column string) (string, error) {
 	i := slices.Index(p.backends, backend)
 	if i < 0 {
 		return "", fmt.Errorf("haproxytest: %s is not a backend", backend)
@@ -148,13 +162,16 @@ func (p *Proxy) Status(backend string) (string, error) {
 	if len(rows) == 0 {
 		return "", errors.New("haproxytest: show stat answered nothing")
 	}
-	status := slices.Index(rows[0], "status")
-	if status < 0 {
-		return "", fmt.Errorf("haproxytest: show stat has no status column: %q", rows[0])
+	col := slices.Index(rows[0], column)
+	if col < 0 && column != "" {
+		col = slices.Index(rows[0], "# "+column) // the first column's name
+	}
+	if col < 0 {
+		return "", fmt.Errorf("haproxytest: show stat has no %s column: %q", column, rows[0])
 	}
 	for _, row := range rows[1:] {
-		if len(row) > status && row[0] == "replicas" && row[1] == name {
-			return row[status], nil
+		if len(row) > col && row[0] == "replicas" && row[1] == name {
+			return row[col], nil
 		}
 	}
 	return "", fmt.Errorf("haproxytest: show stat does not list %s", name)
