@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -223,9 +224,15 @@ func BenchmarkReplicas(b *testing.B) {
 		return out
 	}
 	downs0 := downs()
+	// All at once: killed one after another, a box whose session broke
+	// with the first could land on another in the moment before its own
+	// kill, and count as a session dropped after admission.
 	window := fleetsim.Window{Since: time.Now()}
 	for _, r := range reps {
-		r.kill()
+		r.cmd.Process.Signal(syscall.SIGKILL)
+	}
+	for _, r := range reps {
+		r.cmd.Wait()
 	}
 	restart := time.Now()
 	var wg sync.WaitGroup
