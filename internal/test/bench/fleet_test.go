@@ -246,9 +246,16 @@ func (c *consoleProc) debugFetch(b *testing.B, wg *sync.WaitGroup, name, secs, f
 	}()
 }
 
-func (c *consoleProc) kill() {
-	c.cmd.Process.Signal(syscall.SIGKILL)
-	c.cmd.Wait()
+func (c *consoleProc) kill() { killAll(c) }
+
+// killAll kills every console at once, then waits for each to end.
+func killAll(cs ...*consoleProc) {
+	for _, c := range cs {
+		c.cmd.Process.Signal(syscall.SIGKILL)
+	}
+	for _, c := range cs {
+		c.cmd.Wait()
+	}
 }
 
 // metric reads one unlabelled sample from the console's /metrics.
@@ -954,6 +961,7 @@ type prober struct {
 	cmd   *exec.Cmd
 	out   bytes.Buffer
 	stdin io.WriteCloser
+	ended sync.Once
 }
 
 // probeCall is one call the prober made: when it began and how long it
@@ -974,14 +982,22 @@ func startProber(b *testing.B, url, token, box string, caPEM []byte) *prober {
 	if err := p.cmd.Start(); err != nil {
 		b.Fatal(err)
 	}
+	b.Cleanup(p.end) // a benchmark that fails before stop
 	return p
+}
+
+// end tells the prober to stop, and waits for it.
+func (p *prober) end() {
+	p.ended.Do(func() {
+		p.stdin.Close()
+		p.cmd.Wait()
+	})
 }
 
 // stop ends the prober and returns its calls; it fails the benchmark if
 // there were none.
 func (p *prober) stop() []probeCall {
-	p.stdin.Close() // tells the prober to stop
-	p.cmd.Wait()
+	p.end()
 	var calls []probeCall
 	for _, line := range strings.Split(p.out.String(), "\n") {
 		v, ok := strings.CutPrefix(line, "lat ")

@@ -11,7 +11,6 @@ import (
 	"slices"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -228,12 +227,7 @@ func BenchmarkReplicas(b *testing.B) {
 	// with the first could land on another in the moment before its own
 	// kill, and count as a session dropped after admission.
 	window := fleetsim.Window{Since: time.Now()}
-	for _, r := range reps {
-		r.cmd.Process.Signal(syscall.SIGKILL)
-	}
-	for _, r := range reps {
-		r.cmd.Wait()
-	}
+	killAll(reps...)
 	restart := time.Now()
 	var wg sync.WaitGroup
 	for _, r := range reps {
@@ -279,7 +273,7 @@ func BenchmarkReplicas(b *testing.B) {
 	b.Logf("restart: %d etcd revisions until every box synced; keys written by kind: %s", writes, byKind)
 	b.ReportMetric((st.AllSyncedAfter - restart.Sub(window.Since)).Seconds(), "restart-s-all-synced")
 	// Failed calls count as 10 s, the prober's worst case.
-	var apiLat, upLat []time.Duration
+	var apiLat, upLat latencies
 	failedBefore, failedAfter := 0, 0
 	for _, c := range calls {
 		apiLat = append(apiLat, c.took)
@@ -301,10 +295,10 @@ func BenchmarkReplicas(b *testing.B) {
 	slices.Sort(apiLat)
 	slices.Sort(upLat)
 	b.Logf("restart: every replica answered %v after the kill; API over %d calls p50 %v p99 %v, %d failed; from then on over %d calls p50 %v p99 %v, %d failed",
-		allUp.Sub(restart).Round(time.Millisecond), len(apiLat), apiLat[len(apiLat)/2], apiLat[len(apiLat)*99/100], failedBefore+failedAfter,
-		len(upLat), upLat[len(upLat)/2], upLat[len(upLat)*99/100], failedAfter)
-	b.ReportMetric(float64(apiLat[len(apiLat)*99/100].Microseconds())/1000, "restart-api-p99-ms")
-	b.ReportMetric(float64(upLat[len(upLat)*99/100].Microseconds())/1000, "restart-api-p99-ms-replicas-up")
+		allUp.Sub(restart).Round(time.Millisecond), len(apiLat), apiLat.p(0.5), apiLat.p(0.99), failedBefore+failedAfter,
+		len(upLat), upLat.p(0.5), upLat.p(0.99), failedAfter)
+	b.ReportMetric(ms(apiLat.p(0.99)), "restart-api-p99-ms")
+	b.ReportMetric(ms(upLat.p(0.99)), "restart-api-p99-ms-replicas-up")
 }
 
 // procRSS is the resident memory of process pid, in bytes.
@@ -329,14 +323,13 @@ func procRSS(b *testing.B, pid int) float64 {
 // second under ha/ (a replica's own keys).
 func writeCensus(cli *clientv3.Client, prefix string) (census func() (int64, string)) {
 	ctx, cancel := context.WithCancel(context.Background())
-	var mu sync.Mutex
+	// The watch's goroutine alone writes these until done closes.
 	var first, last int64
 	kinds := map[string]int{}
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
 		for resp := range cli.Watch(ctx, prefix, clientv3.WithPrefix()) {
-			mu.Lock()
 			for _, ev := range resp.Events {
 				if first == 0 {
 					first = ev.Kv.ModRevision
@@ -352,14 +345,11 @@ func writeCensus(cli *clientv3.Client, prefix string) (census func() (int64, str
 				}
 				kinds[kind]++
 			}
-			mu.Unlock()
 		}
 	}()
 	return func() (int64, string) {
 		cancel()
 		<-done
-		mu.Lock()
-		defer mu.Unlock()
 		var out []string
 		for k, v := range kinds {
 			out = append(out, fmt.Sprintf("%s %d", k, v))

@@ -125,20 +125,20 @@ func Start(t testing.TB, backends []string) *Proxy {
 // addresses Start was given: "UP" when HAProxy sends it connections,
 // "DOWN" when its checks failed, "UP 1/2" or "DOWN 1/2" on the way from
 // one to the other.
-func (p *Proxy) Status(backend string) (string, error) { return p.Stat(backend, "status") }
+func (p *Proxy) Status(backend string) (string, error) { return p.stat(backend, "status") }
 
 // Downs is how many times HAProxy has marked the server at backend down
 // since it started (each cut the sessions it carried).
 func (p *Proxy) Downs(backend string) (int, error) {
-	v, err := p.Stat(backend, "chkdown")
+	v, err := p.stat(backend, "chkdown")
 	if err != nil {
 		return 0, err
 	}
 	return strconv.Atoi(v)
 }
 
-// Stat is column of HAProxy's "show stat" for the server at backend.
-func (p *Proxy) Stat(backend, column string) (string, error) {
+// stat is column of HAProxy's "show stat" for the server at backend.
+func (p *Proxy) stat(backend, column string) (string, error) {
 	i := slices.Index(p.backends, backend)
 	if i < 0 {
 		return "", fmt.Errorf("haproxytest: %s is not a backend", backend)
@@ -163,9 +163,6 @@ func (p *Proxy) Stat(backend, column string) (string, error) {
 		return "", errors.New("haproxytest: show stat answered nothing")
 	}
 	col := slices.Index(rows[0], column)
-	if col < 0 && column != "" {
-		col = slices.Index(rows[0], "# "+column) // the first column's name
-	}
 	if col < 0 {
 		return "", fmt.Errorf("haproxytest: show stat has no %s column: %q", column, rows[0])
 	}
