@@ -237,7 +237,7 @@ func New(cfg Config, log *slog.Logger) (_ *Console, err error) {
 	var syncs *boxsync.Server
 	var repl *replication // set below, for a console among replicas
 	// A box is online when its tunnel is up here or on another replica.
-	online := func(id string) bool { return pres.Presence(id).Online || repl.held(id) }
+	online := func(id string) bool { return pres.Online(id) || repl.held(id) }
 	// Box sessions start at the pace the console completes them.
 	admCfg := cfg.Admission
 	if admCfg.RateFile == "" {

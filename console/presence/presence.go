@@ -106,6 +106,13 @@ func (p *Tracker) Presence(id string) Status {
 	}
 }
 
+// Online reports Presence(id).Online without building the rest: a look
+// at every box, as a metrics scrape makes, needs no more.
+func (p *Tracker) Online(id string) bool {
+	s, ok := p.srv.Session(id)
+	return ok && time.Since(s.LastHeard()) < p.cfg.DeadAfter
+}
+
 // Drop closes a box's session and all its streams at once, reporting
 // whether there was one.
 func (p *Tracker) Drop(id string) bool { return p.srv.Drop(id) }

@@ -96,6 +96,9 @@ func TestPresenceOfABoxWithoutSession(t *testing.T) {
 	if got.Online || got.LastSeen.Before(before) {
 		t.Fatalf("a box whose session just ended: %+v, want offline and seen since %v", got, before)
 	}
+	if p.Online("b-1") {
+		t.Error("Online of a box without a session = true")
+	}
 	if p.Drop("b-1") {
 		t.Error("Drop of a box without a session reported one")
 	}

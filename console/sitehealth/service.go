@@ -284,11 +284,6 @@ func (s *Service) patchSite(ctx context.Context, b fleet.Box) ([]fleet.Box, erro
 	return site, nil
 }
 
-// tooLargeDetail is what the API says of a box whose site is not watched.
-func tooLargeDetail(site []fleet.Box) string {
-	return fmt.Sprintf("its site of %d boxes is larger than the %d site health watches: judged by its tunnel alone", len(site), MaxSiteBoxes)
-}
-
 func ids(boxes []fleet.Box) []string {
 	out := make([]string, len(boxes))
 	for i, b := range boxes {
@@ -399,26 +394,38 @@ func (s *Service) Verdict(ctx context.Context, b fleet.Box) (Verdict, error) {
 // a tunnel, the grounds ("2 of its site of 3 hear it", "its whole site is
 // out of sight").
 func (s *Service) Health(ctx context.Context, b fleet.Box) (State, string) {
+	return s.judge(ctx, b, true)
+}
+
+// judge is Health; without detail it leaves the grounds empty, for a look
+// at every box that counts states alone.
+func (s *Service) judge(ctx context.Context, b fleet.Box, detail bool) (State, string) {
+	why := func(format string, args ...any) string {
+		if !detail {
+			return ""
+		}
+		return fmt.Sprintf(format, args...)
+	}
 	online := s.cfg.Online(b.ID)
 	site, err := s.siteOf(ctx, b)
 	switch {
 	case online && (err != nil || len(site) < 2 || len(site) > MaxSiteBoxes):
 		return Online, ""
 	case err != nil:
-		return Unknown, "the console cannot read the box's site: " + err.Error()
+		return Unknown, why("the console cannot read the box's site: %v", err)
 	case len(site) > MaxSiteBoxes:
-		return Unknown, tooLargeDetail(site)
+		return Unknown, why("its site of %d boxes is larger than the %d site health watches: judged by its tunnel alone", len(site), MaxSiteBoxes)
 	case online:
 		// What its site says of it now, should its line go.
 		v := s.tally.Decide(b.ID, false, ids(site), s.cfg.Now())
-		return Online, fmt.Sprintf("%d of the %d boxes of its site hear it, %d do not", v.Alive, len(site), v.Dead)
+		return Online, why("%d of the %d boxes of its site hear it, %d do not", v.Alive, len(site), v.Dead)
 	}
 	now := s.cfg.Now()
 	if len(site) > 1 && s.tally.SiteUnreachable(ids(site), s.cfg.Online, now) {
-		return Unknown, fmt.Sprintf("site unreachable: none of the %d boxes of site %s has a tunnel or voted lately", len(site), b.Site)
+		return Unknown, why("site unreachable: none of the %d boxes of site %s has a tunnel or voted lately", len(site), b.Site)
 	}
 	v := s.tally.Decide(b.ID, false, ids(site), now)
-	return v.State, fmt.Sprintf("%d of the %d boxes of its site hear it, %d do not; %d decide", v.Alive, len(site), v.Dead, v.Need)
+	return v.State, why("%d of the %d boxes of its site hear it, %d do not; %d decide", v.Alive, len(site), v.Dead, v.Need)
 }
 
 // RanUntil is the latest time the votes of b's site show it running
@@ -672,7 +679,7 @@ func (b boxStates) Collect(ch chan<- prometheus.Metric) {
 		}
 		for _, site := range approved {
 			for _, box := range site {
-				st, _ := b.s.Health(ctx, box)
+				st, _ := b.s.judge(ctx, box, false)
 				counts[key{box.Region, string(st)}]++
 			}
 		}

@@ -475,7 +475,8 @@ func holdIdle(addr string, n int) {
 // EDGEBOX_BENCH_CONSOLE_ENV and EDGEBOX_BENCH_CONSOLE_LOG_LEVEL reach the
 // console (GOMAXPROCS=1 limits it to one core); EDGEBOX_BENCH_SIM_LOGS
 // names a directory for the simulated agents' logs at info, and
-// EDGEBOX_BENCH_SIM_PROFILES one for each child's CPU profile;
+// EDGEBOX_BENCH_SIM_PROFILES one for each child's CPU profile (.2 the
+// storm's, from the kill until all are synced);
 // EDGEBOX_BENCH_SIM_DIR is where the simulated boxes keep their data
 // (/dev/shm unless set, see simDir);
 // EDGEBOX_BENCH_IDLE_CPU (a duration) measures the console's CPU with the
@@ -596,6 +597,9 @@ func fleet(b *testing.B, n int) {
 	// The storm: kill the console, start it again, watch the fleet return
 	// while an operator keeps calling the API.
 	cpu0, cpuErr := f.CPUTime() // the simulator's, through the storm
+	if err := f.SplitProfiles(); err != nil { // .2: the storm alone
+		b.Fatal(err)
+	}
 	killed := time.Now()
 	c.kill()
 	var targets []uint64
@@ -665,6 +669,9 @@ func fleet(b *testing.B, n int) {
 	}
 	back := time.Since(restart)
 	storm := waitSynced(b, f, window)
+	if err := f.SplitProfiles(); err != nil {
+		b.Fatal(err)
+	}
 	var idleFig idleFigures
 	if idle != nil {
 		idleFig = idle.figures(killed, restart, time.Now())

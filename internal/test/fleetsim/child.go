@@ -213,17 +213,11 @@ func runChild(in io.Reader, out io.Writer) error {
 		logTo, level = f, slog.LevelInfo
 	}
 	log := slog.New(slog.NewTextHandler(logTo, &slog.HandlerOptions{Level: level}))
-	if s.CPUProfile != "" {
-		f, err := os.Create(s.CPUProfile)
-		if err != nil {
-			return err
-		}
-		defer f.Close()
-		if err := pprof.StartCPUProfile(f); err != nil {
-			return err
-		}
-		defer pprof.StopCPUProfile()
+	prof := &profiler{path: s.CPUProfile}
+	if err := prof.next(); err != nil {
+		return err
 	}
+	defer prof.stop()
 
 	dirs := make([]string, s.Boxes)
 	dialers := make([]*net.Dialer, s.Boxes)
@@ -299,8 +293,19 @@ func runChild(in io.Reader, out io.Writer) error {
 	wg.Add(1)
 	go func() { defer wg.Done(); watchHellos(ctx, s.First, agents, em) }()
 
-	// Until the parent closes our input.
-	io.Copy(io.Discard, rd)
+	// Until the parent closes our input; "profile" ends the CPU profile
+	// and begins the next.
+	for {
+		cmd, err := rd.ReadString('\n')
+		if err != nil {
+			break
+		}
+		if cmd == "profile\n" {
+			if err := prof.next(); err != nil {
+				log.Error("profile", "err", err)
+			}
+		}
+	}
 	em.line("stopping")
 	cancel()
 	wg.Wait()
@@ -380,4 +385,43 @@ func enrollAll(s spec, dirs []string, dialers []*net.Dialer, em *emitter) error 
 		em.line("id " + strconv.Itoa(s.First+j) + " " + id.BoxID)
 	}
 	return nil
+}
+
+// profiler writes the child's CPU profile to path until told to split
+// it, then to path.2, path.3 and so on; an empty path profiles nothing.
+type profiler struct {
+	path string
+	n    int
+	f    *os.File
+}
+
+// next ends the profile being taken, if any, and begins the next.
+func (p *profiler) next() error {
+	if p.path == "" {
+		return nil
+	}
+	p.stop()
+	p.n++
+	name := p.path
+	if p.n > 1 {
+		name += "." + strconv.Itoa(p.n)
+	}
+	f, err := os.Create(name)
+	if err != nil {
+		return err
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		return err
+	}
+	p.f = f
+	return nil
+}
+
+func (p *profiler) stop() {
+	if p.f != nil {
+		pprof.StopCPUProfile()
+		p.f.Close()
+		p.f = nil
+	}
 }

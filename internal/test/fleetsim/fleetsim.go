@@ -67,7 +67,7 @@ type Config struct {
 	// (child-<k>.log); otherwise only their errors go to standard error.
 	LogDir string
 	// ProfileDir, when set, takes each child's CPU profile over its life
-	// (child-<k>.cpu.pprof).
+	// (child-<k>.cpu.pprof), split into phases by SplitProfiles.
 	ProfileDir string
 	// Log is the parent's logger; nil discards.
 	Log *slog.Logger
@@ -330,6 +330,22 @@ func (f *Fleet) StartAgents() (time.Time, error) {
 		}
 	}
 	return at, errors.Join(errs...)
+}
+
+// SplitProfiles ends each child's CPU profile and begins the next
+// (child-<k>.cpu.pprof.2, .3, ...), so a phase can be profiled alone. It
+// does nothing without a ProfileDir.
+func (f *Fleet) SplitProfiles() error {
+	if f.cfg.ProfileDir == "" {
+		return nil
+	}
+	var errs []error
+	for _, c := range f.children {
+		if _, err := io.WriteString(c.stdin, "profile\n"); err != nil {
+			errs = append(errs, fmt.Errorf("fleetsim: splitting child %d's profile: %w", c.n, err))
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // Processes is the number of child processes.
