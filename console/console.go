@@ -88,6 +88,8 @@ type Console struct {
 	presence  *presence.Tracker
 	compactor *store.Compactor
 	appsync   *appsync.Loop
+	apps      *apps.Apps
+	releases  *agentrel.Service
 	admission *admission.Controller
 	remote    *sessions.Broker
 	users     *auth.Users
@@ -228,6 +230,7 @@ func New(cfg Config, log *slog.Logger) (_ *Console, err error) {
 	c.desired = desired.New(st)
 	keyRegistry := keys.New(st, c.desired)
 	catalogue := apps.New(st, c.desired, fl, reg, registryHosts, keyRegistry, c.log)
+	c.apps = catalogue
 
 	// The tunnel server tells presence and the sync server of sessions.
 	// Both are set below, and sessions come only once Run serves.
@@ -306,6 +309,7 @@ func New(cfg Config, log *slog.Logger) (_ *Console, err error) {
 	if err != nil {
 		return nil, fmt.Errorf("console: agent releases: %w", err)
 	}
+	c.releases = agents
 	c.sites = sites
 	vitals := boxvitals.New()
 	c.rpc = agentrpc.NewServer(agentrpc.Config{Fleet: fl, PKI: authority, Apps: catalogue, Agents: agents, Sites: sites, Vitals: vitals, BoxCertTTL: cfg.BoxCertTTL,
@@ -445,7 +449,8 @@ func (c *Console) Run(ctx context.Context) error {
 	//  3. the tunnel server says goodbye to every box and drops its
 	//     session;
 	//  4. the fleet's revocation watch, presence, compaction, app sync,
-	//     rollouts and alerts end; presence writes the last-seen times of
+	//     the watches of app catalogues and agent pins, rollouts and
+	//     alerts end; presence writes the last-seen times of
 	//     the sessions that ended;
 	//  5. on return, what New opened closes: the tunnel server's
 	//     listeners, the registry, the store, the database, the listener.
@@ -491,6 +496,8 @@ func (c *Console) Run(ctx context.Context) error {
 	}
 	start(loops, "compaction", once("compaction", c.compactor.Run))
 	start(loops, "app sync", once("app-sync", c.appsync.Run))
+	start(loops, "app catalogues", c.apps.Run)
+	start(loops, "agent pins", c.releases.Run)
 	start(loops, "site peers", c.sites.Run)
 	start(loops, "rollouts", once("rollouts", c.rollouts.Run))
 	start(loops, "alerts", once("alerts", c.alerts.Run))

@@ -75,7 +75,10 @@ type Boxes interface {
 
 // Service keeps agent releases and pins.
 type Service struct {
-	s       store.Store
+	s store.Store
+	// pins keeps each tenant's agent pins for the boxes' hellos, until
+	// something under agent-pins/ changes.
+	pins    *store.Memo[[]Pin]
 	dir     string
 	sign    func([]byte) ([]byte, error)
 	desired *desired.State
@@ -104,8 +107,15 @@ func New(s store.Store, dir string, sign func([]byte) ([]byte, error), d *desire
 	if removed > 0 {
 		log.Info("removed unfinished agent uploads", "files", removed)
 	}
-	return &Service{s: s, dir: dir, sign: sign, desired: d, boxes: boxes, log: log, now: time.Now}, nil
+	return &Service{s: s, pins: store.NewMemo[[]Pin](s, "agent-pins/", maxPinned, log), dir: dir, sign: sign,
+		desired: d, boxes: boxes, log: log, now: time.Now}, nil
 }
+
+// maxPinned bounds the tenants whose agent pins are kept.
+const maxPinned = 1000
+
+// Run keeps the tenants' agent pins fresh for SyncBox until ctx ends.
+func (s *Service) Run(ctx context.Context) error { return s.pins.Run(ctx) }
 
 var platformRE = regexp.MustCompile(`^(linux|windows)/(amd64|arm64|386|arm)$`)
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"fmt"
 	"io"
 	"log/slog"
 	"strings"
@@ -13,6 +14,7 @@ import (
 	"github.com/edgebox/edgebox/console/audit"
 	"github.com/edgebox/edgebox/console/desired"
 	"github.com/edgebox/edgebox/console/fleet"
+	"github.com/edgebox/edgebox/console/store"
 	"github.com/edgebox/edgebox/console/store/storetest"
 	"github.com/edgebox/edgebox/errdefs"
 )
@@ -105,5 +107,88 @@ func TestReleasesArePinnedAndServedOnlyToTheirBoxes(t *testing.T) {
 	}
 	if live, _, _ := d.Live(ctx, "b1"); len(live) != 1 || live[0].GetAgentRelease().GetVersion() != "2.0.0" {
 		t.Errorf("after the box's unpin, b1 follows the region's pin: %v", live)
+	}
+}
+
+// TestHellosReadThePinsOnceUntilTheyChange: the boxes' syncs at their
+// hellos read a tenant's agent pins once, not once a box; this console's
+// own pin is seen by the next one at once, another replica's as soon as
+// the watch brings it.
+func TestHellosReadThePinsOnceUntilTheyChange(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	st := &storetest.Observed{Store: storetest.Bolt(t), Prefix: "agent-pins/", Lag: 500 * time.Millisecond}
+	d := desired.New(st)
+	newService := func(s store.Store) *Service {
+		t.Helper()
+		svc, err := New(s, t.TempDir(), func([]byte) ([]byte, error) { return []byte("sig"), nil }, d, boxes{}, slog.New(slog.DiscardHandler))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return svc
+	}
+	s, other := newService(st), newService(st.Store) // other: another replica
+	rctx, stop := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- s.Run(rctx) }()
+	defer func() { stop(); <-done }()
+
+	who := audit.Actor{TenantID: "bank", Name: "alice"}
+	if err := s.Pin(ctx, who, "1.0.0", ScopeRegion, "north"); err != nil {
+		t.Fatal(err)
+	}
+	box := func(id, region string) fleet.Box {
+		return fleet.Box{ID: id, TenantID: "bank", Region: region, State: fleet.StateApproved, OS: "linux", Arch: "amd64"}
+	}
+	version := func(b fleet.Box) string {
+		t.Helper()
+		if err := s.SyncBox(ctx, b); err != nil {
+			t.Fatal(err)
+		}
+		live, _, err := d.Live(ctx, b.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, o := range live {
+			if r := o.GetAgentRelease(); r != nil {
+				return r.GetVersion()
+			}
+		}
+		return "-"
+	}
+	// Once the watch runs, a hundred hellos read the pins once.
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		st.Ranges()
+		for i := range 100 {
+			if got := version(box(fmt.Sprintf("b%d", i), "north")); got != "1.0.0" {
+				t.Fatalf("box %d is to run %s, want 1.0.0", i, got)
+			}
+		}
+		n := st.Ranges()
+		if n <= 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("100 hellos read the pins %d times, want once", n)
+		}
+	}
+
+	// This console's own pin: the very next hello has it.
+	if err := s.Pin(ctx, who, "1.0.0", ScopeRegion, "west"); err != nil {
+		t.Fatal(err)
+	}
+	if got := version(box("bw", "west")); got != "1.0.0" {
+		t.Fatalf("after this console's pin: the box is to run %s, want 1.0.0", got)
+	}
+	// Another replica's: as soon as the watch brings it.
+	if err := other.Pin(ctx, who, "1.0.0", ScopeRegion, "south"); err != nil {
+		t.Fatal(err)
+	}
+	for got := ""; got != "1.0.0"; {
+		if got = version(box("bs", "south")); got != "1.0.0" && time.Now().After(deadline.Add(10*time.Second)) {
+			t.Fatalf("after another replica's pin: the box is to run %s, want 1.0.0", got)
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }

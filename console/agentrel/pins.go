@@ -39,6 +39,13 @@ func (s *Service) Pins(ctx context.Context, tenant string) ([]Pin, error) {
 	return out, nil
 }
 
+// pinTxn applies t, a change of pins; whatever came of it, the kept pins
+// are dropped, so this console reads its own writes at once.
+func (s *Service) pinTxn(ctx context.Context, t store.Txn) (store.TxnResult, error) {
+	defer s.pins.Forget()
+	return s.s.Txn(ctx, t)
+}
+
 func validScope(scope, target string) error {
 	switch scope {
 	case ScopeRegion, ScopeSite:
@@ -76,7 +83,7 @@ func (s *Service) Pin(ctx context.Context, who audit.Actor, version, scope, targ
 		}
 	}
 	raw, _ := json.Marshal(Pin{TenantID: who.TenantID, Scope: scope, Target: target, Version: version, At: s.now().UTC(), By: who.Name})
-	if _, err := s.s.Txn(ctx, store.Txn{Then: []store.Op{{Key: pinKey(who.TenantID, scope, target), Value: raw},
+	if _, err := s.pinTxn(ctx, store.Txn{Then: []store.Op{{Key: pinKey(who.TenantID, scope, target), Value: raw},
 		audit.Op(s.now(), who.Did("agent.pin", version, scope+" "+target))}}); err != nil {
 		return err
 	}
@@ -96,7 +103,7 @@ func (s *Service) Unpin(ctx context.Context, who audit.Actor, scope, target stri
 	} else if err != nil {
 		return err
 	}
-	res, err := s.s.Txn(ctx, store.Txn{If: []store.Cmp{{Key: key, ModRevision: kv.ModRevision}},
+	res, err := s.pinTxn(ctx, store.Txn{If: []store.Cmp{{Key: key, ModRevision: kv.ModRevision}},
 		Then: []store.Op{{Key: key, Delete: true}, audit.Op(s.now(), who.Did("agent.unpin", scope+" "+target, ""))}})
 	if err != nil {
 		return err
@@ -222,7 +229,9 @@ func (s *Service) SyncAll(ctx context.Context, tenants []string) error {
 // version with its platform's binary; no pin removes the object (the
 // box keeps what it runs).
 func (s *Service) SyncBox(ctx context.Context, b fleet.Box) error {
-	pins, err := s.Pins(ctx, b.TenantID)
+	// Every box's hello comes here: the tenant's pins are read once and
+	// kept until they change.
+	pins, err := s.pins.Get(ctx, b.TenantID, func(ctx context.Context) ([]Pin, error) { return s.Pins(ctx, b.TenantID) })
 	if err != nil {
 		return err
 	}

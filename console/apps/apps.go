@@ -97,10 +97,13 @@ type Images interface {
 
 // Apps is the console's app catalogue and deployer.
 type Apps struct {
-	s       store.Store
-	desired *desired.State
-	boxes   Boxes
-	images  Images
+	s store.Store
+	// catalogues keeps each tenant's catalogue for the boxes' hellos,
+	// until something under apps/ changes.
+	catalogues *store.Memo[catalogue]
+	desired    *desired.State
+	boxes      Boxes
+	images     Images
 	// hosts are the names images give the console's registry; the first
 	// is the one releases are written with.
 	hosts []string
@@ -120,7 +123,21 @@ type Leaser interface {
 // New returns the catalogue kept in s. Deploys lease the keys releases
 // need with keys; with keys nil, releases' key needs are not leased.
 func New(s store.Store, d *desired.State, boxes Boxes, images Images, registryHosts []string, keys Leaser, log *slog.Logger) *Apps {
-	return &Apps{s: s, desired: d, boxes: boxes, images: images, hosts: registryHosts, keys: keys, log: log, now: time.Now}
+	return &Apps{s: s, catalogues: store.NewMemo[catalogue](s, "apps/", maxCatalogues, log), desired: d, boxes: boxes,
+		images: images, hosts: registryHosts, keys: keys, log: log, now: time.Now}
+}
+
+// maxCatalogues bounds the tenants whose catalogue is kept.
+const maxCatalogues = 1000
+
+// Run keeps the tenants' catalogues fresh for SyncBox until ctx ends.
+func (a *Apps) Run(ctx context.Context) error { return a.catalogues.Run(ctx) }
+
+// txn applies t; whatever came of it, the kept catalogues are dropped,
+// so this console reads its own writes at once.
+func (a *Apps) txn(ctx context.Context, t store.Txn) (store.TxnResult, error) {
+	defer a.catalogues.Forget()
+	return a.s.Txn(ctx, t)
 }
 
 var (
@@ -169,7 +186,7 @@ func (a *Apps) create(ctx context.Context, key string, v any, what string, e aud
 	if err != nil {
 		return err
 	}
-	res, err := a.s.Txn(ctx, store.Txn{If: []store.Cmp{{Key: key, ModRevision: 0}},
+	res, err := a.txn(ctx, store.Txn{If: []store.Cmp{{Key: key, ModRevision: 0}},
 		Then: []store.Op{{Key: key, Value: raw}, audit.Op(a.now(), e)}})
 	if err != nil {
 		return err
@@ -238,7 +255,7 @@ func (a *Apps) DeleteApp(ctx context.Context, who audit.Actor, name string) erro
 		t.Then = append(t.Then, store.Op{Key: kv.Key, Delete: true})
 	}
 	t.Then = append(t.Then, audit.Op(a.now(), who.Did("app.delete", name, "")))
-	res, err := a.s.Txn(ctx, t)
+	res, err := a.txn(ctx, t)
 	if err != nil {
 		return err
 	}
@@ -391,7 +408,7 @@ func (a *Apps) Deploy(ctx context.Context, who audit.Actor, app, version, scope,
 		return Pin{}, Outcome{}, err
 	}
 	raw, _ := json.Marshal(pin)
-	if _, err := a.s.Txn(ctx, store.Txn{Then: []store.Op{{Key: pinKey(who.TenantID, app, scope, target), Value: raw},
+	if _, err := a.txn(ctx, store.Txn{Then: []store.Op{{Key: pinKey(who.TenantID, app, scope, target), Value: raw},
 		audit.Op(a.now(), who.Did("app.deploy", app+"@"+version, scope+" "+target))}}); err != nil {
 		return Pin{}, Outcome{}, err
 	}
@@ -495,7 +512,7 @@ func (a *Apps) Undeploy(ctx context.Context, who audit.Actor, app, scope, target
 	}
 	// Guarded, so that of two undeploys only the one that removed the pin
 	// is recorded.
-	res, err := a.s.Txn(ctx, store.Txn{If: []store.Cmp{{Key: key, ModRevision: kv.ModRevision}},
+	res, err := a.txn(ctx, store.Txn{If: []store.Cmp{{Key: key, ModRevision: kv.ModRevision}},
 		Then: []store.Op{{Key: key, Delete: true}, audit.Op(a.now(), who.Did("app.undeploy", app, scope+" "+target))}})
 	if err != nil {
 		return Outcome{}, err
@@ -558,7 +575,8 @@ func (a *Apps) SyncScope(ctx context.Context, tenant, scope, target string) ([]s
 }
 
 // catalogue is one read of a tenant's apps, releases and pins: a sync of
-// many boxes reads the store once, not once a box.
+// many boxes reads the store once, not once a box. One from the memo is
+// shared by every hello: read it, never change it.
 type catalogue struct {
 	apps     map[string]bool
 	releases map[string]Release // "app@version"
@@ -651,7 +669,9 @@ func (a *Apps) Effective(ctx context.Context, b fleet.Box) (map[string]Release, 
 // right are left alone, so a sync changes revisions only when something
 // changed. It returns the number of objects written or removed.
 func (a *Apps) SyncBox(ctx context.Context, b fleet.Box) (int, error) {
-	c, err := a.catalogue(ctx, b.TenantID)
+	// Every box's hello comes here: the tenant's catalogue is read once
+	// and kept until it changes, not read whole at each hello.
+	c, err := a.catalogues.Get(ctx, b.TenantID, func(ctx context.Context) (catalogue, error) { return a.catalogue(ctx, b.TenantID) })
 	if err != nil {
 		return 0, err
 	}

@@ -3,10 +3,12 @@ package apps
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/opencontainers/go-digest"
 
@@ -250,5 +252,75 @@ func TestNewBoxGetsPinnedApps(t *testing.T) {
 	}
 	if _, _, err := a.Deploy(ctx, admin, "clock", "9", ScopeRegion, "east"); !errors.Is(err, errdefs.ErrNotFound) {
 		t.Errorf("deploy of a missing release: %v", err)
+	}
+}
+
+// TestHellosReadTheCatalogueOnceUntilItChanges: the boxes' syncs at
+// their hellos read a tenant's catalogue once, not once a box; this
+// console's own deploy is seen by the next one at once, another
+// replica's as soon as the watch brings it.
+func TestHellosReadTheCatalogueOnceUntilItChanges(t *testing.T) {
+	t.Parallel()
+	s := &storetest.Observed{Store: storetest.Bolt(t), Prefix: "apps/", Lag: 500 * time.Millisecond}
+	a, d := newAppsOn(t, s, boxes{})
+	other, _ := newAppsOn(t, s.Store, boxes{}) // another replica, on the same store
+	rctx, stop := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- a.Run(rctx) }()
+	defer func() { stop(); <-done }()
+
+	a.CreateApp(ctx, admin, "clock", "")
+	for _, v := range []string{"1", "2"} {
+		if _, err := a.CreateRelease(ctx, admin, "clock", Spec{Version: v, Runtime: "containerd", Image: "robots/clock:" + v}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, _, err := a.Deploy(ctx, admin, "clock", "1", ScopeRegion, "east"); err != nil {
+		t.Fatal(err)
+	}
+	release := func(b fleet.Box) string {
+		t.Helper()
+		if _, err := a.SyncBox(ctx, b); err != nil {
+			t.Fatal(err)
+		}
+		if w := workloads(t, d, b.ID)["clock"]; w != nil {
+			return w.GetRelease()
+		}
+		return "-"
+	}
+	// Once the watch runs, a hundred hellos read it once.
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		s.Ranges()
+		for i := range 100 {
+			if got := release(box(fmt.Sprintf("bx-%d", i), "east", "s1")); got != "1" {
+				t.Fatalf("box %d runs %s, want 1", i, got)
+			}
+		}
+		n := s.Ranges()
+		if n <= 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("100 hellos read the catalogue %d times, want once", n)
+		}
+	}
+
+	// This console's own deploy: the very next hello has it.
+	if _, _, err := a.Deploy(ctx, admin, "clock", "2", ScopeRegion, "west"); err != nil {
+		t.Fatal(err)
+	}
+	if got := release(box("bx-w", "west", "s2")); got != "2" {
+		t.Fatalf("after this console's deploy: the box runs %s, want 2", got)
+	}
+	// Another replica's: as soon as the watch brings it.
+	if _, _, err := other.Deploy(ctx, admin, "clock", "2", ScopeRegion, "north"); err != nil {
+		t.Fatal(err)
+	}
+	for got := ""; got != "2"; {
+		if got = release(box("bx-n", "north", "s3")); got != "2" && time.Now().After(deadline.Add(10*time.Second)) {
+			t.Fatalf("after another replica's deploy: the box runs %s, want 2", got)
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }

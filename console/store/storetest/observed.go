@@ -1,0 +1,51 @@
+package storetest
+
+import (
+	"context"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/edgebox/edgebox/console/store"
+)
+
+// Observed wraps a store for tests of what reads it: it counts the
+// Ranges of keys under Prefix, and its watches bring each change Lag
+// late, as a busy replica's may.
+type Observed struct {
+	store.Store
+	Prefix string
+	Lag    time.Duration
+
+	ranges atomic.Int64
+}
+
+// Ranges returns the Ranges under Prefix since the last call.
+func (o *Observed) Ranges() int64 { return o.ranges.Swap(0) }
+
+func (o *Observed) Range(ctx context.Context, prefix string, limit int) ([]store.KV, int64, error) {
+	if strings.HasPrefix(prefix, o.Prefix) {
+		o.ranges.Add(1)
+	}
+	return o.Store.Range(ctx, prefix, limit)
+}
+
+func (o *Observed) Watch(ctx context.Context, prefix string, from int64) <-chan store.WatchResponse {
+	in, out := o.Store.Watch(ctx, prefix, from), make(chan store.WatchResponse)
+	go func() {
+		defer close(out)
+		for resp := range in {
+			select {
+			case <-time.After(o.Lag):
+			case <-ctx.Done():
+				return
+			}
+			select {
+			case out <- resp:
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
+	return out
+}
