@@ -597,7 +597,8 @@ func fleet(b *testing.B, n int) {
 	// The storm: kill the console, start it again, watch the fleet return
 	// while an operator keeps calling the API.
 	cpu0, cpuErr := f.CPUTime() // the simulator's, through the storm
-	if err := f.SplitProfiles(); err != nil { // .2: the storm alone
+	// The simulator's CPU profile, if taken, has the storm alone in .2.
+	if err := f.SplitProfiles(); err != nil {
 		b.Fatal(err)
 	}
 	killed := time.Now()
