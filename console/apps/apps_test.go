@@ -67,7 +67,7 @@ func newApps(t *testing.T, bs boxes) (*Apps, *desired.State) {
 	return newAppsOn(t, storetest.Bolt(t), bs)
 }
 
-func newAppsOn(t *testing.T, s store.Store, bs boxes) (*Apps, *desired.State) {
+func newAppsOn(t testing.TB, s store.Store, bs boxes) (*Apps, *desired.State) {
 	t.Helper()
 	d := desired.New(s)
 	im := images{"robots/clock:1": d1, "robots/clock:2": d2, "acme/clock:1": d1, "acme/clock:2": d2}
