@@ -14,6 +14,7 @@ import (
 	"github.com/edgebox/edgebox/console/port"
 	"github.com/edgebox/edgebox/console/store"
 	"github.com/edgebox/edgebox/enroll"
+	"github.com/edgebox/edgebox/images/registry"
 	"github.com/edgebox/edgebox/tunnel"
 )
 
@@ -38,6 +39,11 @@ type Config struct {
 	// a store on etcd (the CA, the registry and the recordings stay in
 	// DataDir, or SharedDir when set).
 	Store string
+	// RegistryS3, when set, is the S3-compatible bucket the registry
+	// keeps its images in, s3://BUCKET[/PREFIX][?region=...&endpoint=...],
+	// instead of SharedDir (or DataDir); its referrers index and upload
+	// key stay there.
+	RegistryS3 string
 	// Listen is the one public address, ":8443" by default.
 	Listen string
 	// Listener, when set, is the public port instead of a listener on
@@ -175,6 +181,11 @@ func (c Config) Validate() error {
 	if c.Store != "" {
 		if _, err := store.ParseEtcdURL(c.Store); err != nil {
 			errs = append(errs, err)
+		}
+	}
+	if c.RegistryS3 != "" {
+		if _, err := registry.ParseS3URL(c.RegistryS3); err != nil {
+			errs = append(errs, fmt.Errorf("--registry-s3: %w", err))
 		}
 	}
 	if _, _, err := net.SplitHostPort(c.Listen); err != nil {

@@ -208,7 +208,14 @@ func New(cfg Config, log *slog.Logger) (_ *Console, err error) {
 	}
 	auditLog := audit.New(st, cfg.Clock)
 
-	reg, err := registry.Open(ctx, filepath.Join(shared, "registry"), c.log)
+	regCfg := registry.DefaultConfig(filepath.Join(shared, "registry"))
+	if cfg.RegistryS3 != "" {
+		if regCfg.S3, err = registry.ParseS3URL(cfg.RegistryS3); err != nil {
+			return nil, fmt.Errorf("console: %w", err)
+		}
+		c.log.Info("registry images in a bucket", "bucket", regCfg.S3.String())
+	}
+	reg, err := registry.New(ctx, regCfg, c.log)
 	if err != nil {
 		return nil, fmt.Errorf("console: %w", err)
 	}

@@ -56,3 +56,26 @@ func TestSharedDirHoldsWhatReplicasShare(t *testing.T) {
 		})
 	}
 }
+
+// TestRegistryS3IsCheckedAtTheStart: a --registry-s3 that cannot be read,
+// or whose bucket cannot be reached, stops the console at New with the
+// reason.
+func TestRegistryS3IsCheckedAtTheStart(t *testing.T) {
+	t.Parallel()
+	for _, tt := range []struct{ url, want string }{
+		{"s3://robots", "region"},
+		{"https://robots", "want s3://"},
+		// Nothing listens on port 1: the bucket cannot be used.
+		{"s3://robots?endpoint=http://127.0.0.1:1", "cannot be used"},
+	} {
+		cfg := DefaultConfig()
+		cfg.DataDir, cfg.Listen, cfg.Out, cfg.RegistryS3 = t.TempDir(), "127.0.0.1:0", io.Discard, tt.url
+		c, err := New(cfg, slog.New(slog.DiscardHandler))
+		if err == nil {
+			c.Close()
+		}
+		if err == nil || !strings.Contains(err.Error(), tt.want) {
+			t.Errorf("New with --registry-s3 %q: %v, want %q", tt.url, err, tt.want)
+		}
+	}
+}

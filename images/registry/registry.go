@@ -1,6 +1,6 @@
 // Package registry is the console's OCI registry: distribution v3 as a
 // library, filesystem storage in the console's data directory, or in the
-// directory its replicas share. Operators push and pull on the console's
+// directory its replicas share, or an S3-compatible bucket. Operators push and pull on the console's
 // public port with their API token; boxes pull through the tunnel's
 // "registry" streams with their certificate, and only what their desired
 // state references.
@@ -32,7 +32,9 @@ import (
 	"github.com/distribution/distribution/v3/registry/handlers"
 	"github.com/distribution/distribution/v3/registry/storage"
 	storagedriver "github.com/distribution/distribution/v3/registry/storage/driver"
-	"github.com/distribution/distribution/v3/registry/storage/driver/filesystem"
+	"github.com/distribution/distribution/v3/registry/storage/driver/factory"
+	_ "github.com/distribution/distribution/v3/registry/storage/driver/filesystem" // the "filesystem" driver
+	_ "github.com/distribution/distribution/v3/registry/storage/driver/s3-aws"     // the "s3" driver
 	"github.com/distribution/reference"
 	"github.com/opencontainers/go-digest"
 	v1 "github.com/opencontainers/image-spec/specs-go/v1"
@@ -88,6 +90,10 @@ type Config struct {
 	UploadIdle time.Duration
 	// PurgeEvery is how often abandoned upload sessions are looked for.
 	PurgeEvery time.Duration
+	// S3, when set, keeps the images (blobs and manifests) in an
+	// S3-compatible bucket instead of under Dir; the referrers index and
+	// the upload key stay in Dir.
+	S3 *S3
 }
 
 // DefaultConfig is the registry's configuration for data in dir.
@@ -105,7 +111,18 @@ func (c Config) Validate() error {
 	case c.UploadIdle <= 0 || c.PurgeEvery <= 0:
 		return errdefs.Invalid("registry: UploadIdle and PurgeEvery must be positive, not %s and %s", c.UploadIdle, c.PurgeEvery)
 	}
+	if c.S3 != nil {
+		return c.S3.Validate()
+	}
 	return nil
+}
+
+// storage names distribution's storage driver for c and its parameters.
+func (c Config) storage() (string, configuration.Parameters) {
+	if c.S3 != nil {
+		return "s3", c.S3.parameters()
+	}
+	return "filesystem", configuration.Parameters{"rootdirectory": filepath.Join(c.Dir, "storage"), "maxthreads": 100}
 }
 
 // Open opens (creating if needed) the registry stored under dir, with the
@@ -128,12 +145,12 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (r *Registry, err er
 	if err != nil {
 		return nil, err
 	}
-	root := filepath.Join(dir, "storage")
+	driverName, params := cfg.storage()
 	dcfg := &configuration.Configuration{
 		Storage: configuration.Storage{
-			"filesystem": configuration.Parameters{"rootdirectory": root},
-			"delete":     configuration.Parameters{"enabled": true},
-			"redirect":   configuration.Parameters{"disable": true},
+			driverName: params,
+			"delete":   configuration.Parameters{"enabled": true},
+			"redirect": configuration.Parameters{"disable": true},
 			// distribution's purger goes by when an upload started, so it
 			// would cut a long upload that still moves; purgeUploads goes
 			// by its last write.
@@ -152,8 +169,18 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (r *Registry, err er
 			err = fmt.Errorf("registry: %v", p)
 		}
 	}()
+	// The driver is made first: a bucket that cannot be reached is an
+	// error here, where NewApp would panic.
+	driver, err := factory.Create(ctx, driverName, params)
+	if err != nil {
+		return nil, fmt.Errorf("registry: %s storage: %w", driverName, err)
+	}
+	if cfg.S3 != nil {
+		if err := cfg.S3.reach(ctx, driver); err != nil {
+			return nil, err
+		}
+	}
 	app := handlers.NewApp(ctx, dcfg)
-	driver := filesystem.New(filesystem.DriverParameters{RootDirectory: root, MaxThreads: 100})
 	ns, err := storage.NewRegistry(ctx, driver)
 	if err != nil {
 		app.Shutdown()
