@@ -101,8 +101,8 @@ func makeBucket(t *testing.T, endpoint string) string {
 }
 
 // TestImagesInAnS3Bucket: a registry on a bucket keeps its images there,
-// not in its directory: what one pushes, another on the same bucket with
-// a directory of its own serves; a bucket that does not exist stops the
+// not in its directory: what one pushes, in parts, another on the same
+// bucket with a directory of its own serves; a bucket that does not exist stops the
 // registry at its start with the reason.
 func TestImagesInAnS3Bucket(t *testing.T) {
 	endpoint := s3Endpoint(t)
@@ -119,7 +119,8 @@ func TestImagesInAnS3Bucket(t *testing.T) {
 	baseB := serveOperators(t, b, func(string) bool { return true }).URL
 
 	c := &http.Client{}
-	blob := bytes.Repeat([]byte("a robot's layer "), 64<<10) // 1 MiB
+	// 12 MiB: over the driver's 10 MiB chunk, so it goes up in parts.
+	blob := bytes.Repeat([]byte("a robot's layer "), 768<<10)
 	d := digest.FromBytes(blob)
 	loc, err := url.Parse(startUpload(t, c, baseA, "robots/clock"))
 	if err != nil {
