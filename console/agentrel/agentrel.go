@@ -21,6 +21,7 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/edgebox/edgebox/agent/update"
@@ -77,14 +78,16 @@ type Boxes interface {
 type Service struct {
 	s store.Store
 	// pins keeps each tenant's agent pins for the boxes' hellos, until
-	// something under agent-pins/ changes.
-	pins    *store.Memo[[]Pin]
-	dir     string
-	sign    func([]byte) ([]byte, error)
-	desired *desired.State
-	boxes   Boxes
-	log     *slog.Logger
-	now     func() time.Time
+	// something under agent-pins/ changes; releases the releases they
+	// name, until something under agent-releases/ does.
+	pins     *store.Memo[[]Pin]
+	releases *store.Memo[Release]
+	dir      string
+	sign     func([]byte) ([]byte, error)
+	desired  *desired.State
+	boxes    Boxes
+	log      *slog.Logger
+	now      func() time.Time
 }
 
 // New returns the service keeping binaries under dir and signing them
@@ -107,15 +110,24 @@ func New(s store.Store, dir string, sign func([]byte) ([]byte, error), d *desire
 	if removed > 0 {
 		log.Info("removed unfinished agent uploads", "files", removed)
 	}
-	return &Service{s: s, pins: store.NewMemo[[]Pin](s, "agent-pins/", maxPinned, log), dir: dir, sign: sign,
+	return &Service{s: s, pins: store.NewMemo[[]Pin](s, "agent-pins/", maxPinned, log),
+		releases: store.NewMemo[Release](s, "agent-releases/", maxPinned, log), dir: dir, sign: sign,
 		desired: d, boxes: boxes, log: log, now: time.Now}, nil
 }
 
-// maxPinned bounds the tenants whose agent pins are kept.
+// maxPinned bounds the tenants whose agent pins are kept, and the
+// releases.
 const maxPinned = 1000
 
-// Run keeps the tenants' agent pins fresh for SyncBox until ctx ends.
-func (s *Service) Run(ctx context.Context) error { return s.pins.Run(ctx) }
+// Run keeps the tenants' agent pins and the releases they name fresh for
+// SyncBox until ctx ends.
+func (s *Service) Run(ctx context.Context) error {
+	var wg sync.WaitGroup
+	wg.Go(func() { s.releases.Run(ctx) })
+	err := s.pins.Run(ctx)
+	wg.Wait()
+	return err
+}
 
 var platformRE = regexp.MustCompile(`^(linux|windows)/(amd64|arm64|386|arm)$`)
 
@@ -212,6 +224,7 @@ func (s *Service) Upload(ctx context.Context, who audit.Actor, version, platform
 		res, err := s.s.Txn(ctx, store.Txn{If: []store.Cmp{{Key: releaseKey(version), ModRevision: modRev}},
 			Then: []store.Op{{Key: releaseKey(version), Value: raw},
 				audit.Op(s.now(), who.Did("agent.release", version, fmt.Sprintf("%s binary, %d bytes, sha256 %s", platform, n, sum)))}})
+		s.releases.Forget() // whatever came of it: this console reads its own write at once
 		if err != nil {
 			return Release{}, err
 		}

@@ -111,13 +111,13 @@ func TestReleasesArePinnedAndServedOnlyToTheirBoxes(t *testing.T) {
 }
 
 // TestHellosReadThePinsOnceUntilTheyChange: the boxes' syncs at their
-// hellos read a tenant's agent pins once, not once a box; this console's
-// own pin is seen by the next one at once, another replica's as soon as
-// the watch brings it.
+// hellos read a tenant's agent pins, and the release they name, once,
+// not once a box; this console's own pin is seen by the next one at
+// once, another replica's as soon as the watch brings it.
 func TestHellosReadThePinsOnceUntilTheyChange(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	st := &storetest.Observed{Store: storetest.Bolt(t), Prefix: "agent-pins/", Lag: 500 * time.Millisecond}
+	st := &storetest.Observed{Store: storetest.Bolt(t), Prefix: "agent-", Lag: 500 * time.Millisecond}
 	d := desired.New(st)
 	newService := func(s store.Store) *Service {
 		t.Helper()
@@ -159,18 +159,18 @@ func TestHellosReadThePinsOnceUntilTheyChange(t *testing.T) {
 	// Once the watch runs, a hundred hellos read the pins once.
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		st.Ranges()
+		st.Reads()
 		for i := range 100 {
 			if got := version(box(fmt.Sprintf("b%d", i), "north")); got != "1.0.0" {
 				t.Fatalf("box %d is to run %s, want 1.0.0", i, got)
 			}
 		}
-		n := st.Ranges()
-		if n <= 1 {
+		n := st.Reads()
+		if n <= 2 {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("100 hellos read the pins %d times, want once", n)
+			t.Fatalf("100 hellos read the pins and their release %d times, want once each", n)
 		}
 	}
 
@@ -190,5 +190,16 @@ func TestHellosReadThePinsOnceUntilTheyChange(t *testing.T) {
 			t.Fatalf("after another replica's pin: the box is to run %s, want 1.0.0", got)
 		}
 		time.Sleep(10 * time.Millisecond)
+	}
+	// The pinned version, held by the boxes until now, uploaded here: the
+	// next hello names its binary.
+	if _, err := s.Upload(ctx, audit.Actor{TenantID: "default", Name: "root"}, "1.0.0", "linux/amd64", 0, strings.NewReader("the agent 1.0.0")); err != nil {
+		t.Fatal(err)
+	}
+	b := box("b0", "north")
+	version(b)
+	live, _, _ := d.Live(ctx, b.ID)
+	if len(live) != 1 || live[0].GetAgentRelease().GetSha256() == "" {
+		t.Fatalf("after the pinned version's upload here, the box's desired state: %v", live)
 	}
 }

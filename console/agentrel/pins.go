@@ -235,7 +235,16 @@ func (s *Service) SyncBox(ctx context.Context, b fleet.Box) error {
 	if err != nil {
 		return err
 	}
-	return s.syncBox(ctx, b, pins, map[string]Release{})
+	rels := map[string]Release{}
+	if p, ok := effective(pins, b); ok && b.State == fleet.StateApproved {
+		// And the release the pin names, kept the same way.
+		rel, err := s.releases.Get(ctx, p.Version, func(ctx context.Context) (Release, error) { return s.releaseOrHeld(ctx, p.Version) })
+		if err != nil {
+			return err
+		}
+		rels[p.Version] = rel
+	}
+	return s.syncBox(ctx, b, pins, rels)
 }
 
 func (s *Service) syncBoxes(ctx context.Context, tenant string, boxes []fleet.Box) error {

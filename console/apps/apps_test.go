@@ -291,13 +291,13 @@ func TestHellosReadTheCatalogueOnceUntilItChanges(t *testing.T) {
 	// Once the watch runs, a hundred hellos read it once.
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		s.Ranges()
+		s.Reads()
 		for i := range 100 {
 			if got := release(box(fmt.Sprintf("bx-%d", i), "east", "s1")); got != "1" {
 				t.Fatalf("box %d runs %s, want 1", i, got)
 			}
 		}
-		n := s.Ranges()
+		n := s.Reads()
 		if n <= 1 {
 			break
 		}

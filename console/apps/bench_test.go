@@ -45,9 +45,9 @@ func BenchmarkHelloSync(b *testing.B) {
 					done := make(chan error, 1)
 					go func() { done <- a.Run(rctx) }()
 					defer func() { stop(); <-done }()
-					for s.Ranges(); ; {
+					for s.Reads(); ; {
 						a.SyncBox(ctx, bx)
-						if s.Ranges() == 0 {
+						if s.Reads() == 0 {
 							break
 						}
 					}

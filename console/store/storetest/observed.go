@@ -10,22 +10,29 @@ import (
 )
 
 // Observed wraps a store for tests of what reads it: it counts the
-// Ranges of keys under Prefix, and its watches bring each change Lag
-// late, as a busy replica's may.
+// reads (Gets and Ranges) of keys under Prefix, and its watches bring
+// each change Lag late, as a busy replica's may.
 type Observed struct {
 	store.Store
 	Prefix string
 	Lag    time.Duration
 
-	ranges atomic.Int64
+	reads atomic.Int64
 }
 
-// Ranges returns the Ranges under Prefix since the last call.
-func (o *Observed) Ranges() int64 { return o.ranges.Swap(0) }
+// Reads returns the reads under Prefix since the last call.
+func (o *Observed) Reads() int64 { return o.reads.Swap(0) }
+
+func (o *Observed) Get(ctx context.Context, key string) (store.KV, error) {
+	if strings.HasPrefix(key, o.Prefix) {
+		o.reads.Add(1)
+	}
+	return o.Store.Get(ctx, key)
+}
 
 func (o *Observed) Range(ctx context.Context, prefix string, limit int) ([]store.KV, int64, error) {
 	if strings.HasPrefix(prefix, o.Prefix) {
-		o.ranges.Add(1)
+		o.reads.Add(1)
 	}
 	return o.Store.Range(ctx, prefix, limit)
 }
