@@ -194,7 +194,11 @@ type Agent struct {
 	keyHold atomic.Value // string: why UKEYs in use hold the box, "" when none
 	// localKeys offers keys of other boxes to this box's containers and
 	// programs (ukeys.go); set while serveKeysLocally runs.
-	localKeys  atomic.Pointer[localKeys]
+	localKeys atomic.Pointer[localKeys]
+	// remoteKeys counts the keys of other boxes imported here now: while
+	// there is one, a broken tunnel is redialled without backing off, so
+	// it is back within the key's resume window (keyResumeWindow).
+	remoteKeys atomic.Int32
 	vhciMu     sync.Mutex
 	vhci       map[string]int // keys of other boxes on the box's USB bus: key ID → vhci port
 	reports    *reports
@@ -284,6 +288,7 @@ func New(cfg Config, log *slog.Logger) (*Agent, error) {
 	a.tc = tc
 	tc.OnSession = a.onSession
 	tc.OnDialError = func(err error) { a.setStatus(func(s *Status) { s.LastError = err.Error() }) }
+	tc.Hurry = func() bool { return a.remoteKeys.Load() > 0 }
 	if a.local, err = localstore.Open(cfg.DataDir); err != nil {
 		return nil, err
 	}

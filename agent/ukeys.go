@@ -353,6 +353,8 @@ func (a *Agent) linkOnce(ctx context.Context, lk *localKeys, u *edgeboxv1.UsbAss
 		return fmt.Errorf("key %s on box %s: %w", id, u.GetImportFrom(), ierr)
 	}
 	defer dev.Close()
+	a.remoteKeys.Add(1)
+	defer a.remoteKeys.Add(-1)
 	if err != nil { // a container or a program
 		return a.offerLocally(ctx, lk, u, dev, attached)
 	}

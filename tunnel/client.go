@@ -112,6 +112,12 @@ type Client struct {
 	// dial that brought no session up (the console unreachable or
 	// refusing, a proxy that wants other credentials); it must not block.
 	OnDialError func(error)
+	// Hurry, when set before Run, is asked after each failed dial: while
+	// it reports true the box waits at most Backoff.Min before the next,
+	// however many failed before, so that what waits on the link (a
+	// remote UKEY held within its resume window) gets it back as soon as
+	// the link returns. A busy console's wait is kept. It must not block.
+	Hurry func() bool
 
 	mu      sync.Mutex    // guards current and ready
 	current *Session      // nil while disconnected
@@ -228,7 +234,7 @@ func (c *Client) Open(ctx context.Context, kind Kind, meta map[string]string) (n
 // returns only then, after closing every listener.
 func (c *Client) Run(ctx context.Context) error {
 	defer c.routes.closeAll()
-	r := redial{backoff: c.cfg.Backoff, rejoin: c.cfg.Rejoin}
+	r := redial{backoff: c.cfg.Backoff, rejoin: c.cfg.Rejoin, hurry: c.Hurry}
 	for {
 		e, err := c.runOnce(ctx)
 		if ctx.Err() != nil {

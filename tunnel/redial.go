@@ -61,6 +61,9 @@ type redial struct {
 	rejoin  time.Duration // window after a goodbye or a healthy session
 	fails   int           // failures in a row
 	flaps   int           // short healthy sessions in a row without a goodbye
+	// hurry, while it reports true, keeps a failure's wait within
+	// backoff.Min (Client.Hurry); nil never hurries.
+	hurry func() bool
 }
 
 // next returns the wait before the next dial after e, and why, for the log.
@@ -89,6 +92,9 @@ func (r *redial) next(e ending) (time.Duration, string) {
 	default:
 		wait := r.backoff.Delay(r.fails)
 		r.fails++
+		if r.hurry != nil && r.hurry() {
+			wait = min(wait, r.jitter(r.backoff.Min))
+		}
 		if e.up {
 			return wait, "the session ended before any round trip"
 		}

@@ -88,6 +88,38 @@ func TestRedialDecision(t *testing.T) {
 	}
 }
 
+// TestRedialHurries: while something waits on the link, failed dials
+// wait at most Backoff.Min, however many failed before; a busy console's
+// time is kept; once nothing waits, the backoff goes on from the
+// failures so far.
+func TestRedialHurries(t *testing.T) {
+	t.Parallel()
+	s := time.Second
+	hurry := true
+	r := redial{backoff: Backoff{Min: s, Max: time.Minute, Rand: func(n int64) int64 { return n - 1 }},
+		rejoin: DefaultRejoin, hurry: func() bool { return hurry }}
+	steps := []struct {
+		e     ending
+		hurry bool
+		want  time.Duration
+	}{
+		{brokeShort, true, 5 * s},
+		{dialFailed, true, 1 * s},
+		{dialFailed, true, 1 * s},
+		{dialFailed, true, 1 * s},
+		{dialFailed, true, 1 * s},
+		{busy3s, true, 3 * s},
+		{dialFailed, false, 16 * s},
+		{dialFailed, true, 1 * s},
+	}
+	for i, st := range steps {
+		hurry = st.hurry
+		if wait, why := r.next(st.e); wait != st.want {
+			t.Fatalf("step %d (%+v, hurry %t): wait %v (%s), want %v", i, st.e, st.hurry, wait, why, st.want)
+		}
+	}
+}
+
 // TestRedialSpreadsAFleet checks the waits really are spread over their
 // window: 1,000 boxes told goodbye at once come back over the whole rejoin
 // window, not in one instant.
