@@ -128,10 +128,7 @@ func TestHellosReadThePinsOnceUntilTheyChange(t *testing.T) {
 		return svc
 	}
 	s, other := newService(st), newService(st.Store) // other: another replica
-	rctx, stop := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() { done <- s.Run(rctx) }()
-	defer func() { stop(); <-done }()
+	storetest.Run(t, s.Run)
 
 	who := audit.Actor{TenantID: "bank", Name: "alice"}
 	if err := s.Pin(ctx, who, "1.0.0", ScopeRegion, "north"); err != nil {
@@ -156,23 +153,16 @@ func TestHellosReadThePinsOnceUntilTheyChange(t *testing.T) {
 		}
 		return "-"
 	}
-	// Once the watch runs, a hundred hellos read the pins once.
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		st.Reads()
+	// Once the watches run, a hundred hellos read the pins and their
+	// release once each.
+	st.Settle(t, 2, "100 hellos", func() {
 		for i := range 100 {
 			if got := version(box(fmt.Sprintf("b%d", i), "north")); got != "1.0.0" {
 				t.Fatalf("box %d is to run %s, want 1.0.0", i, got)
 			}
 		}
-		n := st.Reads()
-		if n <= 2 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("100 hellos read the pins and their release %d times, want once each", n)
-		}
-	}
+	})
+	deadline := time.Now().Add(10 * time.Second)
 
 	// This console's own pin: the very next hello has it.
 	if err := s.Pin(ctx, who, "1.0.0", ScopeRegion, "west"); err != nil {

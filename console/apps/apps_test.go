@@ -264,10 +264,7 @@ func TestHellosReadTheCatalogueOnceUntilItChanges(t *testing.T) {
 	s := &storetest.Observed{Store: storetest.Bolt(t), Prefix: "apps/", Lag: 500 * time.Millisecond}
 	a, d := newAppsOn(t, s, boxes{})
 	other, _ := newAppsOn(t, s.Store, boxes{}) // another replica, on the same store
-	rctx, stop := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() { done <- a.Run(rctx) }()
-	defer func() { stop(); <-done }()
+	storetest.Run(t, a.Run)
 
 	a.CreateApp(ctx, admin, "clock", "")
 	for _, v := range []string{"1", "2"} {
@@ -289,22 +286,14 @@ func TestHellosReadTheCatalogueOnceUntilItChanges(t *testing.T) {
 		return "-"
 	}
 	// Once the watch runs, a hundred hellos read it once.
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		s.Reads()
+	s.Settle(t, 1, "100 hellos", func() {
 		for i := range 100 {
 			if got := release(box(fmt.Sprintf("bx-%d", i), "east", "s1")); got != "1" {
 				t.Fatalf("box %d runs %s, want 1", i, got)
 			}
 		}
-		n := s.Reads()
-		if n <= 1 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("100 hellos read the catalogue %d times, want once", n)
-		}
-	}
+	})
+	deadline := time.Now().Add(10 * time.Second)
 
 	// This console's own deploy: the very next hello has it.
 	if _, _, err := a.Deploy(ctx, admin, "clock", "2", ScopeRegion, "west"); err != nil {

@@ -1,7 +1,6 @@
 package apps
 
 import (
-	"context"
 	"fmt"
 	"strconv"
 	"testing"
@@ -41,16 +40,8 @@ func BenchmarkHelloSync(b *testing.B) {
 					}
 				}
 				if kept {
-					rctx, stop := context.WithCancel(ctx)
-					done := make(chan error, 1)
-					go func() { done <- a.Run(rctx) }()
-					defer func() { stop(); <-done }()
-					for s.Reads(); ; {
-						a.SyncBox(ctx, bx)
-						if s.Reads() == 0 {
-							break
-						}
-					}
+					storetest.Run(b, a.Run)
+					s.Settle(b, 0, "a kept catalogue", func() { a.SyncBox(ctx, bx) })
 				}
 				b.ResetTimer()
 				for b.Loop() {

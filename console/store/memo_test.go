@@ -53,15 +53,7 @@ func testMemo(t *testing.T, newStore func(t *testing.T) store.Store) {
 		t.Fatalf("before Run: %d loads for two Gets, want 2", n)
 	}
 
-	rctx, stop := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() { done <- m.Run(rctx) }()
-	defer func() {
-		stop()
-		if err := <-done; err != nil {
-			t.Errorf("Run: %v", err)
-		}
-	}()
+	storetest.Run(t, m.Run)
 	// Kept, once the watch is live: two Gets, at most one load.
 	kept := func() bool {
 		loads.Store(0)

@@ -2,6 +2,7 @@ package registry
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -10,12 +11,15 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/opencontainers/go-digest"
 )
 
 // newTestRegistry opens a registry for one test, logging to its output.
@@ -62,6 +66,41 @@ func startUpload(t *testing.T, c *http.Client, base, repo string) string {
 		t.Fatal(err)
 	}
 	return loc.String()
+}
+
+// finishUpload sends blob whole to the upload session at loc, ending it,
+// and fails t, saying where, unless the blob is made.
+func finishUpload(t *testing.T, c *http.Client, loc *url.URL, blob []byte, where string) {
+	t.Helper()
+	u := *loc
+	q := u.Query()
+	q.Set("digest", digest.FromBytes(blob).String())
+	u.RawQuery = q.Encode()
+	req, _ := http.NewRequest(http.MethodPut, u.String(), bytes.NewReader(blob))
+	req.Header.Set("Content-Type", "application/octet-stream")
+	resp, err := c.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusCreated {
+		t.Fatalf("%s: %s %s", where, resp.Status, body)
+	}
+}
+
+// readBlob fails t, saying where, unless base serves blob in repo.
+func readBlob(t *testing.T, c *http.Client, base, repo string, blob []byte, where string) {
+	t.Helper()
+	resp, err := c.Get(base + "/v2/" + repo + "/blobs/" + digest.FromBytes(blob).String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK || !bytes.Equal(got, blob) {
+		t.Fatalf("%s: %s, %d bytes of %d", where, resp.Status, len(got), len(blob))
+	}
 }
 
 // TestRequestBodies: a body that stops coming is cut once BodyIdle has

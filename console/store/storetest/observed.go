@@ -4,6 +4,7 @@ import (
 	"context"
 	"strings"
 	"sync/atomic"
+	"testing"
 	"time"
 
 	"github.com/edgebox/edgebox/console/store"
@@ -55,4 +56,36 @@ func (o *Observed) Watch(ctx context.Context, prefix string, from int64) <-chan 
 		}
 	}()
 	return out
+}
+
+// Settle calls round until one call of it reads at most max times under
+// Prefix, and fails t, naming what, if none does within 10 s.
+func (o *Observed) Settle(t testing.TB, max int64, what string, round func()) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		o.Reads()
+		round()
+		n := o.Reads()
+		if n <= max {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s read the store %d times, want at most %d", what, n, max)
+		}
+	}
+}
+
+// Run runs run, a loop such as a watch's, until the test ends, and then
+// checks that it returned nil.
+func Run(t testing.TB, run func(context.Context) error) {
+	ctx, stop := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- run(ctx) }()
+	t.Cleanup(func() {
+		stop()
+		if err := <-done; err != nil {
+			t.Errorf("run: %v", err)
+		}
+	})
 }
