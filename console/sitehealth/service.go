@@ -415,6 +415,8 @@ func (s *Service) judge(ctx context.Context, b fleet.Box, detail bool) (State, s
 		return Unknown, why("the console cannot read the box's site: %v", err)
 	case len(site) > MaxSiteBoxes:
 		return Unknown, why("its site of %d boxes is larger than the %d site health watches: judged by its tunnel alone", len(site), MaxSiteBoxes)
+	case online && !detail:
+		return Online, "" // its site's votes only make the grounds
 	case online:
 		// What its site says of it now, should its line go.
 		v := s.tally.Decide(b.ID, false, ids(site), s.cfg.Now())
