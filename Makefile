@@ -78,6 +78,7 @@ fuzz: ## run each fuzz target for 30 s
 	$(GO) test -run '^$$' -fuzz FuzzAPIBodies -fuzztime 30s ./console/httpapi/
 	$(GO) test -run '^$$' -fuzz FuzzParseHash -fuzztime 30s ./console/auth/
 	$(GO) test -run '^$$' -fuzz FuzzSyncUp -fuzztime 30s ./console/boxsync/
+	$(GO) test -run '^$$' -fuzz FuzzServeBallots -fuzztime 30s ./console/
 	$(GO) test -run '^$$' -fuzz FuzzSyncDown -fuzztime 30s ./agent/
 	$(GO) test -run '^$$' -fuzz FuzzParseTarget -fuzztime 30s ./images/registry/
 	$(GO) test -run '^$$' -fuzz FuzzParseRoute -fuzztime 30s ./images/registry/

@@ -258,10 +258,17 @@ func New(cfg Config, log *slog.Logger) (_ *Console, err error) {
 	}
 	// Site health hears the boxes' votes, checked against the keys their
 	// tunnels came with.
-	sites := sitehealth.NewService(sitehealth.ServiceConfig{Boxes: fl, Desired: c.desired,
+	// Among replicas, it gathers the votes that reached the others.
+	sitesCfg := sitehealth.ServiceConfig{Boxes: fl, Desired: c.desired,
 		Online: online, Tenants: c.tenantIDs, Now: cfg.Clock,
 		Tally: sitehealth.Config{Period: cfg.SitePeriod}, Metrics: promReg,
-		Log: c.log.With("component", "sitehealth")})
+		Log: c.log.With("component", "sitehealth")}
+	if _, etcd := st.(*store.Etcd); etcd && cfg.ReplicaListen != "" {
+		sitesCfg.Others = func(ctx context.Context, voters []string) ([]sitehealth.Ballot, error) {
+			return repl.ballots(ctx, voters)
+		}
+	}
+	sites := sitehealth.NewService(sitesCfg)
 	identify := presence.Identify(fl)
 	srv, err := tunnel.NewServer(tunnel.ServerConfig{Config: cfg.Tunnel,
 		Identify: func(cs tls.ConnectionState) (string, error) {
@@ -488,7 +495,7 @@ func (c *Console) Run(ctx context.Context) error {
 	if c.repl != nil {
 		// The other replicas forward calls for this one's boxes until its
 		// tunnels are closed (stage 3), so it stops with the loops.
-		start(loops, "replica listener", func(ctx context.Context) error { return c.repl.serve(ctx, c.api.Handler) })
+		start(loops, "replica listener", func(ctx context.Context) error { return c.repl.serve(ctx, c.api.Handler, c.sites) })
 	}
 	start(streams, "agent RPC", c.rpc.Run)
 	start(streams, "box registry", c.registry.Run)

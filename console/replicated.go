@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
@@ -19,6 +20,7 @@ import (
 	"github.com/edgebox/edgebox/console/pki"
 	"github.com/edgebox/edgebox/console/presence"
 	"github.com/edgebox/edgebox/console/replicas"
+	"github.com/edgebox/edgebox/console/sitehealth"
 	"github.com/edgebox/edgebox/console/store"
 	"github.com/edgebox/edgebox/tunnel"
 )
@@ -135,11 +137,12 @@ func (r *replication) opener(local *tunnel.Server) replicas.Opener {
 // held reports whether another replica holds box's tunnel.
 func (r *replication) held(box string) bool { return r != nil && r.forward.Held(box) }
 
-// serve serves the API, and streams to this replica's boxes, to the other
-// replicas until ctx ends; then it cuts the streams it carries.
-func (r *replication) serve(ctx context.Context, api http.Handler) error {
+// serve serves the API, streams to this replica's boxes, and the site
+// votes they sent, to the other replicas until ctx ends; then it cuts the
+// streams it carries.
+func (r *replication) serve(ctx context.Context, api http.Handler, sites *sitehealth.Service) error {
 	defer r.streams.Close()
-	r.srv.Handler = replicas.ServeReplicas(r.streams.Mount(api))
+	r.srv.Handler = replicas.ServeReplicas(r.streams.Mount(serveBallots(sites, api)))
 	served := make(chan error, 1)
 	go func() { served <- r.srv.Serve(r.ln) }()
 	select {
@@ -156,6 +159,81 @@ func (r *replication) serve(ctx context.Context, api http.Handler) error {
 		return err
 	}
 	return nil
+}
+
+// ballotsPath is where a replica asks another for the site votes its
+// boxes sent (sitehealth.ServiceConfig.Others); only the replica
+// listener serves it.
+const ballotsPath = "/replica/v1/site-ballots"
+
+// ballotsQuery and ballotsAnswer are the ask and the answer on
+// ballotsPath.
+type ballotsQuery struct {
+	Voters []string `json:"voters"`
+}
+
+type ballotsAnswer struct {
+	Ballots []sitehealth.Ballot `json:"ballots"`
+}
+
+const (
+	// maxBallotsQuery bounds the body of an ask: MaxVotersAsked IDs.
+	maxBallotsQuery = 2 << 20
+	// maxBallotsAnswer bounds an answer read: MaxVotersAsked ballots of
+	// sites of up to 64 boxes would be larger, but a replica holds a
+	// share of them, and a site is a branch office of a few.
+	maxBallotsAnswer = 64 << 20
+	// ballotsTimeout bounds an ask of one replica.
+	ballotsTimeout = 5 * time.Second
+)
+
+// ballots asks every other replica for the current votes of voters that
+// reached it.
+func (r *replication) ballots(ctx context.Context, voters []string) ([]sitehealth.Ballot, error) {
+	if r == nil {
+		return nil, nil
+	}
+	body, err := json.Marshal(ballotsQuery{Voters: voters})
+	if err != nil {
+		return nil, err
+	}
+	answers, err := r.forward.Ask(ctx, ballotsPath, body, ballotsTimeout, maxBallotsAnswer)
+	var out []sitehealth.Ballot
+	for _, b := range answers {
+		var a ballotsAnswer
+		if derr := json.Unmarshal(b, &a); derr != nil {
+			err = errors.Join(err, fmt.Errorf("a replica's site votes: %w", derr))
+			continue
+		}
+		out = append(out, a.Ballots...)
+	}
+	return out, err
+}
+
+// serveBallots answers another replica's ask for site votes on
+// ballotsPath, and passes every other call to next.
+func serveBallots(sites *sitehealth.Service, next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != ballotsPath {
+			next.ServeHTTP(w, r)
+			return
+		}
+		if r.Method != http.MethodPost {
+			http.Error(w, "POST the voters", http.StatusMethodNotAllowed)
+			return
+		}
+		var q ballotsQuery
+		if err := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxBallotsQuery)).Decode(&q); err != nil {
+			http.Error(w, "a list of voters: "+err.Error(), http.StatusBadRequest)
+			return
+		}
+		if len(q.Voters) > sitehealth.MaxVotersAsked {
+			http.Error(w, fmt.Sprintf("%d voters; ask for at most %d at once", len(q.Voters), sitehealth.MaxVotersAsked), http.StatusBadRequest)
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		json.NewEncoder(w).Encode(ballotsAnswer{Ballots: sites.Ballots(q.Voters)})
+	})
 }
 
 // replicatedPresence is presence as the API shows it: a box whose tunnel

@@ -1,16 +1,22 @@
 package replicas
 
 import (
+	"bytes"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
 	"net/http/httputil"
 	"net/url"
+	"slices"
+	"strings"
+	"sync"
 	"time"
 
 	"github.com/edgebox/edgebox/console/pki"
@@ -32,9 +38,10 @@ type fromReplica struct{}
 // certificates. The replica that holds the box authenticates the caller
 // again, from the same store: the call is served as if made there.
 type Forwarder struct {
-	set   *Set
-	proxy *httputil.ReverseProxy
-	log   *slog.Logger
+	set    *Set
+	proxy  *httputil.ReverseProxy
+	client *http.Client // the replicas' own calls to each other (Ask)
+	log    *slog.Logger
 }
 
 type target struct{}
@@ -51,6 +58,7 @@ func NewForwarder(set *Set, cert *pki.ReplicaCert, roots *x509.CertPool, log *sl
 		IdleConnTimeout:       90 * time.Second,
 		MaxIdleConnsPerHost:   32,
 	}
+	f.client = &http.Client{Transport: tr}
 	f.proxy = &httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {
 			to := pr.In.Context().Value(target{}).(Replica)
@@ -105,6 +113,59 @@ func (f *Forwarder) ForwardTo(w http.ResponseWriter, r *http.Request, id string)
 	}
 	f.proxy.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), target{}, to)))
 	return true
+}
+
+// Ask posts body (JSON) to path on every other registered replica at
+// once, each within timeout, and returns the bodies of those that
+// answered 200, each read up to limit bytes. The error names each replica
+// that did not answer, and why; answers of the others come with it.
+func (f *Forwarder) Ask(ctx context.Context, path string, body []byte, timeout time.Duration, limit int64) ([][]byte, error) {
+	self := f.set.Self().ID
+	var others []Replica
+	for _, r := range f.set.Replicas() {
+		if r.ID != self {
+			others = append(others, r)
+		}
+	}
+	answers := make([][]byte, len(others))
+	errs := make([]error, len(others))
+	var wg sync.WaitGroup
+	for i, r := range others {
+		wg.Go(func() {
+			answers[i], errs[i] = f.ask(ctx, r, path, body, timeout, limit)
+			if errs[i] != nil {
+				errs[i] = fmt.Errorf("replica %s (%s): %w", r.Name, r.ID, errs[i])
+			}
+		})
+	}
+	wg.Wait()
+	return slices.DeleteFunc(answers, func(b []byte) bool { return b == nil }), errors.Join(errs...)
+}
+
+func (f *Forwarder) ask(ctx context.Context, to Replica, path string, body []byte, timeout time.Duration, limit int64) ([]byte, error) {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, strings.TrimSuffix(to.URL, "/")+path, bytes.NewReader(body))
+	if err != nil {
+		return nil, err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set(ForwardedByHeader, f.set.Self().ID)
+	resp, err := f.client.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(io.LimitReader(resp.Body, limit+1))
+	switch {
+	case err != nil:
+		return nil, err
+	case resp.StatusCode != http.StatusOK:
+		return nil, fmt.Errorf("%s: %s", resp.Status, bytes.TrimSpace(b[:min(len(b), 200)]))
+	case int64(len(b)) > limit:
+		return nil, fmt.Errorf("an answer longer than %d bytes", limit)
+	}
+	return b, nil
 }
 
 // Held reports whether another replica holds box's tunnel.

@@ -67,6 +67,14 @@ type ServiceConfig struct {
 	Log   *slog.Logger
 	// Metrics, when set, registers the votes taken and refused.
 	Metrics prometheus.Registerer
+	// Others, set on a console among replicas, asks the other replicas
+	// for the current ballots they took of voters (Tally.Ballots). A box
+	// votes to the replica that holds its tunnel; every ShareEvery, Run
+	// gathers the others' ballots of every site with a box that has no
+	// tunnel, so that each replica judges such a box from its whole
+	// site's votes. It returns what it got, and an error for the replicas
+	// that did not answer.
+	Others func(ctx context.Context, voters []string) ([]Ballot, error)
 }
 
 // Service is the console's side of site health: it lists each box's site
@@ -539,21 +547,100 @@ func (s *Service) unwatch(ctx context.Context, b fleet.Box, site []fleet.Box) er
 // hello from the site.
 const SweepEvery = time.Minute
 
-// Run keeps every site's SitePeers objects up to date until ctx ends.
+// Run keeps every site's SitePeers objects up to date, and among
+// replicas gathers the others' ballots (ServiceConfig.Others), until ctx
+// ends.
 func (s *Service) Run(ctx context.Context) error {
 	t := time.NewTicker(SweepEvery)
 	defer t.Stop()
+	var shares <-chan time.Time
+	if s.cfg.Others != nil {
+		st := time.NewTicker(s.ShareEvery())
+		defer st.Stop()
+		shares = st.C
+	}
+	failing := false // logged once until the others answer again
 	for {
 		select {
 		case <-ctx.Done():
 			return nil
 		case <-t.C:
-		}
-		if err := s.sweep(ctx); err != nil && ctx.Err() == nil {
-			s.cfg.Log.Warn("site peers not brought up to date; trying again in a minute", "err", err)
+			if err := s.sweep(ctx); err != nil && ctx.Err() == nil {
+				s.cfg.Log.Warn("site peers not brought up to date; trying again in a minute", "err", err)
+			}
+		case <-shares:
+			err := s.share(ctx)
+			switch {
+			case err != nil && ctx.Err() == nil && !failing:
+				failing = true
+				s.cfg.Log.Warn("site votes held by other console replicas not read; boxes without a tunnel are judged from the votes that reached this one until they are", "err", err)
+			case err == nil && failing:
+				failing = false
+				s.cfg.Log.Info("site votes held by other console replicas read again")
+			}
 		}
 	}
 }
+
+// ShareEvery is how often a replica gathers the others' ballots: half a
+// probe period, so a box whose line went is judged from its whole site
+// at most that much later than by the replica its peers vote to.
+func (s *Service) ShareEvery() time.Duration { return s.cfg.Tally.Period / 2 }
+
+// MaxVotersAsked bounds the voters asked of the others in one round: the
+// sites of 10,000 boxes without a tunnel, in a storm, stay under it.
+const MaxVotersAsked = 20_000
+
+// share merges the other replicas' ballots of the voters of every site
+// with an approved box that has no tunnel: only such a box is judged from
+// its site's votes.
+func (s *Service) share(ctx context.Context) error {
+	voters, err := s.voters(ctx)
+	if err != nil || len(voters) == 0 {
+		return err
+	}
+	if len(voters) > MaxVotersAsked {
+		voters = voters[:MaxVotersAsked]
+	}
+	ballots, err := s.cfg.Others(ctx, voters)
+	s.tally.Merge(ballots, s.cfg.Now()) // what came, even if a replica did not answer
+	return err
+}
+
+// voters lists the boxes of every watched site that has an approved box
+// without a tunnel.
+func (s *Service) voters(ctx context.Context) ([]string, error) {
+	if s.cfg.Tenants == nil {
+		return nil, nil
+	}
+	tenants, err := s.cfg.Tenants(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var voters []string
+	for _, t := range tenants {
+		var watched [][]fleet.Box
+		if err := s.withSites(ctx, t, false, func(c sites) {
+			for _, site := range c.by { // patchSite replaces a site's slice, never changes it
+				if len(site) >= 2 && len(site) <= MaxSiteBoxes {
+					watched = append(watched, site)
+				}
+			}
+		}); err != nil {
+			return nil, err
+		}
+		for _, site := range watched {
+			if slices.ContainsFunc(site, func(b fleet.Box) bool { return !s.cfg.Online(b.ID) }) {
+				voters = append(voters, ids(site)...)
+			}
+		}
+	}
+	return voters, nil
+}
+
+// Ballots are the current votes of voters that reached this replica:
+// what another replica's Others asks for.
+func (s *Service) Ballots(voters []string) []Ballot { return s.tally.Ballots(voters, s.cfg.Now()) }
 
 // sweep syncs every site that has a box with probe addresses, or a box
 // told of peers before.

@@ -399,3 +399,45 @@ func TestASlowReadIsKeptLonger(t *testing.T) {
 		t.Fatalf("a copy %v old was not read again: %d reads", readShare*fl.slow+time.Second, fl.reads)
 	}
 }
+
+// TestReplicasAskOnlyForSitesWithABoxOffline: a replica asks the others
+// for the votes of a site only while a box of it has no tunnel, and
+// judges that box from what they give; a box alone in its site is never
+// asked for.
+func TestReplicasAskOnlyForSitesWithABoxOffline(t *testing.T) {
+	fl := append(shop(), fleet.Box{ID: "f", TenantID: "t", Region: "east", Site: "kiosk", State: fleet.StateApproved})
+	now := t0
+	var mu sync.Mutex
+	offline := map[string]bool{}
+	var asked [][]string
+	s := NewService(ServiceConfig{Boxes: fl, Desired: &objects{m: map[string]*edgeboxv1.DesiredObject{}}, Now: func() time.Time { return now },
+		Tenants: func(context.Context) ([]string, error) { return []string{"t"}, nil },
+		Online: func(id string) bool {
+			mu.Lock()
+			defer mu.Unlock()
+			return !offline[id]
+		},
+		Others: func(_ context.Context, voters []string) ([]Ballot, error) {
+			asked = append(asked, voters)
+			return []Ballot{
+				{Voter: "b", At: now, Alive: map[string]bool{"a": true, "c": true}},
+				{Voter: "c", At: now, Alive: map[string]bool{"a": true, "b": true}},
+			}, errors.New("replica r-x did not answer")
+		}})
+	if err := s.share(context.Background()); err != nil || len(asked) != 0 {
+		t.Fatalf("with every box online: asked %v, %v", asked, err)
+	}
+	mu.Lock()
+	offline["a"], offline["e"], offline["f"] = true, true, true
+	mu.Unlock()
+	err := s.share(context.Background())
+	if err == nil || !strings.Contains(err.Error(), "r-x") {
+		t.Fatalf("the error of a replica that did not answer: %v", err)
+	}
+	if len(asked) != 1 || strings.Join(asked[0], ",") != "a,b,c" {
+		t.Fatalf("asked for %v; want the shop's three boxes, not the mall's or the kiosk's lone box", asked)
+	}
+	if st, why := s.Health(context.Background(), fl[0]); st != DisconnectedRunning {
+		t.Fatalf("box a from the others' ballots: %s (%s)", st, why)
+	}
+}

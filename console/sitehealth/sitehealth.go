@@ -9,6 +9,7 @@ package sitehealth
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"sync"
 	"time"
 
@@ -75,11 +76,59 @@ type Tally struct {
 type ballot struct {
 	at    time.Time
 	alive map[string]bool
+	// shared: taken from another console replica's tally (Merge), not
+	// from the voter's tunnel here.
+	shared bool
 }
 
 // NewTally returns an empty tally.
 func NewTally(cfg Config) *Tally {
 	return &Tally{cfg: cfg.withDefaults(), votes: map[string]ballot{}, counters: map[string]uint64{}, ran: map[string]time.Time{}}
+}
+
+// Ballot is a voter's latest current vote as a tally holds it, for the
+// tally of another console replica: a box votes up its own tunnel, to
+// the replica that holds it, and the others judge its site from what
+// they are given.
+type Ballot struct {
+	Voter string          `json:"voter"`
+	At    time.Time       `json:"at"`
+	Alive map[string]bool `json:"alive"` // each peer it names: heard or not
+}
+
+// Ballots returns the current votes of voters that this tally took from
+// the voters' own tunnels, not those it was given by Merge.
+func (t *Tally) Ballots(voters []string, now time.Time) []Ballot {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	var out []Ballot
+	for _, v := range voters {
+		if b, ok := t.votes[v]; ok && !b.shared && now.Sub(b.at) <= t.cfg.MaxAge {
+			out = append(out, Ballot{Voter: v, At: b.at, Alive: b.alive})
+		}
+	}
+	return out
+}
+
+// Merge takes ballots another replica's tally gave: each replaces the
+// voter's vote here when it is newer, and is current, and names at most
+// MaxSiteBoxes peers. It returns how many it took.
+func (t *Tally) Merge(ballots []Ballot, now time.Time) int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	took := 0
+	for _, nb := range ballots {
+		if nb.Voter == "" || now.Sub(nb.At) > t.cfg.MaxAge || nb.At.After(now.Add(t.cfg.MaxAhead)) || len(nb.Alive) > MaxSiteBoxes {
+			continue
+		}
+		if b, ok := t.votes[nb.Voter]; ok && !nb.At.After(b.at) {
+			continue
+		}
+		t.votes[nb.Voter] = ballot{at: nb.At, alive: maps.Clone(nb.Alive), shared: true}
+		t.noteRan(nb.Voter, nb.At)
+		took++
+	}
+	return took
 }
 
 // Kept is a vote taken for history only: made longer ago than MaxAge (a

@@ -2,6 +2,7 @@ package sitehealth
 
 import (
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -168,5 +169,81 @@ func TestKeptVotesAreHistory(t *testing.T) {
 	}
 	if got := tl.Decide("a", false, site, now); got.Alive != 1 {
 		t.Fatalf("the current vote: %v", got)
+	}
+}
+
+// TestTalliesOfReplicasShareBallots: the votes of a site reach two
+// replicas, one each. Neither alone has a majority; each, given the
+// other's ballots, decides as one tally of all the votes would. What a
+// tally was given it does not give on, and a given ballot that is stale,
+// from the future, older than the one held or naming too many peers is
+// not taken.
+func TestTalliesOfReplicasShareBallots(t *testing.T) {
+	site := []string{"a", "b", "c", "d", "e"}
+	here, there := NewTally(Config{}), NewTally(Config{})
+	for i, v := range []string{"b", "c"} {
+		if err := here.Take(v, others(site, v), voteOf(v, uint64(i+1), t0, []string{"a"}), t0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := there.Take("d", others(site, "d"), voteOf("d", 1, t0, []string{"a"}), t0); err != nil {
+		t.Fatal(err)
+	}
+	now := t0.Add(time.Second)
+	for name, tl := range map[string]*Tally{"here": here, "there": there} {
+		if got := tl.Decide("a", false, site, now); got.State != Unknown {
+			t.Fatalf("%s alone: %v, want unknown", name, got)
+		}
+	}
+	fromHere, fromThere := here.Ballots(site, now), there.Ballots(site, now)
+	if len(fromHere) != 2 || len(fromThere) != 1 {
+		t.Fatalf("ballots: %d here, %d there; want 2 and 1", len(fromHere), len(fromThere))
+	}
+	if n := here.Merge(fromThere, now); n != 1 {
+		t.Fatalf("here took %d of there's ballots, want 1", n)
+	}
+	if n := there.Merge(fromHere, now); n != 2 {
+		t.Fatalf("there took %d of here's ballots, want 2", n)
+	}
+	for name, tl := range map[string]*Tally{"here": here, "there": there} {
+		if got := tl.Decide("a", false, site, now); got.State != DisconnectedRunning || got.Alive != 3 {
+			t.Fatalf("%s with the other's ballots: %v, want disconnected-running by 3", name, got)
+		}
+		if got := tl.RanUntil("d"); !got.Equal(t0) {
+			t.Fatalf("%s: d ran until %v, want %v", name, got, t0)
+		}
+	}
+	if got := there.Ballots(site, now); len(got) != 1 || got[0].Voter != "d" {
+		t.Fatalf("there gives on what it was given: %+v", got)
+	}
+
+	// Not taken: stale, from the future, no newer than held, too many peers.
+	many := map[string]bool{}
+	for i := range MaxSiteBoxes + 1 {
+		many[fmt.Sprint("p", i)] = true
+	}
+	bad := []Ballot{
+		{Voter: "e", At: now.Add(-time.Minute), Alive: map[string]bool{"a": false}},
+		{Voter: "e", At: now.Add(time.Hour), Alive: map[string]bool{"a": false}},
+		{Voter: "b", At: t0, Alive: map[string]bool{"a": false}},
+		{Voter: "e", At: now, Alive: many},
+		{Voter: "", At: now, Alive: map[string]bool{"a": false}},
+	}
+	if n := there.Merge(bad, now); n != 0 {
+		t.Fatalf("took %d bad ballots", n)
+	}
+	if got := there.Decide("a", false, site, now); got.Alive != 3 || got.Dead != 0 {
+		t.Fatalf("after the bad ballots: %v", got)
+	}
+	// A newer ballot replaces the one held, and a vote of the box older
+	// than it is history.
+	if n := there.Merge([]Ballot{{Voter: "b", At: now, Alive: map[string]bool{"a": false}}}, now); n != 1 {
+		t.Fatal("a newer ballot not taken")
+	}
+	if err := there.Take("b", others(site, "b"), voteOf("b", 9, t0.Add(500*time.Millisecond), []string{"a"}), now); !errors.Is(err, Kept) {
+		t.Fatalf("a vote older than the ballot given: %v, want kept", err)
+	}
+	if got := there.Decide("a", false, site, now); got.Alive != 2 || got.Dead != 1 {
+		t.Fatalf("after b's newer ballot: %v", got)
 	}
 }

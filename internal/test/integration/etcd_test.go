@@ -159,18 +159,7 @@ func TestReplicasServeEachOthersBoxes(t *testing.T) {
 	box := enrollOne(t, h, "replicated")
 	testenv.StartAgent(t, box, withDriver(fake.New("containerd")))
 
-	// The second replica shares the first's CA and serving key, as
-	// replicas with --shared do.
-	cfg := console.DefaultConfig()
-	cfg.DataDir, cfg.Listen, cfg.Store, cfg.ReplicaListen, cfg.Out = t.TempDir(), "127.0.0.1:0", etcd, "127.0.0.1:0", io.Discard
-	if err := os.CopyFS(filepath.Join(cfg.DataDir, "pki"), os.DirFS(filepath.Join(h.DataDir(), "pki"))); err != nil {
-		t.Fatal(err)
-	}
-	second := runConsole(t, cfg, "second replica")
-	admin2, err := api.NewClient("https://"+second.Addr().String(), h.AdminToken(), h.CAPEM())
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, admin2 := secondReplica(t, h, etcd, nil)
 	testenv.WaitFor(t, 20*time.Second, "the second replica to see the box online", func() bool {
 		b, err := admin2.Box(ctx(t), box.ID())
 		return err == nil && b.Online
@@ -292,6 +281,27 @@ func TestAConsoleOnAClusterThatLosesMembers(t *testing.T) {
 		st, err := admin.BoxState(ctx(t), box.ID())
 		return err == nil && st.Acked >= rev
 	})
+}
+
+// secondReplica runs another console replica on etcd beside h's, adjusted
+// by adjust when set, and returns it with an admin's client of its API.
+// It shares h's CA and serving key, as replicas with --shared do.
+func secondReplica(t *testing.T, h *testenv.InProcess, etcd string, adjust func(*console.Config)) (*console.Console, *api.Client) {
+	t.Helper()
+	cfg := console.DefaultConfig()
+	cfg.DataDir, cfg.Listen, cfg.Store, cfg.ReplicaListen, cfg.Out = t.TempDir(), "127.0.0.1:0", etcd, "127.0.0.1:0", io.Discard
+	if adjust != nil {
+		adjust(&cfg)
+	}
+	if err := os.CopyFS(filepath.Join(cfg.DataDir, "pki"), os.DirFS(filepath.Join(h.DataDir(), "pki"))); err != nil {
+		t.Fatal(err)
+	}
+	second := runConsole(t, cfg, "second replica")
+	admin, err := api.NewClient("https://"+second.Addr().String(), h.AdminToken(), h.CAPEM())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return second, admin
 }
 
 // runConsole runs a console of cfg in the test's process until the test

@@ -11,6 +11,7 @@ import (
 	"github.com/edgebox/edgebox/agent"
 	"github.com/edgebox/edgebox/api"
 	"github.com/edgebox/edgebox/console"
+	"github.com/edgebox/edgebox/internal/test/etcdtest"
 	"github.com/edgebox/edgebox/internal/test/testenv"
 	"github.com/edgebox/edgebox/internal/test/toxic"
 )
@@ -33,12 +34,7 @@ func TestSiteHealthTellsALineFromADeath(t *testing.T) {
 		Webhooks: []api.Webhook{{URL: hook.URL}}}); err != nil {
 		t.Fatal(err)
 	}
-	pc, err := net.ListenPacket("udp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	port := pc.LocalAddr().(*net.UDPAddr).Port
-	pc.Close()
+	port := probePort(t)
 	link := toxic.New(t, strings.TrimPrefix(h.URL(), "https://"))
 	throughLink := func(c *agent.Config) {
 		c.Dial = func(ctx context.Context, network, _ string) (net.Conn, error) {
@@ -172,5 +168,89 @@ func TestSiteHealthTellsALineFromADeath(t *testing.T) {
 	}
 	if hook.tries() != len(got)+1 {
 		t.Errorf("the webhook was tried %d times for %d posts and one refusal", hook.tries(), len(got))
+	}
+}
+
+// probePort is a UDP port free on loopback, for the boxes of a site to
+// probe each other on, each on an address of its own.
+func probePort(t *testing.T) int {
+	t.Helper()
+	pc, err := net.ListenPacket("udp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pc.Close()
+	return pc.LocalAddr().(*net.UDPAddr).Port
+}
+
+// TestReplicasJudgeASiteFromAllItsVotes: two console replicas on etcd, and
+// three boxes of one site; box 1's tunnel goes to the first replica, boxes
+// 2 and 3, which vote on it, go to the second. Box 1's link cut, both
+// replicas call it disconnected-running: the first from the votes it
+// gathers from the second. Its agent stopped, both call it down.
+func TestReplicasJudgeASiteFromAllItsVotes(t *testing.T) {
+	t.Parallel()
+	const period = time.Second
+	etcd := "etcd://" + etcdtest.Start(t) + "/site-replicas"
+	h := testenv.NewInProcess(t, testenv.Options{Console: func(c *console.Config) {
+		c.Store, c.ReplicaListen, c.SitePeriod = etcd, "127.0.0.1:0", period
+	}})
+	second, admin2 := secondReplica(t, h, etcd, func(c *console.Config) { c.SitePeriod = period })
+	port := probePort(t)
+	link := toxic.New(t, strings.TrimPrefix(h.URL(), "https://"))
+	through := func(addr string) func(*agent.Config) {
+		return func(c *agent.Config) {
+			c.Dial = func(ctx context.Context, network, _ string) (net.Conn, error) {
+				var d net.Dialer
+				return d.DialContext(ctx, network, addr)
+			}
+		}
+	}
+	boxAt := func(i int) func(*agent.Config) {
+		to := second.Addr().String()
+		if i == 0 {
+			to = link.Addr()
+		}
+		return func(c *agent.Config) {
+			c.SiteListen = []string{fmt.Sprintf("127.0.0.%d:%d", i+1, port)}
+			through(to)(c)
+		}
+	}
+	var boxes []testenv.Box
+	for i := range 3 {
+		b := enrollOne(t, h, fmt.Sprintf("branch-%d", i+1))
+		testenv.StartAgent(t, b, boxAt(i))
+		boxes = append(boxes, b)
+	}
+	health := func(c *api.Client, id string) api.Box {
+		b, err := c.Box(ctx(t), id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+	both := map[string]*api.Client{"first": h.Admin(), "second": admin2}
+	one := boxes[0].ID()
+	testenv.WaitFor(t, 30*time.Second, "box 1's peers, on the second replica, hearing it", func() bool {
+		return strings.HasPrefix(health(admin2, one).HealthDetail, "2 of the 3 boxes of its site hear it")
+	})
+	if b := health(admin2, boxes[1].ID()); b.Replica == health(admin2, one).Replica {
+		t.Fatalf("box 2 is on replica %s, as box 1: the test wants them apart", b.Replica)
+	}
+
+	link.Cut()
+	cut := time.Now()
+	for name, c := range both {
+		testenv.WaitFor(t, 3*period+5*time.Second, "box 1 disconnected-running on the "+name+" replica", func() bool {
+			return health(c, one).Health == "disconnected-running"
+		})
+		t.Logf("the %s replica: %s %v after the cut: %s", name, health(c, one).Health, time.Since(cut).Round(100*time.Millisecond), health(c, one).HealthDetail)
+	}
+
+	boxes[0].Stop(t)
+	for name, c := range both {
+		testenv.WaitFor(t, 5*period+5*time.Second, "box 1 down on the "+name+" replica", func() bool {
+			return health(c, one).Health == "down"
+		})
 	}
 }
