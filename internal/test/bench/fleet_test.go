@@ -478,7 +478,9 @@ func holdIdle(addr string, n int) {
 // EDGEBOX_BENCH_SIM_PROFILES one for each child's CPU profile (.2 the
 // storm's, from the kill until all are synced);
 // EDGEBOX_BENCH_SIM_DIR is where the simulated boxes keep their data
-// (/dev/shm unless set, see simDir);
+// (/dev/shm unless set, see simDir), and EDGEBOX_BENCH_SIM_ENV adds
+// space-separated NAME=value pairs to the simulator's processes'
+// environment;
 // EDGEBOX_BENCH_IDLE_CPU (a duration) measures the console's CPU with the
 // fleet online and idle, for that long, before the storm;
 // EDGEBOX_BENCH_CPU_PROFILE names a file for the console's, over the
@@ -833,6 +835,7 @@ func startFleet(b *testing.B, admin *api.Client, n int) *fleetsim.Fleet {
 	cfg.BoxesPerAddr = envInt(b, "EDGEBOX_BENCH_BOXES_PER_ADDR", 8)
 	cfg.LogDir = os.Getenv("EDGEBOX_BENCH_SIM_LOGS")
 	cfg.ProfileDir = os.Getenv("EDGEBOX_BENCH_SIM_PROFILES")
+	cfg.Env = append(cfg.Env, strings.Fields(os.Getenv("EDGEBOX_BENCH_SIM_ENV"))...)
 	start := time.Now()
 	f, err := fleetsim.Start(cfg)
 	if err != nil {
