@@ -1010,7 +1010,14 @@ func (p *prober) end() {
 func (p *prober) stop() []probeCall {
 	p.end()
 	var calls []probeCall
+	failed := 0
 	for _, line := range strings.Split(p.out.String(), "\n") {
+		if f, ok := strings.CutPrefix(line, "failed "); ok {
+			if failed++; failed <= 5 { // the first few say why
+				p.b.Logf("an API call failed: %s", f)
+			}
+			continue
+		}
 		v, ok := strings.CutPrefix(line, "lat ")
 		if !ok {
 			continue
@@ -1025,6 +1032,9 @@ func (p *prober) stop() []probeCall {
 	}
 	if len(calls) == 0 {
 		p.b.Fatalf("the prober measured nothing: %s", p.out.String())
+	}
+	if failed > 0 {
+		p.b.Logf("%d of %d API calls failed", failed, len(calls))
 	}
 	return calls
 }
@@ -1062,10 +1072,11 @@ func probeAPI(url string) {
 				_, err := admin.Box(ctx, os.Getenv("EDGEBOX_PROBE_BOX"))
 				cancel()
 				d := time.Since(t0)
+				mu.Lock()
 				if err != nil {
 					d = 10 * time.Second // a failure counts as the worst case
+					fmt.Printf("failed %d %s\n", t0.UnixMilli(), strings.ReplaceAll(err.Error(), "\n", " "))
 				}
-				mu.Lock()
 				fmt.Printf("lat %s %d\n", d, t0.UnixMilli())
 				mu.Unlock()
 				time.Sleep(10 * time.Millisecond)
