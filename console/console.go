@@ -487,6 +487,12 @@ func (c *Console) Run(ctx context.Context) error {
 			return nil
 		})
 	}
+	// Before the first box or operator is served: see Warm.
+	warmCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	if err := c.sites.Warm(warmCtx); err != nil && ctx.Err() == nil {
+		c.log.Warn("the boxes' sites not read at the start; the first hellos and calls read them", "err", err)
+	}
+	cancel()
 	close(c.ready)
 	c.log.Info("console up", "listen", c.addr.String(), "data", c.cfg.DataDir, "shared", c.cfg.SharedDir)
 	start(edge, "public port", c.port.Run)

@@ -261,13 +261,51 @@ func (s *Service) readSites(ctx context.Context, tenant string, now time.Time) (
 	return c, nil
 }
 
+// Warm reads every tenant's sites. Until a tenant's are read, each hello
+// of its boxes and each API call on one waits for that first read: run at
+// a start under a returning fleet, it competes for the CPU with thousands
+// of sessions, and the first calls of an operator waited 10 s for it.
+func (s *Service) Warm(ctx context.Context) error {
+	if s.cfg.Tenants == nil {
+		return nil
+	}
+	tenants, err := s.cfg.Tenants(ctx)
+	if err != nil {
+		return err
+	}
+	var errs []error
+	for _, t := range tenants {
+		if err := s.withSites(ctx, t, false, func(sites) {}); err != nil {
+			errs = append(errs, fmt.Errorf("tenant %s: %w", t, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
 // patchSite puts b, as its hello just recorded it, into the copy of its
 // tenant's sites, or takes it out when it is not approved, and returns its
 // site. A hello changes only its own box: reading the whole tenant again
 // for each would cost a fleet coming back the square of its size.
+//
+// An approved box the copy does not know was approved (or enrolled) since
+// it was read, and so may others of its site have been, their hellos
+// served by another replica or still to come: the copy is read again
+// first. The peers told to a site come from the copy, and a copy read as
+// the console started (Warm) would otherwise miss every box enrolled in
+// its first seconds until the sweep.
 func (s *Service) patchSite(ctx context.Context, b fleet.Box) ([]fleet.Box, error) {
 	if _, err := s.siteOf(ctx, b); err != nil { // a copy, fresh enough
 		return nil, err
+	}
+	if b.State == fleet.StateApproved {
+		s.mu.Lock()
+		_, known := s.sites[b.TenantID].where[b.ID]
+		s.mu.Unlock()
+		if !known {
+			if _, err := s.readSite(ctx, b, true); err != nil {
+				return nil, err
+			}
+		}
 	}
 	k := siteKey{b.Region, b.Site}
 	s.mu.Lock()

@@ -441,3 +441,77 @@ func TestReplicasAskOnlyForSitesWithABoxOffline(t *testing.T) {
 		t.Fatalf("box a from the others' ballots: %s (%s)", st, why)
 	}
 }
+
+// countedBoxes counts the reads of a whole tenant's boxes.
+type countedBoxes struct {
+	boxes
+	mu    sync.Mutex
+	reads int
+}
+
+func (c *countedBoxes) Boxes(ctx context.Context, tenant string) ([]fleet.Box, error) {
+	c.mu.Lock()
+	c.reads++
+	c.mu.Unlock()
+	return c.boxes.Boxes(ctx, tenant)
+}
+
+// TestWarmReadsTheSitesBeforeTheFirstCall: a console reads its tenants'
+// sites as it starts; the first hellos and calls after it find them read.
+func TestWarmReadsTheSitesBeforeTheFirstCall(t *testing.T) {
+	fl := &countedBoxes{boxes: shop()}
+	now := t0
+	s := NewService(ServiceConfig{Boxes: fl, Desired: &objects{m: map[string]*edgeboxv1.DesiredObject{}}, Now: func() time.Time { return now },
+		Tenants: func(context.Context) ([]string, error) { return []string{"t"}, nil },
+		Online:  func(string) bool { return true }})
+	if err := s.Warm(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if fl.reads != 1 {
+		t.Fatalf("%d reads of the fleet to warm one tenant", fl.reads)
+	}
+	for _, b := range fl.boxes {
+		s.Health(context.Background(), b)
+	}
+	if err := s.SyncSite(context.Background(), fl.boxes[0]); err != nil {
+		t.Fatal(err)
+	}
+	if fl.reads != 1 {
+		t.Fatalf("%d reads of the fleet after the warm one, within its freshness", fl.reads-1)
+	}
+}
+
+// TestABoxTheCopyMissesHasItReadAgain: the copy of the sites was read
+// before the shop's boxes were enrolled. The first hello of one of them
+// reads it again, so its peers are told of the whole shop at once, not of
+// the boxes that said hello here; a hello of a box the copy knows reads
+// nothing.
+func TestABoxTheCopyMissesHasItReadAgain(t *testing.T) {
+	fl := &countedBoxes{}
+	obj := &objects{m: map[string]*edgeboxv1.DesiredObject{}}
+	s := NewService(ServiceConfig{Boxes: fl, Desired: obj, Now: func() time.Time { return t0 },
+		Tenants: func(context.Context) ([]string, error) { return []string{"t"}, nil },
+		Online:  func(string) bool { return true }})
+	if err := s.Warm(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	fl.boxes = shop()
+	if err := s.SyncSite(context.Background(), fl.boxes[0]); err != nil {
+		t.Fatal(err)
+	}
+	if p := obj.m["a"].GetSitePeers().GetPeers(); len(p) != 2 || p[0].GetBoxId() != "b" || p[1].GetBoxId() != "c" {
+		t.Fatalf("box a's peers: %v; want b and c", p)
+	}
+	if err := s.SyncSite(context.Background(), fl.boxes[1]); err != nil {
+		t.Fatal(err)
+	}
+	if fl.reads != 2 {
+		t.Fatalf("%d reads of the fleet; want the warm one and one for the box it missed", fl.reads)
+	}
+	if err := s.SyncSite(context.Background(), fl.boxes[3]); err != nil { // pending: in no site
+		t.Fatal(err)
+	}
+	if fl.reads != 2 {
+		t.Fatal("a pending box's hello read the fleet again")
+	}
+}
