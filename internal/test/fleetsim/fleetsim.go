@@ -87,19 +87,9 @@ type AgentSettings struct {
 }
 
 // DefaultConfig is a fleet of n boxes enrolled with token into dir.
-//
-// Its processes collect garbage at GOGC=400 (SimGOGC). A real fleet's
-// agents each spend their own CPU; the simulated ones share the machine
-// with the console they measure, and at the default GOGC their garbage
-// collector took a sixth of the simulator's CPU in a 10,000-box storm. At
-// 400 it takes about a quarter of that, for 1.4 GiB a process of 2,500
-// boxes (docs/benchmarks.md). Env entries after it win.
 func DefaultConfig(n int, token, dir string) Config {
-	return Config{Boxes: n, Token: token, Dir: dir, BoxesPerAddr: 8, EnrollParallel: 16, Env: []string{SimGOGC}}
+	return Config{Boxes: n, Token: token, Dir: dir, BoxesPerAddr: 8, EnrollParallel: 16}
 }
-
-// SimGOGC is the simulated fleet's garbage collection setting.
-const SimGOGC = "GOGC=400"
 
 // Validate reports what is wrong with c.
 func (c Config) Validate() error {
