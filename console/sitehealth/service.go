@@ -290,18 +290,22 @@ func (s *Service) Warm(ctx context.Context) error {
 // An approved box the copy does not know was approved (or enrolled) since
 // it was read, and so may others of its site have been, their hellos
 // served by another replica or still to come: the copy is read again
-// first. The peers told to a site come from the copy, and a copy read as
-// the console started (Warm) would otherwise miss every box enrolled in
-// its first seconds until the sweep.
+// first, unless it was read less than readShare times its read's length
+// ago (a fleet enrolled all at once would read it without end). The peers
+// told to a site come from the copy, and a copy read as the console
+// started (Warm) would otherwise miss every box enrolled in its first
+// seconds until the sweep.
 func (s *Service) patchSite(ctx context.Context, b fleet.Box) ([]fleet.Box, error) {
 	if _, err := s.siteOf(ctx, b); err != nil { // a copy, fresh enough
 		return nil, err
 	}
 	if b.State == fleet.StateApproved {
 		s.mu.Lock()
-		_, known := s.sites[b.TenantID].where[b.ID]
+		c := s.sites[b.TenantID]
+		_, known := c.where[b.ID]
+		aged := s.cfg.Now().Sub(c.at) >= readShare*c.took
 		s.mu.Unlock()
-		if !known {
+		if !known && aged {
 			if _, err := s.readSite(ctx, b, true); err != nil {
 				return nil, err
 			}

@@ -485,17 +485,20 @@ func TestWarmReadsTheSitesBeforeTheFirstCall(t *testing.T) {
 // before the shop's boxes were enrolled. The first hello of one of them
 // reads it again, so its peers are told of the whole shop at once, not of
 // the boxes that said hello here; a hello of a box the copy knows reads
-// nothing.
+// nothing, nor does a box the copy misses while the copy is younger than
+// readShare times its read.
 func TestABoxTheCopyMissesHasItReadAgain(t *testing.T) {
 	fl := &countedBoxes{}
 	obj := &objects{m: map[string]*edgeboxv1.DesiredObject{}}
-	s := NewService(ServiceConfig{Boxes: fl, Desired: obj, Now: func() time.Time { return t0 },
+	now := t0
+	s := NewService(ServiceConfig{Boxes: fl, Desired: obj, Now: func() time.Time { return now },
 		Tenants: func(context.Context) ([]string, error) { return []string{"t"}, nil },
 		Online:  func(string) bool { return true }})
 	if err := s.Warm(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	fl.boxes = shop()
+	now = now.Add(time.Second) // the read's length is far less
 	if err := s.SyncSite(context.Background(), fl.boxes[0]); err != nil {
 		t.Fatal(err)
 	}
@@ -513,5 +516,21 @@ func TestABoxTheCopyMissesHasItReadAgain(t *testing.T) {
 	}
 	if fl.reads != 2 {
 		t.Fatal("a pending box's hello read the fleet again")
+	}
+	// A copy that took long to read is not read again at once.
+	s.mu.Lock()
+	c := s.sites["t"]
+	c.took = time.Second
+	s.sites["t"] = c
+	s.mu.Unlock()
+	fl.boxes = append(fl.boxes, fleet.Box{ID: "g", TenantID: "t", Region: "east", Site: "shop", State: fleet.StateApproved, PeerAddrs: []string{"192.168.1.7:7946"}})
+	if err := s.SyncSite(context.Background(), fl.boxes[len(fl.boxes)-1]); err != nil {
+		t.Fatal(err)
+	}
+	if fl.reads != 2 {
+		t.Fatal("a copy read 1 s after a read of 1 s was read again")
+	}
+	if p := obj.m["a"].GetSitePeers().GetPeers(); len(p) != 3 {
+		t.Fatalf("box a's peers after g's hello: %v; want g patched in", p)
 	}
 }
