@@ -69,7 +69,7 @@ type ServiceConfig struct {
 	Metrics prometheus.Registerer
 	// Others, set on a console among replicas, asks the other replicas
 	// for the current ballots they took of voters (Tally.Ballots). A box
-	// votes to the replica that holds its tunnel; every ShareEvery, Run
+	// votes to the replica that holds its tunnel; every half period, Run
 	// gathers the others' ballots of every site with a box that has no
 	// tunnel, so that each replica judges such a box from its whole
 	// site's votes. It returns what it got, and an error for the replicas
@@ -266,6 +266,13 @@ func (s *Service) readSites(ctx context.Context, tenant string, now time.Time) (
 // a start under a returning fleet, it competes for the CPU with thousands
 // of sessions, and the first calls of an operator waited 10 s for it.
 func (s *Service) Warm(ctx context.Context) error {
+	return s.eachTenant(ctx, func(sites) {})
+}
+
+// eachTenant calls f, as withSites does, with the copy of every tenant's
+// sites, read where there is none or it aged. A tenant whose sites cannot
+// be read is named in the error, and the others are still seen.
+func (s *Service) eachTenant(ctx context.Context, f func(c sites)) error {
 	if s.cfg.Tenants == nil {
 		return nil
 	}
@@ -275,7 +282,7 @@ func (s *Service) Warm(ctx context.Context) error {
 	}
 	var errs []error
 	for _, t := range tenants {
-		if err := s.withSites(ctx, t, false, func(sites) {}); err != nil {
+		if err := s.withSites(ctx, t, false, f); err != nil {
 			errs = append(errs, fmt.Errorf("tenant %s: %w", t, err))
 		}
 	}
@@ -597,7 +604,7 @@ func (s *Service) Run(ctx context.Context) error {
 	defer t.Stop()
 	var shares <-chan time.Time
 	if s.cfg.Others != nil {
-		st := time.NewTicker(s.ShareEvery())
+		st := time.NewTicker(s.shareEvery())
 		defer st.Stop()
 		shares = st.C
 	}
@@ -624,10 +631,10 @@ func (s *Service) Run(ctx context.Context) error {
 	}
 }
 
-// ShareEvery is how often a replica gathers the others' ballots: half a
+// shareEvery is how often a replica gathers the others' ballots: half a
 // probe period, so a box whose line went is judged from its whole site
 // at most that much later than by the replica its peers vote to.
-func (s *Service) ShareEvery() time.Duration { return s.cfg.Tally.Period / 2 }
+func (s *Service) shareEvery() time.Duration { return s.cfg.Tally.Period / 2 }
 
 // MaxVotersAsked bounds the voters asked of the others in one round: the
 // sites of 10,000 boxes without a tunnel, in a storm, stay under it.
@@ -652,29 +659,21 @@ func (s *Service) share(ctx context.Context) error {
 // voters lists the boxes of every watched site that has an approved box
 // without a tunnel.
 func (s *Service) voters(ctx context.Context) ([]string, error) {
-	if s.cfg.Tenants == nil {
-		return nil, nil
-	}
-	tenants, err := s.cfg.Tenants(ctx)
-	if err != nil {
+	var watched [][]fleet.Box
+	if err := s.eachTenant(ctx, func(c sites) {
+		for _, site := range c.by { // patchSite replaces a site's slice, never changes it
+			if len(site) >= 2 && len(site) <= MaxSiteBoxes {
+				watched = append(watched, site)
+			}
+		}
+	}); err != nil {
 		return nil, err
 	}
+	// Online is asked outside s.mu, which withSites holds around f.
 	var voters []string
-	for _, t := range tenants {
-		var watched [][]fleet.Box
-		if err := s.withSites(ctx, t, false, func(c sites) {
-			for _, site := range c.by { // patchSite replaces a site's slice, never changes it
-				if len(site) >= 2 && len(site) <= MaxSiteBoxes {
-					watched = append(watched, site)
-				}
-			}
-		}); err != nil {
-			return nil, err
-		}
-		for _, site := range watched {
-			if slices.ContainsFunc(site, func(b fleet.Box) bool { return !s.cfg.Online(b.ID) }) {
-				voters = append(voters, ids(site)...)
-			}
+	for _, site := range watched {
+		if slices.ContainsFunc(site, func(b fleet.Box) bool { return !s.cfg.Online(b.ID) }) {
+			voters = append(voters, ids(site)...)
 		}
 	}
 	return voters, nil
