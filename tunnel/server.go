@@ -62,7 +62,9 @@ type Server struct {
 	metrics *Metrics
 	routes  listeners
 
-	mu       sync.Mutex // guards sessions and closed
+	// mu guards sessions and closed. Whether a box is online is asked
+	// for every box an operator or a scrape looks at, so lookups share it.
+	mu       sync.RWMutex
 	sessions map[string]*Session
 	closed   bool
 	wg       sync.WaitGroup // live sessions
@@ -171,16 +173,16 @@ func (s *Server) ServeConn(ctx context.Context, conn *tls.Conn) error {
 
 // Session returns the live session of a box.
 func (s *Server) Session(boxID string) (*Session, bool) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
+	s.mu.RLock()
+	defer s.mu.RUnlock()
 	sess, ok := s.sessions[boxID]
 	return sess, ok
 }
 
 // Sessions returns every live session.
 func (s *Server) Sessions() []*Session {
-	s.mu.Lock()
-	defer s.mu.Unlock()
+	s.mu.RLock()
+	defer s.mu.RUnlock()
 	out := make([]*Session, 0, len(s.sessions))
 	for _, sess := range s.sessions {
 		out = append(out, sess)

@@ -20,7 +20,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"hash/fnv"
 	"sort"
 	"strconv"
 	"strings"
@@ -55,16 +54,49 @@ type State struct {
 	// locks serialise writers of one box within this console, so they do
 	// not spin on each other's compare-and-swap; the guard in the store
 	// still orders writers of several consoles sharing it.
-	locks [64]sync.Mutex
+	locks boxLocks
 	now   func() time.Time // audit entries' time
 }
 
-func (st *State) lock(box string) func() {
-	h := fnv.New32a()
-	h.Write([]byte(box))
-	m := &st.locks[h.Sum32()%uint32(len(st.locks))]
-	m.Lock()
-	return m.Unlock
+func (st *State) lock(box string) func() { return st.locks.lock(box) }
+
+// boxLocks are a lock for each box with a writer, held across the store's
+// commit. They were 64 locks shared by hashing the box's ID, and a fleet
+// coming back acknowledges all at once: thousands of boxes queued on 64
+// locks, one commit at a time each, where the store commits the writes of
+// all of them together.
+type boxLocks struct {
+	mu   sync.Mutex
+	held map[string]*boxLock // only while a writer holds or waits
+}
+
+type boxLock struct {
+	sync.Mutex
+	users int // guarded by boxLocks.mu
+}
+
+// lock takes box's lock and returns its release.
+func (l *boxLocks) lock(box string) func() {
+	l.mu.Lock()
+	if l.held == nil {
+		l.held = map[string]*boxLock{}
+	}
+	b := l.held[box]
+	if b == nil {
+		b = &boxLock{}
+		l.held[box] = b
+	}
+	b.users++
+	l.mu.Unlock()
+	b.Lock()
+	return func() {
+		b.Unlock()
+		l.mu.Lock()
+		if b.users--; b.users == 0 {
+			delete(l.held, box)
+		}
+		l.mu.Unlock()
+	}
 }
 
 // New returns a State on s.

@@ -84,19 +84,31 @@ type Service struct {
 	cfg   ServiceConfig
 	tally *Tally
 
-	mu sync.Mutex
-	// keys are the boxes' public keys, from the certificates their
-	// tunnels came with; a box's votes are checked against it.
-	keys map[string]*ecdsa.PublicKey
-	// written is the SitePeers object last written to each box.
-	written map[string]*edgeboxv1.SitePeers
+	// Every hello takes each of the three locks below, and every look at
+	// a box the first: one lock for all, in a 15,000-box storm, queued
+	// the hellos and the operators' calls behind each other, a fifth of
+	// the API's time waiting on it.
+
+	// mu guards sites and loading. The copies are read far more often
+	// than they change, so readers share it.
+	mu sync.RWMutex
 	// sites are the tenants' sites, read at most every freshFor;
 	// loading are the reads of them under way.
 	sites   map[string]sites
 	loading map[string]*load
+
+	peersMu sync.Mutex
+	// written is the SitePeers object last written to each box.
+	written map[string]*edgeboxv1.SitePeers
 	// tooLarge are the sites over MaxSiteBoxes whose boxes were all
 	// told of no peers, and a warning logged.
 	tooLarge map[siteKey]bool
+
+	keysMu sync.Mutex
+	// keys are the boxes' public keys, from the certificates their
+	// tunnels came with; a box's votes are checked against it.
+	keys map[string]*ecdsa.PublicKey
+
 	// votes counts votes by what became of them: "current", "kept"
 	// (history only) or "refused".
 	votes *prometheus.CounterVec
@@ -131,9 +143,9 @@ func (s *Service) Identified(box string, cert *x509.Certificate) {
 	if !ok {
 		return
 	}
-	s.mu.Lock()
+	s.keysMu.Lock()
 	s.keys[box] = pub
-	s.mu.Unlock()
+	s.keysMu.Unlock()
 }
 
 // sitesFresh is how long a tenant's sites are read from a copy: votes
@@ -150,6 +162,9 @@ const readShare = 50
 
 // freshFor is how long c serves before it is read again.
 func (c sites) freshFor() time.Duration { return max(sitesFresh, readShare*c.took) }
+
+// freshAt reports whether c still serves at now.
+func (c sites) freshAt(now time.Time) bool { return now.Sub(c.at) <= c.freshFor() && !now.Before(c.at) }
 
 // sites are one tenant's approved boxes by site, each site sorted by ID.
 type sites struct {
@@ -185,15 +200,19 @@ func (s *Service) readSite(ctx context.Context, b fleet.Box, reread bool) ([]fle
 	return site, err
 }
 
-// withSites calls f, under s.mu, with the copy of tenant's sites,
+// withSites calls f, with s.mu held, with the copy of tenant's sites,
 // reading them again when the copy is older than its freshFor or reread is
-// set: see readSite. f must not keep c.by: patchSite changes it.
+// set: see readSite. f must neither change c nor keep c.by: patchSite
+// changes it.
 func (s *Service) withSites(ctx context.Context, tenant string, reread bool, f func(c sites)) error {
+	if !reread && s.withCopy(tenant, f) {
+		return nil
+	}
 	for {
 		now := s.cfg.Now()
 		s.mu.Lock()
 		c, ok := s.sites[tenant]
-		fresh := ok && now.Sub(c.at) <= c.freshFor() && !now.Before(c.at)
+		fresh := ok && c.freshAt(now)
 		l, loading := s.loading[tenant]
 		switch {
 		case fresh && !reread, ok && !reread && loading:
@@ -229,6 +248,23 @@ func (s *Service) withSites(ctx context.Context, tenant string, reread bool, f f
 		close(l.done)
 		return l.err
 	}
+}
+
+// withCopy calls f, sharing s.mu with other readers, with the copy of
+// tenant's sites if it is fresh, or if a read of them is under way; it
+// reports whether it did. This is withSites's way for all but a few
+// callers.
+func (s *Service) withCopy(tenant string, f func(c sites)) bool {
+	now := s.cfg.Now()
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	c, ok := s.sites[tenant]
+	_, loading := s.loading[tenant]
+	if ok && (loading || c.freshAt(now)) {
+		f(c)
+		return true
+	}
+	return false
 }
 
 // load is a read of a tenant's sites under way.
@@ -307,11 +343,11 @@ func (s *Service) patchSite(ctx context.Context, b fleet.Box) ([]fleet.Box, erro
 		return nil, err
 	}
 	if b.State == fleet.StateApproved {
-		s.mu.Lock()
+		s.mu.RLock()
 		c := s.sites[b.TenantID]
 		_, known := c.where[b.ID]
 		aged := s.cfg.Now().Sub(c.at) >= readShare*c.took
-		s.mu.Unlock()
+		s.mu.RUnlock()
 		if !known && aged {
 			if _, err := s.readSite(ctx, b, true); err != nil {
 				return nil, err
@@ -371,9 +407,9 @@ func (s *Service) Vote(ctx context.Context, box string, r *edgeboxv1.VoteReport)
 	if len(site) > MaxSiteBoxes {
 		return nil, errdefs.Invalid("site %s has %d boxes; site health watches sites of at most %d", b.Site, len(site), MaxSiteBoxes)
 	}
-	s.mu.Lock()
+	s.keysMu.Lock()
 	key := s.keys[box]
-	s.mu.Unlock()
+	s.keysMu.Unlock()
 	if key == nil {
 		return nil, errdefs.Unavailable("the console has no key of box %s yet; vote again on a new session", box)
 	}
@@ -457,6 +493,12 @@ func (s *Service) Health(ctx context.Context, b fleet.Box) (State, string) {
 // judge is Health; without detail it leaves the grounds empty, for a look
 // at every box that counts states alone.
 func (s *Service) judge(ctx context.Context, b fleet.Box, detail bool) (State, string) {
+	site, err := s.siteOf(ctx, b)
+	return s.judgeIn(b, site, err, detail)
+}
+
+// judgeIn is judge with b's site (or the error reading it) at hand.
+func (s *Service) judgeIn(b fleet.Box, site []fleet.Box, err error, detail bool) (State, string) {
 	why := func(format string, args ...any) string {
 		if !detail {
 			return ""
@@ -464,7 +506,6 @@ func (s *Service) judge(ctx context.Context, b fleet.Box, detail bool) (State, s
 		return fmt.Sprintf(format, args...)
 	}
 	online := s.cfg.Online(b.ID)
-	site, err := s.siteOf(ctx, b)
 	switch {
 	case online && (err != nil || len(site) < 2 || len(site) > MaxSiteBoxes):
 		return Online, ""
@@ -536,9 +577,9 @@ func (s *Service) SyncSite(ctx context.Context, b fleet.Box) error {
 	if len(site) > MaxSiteBoxes {
 		return s.unwatch(ctx, b, site)
 	}
-	s.mu.Lock()
+	s.peersMu.Lock()
 	delete(s.tooLarge, siteKey{b.Region, b.Site})
-	s.mu.Unlock()
+	s.peersMu.Unlock()
 	var errs []error
 	for _, box := range site {
 		want := &edgeboxv1.SitePeers{PeriodMillis: uint32(s.cfg.Tally.Period / time.Millisecond)}
@@ -563,7 +604,7 @@ func (s *Service) SyncSite(ctx context.Context, b fleet.Box) error {
 // only from b, so that a hello costs the same in a site of any size.
 func (s *Service) unwatch(ctx context.Context, b fleet.Box, site []fleet.Box) error {
 	k := siteKey{b.Region, b.Site}
-	s.mu.Lock()
+	s.peersMu.Lock()
 	first := !s.tooLarge[k]
 	s.tooLarge[k] = true
 	var told []string
@@ -572,7 +613,7 @@ func (s *Service) unwatch(ctx context.Context, b fleet.Box, site []fleet.Box) er
 			told = append(told, o.ID)
 		}
 	}
-	s.mu.Unlock()
+	s.peersMu.Unlock()
 	if first {
 		s.cfg.Log.Warn("site too large for site health: its boxes are told of no peers and judged by their tunnels alone",
 			"tenant", b.TenantID, "region", b.Region, "site", b.Site, "boxes", len(site), "max", MaxSiteBoxes)
@@ -584,9 +625,9 @@ func (s *Service) unwatch(ctx context.Context, b fleet.Box, site []fleet.Box) er
 		}
 	}
 	if len(errs) > 0 && first {
-		s.mu.Lock()
+		s.peersMu.Lock()
 		delete(s.tooLarge, k) // the next hello of the site tries them again
-		s.mu.Unlock()
+		s.peersMu.Unlock()
 	}
 	return errors.Join(errs...)
 }
@@ -703,9 +744,9 @@ func (s *Service) sweep(ctx context.Context) error {
 		done := map[siteKey]bool{}
 		for _, b := range all {
 			k := siteKey{b.Region, b.Site}
-			s.mu.Lock()
+			s.peersMu.Lock()
 			told := s.written[b.ID] != nil
-			s.mu.Unlock()
+			s.peersMu.Unlock()
 			switch {
 			case b.State != fleet.StateApproved:
 				s.tally.Forget(b.ID)
@@ -728,9 +769,9 @@ func (s *Service) sweep(ctx context.Context) error {
 // write makes box's SitePeers object want (none when nil), unless it is
 // that already.
 func (s *Service) write(ctx context.Context, box string, want *edgeboxv1.SitePeers) error {
-	s.mu.Lock()
+	s.peersMu.Lock()
 	have, known := s.written[box]
-	s.mu.Unlock()
+	s.peersMu.Unlock()
 	if !known {
 		live, _, err := s.cfg.Desired.Live(ctx, box)
 		if err != nil {
@@ -743,7 +784,9 @@ func (s *Service) write(ctx context.Context, box string, want *edgeboxv1.SitePee
 		}
 	}
 	if proto.Equal(have, want) {
-		s.remember(box, want)
+		if !known {
+			s.remember(box, want)
+		}
 		return nil
 	}
 	var err error
@@ -761,9 +804,9 @@ func (s *Service) write(ctx context.Context, box string, want *edgeboxv1.SitePee
 }
 
 func (s *Service) remember(box string, p *edgeboxv1.SitePeers) {
-	s.mu.Lock()
+	s.peersMu.Lock()
 	s.written[box] = p
-	s.mu.Unlock()
+	s.peersMu.Unlock()
 }
 
 // Collector is edgebox_boxes by region and state, counted at each scrape:
@@ -809,7 +852,7 @@ func (b boxStates) Collect(ch chan<- prometheus.Metric) {
 		}
 		for _, site := range approved {
 			for _, box := range site {
-				st, _ := b.s.judge(ctx, box, false)
+				st, _ := b.s.judgeIn(box, site, nil, false)
 				counts[key{box.Region, string(st)}]++
 			}
 		}
