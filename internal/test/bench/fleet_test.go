@@ -480,7 +480,9 @@ func holdIdle(addr string, n int) {
 // EDGEBOX_BENCH_SIM_DIR is where the simulated boxes keep their data
 // (/dev/shm unless set, see simDir), and EDGEBOX_BENCH_SIM_ENV adds
 // space-separated NAME=value pairs to the simulator's processes'
-// environment;
+// environment, and EDGEBOX_BENCH_SIM_NICE runs them at that niceness
+// (10: the console, at 0, gets the CPU it asks for, and the simulated
+// fleet the rest);
 // EDGEBOX_BENCH_IDLE_CPU (a duration) measures the console's CPU with the
 // fleet online and idle, for that long, before the storm;
 // EDGEBOX_BENCH_CPU_PROFILE names a file for the console's, over the
@@ -836,6 +838,7 @@ func startFleet(b *testing.B, admin *api.Client, n int) *fleetsim.Fleet {
 	cfg.LogDir = os.Getenv("EDGEBOX_BENCH_SIM_LOGS")
 	cfg.ProfileDir = os.Getenv("EDGEBOX_BENCH_SIM_PROFILES")
 	cfg.Env = append(cfg.Env, strings.Fields(os.Getenv("EDGEBOX_BENCH_SIM_ENV"))...)
+	cfg.Nice = envInt(b, "EDGEBOX_BENCH_SIM_NICE", 0)
 	start := time.Now()
 	f, err := fleetsim.Start(cfg)
 	if err != nil {

@@ -60,6 +60,10 @@ type Config struct {
 	EnrollParallel int
 	// Env is added to each child's environment (GOMAXPROCS, GODEBUG…).
 	Env []string
+	// Nice, when above 0, runs the children at that niceness (nice(1)),
+	// every thread of theirs: the simulated fleet then takes the CPU the
+	// console beside it leaves, as a fleet on machines of its own would.
+	Nice int
 	// Agent shortens the agents' bounds; zero fields keep the agent's
 	// defaults.
 	Agent AgentSettings
@@ -221,6 +225,9 @@ func (f *Fleet) startChild(n int, s spec) (*child, error) {
 	// With no TestMain calling Main, the child would run the package's
 	// tests again; these flags make it run none, and its pipe ends empty.
 	cmd := exec.Command(os.Args[0], "-test.run=^$", "-test.bench=^$")
+	if f.cfg.Nice > 0 {
+		cmd = exec.Command("nice", append([]string{"-n", strconv.Itoa(f.cfg.Nice)}, cmd.Args...)...)
+	}
 	cmd.Env = append(append(os.Environ(), f.cfg.Env...), childEnv+"="+strconv.Itoa(n))
 	cmd.ExtraFiles = []*os.File{pw} // the child's fd 3
 	cmd.Stderr = os.Stderr
