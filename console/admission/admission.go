@@ -65,13 +65,20 @@ type Config struct {
 	// LogEvery is how often the rates are logged while boxes are held
 	// back.
 	LogEvery time.Duration
+	// CPUWait, when set, also counts a window as slow when runnable
+	// goroutines waited longer than this for the CPU (the scheduler's
+	// p99), and the limit then does not grow for a Target: an operator's
+	// call, woken by the network, waits that long once or more, whatever
+	// the sessions' own times. Target alone cannot stand in for it: a
+	// box on a mobile line spends seconds of its session in round trips.
+	CPUWait time.Duration
 }
 
 // DefaultConfig returns the defaults.
 func DefaultConfig() Config {
 	return Config{Initial: 256, Min: 8, Max: 4096, Target: 5 * time.Second, Patience: time.Minute,
 		Window: 250 * time.Millisecond, MinWait: 200 * time.Millisecond, MaxWait: 60 * time.Second, LogEvery: 5 * time.Second,
-		InitialRate: 200, QueueWait: 15 * time.Second, QueueMax: 3072}
+		InitialRate: 200, QueueWait: 15 * time.Second, QueueMax: 3072, CPUWait: 250 * time.Millisecond}
 }
 
 // Validate reports what is wrong with c.
@@ -101,9 +108,9 @@ type Controller struct {
 	m    metrics
 	// sched returns how long runnable goroutines waited for the CPU (the
 	// Go scheduler's latency) at its 99th percentile since it was last
-	// called, false with nothing scheduled: shown, not acted on. (Cutting
-	// the limit on it was tried: the wait stayed, with a tenth of the
-	// sessions in flight, and the console completed a third as many.)
+	// called, false with nothing scheduled: shown, and past CPUWait a
+	// reason to cut while the console completes at least cpuCutFloor of
+	// its best rate.
 	sched func() (time.Duration, bool)
 
 	mu       sync.Mutex
@@ -122,6 +129,7 @@ type Controller struct {
 	accrued  time.Time            // when the places taken were last added to the window
 	recent   []sample             // the last windows the console was full in
 	lastCut  time.Time            // the limit's last decrease
+	cpuBusy  time.Time            // the last window the CPU waited longer than CPUWait
 	win      window               // what happened since the last adapt
 	period   window               // since the last log line
 	shedding bool                 // boxes were held back in the last log period
@@ -511,6 +519,10 @@ func (c *Controller) adapt() {
 		if d, ok := c.sched(); ok {
 			c.m.sched.Set(d.Seconds())
 			c.busiest = max(c.busiest, d)
+			if c.cfg.CPUWait > 0 && d > c.cfg.CPUWait && c.rate >= cpuCutFloor*c.best {
+				slow = true
+				c.cpuBusy = now
+			}
 		}
 	}
 	if n := len(w.latencies); n > 0 {
@@ -523,15 +535,24 @@ func (c *Controller) adapt() {
 		// sessions in flight settle.
 		c.limit = max(float64(c.cfg.Min), c.limit*0.75)
 		c.lastCut = now
-	case !slow && w.full:
+	case !slow && w.full && now.Sub(c.cpuBusy) >= c.cfg.Target:
 		// The limit held boxes back and sessions were quick: try more,
-		// in step with how many settled.
+		// in step with how many settled. Not within a Target of a window
+		// the CPU was behind in: the wait comes in bursts, and growing
+		// between them undid each cut.
 		c.limit = min(float64(c.cfg.Max), c.limit+max(1, float64(w.caughtUp)/4))
 	}
 	c.m.limit.Set(c.limit)
 	c.m.rate.Set(c.rate)
 	c.handOut()
 }
+
+// cpuCutFloor is the share of the best completion rate below which the
+// CPU's wait cuts the limit no more: not all of the wait comes from the
+// sessions in flight (boxes told to come back, the sessions already up),
+// and cutting on a wait that fewer sessions do not shorten would take the
+// limit to Min and the console's goodput with it.
+const cpuCutFloor = 0.8
 
 // logRates logs one line for the last period while boxes are being held
 // back, and one when that stops.

@@ -696,12 +696,12 @@ func TestASlowerConsoleIsNotPacedByItsPast(t *testing.T) {
 }
 
 // TestTheCPUWaitIsShown: the scheduler's latency over each window is
-// the gauge's, and the worst of a log period is the log line's; it does
-// not move the limit.
+// the gauge's, and the worst of a log period is the log line's; without
+// CPUWait it does not move the limit.
 func TestTheCPUWaitIsShown(t *testing.T) {
 	c := newClock()
 	cfg := DefaultConfig()
-	cfg.Initial, cfg.Min, cfg.QueueWait = 100, 1, 0
+	cfg.Initial, cfg.Min, cfg.QueueWait, cfg.CPUWait = 100, 1, 0, 0
 	ctl := newTest(t, cfg, prometheus.NewRegistry(), c)
 	waits := []time.Duration{400 * time.Millisecond, 20 * time.Millisecond}
 	ctl.sched = func() (time.Duration, bool) { d := waits[0]; waits = waits[1:]; return d, true }
@@ -768,5 +768,59 @@ func TestTheSchedulersLatencyIsRead(t *testing.T) {
 	wg.Wait()
 	if _, ok := l.quantile(0.99); !ok {
 		t.Fatal("no scheduler latency after 100 goroutines ran")
+	}
+}
+
+// TestALongCPUWaitCutsTheLimit: with CPUWait set, a window in which the
+// scheduler's p99 wait passed it counts as slow, however quick the
+// sessions, and the limit does not grow again within a Target of it.
+// Without CPUWait the wait is only shown (TestTheCPUWaitIsShown).
+func TestALongCPUWaitCutsTheLimit(t *testing.T) {
+	c := newClock()
+	cfg := DefaultConfig()
+	cfg.Initial, cfg.Min, cfg.QueueWait, cfg.CPUWait = 100, 1, 0, 250*time.Millisecond
+	ctl := newTest(t, cfg, prometheus.NewRegistry(), c)
+	var wait time.Duration
+	ctl.sched = func() (time.Duration, bool) { return wait, true }
+	round := 0
+	window := func(cpu time.Duration) float64 {
+		// Every place taken, a box turned away, every session caught up
+		// in 10 ms.
+		round++
+		wait = cpu
+		for i := range int(ctl.limit) + 1 {
+			ctl.Admit(bg, fmt.Sprint(round, "-", i))
+		}
+		c.add(10 * time.Millisecond)
+		for i := range int(ctl.limit) + 1 {
+			ctl.CaughtUp(fmt.Sprint(round, "-", i))
+		}
+		c.add(cfg.Window - 10*time.Millisecond)
+		ctl.adapt()
+		return ctl.limit
+	}
+	if l := window(100 * time.Millisecond); l <= 100 {
+		t.Fatalf("a quick window with the CPU keeping up left the limit at %v", l)
+	}
+	before := ctl.limit
+	if l := window(400 * time.Millisecond); l != before*0.75 {
+		t.Fatalf("a window with the CPU 400 ms behind took the limit from %v to %v, want a quarter off", before, l)
+	}
+	cut := ctl.limit
+	for i := 0; c.now().Sub(ctl.cpuBusy)+cfg.Window < cfg.Target; i++ {
+		if l := window(10 * time.Millisecond); l != cut {
+			t.Fatalf("window %d after the cut: the limit went from %v to %v within a Target", i, cut, l)
+		}
+	}
+	if l := window(10 * time.Millisecond); l <= cut {
+		t.Fatalf("a Target after the CPU caught up, the limit stays at %v", l)
+	}
+
+	// A console that completes less than cpuCutFloor of its best rate is
+	// not cut for the CPU's wait: fewer sessions did not shorten it.
+	ctl.best, ctl.rate = 1000, 700
+	before = ctl.limit
+	if l := window(400 * time.Millisecond); l < before {
+		t.Fatalf("at 70 %% of its best rate the CPU's wait cut the limit from %v to %v", before, l)
 	}
 }
