@@ -695,6 +695,20 @@ func TestASlowerConsoleIsNotPacedByItsPast(t *testing.T) {
 	}
 }
 
+// quickFullWindow runs one adapt window of ctl in which every place is
+// taken, a box is turned away, and every session catches up in 10 ms.
+func quickFullWindow(ctl *Controller, c *clock, round int) {
+	for i := range int(ctl.limit) + 1 {
+		ctl.Admit(bg, fmt.Sprint(round, "-", i))
+	}
+	c.add(10 * time.Millisecond)
+	for i := range int(ctl.limit) + 1 {
+		ctl.CaughtUp(fmt.Sprint(round, "-", i))
+	}
+	c.add(ctl.cfg.Window - 10*time.Millisecond)
+	ctl.adapt()
+}
+
 // TestTheCPUWaitIsShown: the scheduler's latency over each window is
 // the gauge's, and the worst of a log period is the log line's; without
 // CPUWait it does not move the limit.
@@ -706,18 +720,8 @@ func TestTheCPUWaitIsShown(t *testing.T) {
 	waits := []time.Duration{400 * time.Millisecond, 20 * time.Millisecond}
 	ctl.sched = func() (time.Duration, bool) { d := waits[0]; waits = waits[1:]; return d, true }
 	for round := range 2 {
-		// Every place taken, a box turned away, every session caught up
-		// in 10 ms.
-		for i := range int(ctl.limit) + 1 {
-			ctl.Admit(bg, fmt.Sprint(round, "-", i))
-		}
-		c.add(10 * time.Millisecond)
-		for i := range int(ctl.limit) + 1 {
-			ctl.CaughtUp(fmt.Sprint(round, "-", i))
-		}
-		c.add(cfg.Window - 10*time.Millisecond)
 		before := ctl.limit
-		ctl.adapt()
+		quickFullWindow(ctl, c, round)
 		if ctl.limit <= before {
 			t.Fatalf("round %d: quick sessions left the limit at %v", round, ctl.limit)
 		}
@@ -784,19 +788,9 @@ func TestALongCPUWaitCutsTheLimit(t *testing.T) {
 	ctl.sched = func() (time.Duration, bool) { return wait, true }
 	round := 0
 	window := func(cpu time.Duration) float64 {
-		// Every place taken, a box turned away, every session caught up
-		// in 10 ms.
 		round++
 		wait = cpu
-		for i := range int(ctl.limit) + 1 {
-			ctl.Admit(bg, fmt.Sprint(round, "-", i))
-		}
-		c.add(10 * time.Millisecond)
-		for i := range int(ctl.limit) + 1 {
-			ctl.CaughtUp(fmt.Sprint(round, "-", i))
-		}
-		c.add(cfg.Window - 10*time.Millisecond)
-		ctl.adapt()
+		quickFullWindow(ctl, c, round)
 		return ctl.limit
 	}
 	if l := window(100 * time.Millisecond); l <= 100 {
