@@ -90,8 +90,8 @@ func (c Config) Validate() error {
 		return errors.New("admission: Target, Window and LogEvery must be positive, Patience at least Target")
 	case c.MinWait <= 0 || c.MaxWait < c.MinWait:
 		return errors.New("admission: want 0 < MinWait <= MaxWait")
-	case c.QueueWait < 0 || c.QueueMax < 0:
-		return errors.New("admission: QueueWait and QueueMax must not be negative")
+	case c.QueueWait < 0 || c.QueueMax < 0 || c.CPUWait < 0:
+		return errors.New("admission: QueueWait, QueueMax and CPUWait must not be negative")
 	case c.InitialRate < 1:
 		return errors.New("admission: InitialRate must be at least 1")
 	}

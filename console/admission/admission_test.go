@@ -471,6 +471,7 @@ func TestConfigValidate(t *testing.T) {
 		func(c *Config) { c.MaxWait = c.MinWait / 2 },
 		func(c *Config) { c.QueueWait = -time.Second },
 		func(c *Config) { c.QueueMax = -1 },
+		func(c *Config) { c.CPUWait = -time.Millisecond },
 	} {
 		cfg := DefaultConfig()
 		c(&cfg)
