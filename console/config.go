@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/edgebox/edgebox/console/admission"
+	"github.com/edgebox/edgebox/console/gcpace"
 	"github.com/edgebox/edgebox/console/port"
 	"github.com/edgebox/edgebox/console/store"
 	"github.com/edgebox/edgebox/enroll"
@@ -114,6 +115,9 @@ type Config struct {
 	// handshake and their caught-up Sync stream, adapting to how fast
 	// they complete, and how the rest are told when to come back.
 	Admission admission.Config
+	// GCPace lets the heap grow further between collections while boxes
+	// are held back (gcpace).
+	GCPace gcpace.Config
 	// Hooks are for fault-injection tests; production leaves them nil.
 	Hooks Hooks
 }
@@ -158,6 +162,7 @@ func DefaultConfig() Config {
 		KeepRevisions: 100_000,
 		AppsSyncEvery: time.Minute,
 		Admission:     admission.DefaultConfig(),
+		GCPace:        gcpace.DefaultConfig(),
 		SessionTTL:    12 * time.Hour,
 	}
 }
@@ -209,6 +214,9 @@ func (c Config) Validate() error {
 		errs = append(errs, err)
 	}
 	if err := c.Admission.Validate(); err != nil {
+		errs = append(errs, err)
+	}
+	if err := c.GCPace.Validate(); err != nil {
 		errs = append(errs, err)
 	}
 	if c.CompactEvery <= 0 || c.KeepRevisions <= 0 || c.AppsSyncEvery <= 0 {

@@ -39,6 +39,7 @@ import (
 	"github.com/edgebox/edgebox/console/dist"
 	"github.com/edgebox/edgebox/console/events"
 	"github.com/edgebox/edgebox/console/fleet"
+	"github.com/edgebox/edgebox/console/gcpace"
 	"github.com/edgebox/edgebox/console/httpapi"
 	"github.com/edgebox/edgebox/console/keys"
 	"github.com/edgebox/edgebox/console/leader"
@@ -91,6 +92,7 @@ type Console struct {
 	apps      *apps.Apps
 	releases  *agentrel.Service
 	admission *admission.Controller
+	gcpace    *gcpace.Pacer
 	remote    *sessions.Broker
 	users     *auth.Users
 	events    *events.Hub
@@ -254,6 +256,9 @@ func New(cfg Config, log *slog.Logger) (_ *Console, err error) {
 		admCfg.RateFile = filepath.Join(cfg.DataDir, "admission-rate")
 	}
 	if c.admission, err = admission.New(admCfg, promReg, c.log); err != nil {
+		return nil, err
+	}
+	if c.gcpace, err = gcpace.New(cfg.GCPace, c.admission.HeldBack, c.log); err != nil {
 		return nil, err
 	}
 	// Site health hears the boxes' votes, checked against the keys their
@@ -522,6 +527,7 @@ func (c *Console) Run(ctx context.Context) error {
 	start(loops, "rollouts", once("rollouts", c.rollouts.Run))
 	start(loops, "alerts", once("alerts", c.alerts.Run))
 	start(loops, "admission", c.admission.Run)
+	start(loops, "gc pace", c.gcpace.Run)
 	start(loops, "events", c.events.Run)
 	start(loops, "session sweep", func(ctx context.Context) error { return c.users.RunSweeper(ctx, 10*time.Minute, c.log) })
 

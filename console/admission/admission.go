@@ -130,6 +130,7 @@ type Controller struct {
 	recent   []sample             // the last windows the console was full in
 	lastCut  time.Time            // the limit's last decrease
 	cpuBusy  time.Time            // the last window the CPU waited longer than CPUWait
+	heldBack time.Time            // the last window a box found no room in
 	win      window               // what happened since the last adapt
 	period   window               // since the last log line
 	shedding bool                 // boxes were held back in the last log period
@@ -484,6 +485,9 @@ func (c *Controller) adapt() {
 	c.accrue(now)
 	w := c.win
 	c.win = window{start: now}
+	if w.full {
+		c.heldBack = now
+	}
 	// The rate the console completes sessions at, by Little's law: the
 	// places taken on average over the time a session takes, over the
 	// last rateWindows windows in which boxes found no room, so the
@@ -674,6 +678,14 @@ func (h *slots) Pop() any {
 	t := old[len(old)-1]
 	*h = old[:len(old)-1]
 	return t
+}
+
+// HeldBack returns when a box last found no room (at the end of that
+// window), zero if none has yet.
+func (c *Controller) HeldBack() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.heldBack
 }
 
 // State is a snapshot, for tests and the metrics.

@@ -1,6 +1,7 @@
 package desired
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -52,6 +53,22 @@ func (st *State) ReportStatus(ctx context.Context, box string, r *edgeboxv1.Sync
 	if len(r.GetObjects()) > MaxStatusObjects || len(r.GetEvents()) > MaxStatusEvents {
 		return errdefs.Invalid("a status report holds at most %d objects and %d events", MaxStatusObjects, MaxStatusEvents)
 	}
+	// A full report (each new stream's first) mostly repeats what is
+	// stored: a box back after a console restart has nothing new. Only
+	// what differs is written, so a returning fleet costs reads, not a
+	// commit and a watch event per status.
+	var kvs []store.KV
+	var stored map[string][]byte
+	if r.GetFull() {
+		var err error
+		if kvs, _, err = st.s.Range(ctx, statusPrefix(box), 0); err != nil {
+			return err
+		}
+		stored = make(map[string][]byte, len(kvs))
+		for _, kv := range kvs {
+			stored[kv.Key] = kv.Value
+		}
+	}
 	var ops []store.Op
 	keep := map[string]bool{}
 	for _, s := range r.GetObjects() {
@@ -61,7 +78,9 @@ func (st *State) ReportStatus(ctx context.Context, box string, r *edgeboxv1.Sync
 		}
 		k := statusKey(box, s.GetKind(), s.GetName())
 		if s.GetPhase() == edgeboxv1.PhaseRemoved {
-			ops = append(ops, store.Op{Key: k, Delete: true})
+			if !r.GetFull() { // a full report's go below, with the rest it left out
+				ops = append(ops, store.Op{Key: k, Delete: true})
+			}
 			continue
 		}
 		keep[k] = true
@@ -77,21 +96,18 @@ func (st *State) ReportStatus(ctx context.Context, box string, r *edgeboxv1.Sync
 		for i, p := range c.Ports {
 			c.Ports[i] = clip(p, 64)
 		}
-		raw, err := proto.Marshal(c)
+		raw, err := proto.MarshalOptions{Deterministic: true}.Marshal(c)
 		if err != nil {
 			return err
+		}
+		if have, ok := stored[k]; ok && bytes.Equal(have, raw) {
+			continue
 		}
 		ops = append(ops, store.Op{Key: k, Value: raw})
 	}
-	if r.GetFull() {
-		kvs, _, err := st.s.Range(ctx, statusPrefix(box), 0)
-		if err != nil {
-			return err
-		}
-		for _, kv := range kvs {
-			if !keep[kv.Key] {
-				ops = append(ops, store.Op{Key: kv.Key, Delete: true})
-			}
+	for _, kv := range kvs { // in key order
+		if !keep[kv.Key] {
+			ops = append(ops, store.Op{Key: kv.Key, Delete: true})
 		}
 	}
 	if len(r.GetEvents()) > 0 {

@@ -47,6 +47,49 @@ func TestStatusReports(t *testing.T) {
 	}
 }
 
+// A box's first report on each stream is full; back after a console
+// restart, it repeats what is stored, and that costs no write.
+func TestAFullReportWritesOnlyWhatChanged(t *testing.T) {
+	t.Parallel()
+	s := newState(t)
+	rev := func() int64 {
+		t.Helper()
+		r, err := s.s.Revision(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r
+	}
+	report := func(r *edgeboxv1.SyncStatus) {
+		t.Helper()
+		if err := s.ReportStatus(ctx, "b1", r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	a, b := st("a", edgeboxv1.PhaseRunning), st("b", edgeboxv1.PhaseFailed)
+	b.Ports = []string{"8080:80/tcp"}
+	report(&edgeboxv1.SyncStatus{Full: true, Objects: []*edgeboxv1.ObjectStatus{a, b}})
+	before := rev()
+	report(&edgeboxv1.SyncStatus{Full: true, Objects: []*edgeboxv1.ObjectStatus{b, a}})
+	if got := rev(); got != before {
+		t.Fatalf("a full report of what is stored wrote: revision %d, was %d", got, before)
+	}
+	// What changed is written, what the report left out is dropped, in
+	// one revision.
+	c := st("c", edgeboxv1.PhasePending)
+	report(&edgeboxv1.SyncStatus{Full: true, Objects: []*edgeboxv1.ObjectStatus{st("b", edgeboxv1.PhaseRunning), c}})
+	if got := rev(); got != before+1 {
+		t.Fatalf("a full report with changes: revision %d, want %d", got, before+1)
+	}
+	if got := names(t, s, "b1"); got != "b=Running,c=Pending" {
+		t.Fatalf("after a full report with changes: %s", got)
+	}
+	report(&edgeboxv1.SyncStatus{Full: true, Objects: []*edgeboxv1.ObjectStatus{st("b", edgeboxv1.PhaseRemoved), c}})
+	if got := names(t, s, "b1"); got != "c=Pending" {
+		t.Fatalf("a full report's Removed was kept: %s", got)
+	}
+}
+
 func TestStatusReportsAreBounded(t *testing.T) {
 	t.Parallel()
 	s := newState(t)
