@@ -819,3 +819,23 @@ func TestALongCPUWaitCutsTheLimit(t *testing.T) {
 		t.Fatalf("at 70 %% of its best rate the CPU's wait cut the limit from %v to %v", before, l)
 	}
 }
+
+// TestHeldBackSaysWhenABoxLastFoundNoRoom: a window with room for every
+// box leaves it where it was; one in which a box found none sets it to
+// the window's end.
+func TestHeldBackSaysWhenABoxLastFoundNoRoom(t *testing.T) {
+	c := newClock()
+	cfg := DefaultConfig()
+	cfg.Initial, cfg.Min, cfg.QueueWait = 4, 1, 0
+	ctl := newTest(t, cfg, nil, c)
+	ctl.Admit(bg, "a")
+	c.add(cfg.Window)
+	ctl.adapt()
+	if got := ctl.HeldBack(); !got.IsZero() {
+		t.Fatalf("no box held back, yet HeldBack is %v", got)
+	}
+	quickFullWindow(ctl, c, 0)
+	if got, want := ctl.HeldBack(), c.now(); !got.Equal(want) {
+		t.Fatalf("HeldBack is %v, want the full window's end %v", got, want)
+	}
+}
