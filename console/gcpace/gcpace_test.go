@@ -9,11 +9,13 @@ import (
 	"time"
 )
 
+func quiet() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
+
 func TestThePaceRisesWhileBoxesAreHeldBackAndComesBack(t *testing.T) {
 	now := time.Unix(1000, 0)
 	var last time.Time
 	gogc := 100
-	p, err := New(DefaultConfig(), func() time.Time { return last }, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	p, err := New(DefaultConfig(), func() time.Time { return last }, quiet())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -78,7 +80,7 @@ func TestRunPutsThePaceBack(t *testing.T) {
 	cfg := DefaultConfig()
 	cfg.Every = time.Millisecond
 	gogc := 100
-	p, err := New(cfg, time.Now, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	p, err := New(cfg, time.Now, quiet())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -120,7 +122,7 @@ func TestConfigValidate(t *testing.T) {
 
 func TestAGOGCInTheEnvironmentIsLeftAlone(t *testing.T) {
 	t.Setenv("GOGC", "200")
-	p, err := New(DefaultConfig(), time.Now, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	p, err := New(DefaultConfig(), time.Now, quiet())
 	if err != nil {
 		t.Fatal(err)
 	}
