@@ -31,14 +31,14 @@ func TestThePaceRisesWhileBoxesAreHeldBackAndComesBack(t *testing.T) {
 	}
 	last = now
 	p.step()
-	if gogc != 400 {
-		t.Fatalf("boxes held back: GOGC %d, want 400", gogc)
+	if gogc != 200 {
+		t.Fatalf("boxes held back: GOGC %d, want 200", gogc)
 	}
 	// Held back in bursts: within Hold of the last one, the pace stays.
 	now = now.Add(9 * time.Second)
 	p.step()
-	if gogc != 400 {
-		t.Fatalf("9 s after boxes were held back: GOGC %d, want 400", gogc)
+	if gogc != 200 {
+		t.Fatalf("9 s after boxes were held back: GOGC %d, want 200", gogc)
 	}
 	now = now.Add(2 * time.Second)
 	p.step()
@@ -54,18 +54,19 @@ func TestThePaceRisesWhileBoxesAreHeldBackAndComesBack(t *testing.T) {
 	if gogc != 150 {
 		t.Fatalf("after the second storm: GOGC %d, want 150", gogc)
 	}
-	// The heap stays within its budget: 3 GiB over 1 GiB live leaves room
-	// for 200 %; as the live heap grows, less; never below the usual pace.
-	gogc, budget = 100, 3<<30
+	// The heap stays within its budget: 2.5 GiB over 1 GiB live leaves
+	// room for 150 %; as the live heap grows, less; never below the usual
+	// pace.
+	gogc, budget = 100, 5<<29
 	last = now
 	p.step()
-	if gogc != 200 {
-		t.Fatalf("3 GiB budget, 1 GiB live: GOGC %d, want 200", gogc)
+	if gogc != 150 {
+		t.Fatalf("2.5 GiB budget, 1 GiB live: GOGC %d, want 150", gogc)
 	}
 	live = 2 << 30
 	p.step()
 	if gogc != 100 {
-		t.Fatalf("3 GiB budget, 2 GiB live: GOGC %d, want the usual 100", gogc)
+		t.Fatalf("2.5 GiB budget, 2 GiB live: GOGC %d, want the usual 100", gogc)
 	}
 	live = 1 << 30
 	budget = 0 // not known
@@ -91,7 +92,7 @@ func TestRunPutsThePaceBack(t *testing.T) {
 	p.set = func(v int) int {
 		old := gogc
 		gogc = v
-		if v == 400 {
+		if v == 200 {
 			once.Do(func() { close(raised) })
 		}
 		return old
