@@ -4,9 +4,9 @@ import (
 	"bufio"
 	"os"
 	"runtime"
-	"strconv"
 	"strings"
 
+	"github.com/edgebox/edgebox/internal/meminfo"
 	edgeboxv1 "github.com/edgebox/edgebox/proto/edgebox/v1"
 )
 
@@ -19,7 +19,7 @@ func hostFacts(version string) *edgeboxv1.BoxInfo {
 	}
 	if runtime.GOOS == "linux" {
 		info.OsVersion = osRelease("/etc/os-release")
-		info.MemoryBytes = memTotal("/proc/meminfo")
+		info.MemoryBytes, _ = meminfo.Read(meminfo.Path)
 		if b, err := os.ReadFile("/proc/sys/kernel/osrelease"); err == nil {
 			info.Kernel = strings.TrimSpace(string(b))
 		}
@@ -40,20 +40,4 @@ func osRelease(path string) string {
 		}
 	}
 	return ""
-}
-
-func memTotal(path string) uint64 {
-	f, err := os.Open(path)
-	if err != nil {
-		return 0
-	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		if v, ok := strings.CutPrefix(sc.Text(), "MemTotal:"); ok {
-			kb, _ := strconv.ParseUint(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
-			return kb * 1024
-		}
-	}
-	return 0
 }

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"syscall"
 
+	"github.com/edgebox/edgebox/internal/meminfo"
 	edgeboxv1 "github.com/edgebox/edgebox/proto/edgebox/v1"
 )
 
@@ -15,7 +16,7 @@ func (r *Reader) read(v *edgeboxv1.Vitals) {
 	if busy, all, ok := cpuTimes(filepath.Join(r.root, "proc/stat")); ok {
 		v.CpuPercent = r.cpuShare(busy, all)
 	}
-	total, avail := meminfo(filepath.Join(r.root, "proc/meminfo"))
+	total, avail := meminfo.Read(filepath.Join(r.root, "proc/meminfo"))
 	v.MemoryTotalBytes = total
 	if avail <= total {
 		v.MemoryUsedBytes = total - avail
@@ -64,33 +65,6 @@ func cpuTimes(path string) (busy, all uint64, ok bool) {
 		}
 	}
 	return busy, all, true
-}
-
-// meminfo reads MemTotal and MemAvailable, in bytes.
-func meminfo(path string) (total, avail uint64) {
-	f, err := os.Open(path)
-	if err != nil {
-		return 0, 0
-	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		k, rest, ok := strings.Cut(sc.Text(), ":")
-		if !ok {
-			continue
-		}
-		kb, err := strconv.ParseUint(strings.TrimSuffix(strings.TrimSpace(rest), " kB"), 10, 64)
-		if err != nil {
-			continue
-		}
-		switch k {
-		case "MemTotal":
-			total = kb * 1024
-		case "MemAvailable":
-			avail = kb * 1024
-		}
-	}
-	return total, avail
 }
 
 // hottest is the highest temperature of the thermal zones under dir, in

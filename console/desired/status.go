@@ -78,7 +78,7 @@ func (st *State) ReportStatus(ctx context.Context, box string, r *edgeboxv1.Sync
 		}
 		k := statusKey(box, s.GetKind(), s.GetName())
 		if s.GetPhase() == edgeboxv1.PhaseRemoved {
-			if !r.GetFull() { // a full report's go below, with the rest it left out
+			if !r.GetFull() { // a full report drops it below, with all it left out
 				ops = append(ops, store.Op{Key: k, Delete: true})
 			}
 			continue

@@ -28,6 +28,8 @@ import (
 	"runtime/debug"
 	"runtime/metrics"
 	"time"
+
+	"github.com/edgebox/edgebox/internal/meminfo"
 )
 
 // Config tunes the pacer.
@@ -70,8 +72,9 @@ type Pacer struct {
 	now    func() time.Time
 	log    *slog.Logger
 
-	normal int // the pace to go back to
-	raised int // the pace set while busy; 0 when not raised
+	normal int    // the pace to go back to
+	raised int    // the pace set while busy; 0 when not raised
+	room   uint64 // budget(), read when the pace was raised
 }
 
 // New returns a pacer that asks busy when boxes were last held back. It
@@ -119,29 +122,31 @@ func (p *Pacer) step() {
 		}
 		return
 	}
-	was := p.raised
-	if was == 0 {
-		p.normal = p.set(p.cfg.Percent) // read; set as it should be below
-		p.raised = p.cfg.Percent
+	first := p.raised == 0
+	if first {
+		// SetGCPercent is the only way to read the pace: set the
+		// most, then what fits below.
+		p.normal = p.set(p.cfg.Percent)
+		p.raised, p.room = p.cfg.Percent, p.budget()
 	}
-	want := p.pace()
-	if want != p.raised {
+	if want := p.pace(); want != p.raised {
 		p.set(want)
 		p.raised = want
 	}
-	if was == 0 {
-		p.log.Info("boxes are being held back; the heap may grow further between collections", "gogc", want, "was", p.normal)
+	if first {
+		p.log.Info("boxes are being held back; the heap may grow further between collections", "gogc", p.raised, "was", p.normal)
 	}
 }
 
 // pace is the GOGC to run at while busy: Percent, less where the heap it
-// lets grow would pass the budget, and never below the usual pace.
+// lets grow would pass the budget, and never below the usual pace (nor
+// any pace where the collector was off).
 func (p *Pacer) pace() int {
-	budget, live := p.budget(), p.live()
-	if budget == 0 || live == 0 {
+	live := p.live()
+	if p.room == 0 || live == 0 || p.normal < 0 {
 		return p.normal
 	}
-	fit := 100 * (float64(budget)/float64(live) - 1)
+	fit := 100 * (float64(p.room)/float64(live) - 1)
 	return max(p.normal, min(p.cfg.Percent, int(fit)))
 }
 
@@ -159,7 +164,8 @@ func heapBudget() uint64 {
 	if l := debug.SetMemoryLimit(-1); l > 0 && l < math.MaxInt64 {
 		return uint64(l)
 	}
-	return memTotal() / 2
+	total, _ := meminfo.Read(meminfo.Path) // 0 where there is no /proc
+	return total / 2
 }
 
 // liveHeap is the heap's live bytes at the last collection.

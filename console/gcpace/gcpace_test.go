@@ -68,11 +68,24 @@ func TestThePaceRisesWhileBoxesAreHeldBackAndComesBack(t *testing.T) {
 	if gogc != 100 {
 		t.Fatalf("2.5 GiB budget, 2 GiB live: GOGC %d, want the usual 100", gogc)
 	}
-	live = 1 << 30
-	budget = 0 // not known
-	p.step()
+	// The budget is read when a storm begins; not known, the pace stays.
+	storm := func(before int) {
+		now = now.Add(time.Minute)
+		p.step() // the last storm is over
+		gogc = before
+		last = now
+		p.step()
+	}
+	live, budget = 1<<30, 0
+	storm(100)
 	if gogc != 100 {
 		t.Fatalf("budget not known: GOGC %d, want the usual 100", gogc)
+	}
+	// A collector someone turned off stays off.
+	budget = 8 << 30
+	storm(-1)
+	if gogc != -1 {
+		t.Fatalf("with the collector off: GOGC %d, want it left off", gogc)
 	}
 }
 
@@ -121,16 +134,25 @@ func TestConfigValidate(t *testing.T) {
 	}
 }
 
-func TestAGOGCInTheEnvironmentIsLeftAlone(t *testing.T) {
-	t.Setenv("GOGC", "200")
-	p, err := New(DefaultConfig(), time.Now, quiet())
-	if err != nil {
-		t.Fatal(err)
-	}
-	p.set = func(v int) int { t.Errorf("GOGC set to %d", v); return 200 }
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
-	defer cancel()
-	if err := p.Run(ctx); err != nil || ctx.Err() != nil {
-		t.Fatalf("Run: %v, and it returned only when ctx ended: %v", err, ctx.Err())
+// With GOGC in the environment, or the pacer off, Run returns at once and
+// never sets the pace, however busy the console.
+func TestTheOperatorsPaceIsLeftAlone(t *testing.T) {
+	for _, c := range []struct {
+		gogc    string
+		percent int
+	}{{"200", 200}, {"", 0}} {
+		t.Setenv("GOGC", c.gogc)
+		cfg := DefaultConfig()
+		cfg.Percent, cfg.Every = c.percent, time.Millisecond
+		p, err := New(cfg, time.Now, quiet())
+		if err != nil {
+			t.Fatal(err)
+		}
+		p.set = func(v int) int { t.Errorf("GOGC=%q, Percent %d: set to %d", c.gogc, c.percent, v); return 100 }
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+		if err := p.Run(ctx); err != nil || ctx.Err() != nil {
+			t.Fatalf("GOGC=%q, Percent %d: Run: %v, and it returned only when ctx ended: %v", c.gogc, c.percent, err, ctx.Err())
+		}
+		cancel()
 	}
 }
