@@ -64,6 +64,9 @@ type Config struct {
 	ProxySource string
 	Dial        func(ctx context.Context, network, addr string) (net.Conn, error)
 	Backoff     tunnel.Backoff
+	// Rejoin is the box's own rejoin window (tunnel.ClientConfig); the
+	// console may advise a longer one. Zero uses tunnel.DefaultRejoin.
+	Rejoin time.Duration
 	// Renew says when the tunnel session is replaced by a fresh one after
 	// it carried bulk data (tunnel.Renewal).
 	Renew tunnel.Renewal
@@ -276,7 +279,7 @@ func New(cfg Config, log *slog.Logger) (*Agent, error) {
 	}
 	tc, err := tunnel.NewClient(tunnel.ClientConfig{
 		Config: cfg.Tunnel, Addr: enroll.HostPort(u), Also: also, Proxy: cfg.Proxy, ProxySource: cfg.ProxySource, Dial: cfg.Dial, Backoff: cfg.Backoff,
-		Name: creds.BoxID, Renew: cfg.Renew, Metrics: tm,
+		Name: creds.BoxID, Renew: cfg.Renew, Metrics: tm, Rejoin: cfg.Rejoin,
 		TLS: &tls.Config{
 			RootCAs: creds.ca, ServerName: u.Hostname(),
 			GetClientCertificate: func(*tls.CertificateRequestInfo) (*tls.Certificate, error) { return a.cert.Load(), nil },
@@ -574,8 +577,12 @@ func (a *Agent) hello(ctx context.Context, c edgeboxv1.ConsoleServiceClient) (bo
 	a.setStatus(func(s *Status) {
 		s.Approved, s.Name, s.LastError, s.HelloAt = resp.Approved, resp.Name, "", time.Now().UTC()
 	})
+	a.tc.AdviseRejoin(msDuration(resp.GetRejoinWindowMs()))
 	return resp.Approved, nil
 }
+
+// msDuration is a count of milliseconds from the console.
+func msDuration(ms uint32) time.Duration { return time.Duration(ms) * time.Millisecond }
 
 // renewLoop renews the box certificate at two thirds of its lifetime.
 func (a *Agent) renewLoop(ctx context.Context, c edgeboxv1.ConsoleServiceClient) {

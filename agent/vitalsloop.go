@@ -33,10 +33,11 @@ func (a *Agent) reportVitals(ctx context.Context, c edgeboxv1.ConsoleServiceClie
 		up := a.nextSession() // before the report: a session after it wakes the wait
 		if !unwanted && a.isConnected() {
 			cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-			_, err := c.ReportVitals(cctx, r.Read())
+			receipt, err := c.ReportVitals(cctx, r.Read())
 			cancel()
 			switch {
 			case err == nil:
+				a.tc.AdviseRejoin(msDuration(receipt.GetRejoinWindowMs()))
 			case status.Code(err) == codes.Unimplemented:
 				unwanted = true
 			default:

@@ -332,6 +332,7 @@ func New(cfg Config, log *slog.Logger) (_ *Console, err error) {
 	c.sites = sites
 	vitals := boxvitals.New()
 	c.rpc = agentrpc.NewServer(agentrpc.Config{Fleet: fl, PKI: authority, Apps: catalogue, Agents: agents, Sites: sites, Vitals: vitals, BoxCertTTL: cfg.BoxCertTTL,
+		Rejoin:  func() time.Duration { return c.admission.Rejoin(srv.Len()) },
 		Version: Version, CapabilityVersion: CapabilityVersion, BeforeHello: cfg.Hooks.BeforeHello}, srv.Listen(tunnel.KindRPC), c.log)
 	c.registry = boxregistry.New(reg, c.desired, registryHosts, agents, srv.Listen(tunnel.KindRegistry), c.log)
 	promReg.MustRegister(c.registry.Metrics())

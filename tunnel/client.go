@@ -119,6 +119,10 @@ type Client struct {
 	// the link returns. A busy console's wait is kept. It must not block.
 	Hurry func() bool
 
+	// advised is the rejoin window the console last told (AdviseRejoin),
+	// 0 for none.
+	advised atomic.Int64
+
 	mu      sync.Mutex    // guards current and ready
 	current *Session      // nil while disconnected
 	ready   chan struct{} // closed when current becomes non-nil
@@ -243,6 +247,7 @@ func (c *Client) Run(ctx context.Context) error {
 		if !e.up && c.OnDialError != nil {
 			c.OnDialError(err)
 		}
+		r.rejoin = c.RejoinWindow()
 		wait, why := r.next(e)
 		level := slog.LevelWarn
 		if e.goAway || e.busy > 0 {
@@ -258,6 +263,22 @@ func (c *Client) Run(ctx context.Context) error {
 		case <-t.C:
 		}
 	}
+}
+
+// AdviseRejoin takes the window the console says its boxes should spread
+// their return over (see redial): the console sizes it by the boxes it
+// holds and the pace it greets them at. It is bounded by Backoff.Max,
+// never shortens the box's own Rejoin, and 0 takes the advice back. Safe
+// for concurrent use.
+func (c *Client) AdviseRejoin(d time.Duration) {
+	c.advised.Store(int64(max(d, 0)))
+}
+
+// RejoinWindow is the window a box redials within after a goodbye or a
+// healthy session broke: its own, or the console's advice when that is
+// longer.
+func (c *Client) RejoinWindow() time.Duration {
+	return max(c.cfg.Rejoin, min(time.Duration(c.advised.Load()), c.cfg.Backoff.Max))
 }
 
 // runOnce dials and serves one session until it ends; a renewal replaces

@@ -44,7 +44,8 @@ type Config struct {
 	// answers, a ping is sent at most PingInterval after the last byte
 	// read, so a half-open link is closed DeadAfter = 25 s after its last
 	// byte, and the box, redialling within its 5 s rejoin window, is back
-	// within 30 s. A far side that is merely slow may answer a ping up to
+	// within 30 s (later when its console advised a longer window: see
+	// Client.AdviseRejoin). A far side that is merely slow may answer a ping up to
 	// DeadAfter - PingInterval = 15 s late even when nothing else arrives
 	// (1.5 times the old 10 s bound; during the storm of 15,000 boxes on
 	// one core, 11.7 % of the console's pings took 2.5 to 10 s), and any

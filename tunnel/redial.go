@@ -7,10 +7,11 @@ import (
 
 // DefaultRejoin is the window a box comes back within after a console said
 // goodbye or after a healthy session broke: each box waits a uniform time
-// in [0, 5 s]. The console admits 500 box handshakes a second (burst 200;
-// console.DefaultConfig), so 5 s spreads 2,500 boxes evenly over what it
-// admits; larger fleets are paced by that limit, and a box it turns away
-// backs off as after any failed dial.
+// in [0, 5 s]. A console that needs longer to greet every box it holds
+// says so while the box is online (Client.AdviseRejoin), so that a fleet
+// it cannot take within 5 s arrives at about the pace it greets boxes,
+// instead of most of it being told to come back later; a box it turns
+// away anyway waits as it is told.
 const DefaultRejoin = 5 * time.Second
 
 // flapsAllowed is how many short healthy sessions in a row (each ending

@@ -145,7 +145,7 @@ func (b *bufConn) Close() error {
 // never reach another test's goroutines.
 func TestRunRedialsOnTheFakeClock(t *testing.T) {
 	t.Parallel()
-	for _, c := range []string{"goodbye/top", "goodbye/third", "crash/top", "crash/third"} {
+	for _, c := range []string{"goodbye/top", "goodbye/third", "crash/top", "crash/third", "advised"} {
 		t.Run(c, func(t *testing.T) {
 			t.Parallel()
 			cmd := exec.Command(os.Args[0], "-test.run=^TestFakeClockHelper$", "-test.v", "-test.count=1")
@@ -170,6 +170,10 @@ func TestFakeClockHelper(t *testing.T) {
 	if c == "" {
 		return
 	}
+	if c == "advised" {
+		synctest.Test(t, fakeClockAdvised)
+		return
+	}
 	how, draw, _ := strings.Cut(c, "/")
 	goodbye := how == "goodbye"
 	rnd := func(n int64) int64 { return n - 1 }
@@ -179,13 +183,27 @@ func TestFakeClockHelper(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) { fakeClockRestarts(t, goodbye, rnd) })
 }
 
-func fakeClockRestarts(t *testing.T, goodbye bool, rnd func(int64) int64) {
+// fakeClockBox is a Client running against a pipeConsole in a synctest
+// bubble, with when its sessions came up.
+type fakeClockBox struct {
+	cli    *Client
+	pc     *pipeConsole
+	cancel context.CancelFunc
+	done   chan struct{}
+	mu     sync.Mutex
+	ups    []time.Time
+}
+
+// startFakeClockBox starts a console and a box that draws its random
+// waits with rnd, and waits for the first session.
+func startFakeClockBox(t *testing.T, rnd func(int64) int64) (*fakeClockBox, context.Context) {
 	p := newTestPKI(t)
-	pc := newPipeConsole(t, p)
-	pc.start()
+	b := &fakeClockBox{pc: newPipeConsole(t, p), done: make(chan struct{})}
+	b.pc.start()
 	cert := p.leaf(t, "box-1", x509.ExtKeyUsageClientAuth)
-	cli, err := NewClient(ClientConfig{
-		Config: DefaultConfig(), Addr: "console:8443", Dial: pc.dial,
+	var err error
+	b.cli, err = NewClient(ClientConfig{
+		Config: DefaultConfig(), Addr: "console:8443", Dial: b.pc.dial,
 		TLS:     &tls.Config{RootCAs: p.pool, Certificates: []tls.Certificate{cert}, ServerName: "127.0.0.1"},
 		Proxy:   func(*url.URL) (*url.URL, error) { return nil, nil },
 		Backoff: Backoff{Min: time.Second, Max: time.Minute, Rand: rnd},
@@ -193,24 +211,40 @@ func fakeClockRestarts(t *testing.T, goodbye bool, rnd func(int64) int64) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var mu sync.Mutex
-	var ups []time.Time
-	cli.OnSession = func(_ *Session, up bool) {
+	b.cli.OnSession = func(_ *Session, up bool) {
 		if up {
-			mu.Lock()
-			ups = append(ups, time.Now())
-			mu.Unlock()
+			b.mu.Lock()
+			b.ups = append(b.ups, time.Now())
+			b.mu.Unlock()
 		}
 	}
-	lastUp := func() time.Time { mu.Lock(); defer mu.Unlock(); return ups[len(ups)-1] }
 	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { defer close(done); cli.Run(ctx) }()
-
+	b.cancel = cancel
+	go func() { defer close(b.done); b.cli.Run(ctx) }()
 	synctest.Wait()
-	if cli.Session() == nil {
+	if b.cli.Session() == nil {
 		t.Fatal("no first session")
 	}
+	return b, ctx
+}
+
+func (b *fakeClockBox) lastUp() time.Time {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.ups[len(b.ups)-1]
+}
+
+// stop ends the box, then the console.
+func (b *fakeClockBox) stop() {
+	b.cancel()
+	<-b.done
+	b.pc.stop(false)
+	b.pc.wg.Wait()
+}
+
+func fakeClockRestarts(t *testing.T, goodbye bool, rnd func(int64) int64) {
+	b, ctx := startFakeClockBox(t, rnd)
+	cli, pc, lastUp := b.cli, b.pc, b.lastUp
 	// After a crash only health speeds the box up: each session is made
 	// healthy, as the agent's hello makes it. A console saying goodbye
 	// needs none: its sessions carry nothing (and last under the 10 s
@@ -247,8 +281,25 @@ func fakeClockRestarts(t *testing.T, goodbye bool, rnd func(int64) int64) {
 		}
 		healthy()
 	}
-	cancel()
-	<-done
-	pc.stop(false)
-	pc.wg.Wait()
+	b.stop()
+}
+
+// fakeClockAdvised: a box whose console advised a 20 s rejoin window
+// comes back within it after a goodbye, not within its own 5 s: drawn at
+// the top, 20 s after the console went.
+func fakeClockAdvised(t *testing.T) {
+	b, _ := startFakeClockBox(t, func(n int64) int64 { return n - 1 })
+	b.cli.AdviseRejoin(20 * time.Second)
+	start := time.Now()
+	b.pc.stop(true)
+	time.Sleep(3 * time.Second)
+	b.pc.start()
+	time.Sleep(25 * time.Second)
+	synctest.Wait()
+	if took := b.lastUp().Sub(start); took < 20*time.Second || took > 21*time.Second {
+		t.Fatalf("the box came back %v after the goodbye, want 20 s, the window advised", took)
+	} else {
+		t.Logf("the box came back %v after the goodbye, advised 20 s", took)
+	}
+	b.stop()
 }

@@ -179,6 +179,31 @@ func TestClientRejoinWindow(t *testing.T) {
 	}
 }
 
+// TestTheConsolesRejoinAdviceLengthensTheWindow: the window the console
+// advises is taken when it is longer than the box's own, up to
+// Backoff.Max, and 0 takes it back.
+func TestTheConsolesRejoinAdviceLengthensTheWindow(t *testing.T) {
+	t.Parallel()
+	p := newTestPKI(t)
+	c, err := NewClient(ClientConfig{Config: DefaultConfig(), Addr: "127.0.0.1:1", TLS: &tls.Config{RootCAs: p.pool}}, testLogger(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tt := range []struct{ advised, want time.Duration }{
+		{0, DefaultRejoin},
+		{20 * time.Second, 20 * time.Second},
+		{time.Second, DefaultRejoin},
+		{time.Hour, time.Minute},
+		{-time.Second, DefaultRejoin},
+		{0, DefaultRejoin},
+	} {
+		c.AdviseRejoin(tt.advised)
+		if got := c.RejoinWindow(); got != tt.want {
+			t.Fatalf("advised %v: window %v, want %v", tt.advised, got, tt.want)
+		}
+	}
+}
+
 // TestAClientTriesTheConsolesOtherAddresses gives a box three addresses of
 // its console: one where nothing listens and two replicas. It comes up on
 // a replica whichever it starts at, and when that replica stops, it comes

@@ -190,6 +190,13 @@ func (s *Server) Sessions() []*Session {
 	return out
 }
 
+// Len returns how many boxes have a live session.
+func (s *Server) Len() int {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return len(s.sessions)
+}
+
 // ErrOffline is returned by Open for a box with no live session.
 var ErrOffline = errors.New("tunnel: box is not connected")
 

@@ -72,13 +72,18 @@ type Config struct {
 	// the sessions' own times. Target alone cannot stand in for it: a
 	// box on a mobile line spends seconds of its session in round trips.
 	CPUWait time.Duration
+	// RejoinMin and RejoinMax bound the rejoin window told to boxes
+	// (Rejoin): one shorter than RejoinMin is not told, and the boxes keep
+	// their own (tunnel.DefaultRejoin); one longer is cut to RejoinMax.
+	RejoinMin, RejoinMax time.Duration
 }
 
 // DefaultConfig returns the defaults.
 func DefaultConfig() Config {
 	return Config{Initial: 256, Min: 8, Max: 4096, Target: 5 * time.Second, Patience: time.Minute,
 		Window: 250 * time.Millisecond, MinWait: 200 * time.Millisecond, MaxWait: 60 * time.Second, LogEvery: 5 * time.Second,
-		InitialRate: 200, QueueWait: 15 * time.Second, QueueMax: 3072, CPUWait: 250 * time.Millisecond}
+		InitialRate: 200, QueueWait: 15 * time.Second, QueueMax: 3072, CPUWait: 250 * time.Millisecond,
+		RejoinMin: 5 * time.Second, RejoinMax: time.Minute}
 }
 
 // Validate reports what is wrong with c.
@@ -94,6 +99,8 @@ func (c Config) Validate() error {
 		return errors.New("admission: QueueWait, QueueMax and CPUWait must not be negative")
 	case c.InitialRate < 1:
 		return errors.New("admission: InitialRate must be at least 1")
+	case c.RejoinMin <= 0 || c.RejoinMax < c.RejoinMin:
+		return errors.New("admission: want 0 < RejoinMin <= RejoinMax")
 	}
 	return nil
 }
@@ -678,6 +685,37 @@ func (h *slots) Pop() any {
 	t := old[len(old)-1]
 	*h = old[:len(old)-1]
 	return t
+}
+
+// Rejoin returns the window over which boxes should spread their return
+// should every session here end at once (the console restarted, or its
+// machine lost its link), for boxes to be told while they are online; 0
+// tells them nothing. The boxes are those with sessions here (online)
+// and those the console holds back: queued, handshaking, or told when to
+// come back. The window lets them arrive a little faster than the best
+// rate the console measured (slotOptimism), this run or the last: the
+// queue takes the surplus, and the console is never idle while boxes
+// wait out their window. Without it every box returns within its own few
+// seconds, most are turned away, and the busy answers take a fifth of
+// what the console spends on a storm of 15,000 (docs/benchmarks.md). No
+// rate measured yet, or a window under RejoinMin, tells nothing.
+func (c *Controller) Rejoin(online int) time.Duration {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	rate := max(c.best, c.recalled)
+	if rate <= 0 {
+		return 0
+	}
+	now := c.now()
+	for len(c.promised) > 0 && !c.promised[0].After(now) {
+		heap.Pop(&c.promised)
+	}
+	boxes := max(online, 0) + c.queue.Len() + c.reserved + len(c.promised)
+	w := time.Duration(float64(boxes) / (rate * slotOptimism) * float64(time.Second))
+	if w < c.cfg.RejoinMin {
+		return 0
+	}
+	return min(w, c.cfg.RejoinMax)
 }
 
 // HeldBack returns when a box last found no room (at the end of that

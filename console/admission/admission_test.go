@@ -839,3 +839,76 @@ func TestHeldBackSaysWhenABoxLastFoundNoRoom(t *testing.T) {
 		t.Fatalf("HeldBack is %v, want the full window's end %v", got, want)
 	}
 }
+
+// TestRejoinIsTheTimeToGreetEveryBox: the window told to boxes is the
+// boxes online here and those held back, over a little more than the
+// best rate known; nothing without a rate, or when the boxes' own window
+// is long enough, and never past RejoinMax.
+func TestRejoinIsTheTimeToGreetEveryBox(t *testing.T) {
+	c := newClock()
+	cfg := DefaultConfig()
+	cfg.Initial, cfg.Min, cfg.QueueWait = 2, 1, 0
+	ctl := newTest(t, cfg, nil, c)
+	if got := ctl.Rejoin(10000); got != 0 {
+		t.Fatalf("no rate known: told %v", got)
+	}
+	ctl.recalled = 100 // from RateFile; taken as 125 a second
+	for _, tc := range []struct {
+		online int
+		want   time.Duration
+	}{{1000, 8 * time.Second}, {600, 0}, {625, 5 * time.Second}, {1_000_000, time.Minute}, {-5, 0}} {
+		if got := ctl.Rejoin(tc.online); got != tc.want {
+			t.Fatalf("Rejoin(%d) with 100/s remembered: %v, want %v", tc.online, got, tc.want)
+		}
+	}
+	ctl.best = 200 // measured this run: the better of the two counts
+	if got := ctl.Rejoin(1000); got != 0 {
+		t.Fatalf("Rejoin(1000) at 200/s: %v, want 0 (4 s is within the boxes' own)", got)
+	}
+	if got := ctl.Rejoin(2000); got != 8*time.Second {
+		t.Fatalf("Rejoin(2000) at 200/s: %v, want 8s", got)
+	}
+	// Boxes held back count: two in flight (online), 498 told when to
+	// come back.
+	for i := range 500 {
+		ctl.Admit(bg, fmt.Sprint(i))
+	}
+	if got := ctl.Rejoin(1502); got != 8*time.Second {
+		t.Fatalf("1,500 online and 500 held back at 200/s: %v, want 8s", got)
+	}
+	// Once their slots passed, they are back or gone: not counted twice.
+	c.add(cfg.MaxWait + time.Second)
+	if got := ctl.Rejoin(1500); got != 6*time.Second {
+		t.Fatalf("1,500 online, none due back: %v, want 6s", got)
+	}
+}
+
+// TestAStormSpreadOverTheRejoinWindowDialsOnce: boxes that spread their
+// return over the window the console told them arrive at about the pace
+// it greets them: most are greeted at their first dial, and the storm
+// ends no later than when all arrive within a few seconds.
+func TestAStormSpreadOverTheRejoinWindowDialsOnce(t *testing.T) {
+	const n, capacity = 15000, 300
+	var told time.Duration
+	run := func(spread func(*Controller) time.Duration) (time.Duration, float64, float64) {
+		clk := newClock()
+		cfg := DefaultConfig()
+		cfg.RateFile = filepath.Join(t.TempDir(), "rate")
+		if err := writeRate(cfg.RateFile, capacity); err != nil {
+			t.Fatal(err)
+		}
+		ctl := newTest(t, cfg, prometheus.NewRegistry(), clk)
+		ctl.rand = rand.New(rand.NewPCG(3, 4)).Float64
+		took, _, dials := storm(t, ctl, clk, n, capacity, 30*time.Second, spread(ctl), 4*time.Minute)
+		return took, float64(dials) / n, value(t, ctl.m.sessions.WithLabelValues("deferred")) / n
+	}
+	window := func(ctl *Controller) time.Duration { told = ctl.Rejoin(n); return told }
+	took, toldDials, toldDeferred := run(window)
+	own, ownDials, ownDeferred := run(func(*Controller) time.Duration { return 5 * time.Second })
+	t.Logf("%d boxes at %d/s: within their own 5 s, %v with %.2f dials and %.2f busy answers per box; within the %v told, %v with %.2f and %.2f",
+		n, capacity, own, ownDials, ownDeferred, told, took, toldDials, toldDeferred)
+	if took > own+time.Second || toldDeferred > ownDeferred/2 || toldDials > 1.5 {
+		t.Fatalf("within the window told: %v, %.2f dials and %.2f busy answers per box; within 5 s: %v, %.2f and %.2f",
+			took, toldDials, toldDeferred, own, ownDials, ownDeferred)
+	}
+}

@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"net"
 	"net/netip"
 	"time"
@@ -48,6 +49,10 @@ type Config struct {
 	Vitals interface {
 		Put(box string, v *edgeboxv1.Vitals, at time.Time) error
 	}
+	// Rejoin returns the window boxes are told to spread their return
+	// over should their sessions break (admission.Controller.Rejoin), in
+	// each hello and vitals receipt; nil tells none.
+	Rejoin func() time.Duration
 	// BoxCertTTL is the lifetime of the certificates Renew signs.
 	BoxCertTTL time.Duration
 	// Version and CapabilityVersion are the console's, told to each box
@@ -173,7 +178,7 @@ func (s *consoleService) Hello(ctx context.Context, req *edgeboxv1.HelloRequest)
 		}
 	}
 	return &edgeboxv1.HelloResponse{BoxId: id, Name: b.Name, Approved: b.State == fleet.StateApproved,
-		ConsoleCapabilityVersion: s.cfg.CapabilityVersion, ConsoleVersion: s.cfg.Version}, nil
+		ConsoleCapabilityVersion: s.cfg.CapabilityVersion, ConsoleVersion: s.cfg.Version, RejoinWindowMs: s.rejoinMs()}, nil
 }
 
 // maxPeerAddrs bounds the probe addresses a box may give.
@@ -224,7 +229,15 @@ func (s *consoleService) ReportVitals(ctx context.Context, v *edgeboxv1.Vitals) 
 	if err := s.cfg.Vitals.Put(id, v, time.Now()); err != nil {
 		return nil, s.fail("ReportVitals", id, err)
 	}
-	return &edgeboxv1.VitalsReceipt{}, nil
+	return &edgeboxv1.VitalsReceipt{RejoinWindowMs: s.rejoinMs()}, nil
+}
+
+// rejoinMs is the rejoin window to tell a box, in milliseconds.
+func (s *consoleService) rejoinMs() uint32 {
+	if s.cfg.Rejoin == nil {
+		return 0
+	}
+	return uint32(min(max(s.cfg.Rejoin().Milliseconds(), 0), math.MaxUint32))
 }
 
 func (s *consoleService) Renew(ctx context.Context, req *edgeboxv1.RenewRequest) (*edgeboxv1.RenewResponse, error) {

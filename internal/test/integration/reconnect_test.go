@@ -2,6 +2,7 @@ package integration
 
 import (
 	"fmt"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -10,6 +11,7 @@ import (
 
 	"github.com/edgebox/edgebox/agent"
 	"github.com/edgebox/edgebox/api"
+	"github.com/edgebox/edgebox/console"
 	"github.com/edgebox/edgebox/internal/test/testenv"
 	"github.com/edgebox/edgebox/internal/test/toxic"
 	"github.com/edgebox/edgebox/tunnel"
@@ -150,4 +152,47 @@ func TestRunProxyFlagAndWhereAProxyCameFrom(t *testing.T) {
 	if px.Used.Load() == 0 {
 		t.Fatal("the box came online without the proxy")
 	}
+}
+
+// TestTheConsoleAdvisesHowLongToTakeToReturn: a console that knows its
+// pace (one box a second, from the rate file a storm leaves) tells each
+// box, in its hello and its vitals receipts, to spread its return over
+// the time it needs to greet every box it holds; the box's tunnel takes
+// that window when it is longer than its own.
+func TestTheConsoleAdvisesHowLongToTakeToReturn(t *testing.T) {
+	t.Parallel()
+	rate := filepath.Join(t.TempDir(), "rate")
+	if err := os.WriteFile(rate, []byte("1\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	h := testenv.NewInProcess(t, testenv.Options{Console: func(c *console.Config) {
+		c.Admission.RateFile = rate
+		c.Admission.RejoinMin = 100 * time.Millisecond
+	}})
+	tok := h.Token(t, api.TokenRequest{Region: "east", Site: "a", Uses: 2})
+	start := func(name string) *agent.Agent {
+		box, err := h.Enroll(t, tok, name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		testenv.StartAgent(t, box, func(c *agent.Config) {
+			c.Backoff = tunnel.Backoff{Min: 50 * time.Millisecond, Max: time.Minute}
+			c.Rejoin = 200 * time.Millisecond
+		})
+		return testenv.AgentOf(box)
+	}
+	window := func(a *agent.Agent, want time.Duration) {
+		t.Helper()
+		testenv.WaitFor(t, 10*time.Second, fmt.Sprintf("a rejoin window of %v", want), func() bool {
+			return a.Tunnel().RejoinWindow() == want
+		})
+	}
+	// One box at one a second, arriving at 1.25 a second: 800 ms.
+	a := start("first")
+	window(a, 800*time.Millisecond)
+	// A second box hears of both; the first, once it reconnects.
+	b := start("second")
+	window(b, 1600*time.Millisecond)
+	h.Console().Tunnel().Drop(a.Status().BoxID)
+	window(a, 1600*time.Millisecond)
 }

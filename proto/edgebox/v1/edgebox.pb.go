@@ -208,8 +208,13 @@ type HelloResponse struct {
 	Approved                 bool   `protobuf:"varint,3,opt,name=approved,proto3" json:"approved,omitempty"`
 	ConsoleCapabilityVersion uint32 `protobuf:"varint,4,opt,name=console_capability_version,json=consoleCapabilityVersion,proto3" json:"console_capability_version,omitempty"`
 	ConsoleVersion           string `protobuf:"bytes,5,opt,name=console_version,json=consoleVersion,proto3" json:"console_version,omitempty"`
-	unknownFields            protoimpl.UnknownFields
-	sizeCache                protoimpl.SizeCache
+	// rejoin_window_ms, when set, is the window the box spreads its return
+	// over should its session break after a long life or after the
+	// console's goodbye: the time the console needs to greet every box it
+	// holds, all returning at once. 0 leaves the box's own window.
+	RejoinWindowMs uint32 `protobuf:"varint,6,opt,name=rejoin_window_ms,json=rejoinWindowMs,proto3" json:"rejoin_window_ms,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *HelloResponse) Reset() {
@@ -275,6 +280,13 @@ func (x *HelloResponse) GetConsoleVersion() string {
 		return x.ConsoleVersion
 	}
 	return ""
+}
+
+func (x *HelloResponse) GetRejoinWindowMs() uint32 {
+	if x != nil {
+		return x.RejoinWindowMs
+	}
+	return 0
 }
 
 type RenewRequest struct {
@@ -562,9 +574,12 @@ func (x *Vitals) GetUptimeSeconds() uint64 {
 }
 
 type VitalsReceipt struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// rejoin_window_ms is HelloResponse's, as it stands now: the fleet
+	// held by the console, and its pace, change while a box is online.
+	RejoinWindowMs uint32 `protobuf:"varint,1,opt,name=rejoin_window_ms,json=rejoinWindowMs,proto3" json:"rejoin_window_ms,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *VitalsReceipt) Reset() {
@@ -595,6 +610,13 @@ func (x *VitalsReceipt) ProtoReflect() protoreflect.Message {
 // Deprecated: Use VitalsReceipt.ProtoReflect.Descriptor instead.
 func (*VitalsReceipt) Descriptor() ([]byte, []int) {
 	return file_edgebox_v1_edgebox_proto_rawDescGZIP(), []int{8}
+}
+
+func (x *VitalsReceipt) GetRejoinWindowMs() uint32 {
+	if x != nil {
+		return x.RejoinWindowMs
+	}
+	return 0
 }
 
 // SiteVote is what a box saw of its site's peers at one moment. It
@@ -2415,13 +2437,14 @@ const file_edgebox_v1_edgebox_proto_rawDesc = "" +
 	" \x03(\tR\blanAddrs\"f\n" +
 	"\fHelloRequest\x12-\n" +
 	"\x12capability_version\x18\x01 \x01(\rR\x11capabilityVersion\x12'\n" +
-	"\x04info\x18\x02 \x01(\v2\x13.edgebox.v1.BoxInfoR\x04info\"\xbd\x01\n" +
+	"\x04info\x18\x02 \x01(\v2\x13.edgebox.v1.BoxInfoR\x04info\"\xe7\x01\n" +
 	"\rHelloResponse\x12\x15\n" +
 	"\x06box_id\x18\x01 \x01(\tR\x05boxId\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x1a\n" +
 	"\bapproved\x18\x03 \x01(\bR\bapproved\x12<\n" +
 	"\x1aconsole_capability_version\x18\x04 \x01(\rR\x18consoleCapabilityVersion\x12'\n" +
-	"\x0fconsole_version\x18\x05 \x01(\tR\x0econsoleVersion\" \n" +
+	"\x0fconsole_version\x18\x05 \x01(\tR\x0econsoleVersion\x12(\n" +
+	"\x10rejoin_window_ms\x18\x06 \x01(\rR\x0erejoinWindowMs\" \n" +
 	"\fRenewRequest\x12\x10\n" +
 	"\x03csr\x18\x01 \x01(\fR\x03csr\"8\n" +
 	"\rRenewResponse\x12'\n" +
@@ -2439,8 +2462,9 @@ const file_edgebox_v1_edgebox_proto_rawDesc = "" +
 	"\x0fdisk_used_bytes\x18\x04 \x01(\x04R\rdiskUsedBytes\x12(\n" +
 	"\x10disk_total_bytes\x18\x05 \x01(\x04R\x0ediskTotalBytes\x12/\n" +
 	"\x13temperature_celsius\x18\x06 \x01(\x02R\x12temperatureCelsius\x12%\n" +
-	"\x0euptime_seconds\x18\a \x01(\x04R\ruptimeSeconds\"\x0f\n" +
-	"\rVitalsReceipt\"\x83\x01\n" +
+	"\x0euptime_seconds\x18\a \x01(\x04R\ruptimeSeconds\"9\n" +
+	"\rVitalsReceipt\x12(\n" +
+	"\x10rejoin_window_ms\x18\x01 \x01(\rR\x0erejoinWindowMs\"\x83\x01\n" +
 	"\bSiteVote\x12\x14\n" +
 	"\x05voter\x18\x01 \x01(\tR\x05voter\x12\x18\n" +
 	"\acounter\x18\x02 \x01(\x04R\acounter\x12\x1b\n" +
