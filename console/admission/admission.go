@@ -665,6 +665,16 @@ const (
 	minRateSessions = 16
 )
 
+// rejoinPace is how much faster than the best rate known boxes are asked
+// to arrive after a restart. Too long a window leaves the console idle
+// while boxes wait it out, and nothing can call them sooner; too short
+// costs a busy answer and one more dial for the boxes the queue cannot
+// hold, about a tenth of a session each. The best rate known often comes
+// from a storm of first sessions (a fleet's first start), which cost
+// about twice a returning one; twice that rate keeps the window short of
+// the time the console needs whichever it was.
+const rejoinPace = 2
+
 // slotOptimism is how much quicker than measured the console is taken to
 // be when boxes are told their slots.
 const slotOptimism = 1.25
@@ -692,13 +702,13 @@ func (h *slots) Pop() any {
 // machine lost its link), for boxes to be told while they are online; 0
 // tells them nothing. The boxes are those with sessions here (online)
 // and those the console holds back: queued, handshaking, or told when to
-// come back. The window lets them arrive a little faster than the best
-// rate the console measured (slotOptimism), this run or the last: the
-// queue takes the surplus, and the console is never idle while boxes
-// wait out their window. Without it every box returns within its own few
-// seconds, most are turned away, and the busy answers take a fifth of
-// what the console spends on a storm of 15,000 (docs/benchmarks.md). No
-// rate measured yet, or a window under RejoinMin, tells nothing.
+// come back. Without a window, every box returns within its own few
+// seconds, and most of a fleet the console cannot greet that fast is
+// turned away and told when to come back: 14,000 busy answers in a storm
+// of 15,000 boxes on half a core (docs/benchmarks.md). The window has the
+// boxes arrive at rejoinPace times the best rate the console measured,
+// this run or the last; no rate measured yet, or a window under
+// RejoinMin, tells nothing.
 func (c *Controller) Rejoin(online int) time.Duration {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -711,7 +721,7 @@ func (c *Controller) Rejoin(online int) time.Duration {
 		heap.Pop(&c.promised)
 	}
 	boxes := max(online, 0) + c.queue.Len() + c.reserved + len(c.promised)
-	w := time.Duration(float64(boxes) / (rate * slotOptimism) * float64(time.Second))
+	w := time.Duration(float64(boxes) / (rate * rejoinPace) * float64(time.Second))
 	if w < c.cfg.RejoinMin {
 		return 0
 	}

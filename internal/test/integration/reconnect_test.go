@@ -187,12 +187,12 @@ func TestTheConsoleAdvisesHowLongToTakeToReturn(t *testing.T) {
 			return a.Tunnel().RejoinWindow() == want
 		})
 	}
-	// One box at one a second, arriving at 1.25 a second: 800 ms.
+	// One box at one a second, asked to arrive at two a second: 500 ms.
 	a := start("first")
-	window(a, 800*time.Millisecond)
+	window(a, 500*time.Millisecond)
 	// A second box hears of both; the first, once it reconnects.
 	b := start("second")
-	window(b, 1600*time.Millisecond)
+	window(b, time.Second)
 	h.Console().Tunnel().Drop(a.Status().BoxID)
-	window(a, 1600*time.Millisecond)
+	window(a, time.Second)
 }
