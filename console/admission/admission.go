@@ -714,6 +714,7 @@ func (c *Controller) Rejoin(online int) time.Duration {
 	defer c.mu.Unlock()
 	rate := max(c.best, c.recalled)
 	if rate <= 0 {
+		c.m.rejoin.Set(0)
 		return 0
 	}
 	now := c.now()
@@ -723,9 +724,11 @@ func (c *Controller) Rejoin(online int) time.Duration {
 	boxes := max(online, 0) + c.queue.Len() + c.reserved + len(c.promised)
 	w := time.Duration(float64(boxes) / (rate * rejoinPace) * float64(time.Second))
 	if w < c.cfg.RejoinMin {
-		return 0
+		w = 0
 	}
-	return min(w, c.cfg.RejoinMax)
+	w = min(w, c.cfg.RejoinMax)
+	c.m.rejoin.Set(w.Seconds())
+	return w
 }
 
 // HeldBack returns when a box last found no room (at the end of that
@@ -757,6 +760,7 @@ type metrics struct {
 	reserved  prometheus.Gauge
 	queued    prometheus.Gauge
 	rate      prometheus.Gauge
+	rejoin    prometheus.Gauge
 	sched     prometheus.Gauge
 	latency   prometheus.Histogram
 }
@@ -777,13 +781,15 @@ func newMetrics(reg prometheus.Registerer) metrics {
 			Help: "Boxes waiting in the queue for a place, their ClientHello in."}),
 		rate: prometheus.NewGauge(prometheus.GaugeOpts{Name: "edgebox_admission_completion_rate",
 			Help: "Box sessions caught up per second while boxes found no room: the pace queued and deferred boxes are given."}),
+		rejoin: prometheus.NewGauge(prometheus.GaugeOpts{Name: "edgebox_admission_rejoin_window_seconds",
+			Help: "The window boxes were last told to spread their return over should their sessions break; 0 tells them to keep their own."}),
 		sched: prometheus.NewGauge(prometheus.GaugeOpts{Name: "edgebox_admission_cpu_wait_seconds",
 			Help: "How long the console's runnable goroutines waited for the CPU in the last window, at the 99th percentile (the Go scheduler's latency)."}),
 		latency: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "edgebox_admission_catch_up_seconds",
 			Help: "Time from a box session's admission until its Sync stream caught up.", Buckets: prometheus.ExponentialBuckets(0.01, 2, 14)}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.sessions, m.abandoned, m.limit, m.inflight, m.reserved, m.queued, m.rate, m.sched, m.latency)
+		reg.MustRegister(m.sessions, m.abandoned, m.limit, m.inflight, m.reserved, m.queued, m.rate, m.rejoin, m.sched, m.latency)
 	}
 	return m
 }

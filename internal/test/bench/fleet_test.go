@@ -605,6 +605,11 @@ func fleet(b *testing.B, n int) {
 	if err := f.SplitProfiles(); err != nil {
 		b.Fatal(err)
 	}
+	// The rejoin window the boxes heard last, as the console computed it.
+	if w, err := c.metric("edgebox_admission_rejoin_window_seconds"); err == nil {
+		b.Logf("before the kill: the rejoin window last told to a box was %.1f s", w)
+		b.ReportMetric(w, "rejoin-window-s")
+	}
 	killed := time.Now()
 	c.kill()
 	var targets []uint64
