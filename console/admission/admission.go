@@ -707,12 +707,18 @@ func (h *slots) Pop() any {
 // turned away and told when to come back: 14,000 busy answers in a storm
 // of 15,000 boxes on half a core (docs/benchmarks.md). The window has the
 // boxes arrive at rejoinPace times the best rate the console measured,
-// this run or the last; no rate measured yet, or a window under
-// RejoinMin, tells nothing.
+// this run or the last. The best of this run counts once the console is
+// warm: the rate it measures in its first seconds can be a fifth of what
+// it reaches, and a box told a window from it keeps it until its next
+// vitals report. No rate known, or a window under RejoinMin, tells
+// nothing.
 func (c *Controller) Rejoin(online int) time.Duration {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	rate := max(c.best, c.recalled)
+	rate := c.recalled
+	if c.now().Sub(c.born) >= warmUp {
+		rate = max(rate, c.best)
+	}
 	if rate <= 0 {
 		c.m.rejoin.Set(0)
 		return 0
