@@ -700,9 +700,10 @@ func (h *slots) Pop() any {
 // Rejoin returns the window over which boxes should spread their return
 // should every session here end at once (the console restarted, or its
 // machine lost its link), for boxes to be told while they are online; 0
-// tells them nothing. The boxes are those with sessions here (online)
-// and those the console holds back: queued, handshaking, or told when to
-// come back. Without a window, every box returns within its own few
+// tells them nothing. The boxes are those with sessions here (online),
+// queued or handshaking; not those told when to come back, whose slots
+// count a box once for each time it was told, and for a while after it
+// came back. Without a window, every box returns within its own few
 // seconds, and most of a fleet the console cannot greet that fast is
 // turned away and told when to come back: 14,000 busy answers in a storm
 // of 15,000 boxes on half a core (docs/benchmarks.md). The window has the
@@ -723,11 +724,7 @@ func (c *Controller) Rejoin(online int) time.Duration {
 		c.m.rejoin.Set(0)
 		return 0
 	}
-	now := c.now()
-	for len(c.promised) > 0 && !c.promised[0].After(now) {
-		heap.Pop(&c.promised)
-	}
-	boxes := max(online, 0) + c.queue.Len() + c.reserved + len(c.promised)
+	boxes := max(online, 0) + c.queue.Len() + c.reserved
 	w := time.Duration(float64(boxes) / (rate * rejoinPace) * float64(time.Second))
 	if w < c.cfg.RejoinMin {
 		w = 0

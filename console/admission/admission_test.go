@@ -873,18 +873,26 @@ func TestRejoinIsTheTimeToGreetEveryBox(t *testing.T) {
 	if got := ctl.Rejoin(4000); got != 10*time.Second {
 		t.Fatalf("Rejoin(4000) at 200/s: %v, want 10s", got)
 	}
-	// Boxes held back count: two in flight (online), 498 told when to
-	// come back.
+	// Boxes queued count; those told when to come back do not.
+	cfg.QueueWait = time.Minute
+	ctl = newTest(t, cfg, nil, c)
+	ctl.born, ctl.best, ctl.rate, ctl.measured = c.now().Add(-warmUp), 200, 200, true
+	ctl.Admit(bg, "a")
+	ctl.Admit(bg, "b")
+	qctx, leave := context.WithCancel(bg)
+	defer leave()
+	for range 500 {
+		go ctl.Reserve(qctx, time.Minute)
+	}
+	waitFor(t, func() bool { return ctl.State().Queued == 500 })
+	if got := ctl.Rejoin(3500); got != 10*time.Second {
+		t.Fatalf("3,500 online and 500 queued at 200/s: %v, want 10s", got)
+	}
 	for i := range 500 {
 		ctl.Admit(bg, fmt.Sprint(i))
 	}
-	if got := ctl.Rejoin(3502); got != 10*time.Second {
-		t.Fatalf("3,502 online and 498 held back at 200/s: %v, want 10s", got)
-	}
-	// Once their slots passed, they are back or gone: not counted twice.
-	c.add(cfg.MaxWait + time.Second)
-	if got := ctl.Rejoin(3500); got != 8750*time.Millisecond {
-		t.Fatalf("3,500 online, none due back: %v, want 8.75s", got)
+	if got := ctl.Rejoin(3500); got != 10*time.Second {
+		t.Fatalf("500 more told to come back: %v, want still 10s", got)
 	}
 }
 
