@@ -271,7 +271,16 @@ func (c *Client) Run(ctx context.Context) error {
 // never shortens the box's own Rejoin, and 0 takes the advice back. Safe
 // for concurrent use.
 func (c *Client) AdviseRejoin(d time.Duration) {
-	c.advised.Store(int64(max(d, 0)))
+	d = max(d, 0)
+	was := time.Duration(c.advised.Swap(int64(d)))
+	// Logged when it moves by a quarter or more, not at each small step
+	// the fleet's size makes.
+	if diff := d - was; diff*4 >= was || -diff*4 >= was {
+		if diff != 0 {
+			c.log.Info("the console advised how long to spread a return over", "window", d, "was", was,
+				"taken", c.RejoinWindow())
+		}
+	}
 }
 
 // RejoinWindow is the window a box redials within after a goodbye or a
