@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/edgebox/edgebox/tunnel"
 )
 
 // Shedding on the public port: why a connection was refused or closed
@@ -86,6 +88,18 @@ type portConn struct {
 	cpu atomic.Pointer[chan struct{}]
 	// handshakeEnd cancels the TLS handshake when its time is up.
 	handshakeEnd *time.Timer
+	// toldBusy is set once the box was told to come back (tellBusy): what
+	// TLS writes after that (the alert for the handshake it fails) is
+	// dropped, not sent: the box stops reading at the answer, and each
+	// write is a system call, hundreds a second in a storm.
+	toldBusy atomic.Bool
+}
+
+// tellBusy answers a box before any TLS: come back after wait. The
+// handshake then fails.
+func (c *portConn) tellBusy(wait time.Duration) {
+	tunnel.WriteEarlyBusy(c.Conn, wait)
+	c.toldBusy.Store(true)
 }
 
 // setHandshakeEnd moves the end of the connection's TLS handshake to at.
@@ -98,6 +112,9 @@ func (c *portConn) setHandshakeEnd(at time.Time) {
 // Write gives back the handshake's CPU slot, if held, and writes.
 func (c *portConn) Write(b []byte) (int, error) {
 	c.computed()
+	if c.toldBusy.Load() {
+		return 0, errEarlyBusy
+	}
 	return c.Conn.Write(b)
 }
 

@@ -107,7 +107,7 @@ func newPort(ln net.Listener, a *pki.Authority, srv *tunnel.Server, gate Gate, a
 					// A box is told to come back soon rather than failed:
 					// a failed handshake costs it its session ticket and
 					// sends it into its back-off.
-					tunnel.WriteEarlyBusy(pc.Conn, cpuWait/2+rand.N(cpuWait))
+					pc.tellBusy(cpuWait/2 + rand.N(cpuWait))
 					return nil, fmt.Errorf("port: too busy for another handshake (%s): %w", reason, errEarlyBusy)
 				}
 				return nil, fmt.Errorf("port: too busy for another handshake (%s)", reason)
@@ -134,7 +134,7 @@ func newPort(ln net.Listener, a *pki.Authority, srv *tunnel.Server, gate Gate, a
 			}
 			pc.setHandshakeEnd(end)
 			if wait > 0 {
-				tunnel.WriteEarlyBusy(pc.Conn, wait)
+				pc.tellBusy(wait)
 				return nil, fmt.Errorf("port: box told to come back in %s: %w", wait.Round(time.Millisecond), errEarlyBusy)
 			}
 			pc.admitted, pc.release = ctx, release
@@ -154,7 +154,7 @@ func newPort(ln net.Listener, a *pki.Authority, srv *tunnel.Server, gate Gate, a
 				pc.admitted, pc.release = nil, nil
 				release()
 				p.adm.shed.count(shedBoxCPU, pc.addr)
-				tunnel.WriteEarlyBusy(pc.Conn, cpuWait/2+rand.N(cpuWait))
+				pc.tellBusy(cpuWait/2 + rand.N(cpuWait))
 				return nil, fmt.Errorf("port: box told to come back: %w", errEarlyBusy)
 			case <-hello.Context().Done():
 				return nil, hello.Context().Err()

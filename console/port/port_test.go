@@ -478,6 +478,10 @@ func TestPortGateTurnsBoxesAwayBeforeTheHandshake(t *testing.T) {
 	if !bytes.HasPrefix(answer, []byte("\x00edgebox-busy")) || binary.BigEndian.Uint32(answer[len(answer)-4:]) == 0 {
 		t.Fatalf("answer %q, want the busy answer with a wait", answer)
 	}
+	// Nothing after it: the alert of the handshake it failed is not sent.
+	if rest, err := io.ReadAll(c); len(rest) != 0 || err != nil {
+		t.Fatalf("after the busy answer: %q (%v), want the connection closed", rest, err)
+	}
 	if err := tp.get("127.0.0.3"); err != nil {
 		t.Fatalf("an operator while boxes are turned away: %v", err)
 	}
