@@ -668,12 +668,15 @@ const (
 // rejoinPace is how much faster than the best rate known boxes are asked
 // to arrive after a restart. Too long a window leaves the console idle
 // while boxes wait it out, and nothing can call them sooner; too short
-// costs a busy answer and one more dial for the boxes the queue cannot
-// hold, about a tenth of a session each. The best rate known often comes
-// from a storm of first sessions (a fleet's first start), which cost
-// about twice a returning one; twice that rate keeps the window short of
-// the time the console needs whichever it was.
-const rejoinPace = 2
+// costs a busy answer and one more dial for each box the queue cannot
+// hold. The best rate is measured over a few seconds while the console is
+// full, most often with fewer boxes online than after a restart, so a
+// returning fleet is greeted slower than that, not faster: 300–340 a
+// second at 15,000 boxes on half a core, against a best of 490 measured
+// as they first came (docs/benchmarks.md). Boxes arriving at the best
+// rate keep the window within the time the storm takes anyway, and the
+// queue takes most of the surplus.
+const rejoinPace = 1
 
 // slotOptimism is how much quicker than measured the console is taken to
 // be when boxes are told their slots.
@@ -707,8 +710,8 @@ func (h *slots) Pop() any {
 // seconds, and most of a fleet the console cannot greet that fast is
 // turned away and told when to come back: 14,000 busy answers in a storm
 // of 15,000 boxes on half a core (docs/benchmarks.md). The window has the
-// boxes arrive at rejoinPace times the best rate the console measured,
-// this run or the last. The best of this run counts once the console is
+// boxes arrive at the best rate the console measured (rejoinPace), this
+// run or the last. The best of this run counts once the console is
 // warm: the rate it measures in its first seconds can be a fifth of what
 // it reaches, and a box told a window from it keeps it until its next
 // vitals report. No rate known, or a window under RejoinMin, tells
