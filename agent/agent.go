@@ -202,10 +202,14 @@ type Agent struct {
 	// there is one, a broken tunnel is redialled without backing off, so
 	// it is back within the key's resume window (keyResumeWindow).
 	remoteKeys atomic.Int32
-	vhciMu     sync.Mutex
-	vhci       map[string]int // keys of other boxes on the box's USB bus: key ID → vhci port
-	reports    *reports
-	reconciler *reconcile.Reconciler
+	// keysOffered counts the keys of this box offered to other boxes:
+	// while there is one, the tunnel also hurries back, for the sessions
+	// of those keys resume within the same window.
+	keysOffered atomic.Int32
+	vhciMu      sync.Mutex
+	vhci        map[string]int // keys of other boxes on the box's USB bus: key ID → vhci port
+	reports     *reports
+	reconciler  *reconcile.Reconciler
 	// suspect are keys whose holder became unhealthy, to power-cycle.
 	suspectMu sync.Mutex
 	suspect   map[string]bool
@@ -291,7 +295,7 @@ func New(cfg Config, log *slog.Logger) (*Agent, error) {
 	a.tc = tc
 	tc.OnSession = a.onSession
 	tc.OnDialError = func(err error) { a.setStatus(func(s *Status) { s.LastError = err.Error() }) }
-	tc.Hurry = func() bool { return a.remoteKeys.Load() > 0 }
+	tc.Hurry = func() bool { return a.remoteKeys.Load() > 0 || a.keysOffered.Load() > 0 }
 	if a.local, err = localstore.Open(cfg.DataDir); err != nil {
 		return nil, err
 	}

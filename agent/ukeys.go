@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/edgebox/edgebox/agent/runtime"
@@ -50,6 +51,9 @@ type keyExports struct {
 	srv *usbip.Server
 	mu  sync.Mutex
 	ids map[string]exported // by key ID
+	// offered is the number of keys in ids, for the tunnel to hurry
+	// back while there is one (Agent.keysOffered).
+	offered *atomic.Int32
 }
 
 // exported is a key offered to other boxes: where it was opened, and the
@@ -68,6 +72,7 @@ func (ex *keyExports) remove(id string) {
 	}
 	ex.srv.Remove(id)
 	delete(ex.ids, id)
+	ex.offered.Store(int32(len(ex.ids)))
 	if c, ok := e.dev.(io.Closer); ok {
 		c.Close()
 	}
@@ -78,7 +83,7 @@ func (ex *keyExports) remove(id string) {
 // exports it and it is plugged in. Keys whose assignment went, or which
 // were unplugged, stop being offered, and their sessions end.
 func (a *Agent) serveKeyExports(ctx context.Context, ln net.Listener) {
-	ex := &keyExports{srv: usbip.New(a.log), ids: map[string]exported{}}
+	ex := &keyExports{srv: usbip.New(a.log), ids: map[string]exported{}, offered: &a.keysOffered}
 	ex.srv.ResumeWindow = keyResumeWindow
 	defer func() {
 		ex.mu.Lock()
@@ -178,6 +183,7 @@ func (a *Agent) offerKey(ctx context.Context, ex *keyExports, id string) error {
 		return err
 	}
 	ex.ids[id] = exported{port: d.Port, dev: dev}
+	ex.offered.Store(int32(len(ex.ids)))
 	return nil
 }
 

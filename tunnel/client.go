@@ -116,7 +116,9 @@ type Client struct {
 	// it reports true the box waits at most Backoff.Min before the next,
 	// however many failed before, so that what waits on the link (a
 	// remote UKEY held within its resume window) gets it back as soon as
-	// the link returns. A busy console's wait is kept. It must not block.
+	// the link returns. A busy console's wait is kept. While it reports
+	// true, the rejoin window is also the box's own, whatever the console
+	// advised (AdviseRejoin). It must not block.
 	Hurry func() bool
 
 	// advised is the rejoin window the console last told (AdviseRejoin),
@@ -285,8 +287,11 @@ func (c *Client) AdviseRejoin(d time.Duration) {
 
 // RejoinWindow is the window a box redials within after a goodbye or a
 // healthy session broke: its own, or the console's advice when that is
-// longer.
+// longer and the box is in no hurry (Hurry).
 func (c *Client) RejoinWindow() time.Duration {
+	if c.Hurry != nil && c.Hurry() {
+		return c.cfg.Rejoin
+	}
 	return max(c.cfg.Rejoin, min(time.Duration(c.advised.Load()), c.cfg.Backoff.Max))
 }
 

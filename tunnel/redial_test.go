@@ -202,6 +202,17 @@ func TestTheConsolesRejoinAdviceLengthensTheWindow(t *testing.T) {
 			t.Fatalf("advised %v: window %v, want %v", tt.advised, got, tt.want)
 		}
 	}
+	// A box in a hurry (a UKEY in use across boxes) keeps its own.
+	c.AdviseRejoin(30 * time.Second)
+	hurry := true
+	c.Hurry = func() bool { return hurry }
+	if got := c.RejoinWindow(); got != DefaultRejoin {
+		t.Fatalf("in a hurry, advised 30s: window %v, want its own %v", got, DefaultRejoin)
+	}
+	hurry = false
+	if got := c.RejoinWindow(); got != 30*time.Second {
+		t.Fatalf("no longer in a hurry, advised 30s: window %v", got)
+	}
 }
 
 // TestAClientTriesTheConsolesOtherAddresses gives a box three addresses of

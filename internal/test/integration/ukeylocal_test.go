@@ -106,6 +106,12 @@ func TestARemoteKeyOfferedOnLoopback(t *testing.T) {
 	if ks, _ := admin.Keys(ctx(t), hub.ID(), nil); len(ks) != 1 || ks[0].Holder != "signer" || ks[0].HolderBox != robot.ID() {
 		t.Fatalf("the key's holder: %+v", ks)
 	}
+	// The box whose key another box uses comes back within its own
+	// rejoin window, whatever its console advised: the key's session
+	// resumes only within a few seconds.
+	if tc := testenv.AgentOf(hub).Tunnel(); !tc.Hurry() {
+		t.Fatal("the box offering its key to another is not in a hurry to come back after a break")
+	}
 
 	// The kernel project's client lists it once no client holds it.
 	c.Close()
