@@ -671,11 +671,11 @@ const (
 // costs a busy answer and one more dial for each box the queue cannot
 // hold. The best rate is measured over a few seconds while the console is
 // full, most often with fewer boxes online than after a restart, so a
-// returning fleet is greeted slower than that, not faster: 300–340 a
-// second at 15,000 boxes on half a core, against a best of 490 measured
-// as they first came (docs/benchmarks.md). Boxes arriving at the best
-// rate keep the window within the time the storm takes anyway, and the
-// queue takes most of the surplus.
+// returning fleet is greeted slower than that, not faster: 300–350 a
+// second at 15,000 boxes on half a core, against a best of 445–490
+// measured as they first came (docs/benchmarks.md). Boxes arriving at
+// the best rate keep the window within the time the storm takes anyway,
+// and the queue takes most of the surplus.
 const rejoinPace = 1
 
 // slotOptimism is how much quicker than measured the console is taken to
@@ -708,14 +708,14 @@ func (h *slots) Pop() any {
 // count a box once for each time it was told, and for a while after it
 // came back. Without a window, every box returns within its own few
 // seconds, and most of a fleet the console cannot greet that fast is
-// turned away and told when to come back: 14,000 busy answers in a storm
-// of 15,000 boxes on half a core (docs/benchmarks.md). The window has the
-// boxes arrive at the best rate the console measured (rejoinPace), this
-// run or the last. The best of this run counts once the console is
-// warm: the rate it measures in its first seconds can be a fifth of what
-// it reaches, and a box told a window from it keeps it until its next
-// vitals report. No rate known, or a window under RejoinMin, tells
-// nothing.
+// turned away and told when to come back: 14,700–17,200 busy answers in
+// a storm of 15,000 boxes on half a core (docs/benchmarks.md). The
+// window has the boxes arrive at the best rate the console measured
+// (rejoinPace), this run or the last. The best of this run counts once
+// the console is warm: the rate it measures in its first seconds can be
+// a fifth of what it reaches, and a box told a window from it keeps it
+// until its next vitals report. No rate known, or a window under
+// RejoinMin, tells nothing.
 func (c *Controller) Rejoin(online int) time.Duration {
 	c.mu.Lock()
 	defer c.mu.Unlock()
