@@ -708,7 +708,7 @@ func (h *slots) Pop() any {
 // count a box once for each time it was told, and for a while after it
 // came back. Without a window, every box returns within its own few
 // seconds, and most of a fleet the console cannot greet that fast is
-// turned away and told when to come back: 14,700–17,200 busy answers in
+// turned away and told when to come back: 14,000–17,200 busy answers in
 // a storm of 15,000 boxes on half a core (docs/benchmarks.md). The
 // window has the boxes arrive at the best rate the console measured
 // (rejoinPace), this run or the last. The best of this run counts once
