@@ -277,11 +277,9 @@ func (c *Client) AdviseRejoin(d time.Duration) {
 	was := time.Duration(c.advised.Swap(int64(d)))
 	// Logged when it moves by a quarter or more, not at each small step
 	// the fleet's size makes.
-	if diff := d - was; diff*4 >= was || -diff*4 >= was {
-		if diff != 0 {
-			c.log.Info("the console advised how long to spread a return over", "window", d, "was", was,
-				"taken", c.RejoinWindow())
-		}
+	if diff := d - was; diff != 0 && 4*max(diff, -diff) >= was {
+		c.log.Info("the console advised how long to spread a return over", "window", d, "was", was,
+			"taken", c.RejoinWindow())
 	}
 }
 

@@ -665,19 +665,6 @@ const (
 	minRateSessions = 16
 )
 
-// rejoinPace is how much faster than the best rate known boxes are asked
-// to arrive after a restart. Too long a window leaves the console idle
-// while boxes wait it out, and nothing can call them sooner; too short
-// costs a busy answer and one more dial for each box the queue cannot
-// hold. The best rate is measured over a few seconds while the console is
-// full, most often with fewer boxes online than after a restart, so a
-// returning fleet is greeted slower than that, not faster: 300–350 a
-// second at 15,000 boxes on half a core, against a best of 445–490
-// measured as they first came (docs/benchmarks.md). Boxes arriving at
-// the best rate keep the window within the time the storm takes anyway,
-// and the queue takes most of the surplus.
-const rejoinPace = 1
-
 // slotOptimism is how much quicker than measured the console is taken to
 // be when boxes are told their slots.
 const slotOptimism = 1.25
@@ -709,13 +696,23 @@ func (h *slots) Pop() any {
 // came back. Without a window, every box returns within its own few
 // seconds, and most of a fleet the console cannot greet that fast is
 // turned away and told when to come back: 14,000–17,200 busy answers in
-// a storm of 15,000 boxes on half a core (docs/benchmarks.md). The
-// window has the boxes arrive at the best rate the console measured
-// (rejoinPace), this run or the last. The best of this run counts once
-// the console is warm: the rate it measures in its first seconds can be
-// a fifth of what it reaches, and a box told a window from it keeps it
-// until its next vitals report. No rate known, or a window under
-// RejoinMin, tells nothing.
+// a storm of 15,000 boxes on half a core (docs/benchmarks.md).
+//
+// The window has the boxes arrive at the best rate the console measured,
+// this run or the last, not faster. Too long a window leaves the console
+// idle while boxes wait it out, and nothing can call them sooner; too
+// short costs a busy answer and one more dial for each box the queue
+// cannot hold. The best rate is measured over a few seconds while the
+// console is full, most often with fewer boxes online than after a
+// restart, so a returning fleet is greeted slower than that: 300–350 a
+// second at 15,000 boxes on half a core, against a best of 445–490
+// measured as they first came. Arriving at the best rate keeps the
+// window within the time the storm takes anyway, and the queue takes
+// most of the surplus. The best of this run counts once the console is
+// warm: the rate it measures in its first seconds can be a fifth of what
+// it reaches, and a box told a window from it keeps it until its next
+// vitals report. No rate known, or a window under RejoinMin, tells
+// nothing.
 func (c *Controller) Rejoin(online int) time.Duration {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -728,7 +725,7 @@ func (c *Controller) Rejoin(online int) time.Duration {
 		return 0
 	}
 	boxes := max(online, 0) + c.queue.Len() + c.reserved
-	w := time.Duration(float64(boxes) / (rate * rejoinPace) * float64(time.Second))
+	w := time.Duration(float64(boxes) / rate * float64(time.Second))
 	if w < c.cfg.RejoinMin {
 		w = 0
 	}

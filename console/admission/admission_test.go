@@ -841,9 +841,10 @@ func TestHeldBackSaysWhenABoxLastFoundNoRoom(t *testing.T) {
 }
 
 // TestRejoinIsTheTimeToGreetEveryBox: the window told to boxes is the
-// boxes online here and those held back, over a little more than the
-// best rate known; nothing without a rate, or when the boxes' own window
-// is long enough, and never past RejoinMax.
+// boxes online here, queued or handshaking, over the best rate known
+// (this run's only once warm); nothing without a rate, or when the boxes'
+// own window is long enough, and never past RejoinMax. The gauge shows
+// the last one told.
 func TestRejoinIsTheTimeToGreetEveryBox(t *testing.T) {
 	c := newClock()
 	cfg := DefaultConfig()
@@ -893,6 +894,9 @@ func TestRejoinIsTheTimeToGreetEveryBox(t *testing.T) {
 	}
 	if got := ctl.Rejoin(1500); got != 10*time.Second {
 		t.Fatalf("500 more told to come back: %v, want still 10s", got)
+	}
+	if got := value(t, ctl.m.rejoin); got != 10 {
+		t.Fatalf("the gauge shows %v s, want the 10 s last told", got)
 	}
 }
 
