@@ -61,6 +61,8 @@ Flags:
 		"how long a box session may take from its TLS handshake to its caught-up sync before the console lets in fewer at once; shorter keeps the API quicker under a reconnect storm, longer lets in more at once")
 	fs.DurationVar(&cfg.Admission.CPUWait, "box-admission-cpu-wait", cfg.Admission.CPUWait,
 		"let in fewer box sessions at once while the console's goroutines wait longer than this for the CPU (0: only the sessions' own times count)")
+	fs.DurationVar(&cfg.Admission.RejoinMax, "box-rejoin-max", cfg.Admission.RejoinMax,
+		"the longest window the console tells its boxes to spread their return over after a restart, so a fleet it cannot greet at once comes back at the pace it greets them (0: tell none, and each box keeps its own few seconds)")
 	fs.IntVar(&cfg.GCPace.Percent, "storm-gogc", cfg.GCPace.Percent,
 		"the Go collector's GOGC while box sessions are held back in a reconnect storm, so the heap may grow further between collections and the console spends less of its CPU on them (0: keep the usual pace; a GOGC in the environment always wins, and GOMEMLIMIT bounds the heap)")
 	fs.DurationVar(&cfg.SessionIdleTimeout, "session-idle-timeout", 30*time.Minute, "end a remote shell or command with no byte either way for this long")

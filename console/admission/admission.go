@@ -75,6 +75,7 @@ type Config struct {
 	// RejoinMin and RejoinMax bound the rejoin window told to boxes
 	// (Rejoin): one shorter than RejoinMin is not told, and the boxes keep
 	// their own (tunnel.DefaultRejoin); one longer is cut to RejoinMax.
+	// A RejoinMax of 0 tells the boxes nothing.
 	RejoinMin, RejoinMax time.Duration
 }
 
@@ -99,8 +100,8 @@ func (c Config) Validate() error {
 		return errors.New("admission: QueueWait, QueueMax and CPUWait must not be negative")
 	case c.InitialRate < 1:
 		return errors.New("admission: InitialRate must be at least 1")
-	case c.RejoinMin <= 0 || c.RejoinMax < c.RejoinMin:
-		return errors.New("admission: want 0 < RejoinMin <= RejoinMax")
+	case c.RejoinMin <= 0 || c.RejoinMax != 0 && c.RejoinMax < c.RejoinMin:
+		return errors.New("admission: want 0 < RejoinMin <= RejoinMax, or RejoinMax 0 (tell boxes no window)")
 	}
 	return nil
 }
@@ -726,7 +727,7 @@ func (c *Controller) Rejoin(online int) time.Duration {
 	}
 	boxes := max(online, 0) + c.queue.Len() + c.reserved
 	w := time.Duration(float64(boxes) / rate * float64(time.Second))
-	if w < c.cfg.RejoinMin {
+	if w < c.cfg.RejoinMin || c.cfg.RejoinMax == 0 {
 		w = 0
 	}
 	w = min(w, c.cfg.RejoinMax)

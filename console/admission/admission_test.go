@@ -472,6 +472,8 @@ func TestConfigValidate(t *testing.T) {
 		func(c *Config) { c.QueueWait = -time.Second },
 		func(c *Config) { c.QueueMax = -1 },
 		func(c *Config) { c.CPUWait = -time.Millisecond },
+		func(c *Config) { c.RejoinMin = 0 },
+		func(c *Config) { c.RejoinMax = c.RejoinMin / 2 },
 	} {
 		cfg := DefaultConfig()
 		c(&cfg)
@@ -480,6 +482,11 @@ func TestConfigValidate(t *testing.T) {
 		}
 	}
 	if err := DefaultConfig().Validate(); err != nil {
+		t.Fatal(err)
+	}
+	off := DefaultConfig()
+	off.RejoinMax = 0 // no window told
+	if err := off.Validate(); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -843,8 +850,8 @@ func TestHeldBackSaysWhenABoxLastFoundNoRoom(t *testing.T) {
 // TestRejoinIsTheTimeToGreetEveryBox: the window told to boxes is the
 // boxes online here, queued or handshaking, over the best rate known
 // (this run's only once warm); nothing without a rate, or when the boxes'
-// own window is long enough, and never past RejoinMax. The gauge shows
-// the last one told.
+// own window is long enough, and never past RejoinMax (none when it is
+// 0). The gauge shows the last one told.
 func TestRejoinIsTheTimeToGreetEveryBox(t *testing.T) {
 	c := newClock()
 	cfg := DefaultConfig()
@@ -897,6 +904,13 @@ func TestRejoinIsTheTimeToGreetEveryBox(t *testing.T) {
 	}
 	if got := value(t, ctl.m.rejoin); got != 10 {
 		t.Fatalf("the gauge shows %v s, want the 10 s last told", got)
+	}
+	// A RejoinMax of 0 tells nothing (--box-rejoin-max 0).
+	cfg.RejoinMax = 0
+	ctl = newTest(t, cfg, nil, c)
+	ctl.born, ctl.best = c.now().Add(-warmUp), 200
+	if got := ctl.Rejoin(2000); got != 0 {
+		t.Fatalf("RejoinMax 0: told %v, want nothing", got)
 	}
 }
 

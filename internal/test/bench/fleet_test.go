@@ -482,7 +482,10 @@ func holdIdle(addr string, n int) {
 // space-separated NAME=value pairs to the simulator's processes'
 // environment, and EDGEBOX_BENCH_SIM_NICE runs them at that niceness
 // (10: the console, at 0, gets the CPU it asks for, and the simulated
-// fleet the rest);
+// fleet the rest); EDGEBOX_BENCH_REJOIN (a duration) is the boxes' own
+// rejoin window, which the console's advice can only lengthen (with
+// EDGEBOX_BENCH_CONSOLE_ARGS=--box-rejoin-max=0 it gives none): how fast
+// the fleet offers itself after the kill;
 // EDGEBOX_BENCH_IDLE_CPU (a duration) measures the console's CPU with the
 // fleet online and idle, for that long, before the storm;
 // EDGEBOX_BENCH_CPU_PROFILE names a file for the console's, over the
@@ -844,6 +847,13 @@ func startFleet(b *testing.B, admin *api.Client, n int) *fleetsim.Fleet {
 	cfg.ProfileDir = os.Getenv("EDGEBOX_BENCH_SIM_PROFILES")
 	cfg.Env = append(cfg.Env, strings.Fields(os.Getenv("EDGEBOX_BENCH_SIM_ENV"))...)
 	cfg.Nice = envInt(b, "EDGEBOX_BENCH_SIM_NICE", 0)
+	if v := os.Getenv("EDGEBOX_BENCH_REJOIN"); v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil || d <= 0 {
+			b.Fatalf("EDGEBOX_BENCH_REJOIN=%q: want a positive duration", v)
+		}
+		cfg.Agent.Rejoin = d
+	}
 	start := time.Now()
 	f, err := fleetsim.Start(cfg)
 	if err != nil {

@@ -64,6 +64,7 @@ func (s AgentSettings) apply(cfg *agent.Config) {
 	set(&cfg.Tunnel.PingInterval, s.PingInterval)
 	set(&cfg.Tunnel.PingTimeout, s.PingTimeout)
 	set(&cfg.Tunnel.OpenTimeout, s.OpenTimeout)
+	set(&cfg.Rejoin, s.Rejoin)
 }
 
 // Main runs this process as one of a fleet's child processes when the

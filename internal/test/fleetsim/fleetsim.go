@@ -88,6 +88,7 @@ type AgentSettings struct {
 	PingInterval    time.Duration `json:"ping_interval,omitempty"`
 	PingTimeout     time.Duration `json:"ping_timeout,omitempty"`
 	OpenTimeout     time.Duration `json:"open_timeout,omitempty"`
+	Rejoin          time.Duration `json:"rejoin,omitempty"`
 }
 
 // DefaultConfig is a fleet of n boxes enrolled with token into dir.
