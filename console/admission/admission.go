@@ -117,8 +117,8 @@ type Controller struct {
 	// sched returns how long runnable goroutines waited for the CPU (the
 	// Go scheduler's latency) at its 99th percentile since it was last
 	// called, false with nothing scheduled: shown, and past CPUWait a
-	// reason not to grow the limit, and to cut it while the console
-	// completes at least cpuCutFloor of its best rate.
+	// reason to cut while the console completes at least cpuCutFloor of
+	// its best rate.
 	sched func() (time.Duration, bool)
 
 	mu       sync.Mutex
@@ -531,15 +531,9 @@ func (c *Controller) adapt() {
 		if d, ok := c.sched(); ok {
 			c.m.sched.Set(d.Seconds())
 			c.busiest = max(c.busiest, d)
-			if c.cfg.CPUWait > 0 && d > c.cfg.CPUWait {
-				// The limit does not grow within a Target of a window the
-				// CPU was behind in, whatever the rate: more sessions at
-				// once cannot complete more on a CPU with a queue, and
-				// only lengthen every wait on it, an operator's call's
-				// among them. Below cpuCutFloor of the best rate it is
-				// not cut either.
+			if c.cfg.CPUWait > 0 && d > c.cfg.CPUWait && c.rate >= cpuCutFloor*c.best {
+				slow = true
 				c.cpuBusy = now
-				slow = slow || c.rate >= cpuCutFloor*c.best
 			}
 		}
 	}

@@ -785,8 +785,7 @@ func TestTheSchedulersLatencyIsRead(t *testing.T) {
 
 // TestALongCPUWaitCutsTheLimit: with CPUWait set, a window in which the
 // scheduler's p99 wait passed it counts as slow, however quick the
-// sessions, and the limit does not grow again within a Target of it;
-// below cpuCutFloor of the best rate it is held, not cut.
+// sessions, and the limit does not grow again within a Target of it.
 // Without CPUWait the wait is only shown (TestTheCPUWaitIsShown).
 func TestALongCPUWaitCutsTheLimit(t *testing.T) {
 	c := newClock()
@@ -820,23 +819,11 @@ func TestALongCPUWaitCutsTheLimit(t *testing.T) {
 	}
 
 	// A console that completes less than cpuCutFloor of its best rate is
-	// not cut for the CPU's wait: fewer sessions did not shorten it. Nor
-	// does its limit grow while the CPU is behind, or within a Target
-	// of it: more sessions at once would only queue longer for the CPU.
+	// not cut for the CPU's wait: fewer sessions did not shorten it.
 	ctl.best, ctl.rate = 1000, 700
 	before = ctl.limit
-	for i := 0; i < 3; i++ {
-		if l := window(400 * time.Millisecond); l != before {
-			t.Fatalf("window %d at 70 %% of its best rate, the CPU 400 ms behind: the limit went from %v to %v", i, before, l)
-		}
-	}
-	for i := 0; c.now().Sub(ctl.cpuBusy)+cfg.Window < cfg.Target; i++ {
-		if l := window(10 * time.Millisecond); l != before {
-			t.Fatalf("window %d after the CPU was behind: the limit went from %v to %v within a Target", i, before, l)
-		}
-	}
-	if l := window(10 * time.Millisecond); l <= before {
-		t.Fatalf("a Target after the CPU caught up, the limit stays at %v", l)
+	if l := window(400 * time.Millisecond); l < before {
+		t.Fatalf("at 70 %% of its best rate the CPU's wait cut the limit from %v to %v", before, l)
 	}
 }
 
