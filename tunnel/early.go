@@ -60,7 +60,7 @@ type earlyConn struct {
 	mu      sync.Mutex
 	checked bool
 	busy    error
-	broke   bool // a read failed: the link, not TLS, ended the handshake
+	broke   bool // a read or a write failed: the link, not TLS, ended the handshake
 }
 
 func (c *earlyConn) Read(p []byte) (int, error) {
@@ -90,6 +90,20 @@ func (c *earlyConn) Read(p []byte) (int, error) {
 	}
 	c.busy = readEarlyBusy(c.Conn)
 	return 0, c.busy
+}
+
+// Write marks the link broken when a write fails: a ClientHello that
+// could not leave (a connection reset before it was read) says nothing
+// against the ticket it carried; TLS refuses a handshake only by what it
+// reads.
+func (c *earlyConn) Write(p []byte) (int, error) {
+	n, err := c.Conn.Write(p)
+	if err != nil {
+		c.mu.Lock()
+		c.broke = true
+		c.mu.Unlock()
+	}
+	return n, err
 }
 
 // keepsTicket reports whether the handshake ended for a reason that says

@@ -10,6 +10,7 @@ import (
 	"slices"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -221,4 +222,44 @@ func TestTicketKeptWhenTheLinkCutsTheHandshake(t *testing.T) {
 	if !resumed {
 		t.Fatal("the dial after the cut handshakes made a full handshake: the box forgot its session ticket")
 	}
+}
+
+// TestTicketKeptWhenTheClientHelloCannotBeSent has the link reset two
+// dials before their ClientHello leaves, as a console's port does to a
+// connection it sheds before reading it: the write fails, not a read,
+// and the dial after them still resumes the box's TLS session.
+func TestTicketKeptWhenTheClientHelloCannotBeSent(t *testing.T) {
+	t.Parallel()
+	p := newTestPKI(t)
+	srv := startTestServer(t, p, DefaultConfig(), "")
+	echo(t, srv.Listen(KindRPC))
+	var dials, resets atomic.Int32
+	cli := startTestClient(t, p, "box-1", srv.addr, func(c *ClientConfig) {
+		c.Backoff = Backoff{Min: 10 * time.Millisecond, Max: 50 * time.Millisecond}
+		var d net.Dialer
+		c.Dial = func(ctx context.Context, network, addr string) (net.Conn, error) {
+			conn, err := d.DialContext(ctx, network, addr)
+			if n := dials.Add(1); err == nil && (n == 2 || n == 3) {
+				resets.Add(1)
+				return resetConn{conn}, nil
+			}
+			return conn, err
+		}
+	})
+	resumed := dropAndResume(t, srv, cli, "box-1")
+	if n := resets.Load(); n != 2 {
+		t.Fatalf("%d dials were reset, want 2", n)
+	}
+	if !resumed {
+		t.Fatal("the dial after the reset ones made a full handshake: the box forgot its session ticket")
+	}
+}
+
+// resetConn is a connection the far side reset before anything was
+// written to it.
+type resetConn struct{ net.Conn }
+
+func (c resetConn) Write([]byte) (int, error) {
+	c.Conn.Close()
+	return 0, &net.OpError{Op: "write", Net: "tcp", Err: syscall.ECONNRESET}
 }
