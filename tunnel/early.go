@@ -69,9 +69,7 @@ func (c *earlyConn) Read(p []byte) (int, error) {
 		c.mu.Unlock()
 		n, err := c.Conn.Read(p)
 		if err != nil {
-			c.mu.Lock()
-			c.broke = true
-			c.mu.Unlock()
+			c.linkFailed()
 		}
 		return n, err
 	}
@@ -99,11 +97,16 @@ func (c *earlyConn) Read(p []byte) (int, error) {
 func (c *earlyConn) Write(p []byte) (int, error) {
 	n, err := c.Conn.Write(p)
 	if err != nil {
-		c.mu.Lock()
-		c.broke = true
-		c.mu.Unlock()
+		c.linkFailed()
 	}
 	return n, err
+}
+
+// linkFailed records that the link, not TLS, failed the connection.
+func (c *earlyConn) linkFailed() {
+	c.mu.Lock()
+	c.broke = true
+	c.mu.Unlock()
 }
 
 // keepsTicket reports whether the handshake ended for a reason that says
