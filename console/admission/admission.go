@@ -727,10 +727,10 @@ func (c *Controller) Rejoin(online int) time.Duration {
 	}
 	boxes := max(online, 0) + c.queue.Len() + c.reserved
 	w := time.Duration(float64(boxes) / rate * float64(time.Second))
-	if w < c.cfg.RejoinMin || c.cfg.RejoinMax == 0 {
+	if w < c.cfg.RejoinMin {
 		w = 0
 	}
-	w = min(w, c.cfg.RejoinMax)
+	w = min(w, c.cfg.RejoinMax) // none when RejoinMax is 0
 	c.m.rejoin.Set(w.Seconds())
 	return w
 }
