@@ -489,7 +489,8 @@ func holdIdle(addr string, n int) {
 // EDGEBOX_BENCH_IDLE_CPU (a duration) measures the console's CPU with the
 // fleet online and idle, for that long, before the storm;
 // EDGEBOX_BENCH_CPU_PROFILE names a file for the console's, over the
-// storm's first EDGEBOX_BENCH_CPU_PROFILE_SECONDS (8 unless set);
+// storm's first EDGEBOX_BENCH_CPU_PROFILE_SECONDS (8 unless set), and
+// EDGEBOX_BENCH_ALLOC_PROFILE one for what it allocated over them;
 // EDGEBOX_BENCH_GOROUTINES one for its goroutines by stack at
 // EDGEBOX_BENCH_GOROUTINES_AFTER (5s unless set) after the restart. The API is
 // measured from the moment the restarted console listens, and
@@ -644,6 +645,11 @@ func fleet(b *testing.B, n int) {
 		// The console's CPU during the storm's first
 		// EDGEBOX_BENCH_CPU_PROFILE_SECONDS (8 unless set).
 		debugFetch("profile", cmp.Or(os.Getenv("EDGEBOX_BENCH_CPU_PROFILE_SECONDS"), "8"), p, time.Now())
+	}
+	if p := os.Getenv("EDGEBOX_BENCH_ALLOC_PROFILE"); p != "" {
+		// What the console allocated over the storm's first
+		// EDGEBOX_BENCH_CPU_PROFILE_SECONDS (8 unless set).
+		debugFetch("allocs", cmp.Or(os.Getenv("EDGEBOX_BENCH_CPU_PROFILE_SECONDS"), "8"), p, time.Now())
 	}
 	if p := os.Getenv("EDGEBOX_BENCH_GOROUTINES"); p != "" {
 		// The console's goroutines, grouped by stack, at
