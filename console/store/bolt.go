@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	bolt "go.etcd.io/bbolt"
@@ -43,10 +44,10 @@ type Bolt struct {
 	mu      sync.Mutex    // guards changed
 	changed chan struct{} // closed and replaced after each commit
 
+	linger time.Duration // see the constant
 	// commits and lingered count the commits, and those that waited for
-	// more transactions first; only the committer touches them, and
-	// tests read them once it stopped.
-	commits, lingered int
+	// more transactions first.
+	commits, lingered atomic.Int64
 }
 
 var _ Store = (*Bolt)(nil)
@@ -85,7 +86,7 @@ func OpenBolt(db *bolt.DB) (*Bolt, error) {
 		return nil, fmt.Errorf("store: %w", err)
 	}
 	s := &Bolt{db: db, reqs: make(chan *txnReq, maxBatch), closed: make(chan struct{}),
-		idle: make(chan struct{}), changed: make(chan struct{})}
+		idle: make(chan struct{}), changed: make(chan struct{}), linger: linger}
 	s.wg.Add(1)
 	go func() {
 		defer s.wg.Done()
@@ -282,7 +283,9 @@ func (s *Bolt) commitLoop() {
 	batch := make([]*txnReq, 0, maxBatch)
 	var ended time.Time // when the last commit ended
 	// peak is how many transactions the recent commits carried: the most
-	// of one, falling by an eighth at each commit that carried fewer.
+	// of one, falling by an eighth (and to 1) at each commit that carried
+	// fewer, so writers that stopped writing at once are not waited for
+	// long.
 	peak := 0
 	for {
 		batch = batch[:0]
@@ -294,15 +297,15 @@ func (s *Bolt) commitLoop() {
 			return
 		}
 		batch = s.take(batch, maxBatch, nil)
-		if peak > 1 && len(batch) < peak && time.Since(ended) < linger {
-			t := time.NewTimer(linger)
+		if peak > 1 && len(batch) < peak && time.Since(ended) < s.linger {
+			t := time.NewTimer(s.linger)
 			batch = s.take(batch, peak, t.C)
 			t.Stop()
-			s.lingered++
+			s.lingered.Add(1)
 		}
-		peak = max(len(batch), peak-peak/8)
+		peak = max(len(batch), peak*7/8)
+		s.commits.Add(1)
 		s.commit(dropGone(batch))
-		s.commits++
 		ended = time.Now()
 	}
 }
