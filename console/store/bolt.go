@@ -44,7 +44,7 @@ type Bolt struct {
 	mu      sync.Mutex    // guards changed
 	changed chan struct{} // closed and replaced after each commit
 
-	linger time.Duration // see the constant
+	linger time.Duration // see the constant; set before the committer starts
 	// commits and lingered count the commits, and those that waited for
 	// more transactions first.
 	commits, lingered atomic.Int64
@@ -73,7 +73,9 @@ const maxBatch = 1000
 
 // OpenBolt uses db (opened by the caller, who closes it after the store)
 // and starts the committer.
-func OpenBolt(db *bolt.DB) (*Bolt, error) {
+func OpenBolt(db *bolt.DB) (*Bolt, error) { return openBolt(db, linger) }
+
+func openBolt(db *bolt.DB, linger time.Duration) (*Bolt, error) {
 	err := db.Update(func(tx *bolt.Tx) error {
 		for _, b := range [][]byte{bucketMeta, bucketKV, bucketLog} {
 			if _, err := tx.CreateBucketIfNotExists(b); err != nil {
@@ -284,8 +286,8 @@ func (s *Bolt) commitLoop() {
 	var ended time.Time // when the last commit ended
 	// peak is how many transactions the recent commits carried: the most
 	// of one, falling by an eighth (and to 1) at each commit that carried
-	// fewer, so writers that stopped writing at once are not waited for
-	// long.
+	// fewer, and forgotten after a quietSpell without a write, so writers
+	// that stopped are not waited for long.
 	peak := 0
 	for {
 		batch = batch[:0]
@@ -297,7 +299,11 @@ func (s *Bolt) commitLoop() {
 			return
 		}
 		batch = s.take(batch, maxBatch, nil)
-		if peak > 1 && len(batch) < peak && time.Since(ended) < s.linger {
+		since := time.Since(ended)
+		if since >= quietSpell {
+			peak = 0 // nobody is coming back at once
+		}
+		if peak > 1 && len(batch) < peak && since < s.linger {
 			t := time.NewTimer(s.linger)
 			batch = s.take(batch, peak, t.C)
 			t.Stop()
@@ -338,17 +344,23 @@ func (s *Bolt) take(batch []*txnReq, want int, until <-chan time.Time) []*txnReq
 
 // linger is how long a commit that follows a shared one within linger
 // waits, at most, until it carries as many transactions as the recent
-// commits did.
-// Many callers writing at once (a returning fleet's hellos,
+// commits did. Many callers writing at once (a returning fleet's hellos,
 // acknowledgements and statuses) then share fewer, larger commits: each
 // costs two fsyncs and rewrites the meta page, the freelist and the branch
 // pages over the keys it touches, whatever it carries. At 15,000 boxes on
 // half a core it took the commits in a storm's first 40 s from about
 // 10,000 to about 1,800, and the allocation in them from 545 to 195 MB
-// (docs/benchmarks.md). Writers that are
-// all waiting already fill the commit at once and wait for nothing; a
-// lone writer, or one after a quiet spell, waits only for its own fsync.
+// (docs/benchmarks.md). Writers that are all waiting already fill the
+// commit at once and wait for nothing. A lone writer, or one after a quiet
+// spell, waits only for its own fsync; one that writes on alone straight
+// after many others waits at most a few dozen times, while peak falls.
 const linger = 4 * time.Millisecond
+
+// quietSpell is how long the store goes without a write before the
+// commits' peak is forgotten. Much longer than linger, so the gaps between
+// a returning fleet's writes (a collection, a burst of handshakes) do not
+// make the commits start small again.
+const quietSpell = 100 * time.Millisecond
 
 // dropGone answers the requests whose caller stopped waiting before their
 // commit began (a box's hello after its session ended) without writing

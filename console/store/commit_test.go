@@ -20,11 +20,10 @@ func openTestBolt(t *testing.T, linger time.Duration) *Bolt {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { db.Close() })
-	s, err := OpenBolt(db)
+	s, err := openBolt(db, linger)
 	if err != nil {
 		t.Fatal(err)
 	}
-	s.linger = linger // before any write: the committer reads it only then
 	t.Cleanup(func() { s.Close() })
 	return s
 }
@@ -57,7 +56,8 @@ func writeTogether(t *testing.T, s *Bolt, writers, each int) int64 {
 // TestManyWritersShareCommits: writers that each come back a moment
 // after their last write committed find the committer waiting for them,
 // and share fewer commits than when each commit takes only those back in
-// time; once they have gone, a lone writer is soon not waited for.
+// time; once they have gone, a lone writer is soon not waited for, and
+// after a quiet spell not at all.
 func TestManyWritersShareCommits(t *testing.T) {
 	const writers, each = 32, 80
 	apart := writeTogether(t, openTestBolt(t, 0), writers, each)
@@ -77,6 +77,18 @@ func TestManyWritersShareCommits(t *testing.T) {
 	}
 	if n := s.lingered.Load() - lingered; n > 20 {
 		t.Fatalf("60 transactions one after another once the others left: %d waited for more, want at most 20", n)
+	}
+	// After a quiet spell, nothing waits for the writers that left.
+	writeTogether(t, s, writers, each)
+	time.Sleep(2 * quietSpell)
+	lingered = s.lingered.Load()
+	for i := range 20 {
+		if _, err := Put(context.Background(), s, fmt.Sprint("later/", i), []byte("v")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := s.lingered.Load() - lingered; n != 0 {
+		t.Fatalf("20 transactions one after another after a quiet spell: %d waited for more, want none", n)
 	}
 }
 
