@@ -9,27 +9,36 @@ import (
 	"time"
 
 	bolt "go.etcd.io/bbolt"
+
+	"github.com/edgebox/edgebox/internal/boltdb"
 )
 
 // openTestBolt opens a store on a fresh file, its commits waiting up to
-// linger for one another.
+// linger for one another, as storetest.Bolt does for other packages: at
+// the end of the test it is closed and the file's consistency checked.
 func openTestBolt(t *testing.T, linger time.Duration) *Bolt {
 	t.Helper()
 	db, err := bolt.Open(filepath.Join(t.TempDir(), "store.db"), 0o600, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { db.Close() })
 	s, err := openBolt(db, linger)
 	if err != nil {
+		db.Close()
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { s.Close() })
+	t.Cleanup(func() {
+		s.Close()
+		if err := boltdb.Check(db); err != nil {
+			t.Errorf("bbolt check: %v", err)
+		}
+		db.Close()
+	})
 	return s
 }
 
-// writeTogether has writers each write each transactions, one after
-// another, a moment apart, as a returning fleet's sessions do (a hello,
+// writeTogether has each of writers write each transactions, one after
+// another and a moment apart, as a returning fleet's sessions do (a hello,
 // then an acknowledgement, then a status), and returns the commits they
 // took.
 func writeTogether(t *testing.T, s *Bolt, writers, each int) int64 {

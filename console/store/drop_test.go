@@ -4,12 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"path/filepath"
 	"sync"
 	"testing"
 	"time"
-
-	bolt "go.etcd.io/bbolt"
 )
 
 func TestDropGone(t *testing.T) {
@@ -40,16 +37,7 @@ func TestDropGone(t *testing.T) {
 // transactions whose callers give up at random times: each key is on disk
 // exactly when its Txn said it was written.
 func TestTxnOfAGoneCallerIsWrittenOrSaysNot(t *testing.T) {
-	db, err := bolt.Open(filepath.Join(t.TempDir(), "store.db"), 0o600, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
-	s, err := OpenBolt(db)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	s := openTestBolt(t, linger)
 	const n = 3000
 	written := make([]bool, n)
 	var wg sync.WaitGroup
