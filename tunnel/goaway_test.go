@@ -59,8 +59,7 @@ func TestBoxHearsGoodbyeOnlyWhenConsoleShutsDown(t *testing.T) {
 				// The test's backoff; after the ending only the first
 				// session matters.
 				c.Backoff = Backoff{Min: time.Minute, Max: time.Minute}
-			})
-			seen.watch(cli)
+			}, seen.watch)
 			waitFor(t, 10*time.Second, "session", func() bool { _, ok := srv.Session("box-1"); return ok && cli.Session() != nil })
 			tt.end(srv, "box-1")
 			waitFor(t, 10*time.Second, "the box to see its session end", func() bool { return len(seen.get()) > 0 })

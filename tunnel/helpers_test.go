@@ -171,8 +171,9 @@ func (ts *testServer) stop() {
 	ts.wg.Wait()
 }
 
-// startTestClient runs a Client for box id until the test ends.
-func startTestClient(t testing.TB, p *testPKI, id, addr string, mod func(*ClientConfig)) *Client {
+// startTestClient runs a Client for box id until the test ends; each of
+// before is called on it before it runs (to set OnSession, which Run reads).
+func startTestClient(t testing.TB, p *testPKI, id, addr string, mod func(*ClientConfig), before ...func(*Client)) *Client {
 	t.Helper()
 	cert := p.leaf(t, id, x509.ExtKeyUsageClientAuth)
 	cfg := ClientConfig{
@@ -187,6 +188,9 @@ func startTestClient(t testing.TB, p *testPKI, id, addr string, mod func(*Client
 	c, err := NewClient(cfg, testLogger(t))
 	if err != nil {
 		t.Fatal(err)
+	}
+	for _, f := range before {
+		f(c)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
